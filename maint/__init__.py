@@ -1,0 +1,3 @@
+"""hermes-maint: maintenance for Hermes Agent session stores."""
+
+__version__ = "0.1.0"

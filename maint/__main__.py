@@ -1,0 +1,3 @@
+from maint.cli import main
+
+main()

@@ -1,0 +1,74 @@
+"""archive: set the archived flag on matching conversations; nothing else changes.
+
+A compression lineage is judged by its live tip and archived as a unit, so an
+old segment of a conversation still in use never hides it on its own.
+Pinned lineages are left alone (a pin means "keep visible"); open ones only
+with ``include_open``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from maint import lineage as lin
+from maint.batching import run_batched
+from maint.catalog import SessionInfo, load_sessions
+from maint.filters import Filters
+from maint.sqlutil import chunks, ph
+from maint.store import Store
+
+
+@dataclass
+class ArchivePlan:
+    lineages: list[list[str]]  # session ids per lineage to archive
+    sessions: dict[str, SessionInfo]
+    skipped_open: int  # lineages that matched but are still open
+    skipped_pinned: int
+
+    @property
+    def session_ids(self) -> list[str]:
+        return [sid for ids in self.lineages for sid in ids]
+
+
+def plan_archive(store: Store, filters: Filters, *, include_open: bool = False,
+                 now: float | None = None) -> ArchivePlan:
+    now = time.time() if now is None else now
+    with store.snapshot():
+        sessions = load_sessions(store, now)
+    tree = lin.build(sessions)
+    lineages, skipped_open, skipped_pinned = [], 0, 0
+    for chain in tree.chains.values():
+        tip = sessions[chain.tip]
+        if not filters.matches(tip):
+            continue
+        members = [sessions[s] for s in chain.ids]
+        if all(m.archived for m in members):
+            continue  # already archived: re-running is a no-op
+        if any(m.pinned for m in members):
+            skipped_pinned += 1
+            continue
+        if any(m.is_open for m in members) and not include_open:
+            skipped_open += 1
+            continue
+        lineages.append([m.id for m in members if not m.archived])
+    lineages.sort(key=lambda ids: max(sessions[s].last_active for s in ids))
+    return ArchivePlan(lineages=lineages, sessions=sessions, skipped_open=skipped_open,
+                       skipped_pinned=skipped_pinned)
+
+
+def execute_archive(store: Store, plan: ArchivePlan,
+                    on_progress: Callable[[int], None] | None = None) -> list[str]:
+    done: list[str] = []
+
+    def apply(batch: list[list[str]]) -> int:
+        ids = [sid for lineage in batch for sid in lineage]
+        with store.write() as conn:
+            for chunk in chunks(ids):
+                conn.execute(f"UPDATE sessions SET archived = 1 WHERE archived = 0 AND id IN ({ph(chunk)})", chunk)
+        done.extend(ids)
+        return len(ids)
+
+    run_batched(plan.lineages, len, apply, on_progress=on_progress)
+    return done

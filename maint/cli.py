@@ -1,0 +1,60 @@
+"""The hermes-maint command line: one thin command per maintenance job."""
+
+import sys
+
+import click
+import typer
+
+from maint import __version__
+from maint.commands.archive_cmd import archive
+from maint.commands.common import PROG
+from maint.commands.list_cmd import list_sessions
+from maint.commands.prune_cmd import prune
+from maint.commands.stats_cmd import stats
+from maint.errors import EXIT_USAGE
+from maint.store import sqlite_version
+
+app = typer.Typer(
+    name=PROG,
+    help="Maintenance for Hermes Agent session stores (state.db).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"{PROG} {__version__} (SQLite {sqlite_version()})")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Show the version and the SQLite in use."),
+) -> None:
+    """Maintenance for Hermes Agent session stores (state.db)."""
+
+
+app.command("prune")(prune)
+app.command("archive")(archive)
+app.command("stats")(stats)
+app.command("list")(list_sessions)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: click usage errors become one line too (exit 2)."""
+    cmd = typer.main.get_command(app)
+    try:
+        code = cmd.main(args=argv, prog_name=PROG, standalone_mode=False)
+    except click.exceptions.UsageError as exc:
+        typer.echo(f"{PROG}: error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.exceptions.Abort:
+        typer.echo(f"{PROG}: aborted; nothing was changed", err=True)
+        sys.exit(1)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,64 @@
+"""hermes-maint archive: thin CLI over :mod:`maint.archive`."""
+
+from typing import Annotated
+
+import typer
+
+from maint.archive import execute_archive, plan_archive
+from maint.commands.common import (DryRunOpt, JsonOpt, YesOpt, command, confirm_or_refuse, filter_options,
+                                   for_each_target, progress, resolve)
+from maint.errors import UsageError
+from maint.filters import parse_filters
+from maint.store import open_store
+
+
+@filter_options
+@command
+def archive(
+    targets: dict,
+    filters: dict,
+    include_open: Annotated[bool, typer.Option("--include-open", help="Also archive sessions still open.")] = False,
+    dry_run: DryRunOpt = False,
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Hide matching conversations (archived flag only: messages and search stay).
+
+    At least one filter is required. A compression lineage is judged by its
+    live tip and archived as a whole. Pinned lineages are left alone.
+    """
+    spec = parse_filters(filters)
+    if spec.is_empty:
+        raise UsageError("archive needs at least one filter (refusing to archive the whole history); "
+                         "e.g. --newer-than 5h or --title 'dry run'")
+    stores = resolve(targets)
+
+    def run(target) -> dict:
+        with open_store(target.path) as store:
+            plan = plan_archive(store, spec, include_open=include_open)
+            ids = plan.session_ids
+            report = {"store": str(target.path), "dry_run": dry_run, "matched": len(ids), "session_ids": ids,
+                      "lineages": len(plan.lineages), "skipped_open": plan.skipped_open,
+                      "skipped_pinned": plan.skipped_pinned}
+            if dry_run or not ids:
+                return report
+            confirm_or_refuse(yes, f"Archive {len(ids)} sessions?", [
+                f"{len(ids)} sessions in {len(plan.lineages)} conversations will be archived "
+                f"({plan.skipped_open} skipped as open, {plan.skipped_pinned} as pinned)"])
+            with progress(len(plan.lineages), "Archiving", as_json) as tick:
+                done = execute_archive(store, plan, on_progress=tick)
+            report.update(session_ids=done, matched=len(done))
+            return report
+
+    def render(r: dict) -> None:
+        verb = "Would archive" if r["dry_run"] else "Archived"
+        typer.echo(f"{verb} {r['matched']} sessions in {r['lineages']} conversations")
+        if r["dry_run"]:
+            for sid in r["session_ids"][:20]:
+                typer.echo(f"    {sid}")
+        typer.echo(f"  skipped {r['skipped_open']} matching conversation(s) still open"
+                   + ("" if include_open else " (use --include-open to archive them)"))
+        if r["skipped_pinned"]:
+            typer.echo(f"  skipped {r['skipped_pinned']} pinned conversation(s)")
+
+    for_each_target(stores, as_json, run, render)

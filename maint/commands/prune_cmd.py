@@ -1,0 +1,92 @@
+"""hermes-maint prune: thin CLI over :mod:`maint.prune`."""
+
+from typing import Annotated
+
+import typer
+
+from maint.commands.common import (DryRunOpt, JsonOpt, YesOpt, command, confirm_or_refuse, filter_options,
+                                   fmt_bytes, fmt_time, for_each_target, progress, resolve)
+from maint.filters import parse_filters
+from maint.prune import execute_prune, plan_prune, stored_bytes
+from maint.store import open_store
+
+
+def _summary(plan, sessions_ids) -> dict:
+    sessions = plan.sessions
+    acts = sorted(((sessions[s].last_active, s) for s in sessions_ids))
+    return {
+        "oldest": {"id": acts[0][1], "last_active": acts[0][0]} if acts else None,
+        "newest": {"id": acts[-1][1], "last_active": acts[-1][0]} if acts else None,
+    }
+
+
+@filter_options
+@command
+def prune(
+    targets: dict,
+    filters: dict,
+    include_archived: Annotated[bool, typer.Option("--include-archived", help="Also delete archived sessions.")] = False,
+    dry_run: DryRunOpt = False,
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete ended sessions: bare = inactive for 90 days; any filter turns the 90 days off.
+
+    Open sessions, sessions with a turn or compression in progress, and pinned
+    ones are never deleted. A compression lineage goes only as a whole;
+    delegate (subagent) children go with their parent.
+    """
+    spec = parse_filters(filters)
+    stores = resolve(targets)
+
+    def run(target) -> dict:
+        with open_store(target.path) as store:
+            plan = plan_prune(store, spec, include_archived=include_archived)
+            ids = plan.session_ids
+            report = {
+                "store": str(target.path), "dry_run": dry_run, "matched": len(ids), "session_ids": ids,
+                "messages": plan.messages, "implicit_days": plan.implicit_days, "held_back": plan.held_back,
+                **_summary(plan, ids),
+            }
+            if dry_run or not yes:
+                report["bytes"] = stored_bytes(store, ids)
+            if dry_run or not ids:
+                report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[])
+                if not dry_run:
+                    report["session_ids"] = []
+                return report
+            o, n = report["oldest"], report["newest"]
+            confirm_or_refuse(yes, f"Delete {len(ids)} sessions ({plan.messages} messages)?", [
+                f"{len(ids)} sessions, {plan.messages} messages, {fmt_bytes(report['bytes'])} of stored text",
+                f"  oldest: {o['id']} (last active {fmt_time(o['last_active'])})",
+                f"  newest: {n['id']} (last active {fmt_time(n['last_active'])})",
+            ])
+            with progress(len(plan.units), "Pruning", as_json) as tick:
+                result = execute_prune(store, plan, on_progress=tick)
+            report.update(
+                session_ids=result.deleted_ids, matched=len(result.deleted_ids), messages=result.messages,
+                deleted=len(result.deleted_ids), transactions=result.transactions,
+                longest_lock_ms=round(result.longest_lock_s * 1000, 1), skipped_changed=result.skipped_changed,
+            )
+            return report
+
+    def render(r: dict) -> None:
+        verb = "Would delete" if r["dry_run"] else "Deleted"
+        rule = f" (implicit rule: inactive >= {r['implicit_days']:g} days)" if r["implicit_days"] else ""
+        typer.echo(f"{verb} {r['matched']} sessions, {r['messages']} messages{rule}")
+        if r.get("bytes") is not None and r["dry_run"]:
+            typer.echo(f"  stored text: {fmt_bytes(r['bytes'])}")
+        if r["oldest"]:
+            typer.echo(f"  oldest: {r['oldest']['id']} (last active {fmt_time(r['oldest']['last_active'])})")
+            typer.echo(f"  newest: {r['newest']['id']} (last active {fmt_time(r['newest']['last_active'])})")
+        if r["dry_run"]:
+            for sid in r["session_ids"][:20]:
+                typer.echo(f"    {sid}")
+            if len(r["session_ids"]) > 20:
+                typer.echo(f"    … {len(r['session_ids']) - 20} more")
+        for reason, n in sorted(r["held_back"].items()):
+            typer.echo(f"  kept {n} matching lineage(s): {reason.replace('_', ' ')}")
+        if r.get("skipped_changed"):
+            typer.echo(f"  skipped {len(r['skipped_changed'])} sessions that changed while pruning")
+
+    for_each_target(stores, as_json, run, render)

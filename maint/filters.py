@@ -1,0 +1,153 @@
+"""The one selection engine shared by prune, archive and export.
+
+Flags arrive as strings; :func:`parse_filters` validates every one (bad value
+or empty window -> :class:`UsageError`, exit 2) and returns a :class:`Filters`
+whose :meth:`Filters.matches` is a plain predicate over a session record.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, fields
+from typing import Any
+
+from maint.catalog import SessionInfo
+from maint.errors import UsageError
+from maint.timeparse import parse_amount, parse_count, parse_moment
+
+DEFAULT_PRUNE_DAYS = 90
+
+
+@dataclass(frozen=True)
+class Filters:
+    # last activity bounds (older_than = upper, newer_than = lower)
+    active_before: float | None = None
+    active_after: float | None = None
+    # started_at bounds (before = upper, exclusive; after = lower, inclusive)
+    started_before: float | None = None
+    started_after: float | None = None
+    source: str | None = None
+    provider: str | None = None
+    end_reason: str | None = None
+    user: str | None = None
+    chat_id: str | None = None
+    chat_type: str | None = None
+    title: str | None = None
+    model: str | None = None
+    branch: str | None = None
+    cwd: str | None = None
+    min_messages: int | None = None
+    max_messages: int | None = None
+    min_tokens: int | None = None
+    max_tokens: int | None = None
+    min_cost: float | None = None
+    max_cost: float | None = None
+    min_tool_calls: int | None = None
+    max_tool_calls: int | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return all(getattr(self, f.name) is None for f in fields(self))
+
+    def describe(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def matches(self, s: SessionInfo) -> bool:
+        if self.active_before is not None and not s.last_active <= self.active_before:
+            return False
+        if self.active_after is not None and not s.last_active >= self.active_after:
+            return False
+        if self.started_before is not None and not s.started_at < self.started_before:
+            return False
+        if self.started_after is not None and not s.started_at >= self.started_after:
+            return False
+        for attr, value in (("source", self.source), ("end_reason", self.end_reason), ("user_id", self.user),
+                            ("chat_id", self.chat_id), ("chat_type", self.chat_type)):
+            if value is not None and getattr(s, attr) != value:
+                return False
+        if self.provider is not None and (s.billing_provider or "").lower() != self.provider.lower():
+            return False
+        for attr, needle in (("title", self.title), ("model", self.model), ("git_branch", self.branch)):
+            if needle is not None and needle.lower() not in (getattr(s, attr) or "").lower():
+                return False
+        if self.cwd is not None and not cwd_under(s.cwd, self.cwd):
+            return False
+        for value, lo, hi in ((s.message_count, self.min_messages, self.max_messages),
+                              (s.tokens, self.min_tokens, self.max_tokens),
+                              (s.cost, self.min_cost, self.max_cost),
+                              (s.tool_call_count, self.min_tool_calls, self.max_tool_calls)):
+            if lo is not None and not value >= lo:
+                return False
+            if hi is not None and not value <= hi:
+                return False
+        return True
+
+
+def normalize_cwd(path: str) -> str:
+    expanded = os.path.expanduser(path)
+    return expanded.rstrip("/\\") or expanded
+
+
+def cwd_under(cwd: str | None, prefix: str) -> bool:
+    """``/a/b`` matches ``/a/b`` and ``/a/b/c`` but never ``/a/bc``."""
+    if not cwd:
+        return False
+    cwd = cwd.rstrip("/\\") or cwd
+    if cwd == prefix:
+        return True
+    return cwd.startswith(prefix + "/") or cwd.startswith(prefix + "\\") or (prefix == "/" and cwd.startswith("/"))
+
+
+def parse_filters(raw: dict[str, Any], now: float | None = None) -> Filters:
+    """Validate raw flag values (None = not given) into :class:`Filters`."""
+    now = time.time() if now is None else now
+    out: dict[str, Any] = {}
+
+    def given(name: str) -> bool:
+        return raw.get(name) is not None
+
+    if given("older_than"):
+        out["active_before"] = parse_moment("--older-than", raw["older_than"], now)
+    if given("newer_than"):
+        out["active_after"] = parse_moment("--newer-than", raw["newer_than"], now)
+    if given("before"):
+        out["started_before"] = parse_moment("--before", raw["before"], now)
+    if given("after"):
+        out["started_after"] = parse_moment("--after", raw["after"], now)
+    for name in ("source", "provider", "end_reason", "user", "chat_id", "chat_type", "title", "model", "branch"):
+        if given(name):
+            value = str(raw[name])
+            if not value.strip():
+                flag = "--" + name.replace("_", "-")
+                raise UsageError(f"{flag}: empty value (expected a non-empty string)")
+            out[name] = value
+    if given("cwd"):
+        if not str(raw["cwd"]).strip():
+            raise UsageError("--cwd: empty value (expected a directory path, e.g. ~/scratch)")
+        out["cwd"] = normalize_cwd(str(raw["cwd"]))
+    for name in ("messages", "tokens", "tool_calls"):
+        for side in ("min", "max"):
+            key = f"{side}_{name}"
+            if given(key):
+                out[key] = parse_count("--" + key.replace("_", "-"), raw[key])
+    for side in ("min", "max"):
+        key = f"{side}_cost"
+        if given(key):
+            out[key] = parse_amount(f"--{side}-cost", raw[key])
+
+    if "active_before" in out and "active_after" in out and out["active_after"] > out["active_before"]:
+        raise UsageError("--newer-than/--older-than: empty window (the lower bound is after the upper bound)")
+    if "started_before" in out and "started_after" in out and out["started_after"] >= out["started_before"]:
+        raise UsageError("--after/--before: empty window (--after must be earlier than --before)")
+    for name in ("messages", "tokens", "cost", "tool_calls"):
+        lo, hi = out.get(f"min_{name}"), out.get(f"max_{name}")
+        if lo is not None and hi is not None and lo > hi:
+            flag = name.replace("_", "-")
+            raise UsageError(f"--min-{flag}/--max-{flag}: empty range ({lo} > {hi})")
+    return Filters(**out)
+
+
+def implicit_prune_filters(now: float | None = None, days: float = DEFAULT_PRUNE_DAYS) -> Filters:
+    now = time.time() if now is None else now
+    return Filters(active_before=now - days * 86400)

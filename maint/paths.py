@@ -1,0 +1,51 @@
+"""Where stores and config live: the same resolution rules Hermes uses."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from maint.errors import UsageError
+
+
+def hermes_home() -> Path:
+    raw = os.environ.get("HERMES_HOME")
+    return Path(raw).expanduser() if raw else Path.home() / ".hermes"
+
+
+@dataclass(frozen=True)
+class StoreTarget:
+    """One store a command will run against, with the profile it belongs to."""
+
+    path: Path
+    profile: str | None  # None = the default store (or an explicit --db)
+
+
+def profile_store(name: str) -> Path:
+    if not name or "/" in name or name in (".", ".."):
+        raise UsageError(f"--profile: bad profile name {name!r} (expected a profile folder name)")
+    return hermes_home() / "profiles" / name / "state.db"
+
+
+def resolve_targets(db: Path | None, profile: str | None, all_profiles: bool) -> list[StoreTarget]:
+    """--db wins, then --profile, then $HERMES_HOME/state.db; --all-profiles fans out."""
+    chosen = sum(x is not None and x is not False for x in (db, profile, all_profiles or None))
+    if chosen > 1:
+        raise UsageError("--db, --profile and --all-profiles are mutually exclusive (use one)")
+    if db is not None:
+        return [StoreTarget(Path(db).expanduser(), None)]
+    if profile is not None:
+        return [StoreTarget(profile_store(profile), profile)]
+    home = hermes_home()
+    targets = [StoreTarget(home / "state.db", None)]
+    if all_profiles:
+        targets = [t for t in targets if t.path.exists()]
+        pdir = home / "profiles"
+        if pdir.is_dir():
+            for child in sorted(pdir.iterdir()):
+                if (child / "state.db").is_file():
+                    targets.append(StoreTarget(child / "state.db", child.name))
+        if not targets:
+            raise UsageError(f"--all-profiles: no state.db found under {home}")
+    return targets

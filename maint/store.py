@@ -1,0 +1,286 @@
+"""The one way into a Hermes state.db.
+
+Every command goes through :class:`Store`. It refuses files that are missing,
+not SQLite, truncated or not a Hermes store before anything can be written;
+it never changes the schema or the journal mode; and all writes happen in
+short ``BEGIN IMMEDIATE`` transactions so Hermes's own writers (which give up
+after ~16 s) always get the lock between our batches.
+
+apsw is used instead of the standard library's sqlite3 because it bundles a
+SQLite without the WAL-reset corruption bug (3.7.0-3.51.2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import apsw
+
+from maint.errors import StoreError
+
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+# Tables every Hermes state.db has had since long before v22.
+REQUIRED_TABLES = ("sessions", "messages", "state_meta")
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+# SQLite releases with the WAL-reset bug, and the fixed backports.
+WAL_RESET_FIXED = ((3, 51, 3), (3, 50, 7), (3, 44, 6))
+
+
+def sqlite_version() -> str:
+    return apsw.sqlite_lib_version()
+
+
+def has_wal_reset_bug(version: str) -> bool:
+    """True when *version* is one of the SQLite releases that can corrupt a WAL store."""
+    parts = tuple(int(p) for p in version.split(".")[:3])
+    if parts < (3, 7, 0) or parts >= (3, 51, 3):
+        return False
+    for fixed in WAL_RESET_FIXED[1:]:
+        if parts[:2] == fixed[:2] and parts >= fixed:
+            return False
+    return True
+
+
+@dataclass
+class WriteStats:
+    """Lock-hold bookkeeping, so tests and benchmarks can see the longest hold."""
+
+    transactions: int = 0
+    longest_hold_s: float = 0.0
+    total_hold_s: float = 0.0
+
+    def record(self, held: float) -> None:
+        self.transactions += 1
+        self.total_hold_s += held
+        self.longest_hold_s = max(self.longest_hold_s, held)
+
+
+def _check_header(path: Path) -> None:
+    """Refuse non-SQLite and truncated files without opening them through SQLite."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+    except PermissionError:
+        raise StoreError(f"{path}: permission denied (cannot read the store)") from None
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the store ({exc.strerror})") from None
+    if size == 0:
+        raise StoreError(f"{path}: empty file, not a Hermes store")
+    if len(header) < 100 or not header.startswith(SQLITE_HEADER):
+        raise StoreError(f"{path}: not a SQLite database (refusing; nothing was written)")
+    page_size = struct.unpack(">H", header[16:18])[0]
+    page_size = 65536 if page_size == 1 else page_size
+    change_counter, pages = struct.unpack(">II", header[24:32])
+    valid_for = struct.unpack(">I", header[92:96])[0]
+    if page_size < 512 or page_size & (page_size - 1):
+        raise StoreError(f"{path}: corrupt SQLite header (page size {page_size}); refusing")
+    if pages and change_counter == valid_for and size < pages * page_size:
+        raise StoreError(
+            f"{path}: truncated or corrupt store ({size} bytes, header says {pages * page_size}); refusing"
+        )
+
+
+def header_journal_mode(path: Path) -> str:
+    """Journal mode as written in the file header (bytes 18-19): 'wal' or 'delete'."""
+    with open(path, "rb") as fh:
+        fh.seek(18)
+        write_version = fh.read(1)
+    return "wal" if write_version == b"\x02" else "delete"
+
+
+class Store:
+    """An open Hermes store. Use :func:`open_store`."""
+
+    def __init__(self, path: Path, conn: apsw.Connection):
+        self.path = path
+        self.conn = conn
+        self.write_stats = WriteStats()
+        self._columns: dict[str, set[str]] = {}
+        self._tables: set[str] | None = None
+
+    # -- introspection -------------------------------------------------
+    @property
+    def tables(self) -> set[str]:
+        if self._tables is None:
+            self._tables = {
+                r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")
+            }
+        return self._tables
+
+    def has_table(self, name: str) -> bool:
+        return name in self.tables
+
+    def columns(self, table: str) -> set[str]:
+        if table not in self._columns:
+            self._columns[table] = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+        return self._columns[table]
+
+    def has_column(self, table: str, column: str) -> bool:
+        return column in self.columns(table)
+
+    @property
+    def schema_version(self) -> int | None:
+        if not self.has_table("schema_version"):
+            return None
+        row = self.conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        return row[0] if row else None
+
+    @property
+    def fts_tables(self) -> list[str]:
+        return [t for t in ("messages_fts", "messages_fts_trigram", "messages_fts_cjk") if self.has_table(t)]
+
+    # -- reads ---------------------------------------------------------
+    def rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        cur = self.conn.cursor()
+        out = []
+        desc = None
+        for row in cur.execute(sql, params):
+            if desc is None:
+                desc = [d[0] for d in cur.get_description()]
+            out.append(dict(zip(desc, row)))
+        return out
+
+    def iter_rows(self, sql: str, params: Any = ()) -> Iterator[dict[str, Any]]:
+        cur = self.conn.cursor()
+        desc = None
+        for row in cur.execute(sql, params):
+            if desc is None:
+                desc = [d[0] for d in cur.get_description()]
+            yield dict(zip(desc, row))
+
+    def scalar(self, sql: str, params: Any = ()) -> Any:
+        row = self.conn.execute(sql, params).fetchone()
+        return row[0] if row else None
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator["Store"]:
+        """One consistent read view (WAL readers never block Hermes's writers)."""
+        self.conn.execute("BEGIN DEFERRED")
+        try:
+            yield self
+        finally:
+            self.conn.execute("COMMIT")
+
+    # -- writes --------------------------------------------------------
+    @contextlib.contextmanager
+    def write(self) -> Iterator[apsw.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction; callers keep the body short."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except apsw.BusyError:
+            raise StoreError(
+                f"{self.path}: another process holds the write lock past the busy timeout; "
+                "nothing was changed, try again later"
+            ) from None
+        except apsw.ReadOnlyError:
+            raise StoreError(f"{self.path}: store is read-only; nothing was changed") from None
+        started = time.monotonic()
+        try:
+            yield self.conn
+        except BaseException:
+            with contextlib.suppress(apsw.Error):
+                self.conn.execute("ROLLBACK")
+            raise
+        else:
+            try:
+                self.conn.execute("COMMIT")
+            except apsw.Error:
+                with contextlib.suppress(apsw.Error):
+                    self.conn.execute("ROLLBACK")
+                raise
+        finally:
+            self.write_stats.record(time.monotonic() - started)
+
+    # -- Hermes's key/value table -------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        return self.scalar("SELECT value FROM state_meta WHERE key = ?", (key,))
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.write() as conn:
+            conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)", (key, value))
+
+    # -- files ---------------------------------------------------------
+    def file_sizes(self) -> dict[str, int]:
+        out = {}
+        for suffix in ("", "-wal", "-shm"):
+            p = Path(str(self.path) + suffix)
+            out["db" if not suffix else suffix[1:]] = p.stat().st_size if p.exists() else 0
+        return out
+
+    def page_stats(self) -> dict[str, int]:
+        page_count = self.scalar("PRAGMA page_count")
+        freelist = self.scalar("PRAGMA freelist_count")
+        page_size = self.scalar("PRAGMA page_size")
+        return {"page_count": page_count, "freelist_count": freelist, "page_size": page_size}
+
+    def close(self) -> None:
+        with contextlib.suppress(apsw.Error):
+            self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _persist_wal(conn: apsw.Connection) -> None:
+    """Keep -wal on our last close: Hermes processes may hold the file, so we never remove it."""
+    flag = ctypes.c_int(1)
+    with contextlib.suppress(apsw.Error, AttributeError, TypeError):
+        conn.file_control("main", apsw.SQLITE_FCNTL_PERSIST_WAL, ctypes.addressof(flag))
+
+
+def open_store(path: Path | str, *, readonly: bool = False,
+               busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Store:
+    """Open an existing Hermes store or raise :class:`StoreError` with a one-line reason."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise StoreError(f"{path}: no such store (expected an existing Hermes state.db)")
+    if path.is_dir():
+        raise StoreError(f"{path}: is a directory (expected the state.db file)")
+    _check_header(path)
+    if not readonly and not os.access(path, os.W_OK):
+        raise StoreError(f"{path}: store is read-only (no write permission); nothing was changed")
+    flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE
+    try:
+        conn = apsw.Connection(str(path), flags=flags | apsw.SQLITE_OPEN_URI)
+    except apsw.Error as exc:
+        raise StoreError(f"{path}: cannot open store ({exc})") from None
+    conn.set_busy_timeout(busy_timeout_ms)
+    store = Store(path, conn)
+    try:
+        _persist_wal(conn)
+        tables = store.tables
+        missing = [t for t in REQUIRED_TABLES if t not in tables]
+        if missing:
+            raise StoreError(
+                f"{path}: not a Hermes session store (missing table {', '.join(missing)}); refusing"
+            )
+        needed = {"id", "source", "started_at", "ended_at", "parent_session_id"}
+        if not needed <= store.columns("sessions"):
+            raise StoreError(f"{path}: not a Hermes session store (sessions table lacks {sorted(needed - store.columns('sessions'))})")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA cache_size=-65536")
+    except StoreError:
+        store.close()
+        raise
+    except apsw.BusyError:
+        store.close()
+        raise StoreError(f"{path}: store is locked by another process past the busy timeout") from None
+    except (apsw.CorruptError, apsw.NotADBError) as exc:
+        store.close()
+        raise StoreError(f"{path}: corrupt store ({exc}); refusing, nothing was written") from None
+    except apsw.Error as exc:
+        store.close()
+        raise StoreError(f"{path}: cannot read store ({exc})") from None
+    return store

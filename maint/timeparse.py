@@ -1,0 +1,50 @@
+"""Parsing of the time and number values the filter flags accept."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from datetime import datetime
+
+from maint.errors import UsageError
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
+_NUMBER = re.compile(r"^\s*\d+(?:\.\d+)?\s*$")
+TIME_FORMS = "a duration (30m, 5h, 2d, 1w), a number of days (30) or an ISO date/time (2026-07-05, 2026-07-05 14:30)"
+
+
+def parse_moment(flag: str, value: str, now: float | None = None) -> float:
+    """An epoch time: durations and bare days count back from *now*; ISO values are local time."""
+    now = time.time() if now is None else now
+    text = str(value).strip()
+    m = _DURATION.match(text)
+    if m:
+        return now - float(m.group(1)) * UNITS[m.group(2).lower()]
+    if _NUMBER.match(text):
+        return now - float(text) * 86400
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{flag}: bad value {value!r} (expected {TIME_FORMS})") from None
+    if dt.tzinfo is None:
+        dt = dt.astimezone()  # interpret as local time
+    return dt.timestamp()
+
+
+def parse_count(flag: str, value: str | int) -> int:
+    text = str(value).strip()
+    if not re.fullmatch(r"\d+", text):
+        raise UsageError(f"{flag}: bad value {value!r} (expected a whole number >= 0)")
+    return int(text)
+
+
+def parse_amount(flag: str, value: str | float) -> float:
+    try:
+        amount = float(str(value).strip())
+    except ValueError:
+        raise UsageError(f"{flag}: bad value {value!r} (expected a number of US dollars >= 0, e.g. 0.05)") from None
+    if not math.isfinite(amount) or amount < 0:
+        raise UsageError(f"{flag}: bad value {value!r} (expected a number of US dollars >= 0, e.g. 0.05)")
+    return amount
