@@ -48,8 +48,8 @@ def prune(
                 "messages": plan.messages, "implicit_days": plan.implicit_days, "held_back": plan.held_back,
                 **_summary(plan, ids),
             }
-            if dry_run or not yes:
-                report["bytes"] = stored_bytes(store, ids)
+            # Text size is read only when someone will look at it (preview or prompt).
+            report["bytes"] = stored_bytes(store, ids) if (dry_run or not yes) else None
             if dry_run or not ids:
                 report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[])
                 if not dry_run:

@@ -1,0 +1,91 @@
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from maint.cli import app
+from tests.storegen import StoreBuilder
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def hermes_home(tmp_path, monkeypatch):
+    home = tmp_path / "hermes"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    return home
+
+
+@pytest.fixture(params=["v22", "v30"])
+def layout(request):
+    return request.param
+
+
+@pytest.fixture
+def make_store(tmp_path):
+    """make_store(layout="v22") -> StoreBuilder on a fresh state.db (closed at teardown)."""
+    made = []
+
+    def factory(layout="v22", name="state.db", path=None):
+        b = StoreBuilder(path or tmp_path / name, layout=layout)
+        made.append(b)
+        return b
+
+    yield factory
+    for b in made:
+        try:
+            b.close()
+        except Exception:
+            pass
+
+
+def file_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    for suffix in ("", "-wal"):
+        p = Path(str(path) + suffix)
+        if p.exists():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def session_ids(path: Path) -> set[str]:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        return {r[0] for r in conn.execute("SELECT id FROM sessions")}
+    finally:
+        conn.close()
+
+
+class Cli:
+    """The real CLI through typer's runner; ``json`` parses its one-object output."""
+
+    def __init__(self):
+        self.runner = CliRunner()
+
+    def __call__(self, *args, input=None):
+        return self.runner.invoke(app, [str(a) for a in args], input=input)
+
+    def json(self, *args):
+        result = self(*args, "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+
+@pytest.fixture
+def cli():
+    return Cli()
+
+
+def run_subprocess(*args, input=None, env=None, timeout=120):
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "maint", *map(str, args)], input=input, capture_output=True,
+                          text=True, env=full_env, cwd=REPO, timeout=timeout)
