@@ -89,3 +89,23 @@ def run_subprocess(*args, input=None, env=None, timeout=120):
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "maint", *map(str, args)], input=input, capture_output=True,
                           text=True, env=full_env, cwd=REPO, timeout=timeout)
+
+
+class LockHolder:
+    """Another process holding the store's write lock (locks are per process, so it must be one)."""
+
+    CODE = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None);"
+            "c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); sys.stdin.read(); c.execute('ROLLBACK')")
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, str(self.path)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "locked"
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)

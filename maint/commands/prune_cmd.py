@@ -57,7 +57,7 @@ def prune(
                 return report
             o, n = report["oldest"], report["newest"]
             confirm_or_refuse(yes, f"Delete {len(ids)} sessions ({plan.messages} messages)?", [
-                f"{len(ids)} sessions, {plan.messages} messages, {fmt_bytes(report['bytes'])} of stored text",
+                f"{len(ids)} sessions, {plan.messages} messages, {fmt_bytes(report['bytes'] or 0)} of stored text",
                 f"  oldest: {o['id']} (last active {fmt_time(o['last_active'])})",
                 f"  newest: {n['id']} (last active {fmt_time(n['last_active'])})",
             ])

@@ -1,0 +1,235 @@
+"""prune's rules on real stores: what goes, what never goes, and how it asks."""
+
+import json
+import sqlite3
+
+import pytest
+
+from maint.batching import Batcher
+from maint.filters import parse_filters
+from maint.prune import execute_prune, plan_prune
+from maint.store import open_store
+from tests.conftest import file_hash, session_ids
+
+
+def q(path, sql, *params):
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def prune_yes(cli, path, *args):
+    result = cli("prune", "--db", path, "--yes", "--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_bare_prune_deletes_ended_sessions_inactive_90_days(make_store, cli, layout):
+    b = make_store(layout)
+    b.session("old", age=91)
+    b.session("young", age=89)
+    b.session("long_running", age=3, started_age=400)  # started long ago, used recently
+    b.close()
+    report = prune_yes(cli, b.path)
+    assert report["session_ids"] == ["old"] and report["matched"] == 1
+    assert session_ids(b.path) == {"young", "long_running"}
+
+
+def test_messages_fts_and_usage_rows_go(make_store, cli, layout):
+    b = make_store(layout)
+    b.session("old", age=200, messages=5)
+    b.session("keep", age=1, messages=3)
+    b.usage("old")
+    b.usage("keep")
+    b.close()
+    prune_yes(cli, b.path)
+    assert q(b.path, "SELECT COUNT(*) FROM messages WHERE session_id='old'") == [(0,)]
+    assert q(b.path, "SELECT COUNT(*) FROM messages") == [(3,)]
+    assert q(b.path, "SELECT session_id FROM session_model_usage") == [("keep",)]
+    # both FTS indexes agree with the surviving messages
+    assert q(b.path, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'old'") == [(0,)]
+    assert q(b.path, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'keep'") == [(3,)]
+    assert q(b.path, "SELECT COUNT(*) FROM messages_fts_trigram WHERE messages_fts_trigram MATCH 'of old'") == [(0,)]
+    conn = sqlite3.connect(b.path)
+    conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES('integrity-check', 1)")
+    conn.close()
+
+
+def test_open_sessions_never_deleted(make_store, cli):
+    b = make_store()
+    b.session("open_ancient", age=500, ended=False)
+    b.close()
+    assert prune_yes(cli, b.path, "--source", "cli")["matched"] == 0
+    assert session_ids(b.path) == {"open_ancient"}
+
+
+def test_compression_lock_or_turn_lease_holds_back(make_store, cli, layout):
+    b = make_store(layout)
+    b.session("locked", age=200)
+    b.session("free", age=200)
+    b.lock("locked")
+    if layout == "v30":
+        b.session("leased", age=200)
+        b.raw.execute("INSERT INTO session_turn_leases VALUES ('leased', 'gw', ?, ?)", (b.now, b.now + 600))
+    b.close()
+    report = prune_yes(cli, b.path)
+    assert report["session_ids"] == ["free"]
+    assert report["held_back"]["in_progress"] == (2 if layout == "v30" else 1)
+
+
+def test_archived_skipped_unless_included(make_store, cli):
+    b = make_store()
+    b.session("arch", age=200, archived=1)
+    b.session("plain", age=200)
+    b.close()
+    assert prune_yes(cli, b.path)["session_ids"] == ["plain"]
+    assert prune_yes(cli, b.path, "--include-archived")["session_ids"] == ["arch"]
+
+
+def test_pinned_never_deleted_nor_continuations_after_it(make_store, cli):
+    b = make_store("v30")
+    b.session("pin", age=200, pinned=1)
+    b.session("c1", age=300, end_reason="compression", pinned=1)
+    b.session("c2", age=250, parent="c1")
+    b.session("plain", age=200)
+    b.close()
+    report = prune_yes(cli, b.path, "--include-archived")
+    assert report["session_ids"] == ["plain"]
+    assert session_ids(b.path) == {"pin", "c1", "c2"}
+
+
+def test_no_pin_column_means_nothing_pinned(make_store, cli):
+    b = make_store("v22")
+    b.session("x", age=200)
+    b.close()
+    assert prune_yes(cli, b.path)["session_ids"] == ["x"]
+
+
+def test_compression_lineage_goes_only_whole(make_store, cli, layout):
+    b = make_store(layout)
+    b.session("live_1", age=300, end_reason="compression", title="proj")
+    b.session("live_2", age=200, end_reason="compression", parent="live_1", title="proj #2")
+    b.session("live_3", age=2, parent="live_2", title="proj #3")  # still in use
+    b.session("dead_1", age=300, end_reason="compression")
+    b.session("dead_2", age=150, parent="dead_1")
+    b.close()
+    report = prune_yes(cli, b.path)
+    assert sorted(report["session_ids"]) == ["dead_1", "dead_2"]
+    assert report["held_back"]["lineage_live"] == 1
+    assert session_ids(b.path) == {"live_1", "live_2", "live_3"}
+
+
+def test_delegate_children_cascade_branches_are_kept(make_store, cli, layout):
+    b = make_store(layout)
+    b.session("parent", age=200)
+    b.session("sub", source="subagent", age=199, parent="parent", model_config={"_delegate_from": "parent"})
+    b.session("subsub", source="subagent", age=199, parent="sub", model_config={"_delegate_from": "sub"})
+    b.session("branch", age=1, parent="parent", model_config={"_branched_from": "parent"})
+    b.close()
+    report = prune_yes(cli, b.path)
+    assert sorted(report["session_ids"]) == ["parent", "sub", "subsub"]
+    assert session_ids(b.path) == {"branch"}
+    assert q(b.path, "SELECT parent_session_id FROM sessions WHERE id='branch'") == [(None,)]
+
+
+def test_open_delegate_child_holds_its_parent(make_store, cli):
+    b = make_store()
+    b.session("parent", age=200)
+    b.session("sub", source="subagent", age=199, parent="parent", model_config={"_delegate_from": "parent"},
+              ended=False)
+    b.close()
+    report = prune_yes(cli, b.path)
+    assert report["matched"] == 0 and report["held_back"]["delegate_child_busy"] == 1
+
+
+def test_unreferenced_prompts_go_shared_ones_stay(make_store, cli):
+    b = make_store("v30")
+    only = b.prompt("prompt only old uses")
+    shared = b.prompt("shared prompt")
+    pin = b.prompt('["terminal", "skill_manage"]')
+    b.session("old", age=200, system_prompt_hash=only, tool_names=pin)
+    b.session("old2", age=200, system_prompt_hash=shared)
+    b.session("young", age=1, system_prompt_hash=shared)
+    b.close()
+    prune_yes(cli, b.path)
+    assert {r[0] for r in q(b.path, "SELECT hash FROM system_prompts")} == {shared}
+
+
+def test_dry_run_writes_nothing(make_store, cli):
+    b = make_store()
+    b.session("old", age=200, messages=4)
+    b.close()
+    before = file_hash(b.path)
+    report = cli.json("prune", "--db", b.path, "--dry-run")
+    assert report["dry_run"] and report["session_ids"] == ["old"] and report["messages"] == 4
+    assert report["bytes"] > 0 and report["oldest"]["id"] == "old" and report["newest"]["id"] == "old"
+    assert file_hash(b.path) == before
+    text = cli("prune", "--db", b.path, "--dry-run")
+    assert "Would delete 1 sessions, 4 messages" in text.stdout and "oldest: old" in text.stdout
+    assert file_hash(b.path) == before
+
+
+def test_without_yes_and_no_terminal_refuses_exit_2(make_store, cli):
+    b = make_store()
+    b.session("old", age=200)
+    b.close()
+    before = file_hash(b.path)
+    result = cli("prune", "--db", b.path)
+    assert result.exit_code == 2 and "not a terminal" in result.stderr and "--yes" in result.stderr
+    assert file_hash(b.path) == before and session_ids(b.path) == {"old"}
+
+
+def test_json_keys_are_stable(make_store, cli):
+    b = make_store()
+    b.session("old", age=200)
+    b.close()
+    dry = cli.json("prune", "--db", b.path, "--dry-run")
+    real = prune_yes(cli, b.path)
+    none = prune_yes(cli, b.path)
+    assert set(dry) == set(real) == set(none)
+    assert {"matched", "session_ids", "dry_run"} <= set(real)
+    assert real["session_ids"] == ["old"] and none["matched"] == 0 and not real["dry_run"]
+
+
+def test_batches_never_split_a_lineage(make_store):
+    b = make_store()
+    for n in range(12):
+        b.session(f"p{n}_1", age=300, end_reason="compression", messages=3)
+        b.session(f"p{n}_2", age=250, end_reason="compression", parent=f"p{n}_1", messages=3)
+        b.session(f"p{n}_3", age=200, parent=f"p{n}_2", messages=3)
+        b.session(f"p{n}_sub", source="subagent", age=200, parent=f"p{n}_3",
+                  model_config={"_delegate_from": f"p{n}_3"}, messages=3)
+    b.close()
+    with open_store(b.path) as store:
+        plan = plan_prune(store, parse_filters({"older_than": "90"}))
+        assert len(plan.units) == 12 and all(len(u.session_ids) == 4 for u in plan.units)
+        seen_batches = []
+        orig_write = store.write
+
+        def spy():
+            seen_batches.append(set(session_ids(b.path)))
+            return orig_write()
+
+        store.write = spy
+        result = execute_prune(store, plan, batcher=Batcher(budget=1, min_budget=1, max_budget=1))
+    assert result.transactions == 12 and len(result.deleted_ids) == 48
+    for snapshot in seen_batches:  # before each transaction, every family is whole or gone
+        for n in range(12):
+            family = {f"p{n}_1", f"p{n}_2", f"p{n}_3", f"p{n}_sub"}
+            assert family <= snapshot or not (family & snapshot)
+
+
+def test_session_written_to_after_planning_is_kept(make_store):
+    b = make_store()
+    b.session("old", age=200)
+    b.session("old2", age=200)
+    b.close()
+    with open_store(b.path) as store:
+        plan = plan_prune(store, None)
+        store.conn.execute("INSERT INTO messages (session_id, role, content, timestamp) "
+                           "VALUES ('old', 'user', 'late', strftime('%s','now'))")
+        result = execute_prune(store, plan)
+    assert result.deleted_ids == ["old2"] or sorted(result.deleted_ids) == ["old2"]
+    assert result.skipped_changed == ["old"] and session_ids(b.path) == {"old"}

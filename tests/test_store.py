@@ -1,0 +1,123 @@
+"""The store layer refuses what it must and never writes to a refused file."""
+
+import os
+import sqlite3
+
+import pytest
+
+from maint.errors import StoreError
+from maint.store import has_wal_reset_bug, header_journal_mode, open_store, sqlite_version
+from tests.conftest import LockHolder, file_hash
+
+
+def test_missing_file_is_an_error_and_never_created(tmp_path, cli):
+    path = tmp_path / "nope" / "state.db"
+    with pytest.raises(StoreError, match="no such store"):
+        open_store(path)
+    result = cli("stats", "--db", path)
+    assert result.exit_code == 1 and "no such store" in result.stderr
+    assert not path.exists() and not path.parent.exists()
+
+
+def test_text_file_refused_untouched(tmp_path, cli):
+    path = tmp_path / "state.db"
+    path.write_text("not a database\n" * 20)
+    before = file_hash(path)
+    for args in (["stats"], ["prune", "--yes"], ["archive", "--source", "cli", "--yes"]):
+        result = cli(*args, "--db", path)
+        assert result.exit_code == 1 and "not a SQLite database" in result.stderr
+    assert file_hash(path) == before
+
+
+def test_non_hermes_sqlite_refused_untouched(tmp_path, cli):
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+    conn.commit()
+    conn.close()
+    before = file_hash(path)
+    result = cli("prune", "--db", path, "--yes")
+    assert result.exit_code == 1 and "not a Hermes session store" in result.stderr
+    assert file_hash(path) == before
+
+
+def test_truncated_store_refused_untouched(make_store, cli):
+    b = make_store()
+    for i in range(30):
+        b.session(f"s{i}", messages=10)
+    b.close()
+    conn = sqlite3.connect(b.path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    data = b.path.read_bytes()
+    b.path.write_bytes(data[: len(data) // 2])
+    before = file_hash(b.path)
+    result = cli("prune", "--db", b.path, "--yes")
+    assert result.exit_code == 1 and ("truncated" in result.stderr or "corrupt" in result.stderr)
+    assert "Traceback" not in result.output
+    assert file_hash(b.path) == before
+
+
+def test_directory_refused(tmp_path, cli):
+    result = cli("stats", "--db", tmp_path)
+    assert result.exit_code == 1 and "is a directory" in result.stderr
+
+
+def test_opening_keeps_journal_mode_and_schema(make_store):
+    b = make_store()
+    b.session("x")
+    b.close()
+    conn = sqlite3.connect(b.path)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    schema = conn.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
+    conn.close()
+    with open_store(b.path) as store:
+        store.set_meta("hermes_maint_probe", "1")
+    assert header_journal_mode(b.path) == "delete"
+    conn = sqlite3.connect(b.path)
+    assert conn.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall() == schema
+    assert conn.execute("SELECT value FROM state_meta WHERE key='hermes_maint_probe'").fetchone() == ("1",)
+    conn.close()
+
+
+def test_wal_files_are_kept_on_close(make_store):
+    b = make_store()
+    b.session("x")
+    b.close()
+    with open_store(b.path) as store:
+        store.set_meta("k", "v")
+    assert os.path.exists(str(b.path) + "-wal")
+
+
+def test_layouts_introspected(make_store, layout):
+    b = make_store(layout)
+    b.session("x")
+    b.close()
+    with open_store(b.path) as store:
+        assert store.has_column("sessions", "pinned") == (layout == "v30")
+        assert store.schema_version == (22 if layout == "v22" else 30)
+        assert set(store.fts_tables) == {"messages_fts", "messages_fts_trigram"}
+
+
+def test_busy_store_fails_cleanly(make_store):
+    b = make_store()
+    b.session("x")
+    b.close()
+    with LockHolder(b.path):
+        with open_store(b.path, busy_timeout_ms=200) as store:
+            with pytest.raises(StoreError, match="write lock"):
+                store.set_meta("k", "v")
+    with open_store(b.path) as store:
+        assert store.get_meta("k") is None
+
+
+def test_sqlite_in_use_has_no_wal_reset_bug():
+    assert not has_wal_reset_bug(sqlite_version())
+    assert has_wal_reset_bug("3.40.1") and has_wal_reset_bug("3.51.2") and has_wal_reset_bug("3.50.6")
+    assert not has_wal_reset_bug("3.51.3") and not has_wal_reset_bug("3.50.7") and not has_wal_reset_bug("3.44.6")
+    assert has_wal_reset_bug("3.44.5") and not has_wal_reset_bug("3.6.23")
+
+
+def test_version_shows_sqlite(cli):
+    result = cli("--version")
+    assert result.exit_code == 0 and sqlite_version() in result.stdout
