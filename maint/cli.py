@@ -2,8 +2,12 @@
 
 import sys
 
-import click
 import typer
+
+try:  # recent typer vendors click; its exceptions are the ones raised
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - older typer on upstream click
+    from click import exceptions as click_exc
 
 from maint import __version__
 from maint.commands.archive_cmd import archive
@@ -49,12 +53,12 @@ def main(argv: list[str] | None = None) -> None:
     cmd = typer.main.get_command(app)
     try:
         code = cmd.main(args=argv, prog_name=PROG, standalone_mode=False)
-    except click.exceptions.UsageError as exc:
+    except click_exc.UsageError as exc:
         typer.echo(f"{PROG}: error: {exc.format_message()}", err=True)
         sys.exit(EXIT_USAGE)
-    except click.exceptions.Abort:
+    except click_exc.Abort:
         typer.echo(f"{PROG}: aborted; nothing was changed", err=True)
         sys.exit(1)
-    except click.exceptions.Exit as exc:
+    except click_exc.Exit as exc:
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,42 @@
+"""A real Hermes writer in its own process: SessionDB.append_message in a loop.
+
+Usage: python -m tests.hermes_writer DB STOPFILE [interval_s] [session_id]
+Appends until STOPFILE exists, then prints one JSON line: appended, failed,
+worst_latency_s, session_id.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    from hermes_state import SessionDB
+
+    db_path, stop = Path(sys.argv[1]), Path(sys.argv[2])
+    interval = float(sys.argv[3]) if len(sys.argv) > 3 else 0.01
+    sid = sys.argv[4] if len(sys.argv) > 4 else f"writer_{os.getpid()}"
+    db = SessionDB(db_path)
+    db.create_session(sid, "cli")
+    appended = failed = 0
+    worst = 0.0
+    ready = Path(str(stop) + ".ready")
+    ready.write_text("1")
+    while not stop.exists():
+        started = time.monotonic()
+        try:
+            db.append_message(sid, "user", f"live message {appended}")
+            appended += 1
+        except Exception as exc:  # noqa: BLE001 - any failure counts
+            failed += 1
+            print(f"append failed: {exc}", file=sys.stderr)
+        worst = max(worst, time.monotonic() - started)
+        time.sleep(interval)
+    db.close()
+    print(json.dumps({"appended": appended, "failed": failed, "worst_latency_s": worst, "session_id": sid}))
+
+
+if __name__ == "__main__":
+    main()

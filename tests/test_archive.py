@@ -1,0 +1,101 @@
+"""archive: flag only, lineage through its tip, open skipped and counted, re-run is a no-op."""
+
+import json
+import sqlite3
+
+from tests.conftest import file_hash
+
+
+def rows(path, sql):
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def archive_yes(cli, path, *args):
+    result = cli("archive", "--db", path, "--yes", "--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_bare_archive_is_refused(make_store, cli):
+    b = make_store()
+    b.session("x", age=1)
+    b.close()
+    before = file_hash(b.path)
+    result = cli("archive", "--db", b.path, "--yes")
+    assert result.exit_code == 2 and "at least one filter" in result.stderr
+    assert file_hash(b.path) == before
+
+
+def test_sets_only_the_archived_flag(make_store, cli, layout):
+    b = make_store(layout)
+    b.session("smoke1", age=0.05, title="smoke test 1", messages=3)
+    b.session("other", age=0.05, title="real work", messages=3)
+    b.close()
+    before = rows(b.path, "SELECT * FROM messages ORDER BY id")
+    report = archive_yes(cli, b.path, "--title", "smoke")
+    assert report["session_ids"] == ["smoke1"] and report["matched"] == 1
+    assert rows(b.path, "SELECT id, archived FROM sessions ORDER BY id") == [("other", 0), ("smoke1", 1)]
+    assert rows(b.path, "SELECT * FROM messages ORDER BY id") == before
+    assert rows(b.path, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'smoke1'") == [(3,)]
+
+
+def test_open_sessions_skipped_and_reported(make_store, cli):
+    b = make_store()
+    b.session("open_desktop", age=0.01, ended=False, title="Review Hermes")
+    b.session("ended_one", age=0.01, title="Review Hermes docs")
+    b.close()
+    report = archive_yes(cli, b.path, "--title", "review hermes")
+    assert report["session_ids"] == ["ended_one"] and report["skipped_open"] == 1
+    report = archive_yes(cli, b.path, "--title", "review hermes", "--include-open")
+    assert report["session_ids"] == ["open_desktop"] and report["skipped_open"] == 0
+
+
+def test_lineage_archived_as_unit_through_live_tip(make_store, cli):
+    b = make_store()
+    b.session("c1", age=300, end_reason="compression", messages=4)
+    b.session("c2", age=2, parent="c1", messages=4)  # live tip, recent
+    b.session("d1", age=300, end_reason="compression", messages=4)
+    b.session("d2", age=200, parent="d1", messages=4)
+    b.close()
+    report = archive_yes(cli, b.path, "--older-than", "90")
+    assert sorted(report["session_ids"]) == ["d1", "d2"]  # c1 alone is old, but its tip is live
+    report = archive_yes(cli, b.path, "--newer-than", "5d")
+    assert sorted(report["session_ids"]) == ["c1", "c2"]
+
+
+def test_rerun_is_a_no_op(make_store, cli):
+    b = make_store()
+    b.session("s", age=0.1, source="cron")
+    b.close()
+    assert archive_yes(cli, b.path, "--source", "cron")["matched"] == 1
+    before = file_hash(b.path)
+    second = archive_yes(cli, b.path, "--source", "cron")
+    assert second["matched"] == 0 and second["session_ids"] == []
+
+
+def test_pinned_left_alone(make_store, cli):
+    b = make_store("v30")
+    b.session("p", age=1, pinned=1, source="cron")
+    b.session("q", age=1, source="cron")
+    b.close()
+    report = archive_yes(cli, b.path, "--source", "cron")
+    assert report["session_ids"] == ["q"] and report["skipped_pinned"] == 1
+
+
+def test_dry_run_and_terminal_rules(make_store, cli):
+    b = make_store()
+    b.session("s", age=0.1, source="cron")
+    b.close()
+    before = file_hash(b.path)
+    report = cli.json("archive", "--db", b.path, "--source", "cron", "--dry-run")
+    assert report["dry_run"] and report["session_ids"] == ["s"]
+    result = cli("archive", "--db", b.path, "--source", "cron")
+    assert result.exit_code == 2 and "not a terminal" in result.stderr
+    assert file_hash(b.path) == before
+    keys = set(report)
+    assert keys == set(archive_yes(cli, b.path, "--source", "cron"))
+    assert {"matched", "session_ids", "skipped_open", "dry_run"} <= keys

@@ -1,0 +1,59 @@
+"""stats and list on a real store."""
+
+import os
+
+from maint.store import sqlite_version
+
+
+def test_stats_figures(make_store, cli, layout):
+    b = make_store(layout)
+    b.session("a", source="cli", messages=3)
+    b.session("b", source="cli", messages=2)
+    b.session("c", source="telegram", messages=4, ended=False)
+    b.close()
+    r = cli.json("stats", "--db", b.path)
+    assert r["sessions"] == 3 and r["messages"] == 9 and r["open_sessions"] == 1
+    assert r["sessions_by_source"] == {"cli": 2, "telegram": 1}
+    wal = str(b.path) + "-wal"
+    expected = os.path.getsize(b.path) + (os.path.getsize(wal) if os.path.exists(wal) else 0)
+    assert r["file_bytes"] == expected
+    assert 0.0 <= r["free_page_share"] < 1.0 and r["sqlite_version"] == sqlite_version()
+    text = cli("stats", "--db", b.path).stdout
+    assert "Total sessions: 3" in text and "cli: 2 sessions" in text and sqlite_version() in text
+
+
+def test_list_limit_and_more_line(make_store, cli):
+    b = make_store()
+    for n in range(25):
+        b.session(f"s{n:02d}", age=n + 1, title=f"title {n}")
+    b.close()
+    out = cli("list", "--db", b.path).stdout
+    assert out.count("\n") >= 22 and "… 5 more not shown (use --limit N to see more)" in out
+    assert out.index("s00") < out.index("s01")  # newest activity first
+    out = cli("list", "--db", b.path, "--limit", "50").stdout
+    assert "more not shown" not in out and "s24" in out
+
+
+def test_list_source_and_json(make_store, cli):
+    b = make_store()
+    b.session("t1", source="telegram", age=1)
+    b.session("c1", source="cli", age=2)
+    b.session("c1_sub", source="subagent", age=2, parent="c1", model_config={"_delegate_from": "c1"})
+    b.session("k1", age=5, end_reason="compression", title="proj")
+    b.session("k2", age=4, parent="k1", title="proj #2")
+    b.session("hidden_arch", age=1, archived=1)
+    b.close()
+    r = cli.json("list", "--db", b.path)
+    ids = [row["id"] for row in r["sessions"]]
+    assert ids == ["t1", "c1", "k2"]  # subagent hidden, lineage shown at its tip, archived hidden
+    assert {"id", "title", "preview", "last_active", "source"} <= set(r["sessions"][0])
+    r = cli.json("list", "--db", b.path, "--source", "telegram")
+    assert [row["id"] for row in r["sessions"]] == ["t1"]
+
+
+def test_list_bad_limit(make_store, cli):
+    b = make_store()
+    b.session("x")
+    b.close()
+    result = cli("list", "--db", b.path, "--limit", "-1")
+    assert result.exit_code == 2 and "--limit" in result.stderr

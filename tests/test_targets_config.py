@@ -1,0 +1,63 @@
+"""Finding stores (--db, --profile, HERMES_HOME, --all-profiles) and reading config.yaml."""
+
+import json
+
+import pytest
+
+from maint.config import load_config
+from maint.errors import UsageError
+from tests.storegen import StoreBuilder
+
+
+def _store(path, sid):
+    with StoreBuilder(path) as b:
+        b.session(sid, age=200)
+
+
+def test_default_store_is_hermes_home(hermes_home, cli):
+    _store(hermes_home / "state.db", "default_old")
+    assert cli.json("prune", "--dry-run")["session_ids"] == ["default_old"]
+
+
+def test_profile_store(hermes_home, cli):
+    _store(hermes_home / "profiles" / "work" / "state.db", "work_old")
+    report = cli.json("prune", "--dry-run", "--profile", "work")
+    assert report["session_ids"] == ["work_old"] and report["store"].endswith("profiles/work/state.db")
+
+
+def test_all_profiles_runs_each_store(hermes_home, cli):
+    _store(hermes_home / "state.db", "d")
+    _store(hermes_home / "profiles" / "a" / "state.db", "a1")
+    _store(hermes_home / "profiles" / "b" / "state.db", "b1")
+    result = cli("prune", "--all-profiles", "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["profile"], r["session_ids"]) for r in reports] == [(None, ["d"]), ("a", ["a1"]), ("b", ["b1"])]
+
+
+def test_conflicting_target_flags(hermes_home, cli, tmp_path):
+    result = cli("stats", "--db", tmp_path / "x.db", "--profile", "a")
+    assert result.exit_code == 2 and "mutually exclusive" in result.stderr
+
+
+def test_missing_config_means_defaults(hermes_home):
+    cfg = load_config()
+    assert not cfg.exists and cfg.session("retention_days") == 90 and cfg.session("auto_prune") is False
+
+
+def test_user_values_kept_missing_keys_default(hermes_home):
+    (hermes_home / "config.yaml").write_text(
+        "# mine\nsessions:\n  retention_days: 30  # keep a month\ndatabase:\n  journal_mode: WAL\n")
+    cfg = load_config()
+    assert cfg.session("retention_days") == 30 and cfg.session("min_interval_hours") == 24
+    assert cfg.journal_mode == "wal"
+
+
+def test_malformed_config_names_file_and_line(hermes_home):
+    (hermes_home / "config.yaml").write_text("sessions:\n  retention_days: 30\n  bad: [unclosed\nx: 1\n")
+    with pytest.raises(UsageError) as err:
+        load_config()
+    msg = str(err.value)
+    assert "config.yaml:" in msg and "\n" not in msg
+    line = int(msg.split("config.yaml:")[1].split(":")[0])
+    assert 3 <= line <= 5
