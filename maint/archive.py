@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from maint import lineage as lin
-from maint.batching import run_batched
+from maint.batching import Yielder, run_batched
 from maint.catalog import SessionInfo, load_sessions
 from maint.filters import Filters
 from maint.sqlutil import chunks, ph
@@ -70,5 +70,5 @@ def execute_archive(store: Store, plan: ArchivePlan,
         done.extend(ids)
         return len(ids)
 
-    run_batched(plan.lineages, len, apply, on_progress=on_progress)
+    run_batched(plan.lineages, len, apply, yielder=Yielder(store.data_version), on_progress=on_progress)
     return done

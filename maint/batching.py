@@ -15,10 +15,43 @@ from typing import Callable, Iterator, Sequence, TypeVar
 
 U = TypeVar("U")
 
-DEFAULT_TARGET_S = 0.08
-# Pause after each commit so a writer sleeping in SQLite's busy handler
-# (which polls every few ms at first, then every 25-100 ms) sees the lock free.
-DEFAULT_YIELD_S = 0.002
+DEFAULT_TARGET_S = 0.09
+# After each commit we pause so a writer sleeping in SQLite's busy handler
+# (it polls every 1-25 ms early on, every 50-100 ms later) finds the lock free.
+# The pause ends as soon as another connection commits; when nobody has
+# written for a while it shrinks to IDLE_YIELD_S, so an idle store runs at
+# full speed.
+MAX_YIELD_S = 0.03
+IDLE_YIELD_S = 0.002
+POLL_S = 0.004
+
+
+class Yielder:
+    """Lets waiting writers in between our transactions, guided by PRAGMA data_version."""
+
+    def __init__(self, data_version: Callable[[], int] | None, max_s: float = MAX_YIELD_S):
+        self.data_version = data_version
+        self.max_s = max_s
+        self.busy = True  # assume writers exist until shown otherwise
+        self.quiet_rounds = 0
+
+    def pause(self) -> None:
+        if self.data_version is None:
+            time.sleep(IDLE_YIELD_S)
+            return
+        start_version = self.data_version()
+        limit = self.max_s if self.busy else IDLE_YIELD_S
+        deadline = time.monotonic() + limit
+        while True:
+            time.sleep(POLL_S if self.busy else IDLE_YIELD_S)
+            if self.data_version() != start_version:
+                self.busy, self.quiet_rounds = True, 0
+                return
+            if time.monotonic() >= deadline:
+                break
+        self.quiet_rounds += 1
+        if self.quiet_rounds >= 3:
+            self.busy = False
 
 
 @dataclass
@@ -50,7 +83,7 @@ class Batcher:
 
 
 def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[[list[U]], int],
-                batcher: Batcher | None = None, yield_s: float = DEFAULT_YIELD_S,
+                batcher: Batcher | None = None, yielder: Yielder | None = None,
                 on_progress: Callable[[int], None] | None = None) -> int:
     """Apply *apply* to batches of *units*; returns the summed result of *apply*."""
     batcher = batcher or Batcher()
@@ -64,6 +97,6 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
         batcher.observe(sum(max(1, weight(u)) for u in batch), time.monotonic() - started)
         if on_progress:
             on_progress(len(batch))
-        if pos < len(units) and yield_s:
-            time.sleep(yield_s)
+        if pos < len(units):
+            (yielder or Yielder(None)).pause()
     return total

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from maint import lineage as lin
-from maint.batching import Batcher, run_batched
+from maint.batching import Batcher, Yielder, run_batched
 from maint.catalog import SessionInfo, load_sessions, locked_session_ids
 from maint.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.sqlutil import chunks, ph
@@ -212,7 +212,7 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         return len(ids)
 
     run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply,
-                batcher=batcher, on_progress=on_progress)
+                batcher=batcher, yielder=Yielder(store.data_version), on_progress=on_progress)
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=store.write_stats.transactions - before,
                        longest_lock_s=store.write_stats.longest_hold_s)

@@ -200,6 +200,10 @@ class Store:
         finally:
             self.write_stats.record(time.monotonic() - started)
 
+    def data_version(self) -> int:
+        """Changes whenever another connection commits: how we notice Hermes writing."""
+        return self.scalar("PRAGMA data_version")
+
     # -- Hermes's key/value table -------------------------------------
     def get_meta(self, key: str) -> str | None:
         return self.scalar("SELECT value FROM state_meta WHERE key = ?", (key,))

@@ -2,7 +2,8 @@
 
 Usage: python -m tests.hermes_writer DB STOPFILE [interval_s] [session_id]
 Appends until STOPFILE exists, then prints one JSON line: appended, failed,
-worst_latency_s, session_id.
+worst_latency_s, session_id and ``samples`` ([monotonic start, latency] per
+append) so a benchmark can take the worst inside its own time window.
 """
 
 import json
@@ -22,6 +23,7 @@ def main() -> None:
     db.create_session(sid, "cli")
     appended = failed = 0
     worst = 0.0
+    samples = []
     ready = Path(str(stop) + ".ready")
     ready.write_text("1")
     while not stop.exists():
@@ -32,10 +34,13 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - any failure counts
             failed += 1
             print(f"append failed: {exc}", file=sys.stderr)
-        worst = max(worst, time.monotonic() - started)
+        took = time.monotonic() - started
+        worst = max(worst, took)
+        samples.append((round(started, 4), round(took, 5)))
         time.sleep(interval)
     db.close()
-    print(json.dumps({"appended": appended, "failed": failed, "worst_latency_s": worst, "session_id": sid}))
+    print(json.dumps({"appended": appended, "failed": failed, "worst_latency_s": worst, "session_id": sid,
+                      "samples": samples}))
 
 
 if __name__ == "__main__":

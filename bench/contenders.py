@@ -1,0 +1,80 @@
+"""One prune contender, run in its own process so its peak RSS is its own.
+
+Usage: python bench/contenders.py NAME DB  ->  prints JSON {elapsed_s, messages, sessions, peak_rss_mb}
+NAME: ours | hermes | plain_sql | idle. Each deletes ended sessions inactive/started >= 90 days ago.
+"""
+
+import json
+import resource
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+DAYS = 90
+
+
+def ours(db: Path) -> tuple[int, int]:
+    from maint.prune import execute_prune, plan_prune
+    from maint.store import open_store
+
+    with open_store(db) as store:
+        plan = plan_prune(store, None)
+        result = execute_prune(store, plan)
+    return result.messages, len(result.deleted_ids)
+
+
+def _count(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def hermes(db: Path) -> tuple[int, int]:
+    from hermes_state import SessionDB
+
+    before = _count(db)
+    sdb = SessionDB(db)
+    n = sdb.prune_sessions(older_than_days=DAYS)
+    sdb.close()
+    return before - _count(db), n
+
+
+def plain_sql(db: Path) -> tuple[int, int]:
+    conn = sqlite3.connect(db, isolation_level=None, timeout=30)
+    cutoff = time.time() - DAYS * 86400
+    where = "SELECT id FROM sessions WHERE ended_at IS NOT NULL AND started_at < ?"
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN ({where})", (cutoff,))
+    msgs = conn.execute(f"DELETE FROM messages WHERE session_id IN ({where})", (cutoff,)).rowcount
+    conn.execute(f"DELETE FROM session_model_usage WHERE session_id IN ({where})", (cutoff,))
+    sessions = conn.execute(f"DELETE FROM sessions WHERE id IN ({where})", (cutoff,)).rowcount
+    conn.execute("COMMIT")
+    conn.close()
+    return msgs, sessions
+
+
+def idle(db: Path) -> tuple[int, int]:
+    """No job: the writer's own latency on this store, for reference."""
+    time.sleep(3)
+    return 0, 0
+
+
+def main() -> None:
+    name, db = sys.argv[1], Path(sys.argv[2])
+    started = time.perf_counter()
+    window_start = time.monotonic()
+    messages, sessions = {"ours": ours, "hermes": hermes, "plain_sql": plain_sql, "idle": idle}[name](db)
+    elapsed = time.perf_counter() - started
+    window_end = time.monotonic()
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"name": name, "elapsed_s": elapsed, "messages": messages, "sessions": sessions,
+                      "peak_rss_mb": round(rss_mb, 1), "window": [window_start, window_end]}))
+
+
+if __name__ == "__main__":
+    main()
