@@ -15,13 +15,13 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.storegen import bulk_store  # noqa: E402
+from tests.storegen import bulk_store  # noqa: E402 - needs the sys.path entry above
 
 CACHE = ROOT / "bench" / ".cache"
 RESULTS = ROOT / "bench" / "results"
@@ -92,7 +92,8 @@ def main() -> None:
     plain, hermes = rows["plain_sql"]["msgs_per_s"], rows["hermes"]["msgs_per_s"]
     print(f"\nprune benchmark: {args.sessions * args.messages_per_session} messages, {size_mb:.0f} MB store, "
           f"writer every {args.interval * 1000:.0f} ms")
-    header = f"{'job':<11}{'deleted':>9}{'msg/s':>9}{'vs SQL':>8}{'vs Hermes':>10}{'worst ms':>10}{'fails':>6}{'RSS MB':>8}"
+    header = (f"{'job':<11}{'deleted':>9}{'msg/s':>9}{'vs SQL':>8}{'vs Hermes':>10}"
+              f"{'worst ms':>10}{'fails':>6}{'RSS MB':>8}")
     print(header)
     print("-" * len(header))
     for name, r in rows.items():
@@ -105,7 +106,7 @@ def main() -> None:
         print(f"{name:<11}{r['messages']:>9}{r['msgs_per_s']:>9.0f}{r['vs_plain_sql']:>8.2f}{r['vs_hermes']:>10.2f}"
               f"{r['writer_worst_ms']:>10.0f}{r['writer_failures']:>6}{r['peak_rss_mb']:>8.0f}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
     out = {"benchmark": "prune", "when": stamp, "machine": f"{platform.node()} {platform.machine()} "
            f"{platform.python_version()}", "store_messages": args.sessions * args.messages_per_session,
            "store_mb": round(size_mb, 1), "writer_interval_s": args.interval, "results": rows}

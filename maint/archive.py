@@ -9,8 +9,8 @@ with ``include_open``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from maint import lineage as lin
 from maint.batching import Yielder, run_batched

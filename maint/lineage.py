@@ -17,8 +17,8 @@ does not make the row a fork.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from maint.catalog import SessionInfo
 

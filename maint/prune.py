@@ -10,8 +10,8 @@ session references any more, and ``parent_session_id`` of surviving children
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from maint import lineage as lin
 from maint.batching import Batcher, Yielder, run_batched

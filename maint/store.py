@@ -17,9 +17,10 @@ import ctypes
 import os
 import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import apsw
 
@@ -162,7 +163,7 @@ class Store:
         return row[0] if row else None
 
     @contextlib.contextmanager
-    def snapshot(self) -> Iterator["Store"]:
+    def snapshot(self) -> Iterator[Store]:
         """One consistent read view (WAL readers never block Hermes's writers)."""
         self.conn.execute("BEGIN DEFERRED")
         try:
@@ -230,10 +231,10 @@ class Store:
         with contextlib.suppress(apsw.Error):
             self.conn.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -272,7 +273,8 @@ def open_store(path: Path | str, *, readonly: bool = False,
             )
         needed = {"id", "source", "started_at", "ended_at", "parent_session_id"}
         if not needed <= store.columns("sessions"):
-            raise StoreError(f"{path}: not a Hermes session store (sessions table lacks {sorted(needed - store.columns('sessions'))})")
+            lacking = ", ".join(sorted(needed - store.columns("sessions")))
+            raise StoreError(f"{path}: not a Hermes session store (sessions table lacks {lacking}); refusing")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA cache_size=-65536")
     except StoreError:

@@ -1,3 +1,4 @@
+import contextlib
 import hashlib
 import json
 import os
@@ -39,10 +40,8 @@ def make_store(tmp_path):
 
     yield factory
     for b in made:
-        try:
+        with contextlib.suppress(Exception):
             b.close()
-        except Exception:
-            pass
 
 
 def file_hash(path: Path) -> str:

@@ -124,10 +124,10 @@ class StoreBuilder:
         if self.db is not None:
             self.db.close()
 
-    def __enter__(self) -> "StoreBuilder":
+    def __enter__(self) -> StoreBuilder:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def session(self, sid: str, *, source: str = "cli", age: float = 100.0, started_age: float | None = None,

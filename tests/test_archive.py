@@ -72,7 +72,6 @@ def test_rerun_is_a_no_op(make_store, cli):
     b.session("s", age=0.1, source="cron")
     b.close()
     assert archive_yes(cli, b.path, "--source", "cron")["matched"] == 1
-    before = file_hash(b.path)
     second = archive_yes(cli, b.path, "--source", "cron")
     assert second["matched"] == 0 and second["session_ids"] == []
 

@@ -3,8 +3,6 @@
 import json
 import sqlite3
 
-import pytest
-
 from maint.batching import Batcher
 from maint.filters import parse_filters
 from maint.prune import execute_prune, plan_prune

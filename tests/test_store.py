@@ -103,10 +103,9 @@ def test_busy_store_fails_cleanly(make_store):
     b = make_store()
     b.session("x")
     b.close()
-    with LockHolder(b.path):
-        with open_store(b.path, busy_timeout_ms=200) as store:
-            with pytest.raises(StoreError, match="write lock"):
-                store.set_meta("k", "v")
+    with LockHolder(b.path), open_store(b.path, busy_timeout_ms=200) as store:
+        with pytest.raises(StoreError, match="write lock"):
+            store.set_meta("k", "v")
     with open_store(b.path) as store:
         assert store.get_meta("k") is None
 

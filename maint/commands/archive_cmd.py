@@ -5,8 +5,17 @@ from typing import Annotated
 import typer
 
 from maint.archive import execute_archive, plan_archive
-from maint.commands.common import (DryRunOpt, JsonOpt, YesOpt, command, confirm_or_refuse, filter_options,
-                                   for_each_target, progress, resolve)
+from maint.commands.common import (
+    DryRunOpt,
+    JsonOpt,
+    YesOpt,
+    command,
+    confirm_or_refuse,
+    filter_options,
+    for_each_target,
+    progress,
+    resolve,
+)
 from maint.errors import UsageError
 from maint.filters import parse_filters
 from maint.store import open_store

@@ -9,9 +9,10 @@ import inspect
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator, Optional
+from typing import Annotated, Any, Optional
 
 import apsw
 import typer
@@ -78,7 +79,7 @@ def filter_options(fn: Callable) -> Callable:
     """Adds every shared filter flag; the command receives them as ``filters: dict``."""
     extra = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
-                          annotation=Annotated[Optional[str], typer.Option(flag, help=help_, rich_help_panel="Filters")])
+                          annotation=Annotated[str | None, typer.Option(flag, help=help_, rich_help_panel="Filters")])
         for name, (flag, help_) in FILTER_FLAGS.items()
     ]
     return _extend_signature(fn, extra, "filters")

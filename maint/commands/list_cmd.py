@@ -1,6 +1,6 @@
 """hermes-maint list."""
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,7 +13,7 @@ from maint.timeparse import parse_count
 @command
 def list_sessions(
     targets: dict,
-    source: Annotated[Optional[str], typer.Option("--source", help="Only this platform.")] = None,
+    source: Annotated[str | None, typer.Option("--source", help="Only this platform.")] = None,
     limit: Annotated[str, typer.Option("--limit", help="How many to show (0 = all).")] = "20",
     as_json: JsonOpt = False,
 ) -> None:

@@ -4,8 +4,19 @@ from typing import Annotated
 
 import typer
 
-from maint.commands.common import (DryRunOpt, JsonOpt, YesOpt, command, confirm_or_refuse, filter_options,
-                                   fmt_bytes, fmt_time, for_each_target, progress, resolve)
+from maint.commands.common import (
+    DryRunOpt,
+    JsonOpt,
+    YesOpt,
+    command,
+    confirm_or_refuse,
+    filter_options,
+    fmt_bytes,
+    fmt_time,
+    for_each_target,
+    progress,
+    resolve,
+)
 from maint.filters import parse_filters
 from maint.prune import execute_prune, plan_prune, stored_bytes
 from maint.store import open_store
@@ -13,7 +24,7 @@ from maint.store import open_store
 
 def _summary(plan, sessions_ids) -> dict:
     sessions = plan.sessions
-    acts = sorted(((sessions[s].last_active, s) for s in sessions_ids))
+    acts = sorted((sessions[s].last_active, s) for s in sessions_ids)
     return {
         "oldest": {"id": acts[0][1], "last_active": acts[0][0]} if acts else None,
         "newest": {"id": acts[-1][1], "last_active": acts[-1][0]} if acts else None,
@@ -25,7 +36,8 @@ def _summary(plan, sessions_ids) -> dict:
 def prune(
     targets: dict,
     filters: dict,
-    include_archived: Annotated[bool, typer.Option("--include-archived", help="Also delete archived sessions.")] = False,
+    include_archived: Annotated[
+        bool, typer.Option("--include-archived", help="Also delete archived sessions.")] = False,
     dry_run: DryRunOpt = False,
     yes: YesOpt = False,
     as_json: JsonOpt = False,
