@@ -14,6 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 DAYS = 90
+EXTRA: dict = {}
 
 
 def ours(db: Path) -> tuple[int, int]:
@@ -23,6 +24,8 @@ def ours(db: Path) -> tuple[int, int]:
     with open_store(db) as store:
         plan = plan_prune(store, None)
         result = execute_prune(store, plan)
+    EXTRA["longest_lock_ms"] = round(result.longest_lock_s * 1000, 1)
+    EXTRA["transactions"] = result.transactions
     return result.messages, len(result.deleted_ids)
 
 
@@ -73,7 +76,7 @@ def main() -> None:
     window_end = time.monotonic()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"name": name, "elapsed_s": elapsed, "messages": messages, "sessions": sessions,
-                      "peak_rss_mb": round(rss_mb, 1), "window": [window_start, window_end]}))
+                      "peak_rss_mb": round(rss_mb, 1), "window": [window_start, window_end], **EXTRA}))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ CONTENDERS = ("idle", "plain_sql", "hermes", "ours")
 
 
 def base_store(sessions: int, per: int, nbytes: int) -> Path:
-    path = CACHE / f"store_{sessions}x{per}x{nbytes}" / "state.db"
+    path = CACHE / f"store_v2_{sessions}x{per}x{nbytes}" / "state.db"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         started = time.time()
