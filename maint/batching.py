@@ -9,12 +9,16 @@ atomicity beats the target.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 U = TypeVar("U")
+
+# Set by the job loop on SIGTERM/SIGINT: bulk work stops after the batch in flight.
+CANCEL = threading.Event()
 
 DEFAULT_TARGET_S = 0.09
 # After each commit we pause so a writer sleeping in SQLite's busy handler
@@ -90,7 +94,7 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
     batcher = batcher or Batcher()
     total = 0
     pos = 0
-    while pos < len(units):
+    while pos < len(units) and not CANCEL.is_set():
         batch = next(batcher.batches(units[pos:pos + 100_000], weight))
         pos += len(batch)
         started = time.monotonic()

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from maint.store import Store
 
 
+ORPHAN_REAP_REASON = "startup_orphan_reap"
+
+
 @dataclass
 class SessionInfo:
     id: str
@@ -92,6 +95,9 @@ def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionIn
         candidates = [v for v in (row["last_activity_at"], row["last_message_at"]) if isinstance(v, (int, float))]
         started = row["started_at"] if isinstance(row["started_at"], (int, float)) else 0.0
         row["last_active"] = max(candidates) if candidates else started
+        if row["end_reason"] == ORPHAN_REAP_REASON and isinstance(row["ended_at"], (int, float)):
+            # A reaped orphan counts again from its closing time: only a later sweep may delete it.
+            row["last_active"] = max(row["last_active"], row["ended_at"])
         row.pop("last_activity_at")
         for flag in ("archived", "pinned", "hidden"):
             row[flag] = bool(row[flag])

@@ -11,6 +11,10 @@ except ImportError:  # pragma: no cover - older typer on upstream click
 
 from maint import __version__
 from maint.commands.archive_cmd import archive
+from maint.commands.autoprune_cmd import autoprune
+from maint.commands.jobs_cmd import jobs_app
+from maint.commands.optimize_cmd import optimize
+from maint.commands.sweep_cmd import sweep
 from maint.commands.common import PROG
 from maint.commands.list_cmd import list_sessions
 from maint.commands.prune_cmd import prune
@@ -46,6 +50,25 @@ app.command("prune")(prune)
 app.command("archive")(archive)
 app.command("stats")(stats)
 app.command("list")(list_sessions)
+app.command("optimize")(optimize)
+app.command("sweep")(sweep)
+app.command("autoprune")(autoprune)
+app.add_typer(jobs_app, name="jobs")
+
+
+def invoke(args: list[str]) -> int:
+    """Run one command in this process (the job loop uses this); returns its exit code."""
+    cmd = typer.main.get_command(app)
+    try:
+        code = cmd.main(args=args, prog_name=PROG, standalone_mode=False)
+    except click_exc.UsageError as exc:
+        typer.echo(f"{PROG}: error: {exc.format_message()}", err=True)
+        return EXIT_USAGE
+    except click_exc.Exit as exc:
+        return exc.exit_code
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return code if isinstance(code, int) else 0
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,6 +6,7 @@ user's comments and layout.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,3 +74,34 @@ def load_config(path: Path | None = None) -> Config:
     journal = database.get("journal_mode") if isinstance(database, dict) else None
     return Config(path=path, exists=True, raw=data, sessions=dict(sessions),
                   journal_mode=str(journal).lower() if journal is not None else None)
+
+
+def set_session_key(path: Path, key: str, value: Any) -> None:
+    """Write ``sessions.<key>`` into config.yaml, keeping the user's comments and other keys.
+
+    The new text goes to a temporary file beside it and replaces the old one
+    atomically, so a crash never leaves a half-written config.
+    """
+    yaml = yaml_loader()
+    data = None
+    if path.exists():
+        try:
+            data = yaml.load(path.read_text(encoding="utf-8"))
+        except YAMLError as exc:
+            raise UsageError(f"{path}: malformed config, not rewriting it ({str(exc).splitlines()[0]})") from None
+    if data is None:
+        from ruamel.yaml.comments import CommentedMap
+
+        data = CommentedMap()
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}:1: malformed config: top level must be a mapping")
+    if not isinstance(data.get("sessions"), dict):
+        from ruamel.yaml.comments import CommentedMap
+
+        data["sessions"] = CommentedMap()
+    data["sessions"][key] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        yaml.dump(data, fh)
+    os.replace(tmp, path)

@@ -61,7 +61,7 @@ def _hold_reason(s: SessionInfo, include_archived: bool) -> str | None:
 
 
 def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool = False,
-               now: float | None = None) -> PrunePlan:
+               now: float | None = None, keep: frozenset[str] = frozenset()) -> PrunePlan:
     """Choose what goes. ``filters`` empty/None = the bare rule: inactive >= 90 days."""
     now = time.time() if now is None else now
     implicit = None
@@ -82,7 +82,7 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
                 held["lineage_live"] = held.get("lineage_live", 0) + 1
                 return False
             for sid in chain.ids:
-                reason = _hold_reason(sessions[sid], include_archived)
+                reason = "just_reaped" if sid in keep else _hold_reason(sessions[sid], include_archived)
                 if reason:
                     held[reason] = held.get(reason, 0) + 1
                     return False
@@ -91,7 +91,7 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
         def subtree_safe(key: str) -> bool:
             for k in tree.subtree(key)[1:]:
                 for sid in tree.chains[k].ids:
-                    if _hold_reason(sessions[sid], include_archived=True):
+                    if sid in keep or _hold_reason(sessions[sid], include_archived=True):
                         held["delegate_child_busy"] = held.get("delegate_child_busy", 0) + 1
                         return False
             return True

@@ -1,0 +1,104 @@
+"""The low-disk question, asked while ``sessions.auto_prune`` is absent from config.yaml.
+
+Low means free < 2 GB, or free < 20 GB and under 10 % of the filesystem. The
+estimate of what pruning would free is weighted by stored bytes, so many tiny
+old messages do not inflate it; when pruning would not solve the problem we
+say so plainly.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from maint.config import Config, set_session_key
+from maint.filters import implicit_prune_filters
+from maint.prune import plan_prune, stored_bytes
+from maint.store import Store
+
+GB = 10**9
+PROMPT_KEY = "hermes_maint.autoprune_prompt"
+LATER_S = 7 * 86400
+SMALL_SHARE = 0.05  # history under 5 % of the disk: pruning will not fix a full disk
+
+
+@dataclass
+class DiskFigures:
+    total: int
+    free: int
+
+    @property
+    def low(self) -> bool:
+        return self.free < 2 * GB or (self.free < 20 * GB and self.free < 0.10 * self.total)
+
+
+def disk_figures(path: Path, usage: Callable = shutil.disk_usage) -> DiskFigures:
+    u = usage(path)
+    return DiskFigures(total=u.total, free=u.free)
+
+
+def estimate(store: Store, retention_days: int, now: float | None = None) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    plan = plan_prune(store, implicit_prune_filters(now, retention_days), now=now)
+    ids = plan.session_ids
+    return {"sessions": len(ids), "messages": plan.messages, "stored_bytes": stored_bytes(store, ids),
+            "store_bytes": sum(store.file_sizes().values())}
+
+
+def prompt_state(store: Store) -> dict[str, Any]:
+    try:
+        return json.loads(store.get_meta(PROMPT_KEY) or "{}")
+    except ValueError:
+        return {}
+
+
+def should_ask(cfg: Config, store: Store, figures: DiskFigures, now: float) -> bool:
+    if cfg.has_session_key("auto_prune") or not figures.low:
+        return False
+    state = prompt_state(store)
+    if state.get("later_until") and now < state["later_until"]:
+        return False
+    return not state.get("asked_at") or bool(state.get("later_until"))
+
+
+def notice(figures: DiskFigures, est: dict[str, Any], retention_days: int) -> list[str]:
+    lines = [f"Low disk space: {figures.free / GB:.1f} GB free of {figures.total / GB:.1f} GB "
+             f"on the filesystem holding state.db."]
+    if est["sessions"] == 0:
+        lines.append(f"Pruning would not solve this: no ended session is older than {retention_days} days.")
+    else:
+        lines.append(f"Pruning sessions inactive for {retention_days} days would remove {est['sessions']} "
+                     f"sessions, about {est['stored_bytes'] / 2**20:.1f} MB of stored history.")
+        if est["store_bytes"] < SMALL_SHARE * figures.total:
+            lines.append("That will not solve the disk problem: the session history is a small share of "
+                         "the disk.")
+    lines.append("Pruning frees space inside state.db; `hermes-maint optimize` gives it back to the disk.")
+    lines.append("Answer with: hermes-maint autoprune on | off | later   (status shows this again)")
+    return lines
+
+
+def record_asked(store: Store, now: float) -> None:
+    state = prompt_state(store)
+    state.update(asked_at=now, later_until=None)
+    store.set_meta(PROMPT_KEY, json.dumps(state))
+
+
+def answer(cfg: Config, store: Store | None, choice: str, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    if choice == "on":
+        set_session_key(cfg.path, "auto_prune", True)
+        return f"sessions.auto_prune set to true in {cfg.path}"
+    if choice == "off":
+        set_session_key(cfg.path, "auto_prune", False)
+        return f"sessions.auto_prune set to false in {cfg.path}; you will not be asked again"
+    if choice == "later":
+        if store is not None:
+            state = prompt_state(store)
+            state.update(later_until=now + LATER_S)
+            store.set_meta(PROMPT_KEY, json.dumps(state))
+        return "will ask again in one week"
+    raise ValueError(choice)

@@ -1,0 +1,136 @@
+"""Which other processes on this machine have the store open.
+
+A process counts as a holder when it has the store, its ``-wal`` or its
+``-shm`` open as a file or mapped in memory (a WAL reader maps ``-shm``). On
+Linux ``/proc/<pid>/fd`` and ``/proc/<pid>/maps`` are matched by device and
+inode, so a deleted-but-open file still counts; psutil covers the rest. When
+the scan cannot be completed for a process that could hold the file (access
+denied, errors) the answer is *unknown*, never *quiet*. Processes in other
+containers or VMs that share the volume are invisible to any such scan.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+
+@dataclass
+class Holder:
+    pid: int
+    cmdline: str
+    files: list[str]
+
+
+@dataclass
+class HolderReport:
+    holders: list[Holder] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)  # why the scan was incomplete
+    outside: list[int] = field(default_factory=list)  # pids root cannot inspect: another namespace
+
+    @property
+    def quiet(self) -> bool:
+        """True only when the scan completed and found nobody."""
+        return not self.holders and not self.unknown
+
+    @property
+    def status(self) -> str:
+        return "held" if self.holders else "unknown" if self.unknown else "quiet"
+
+    def describe(self) -> str:
+        if self.holders:
+            return "; ".join(f"pid {h.pid} ({h.cmdline or '?'})" for h in self.holders)
+        if self.unknown:
+            return "holder check incomplete: " + "; ".join(self.unknown[:3])
+        return "no other process holds the store"
+
+
+def _targets(db: Path) -> dict[tuple[int, int], str]:
+    out = {}
+    for suffix in ("", "-wal", "-shm"):
+        p = Path(str(db) + suffix)
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        out[(st.st_dev, st.st_ino)] = p.name
+    return out
+
+
+def _proc_scan(pid: int, targets: dict[tuple[int, int], str]) -> list[str]:
+    """Linux: fds and memory maps by device+inode. Raises PermissionError when unreadable."""
+    found: set[str] = set()
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            st = os.stat(f"{fd_dir}/{fd}")
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in targets:
+            found.add(targets[key])
+    with open(f"/proc/{pid}/maps") as fh:
+        for line in fh:
+            parts = line.split(None, 5)
+            if len(parts) < 5 or parts[4] == "0":
+                continue
+            major, minor = (int(x, 16) for x in parts[3].split(":"))
+            dev = os.makedev(major, minor)
+            key = (dev, int(parts[4]))
+            if key in targets:
+                found.add(targets[key] + " (mapped)")
+    return sorted(found)
+
+
+def _psutil_scan(proc: psutil.Process, db: Path) -> list[str]:
+    names = {str(db), str(db) + "-wal", str(db) + "-shm"}
+    found = {Path(f.path).name for f in proc.open_files() if f.path in names}
+    try:
+        found |= {Path(m.path).name + " (mapped)" for m in proc.memory_maps(grouped=True) if m.path in names}
+    except (AttributeError, NotImplementedError):
+        pass
+    return sorted(found)
+
+
+def _root_visible(pid: int) -> bool:
+    try:
+        os.readlink(f"/proc/{pid}/root")
+        return True
+    except OSError:
+        return False
+
+
+def find_holders(db: Path, exclude_pids: set[int] | None = None) -> HolderReport:
+    db = Path(db).resolve()
+    exclude = {os.getpid()} | (exclude_pids or set())
+    targets = _targets(db)
+    report = HolderReport()
+    if not targets:
+        return report
+    on_linux = os.path.isdir("/proc/self/fd")
+    for proc in psutil.process_iter(["pid", "cmdline", "name"]):
+        pid = proc.info["pid"]
+        if pid in exclude:
+            continue
+        try:
+            files = _proc_scan(pid, targets) if on_linux else _psutil_scan(proc, db)
+        except (FileNotFoundError, ProcessLookupError, psutil.NoSuchProcess):
+            continue  # exited while we looked
+        except (PermissionError, psutil.AccessDenied):
+            if on_linux and os.geteuid() == 0 and not _root_visible(pid):
+                # Even root cannot see its files: it lives outside our namespaces, the
+                # same blind spot as another container sharing the volume.
+                report.outside.append(pid)
+            else:
+                report.unknown.append(f"pid {pid}: access denied")
+            continue
+        except OSError as exc:
+            report.unknown.append(f"pid {pid}: {exc.strerror or exc}")
+            continue
+        if files:
+            cmd = " ".join(proc.info.get("cmdline") or []) or proc.info.get("name") or ""
+            report.holders.append(Holder(pid=pid, cmdline=cmd, files=files))
+    return report

@@ -1,0 +1,43 @@
+"""The auto-maintenance lock file Hermes takes beside the store for a whole sweep.
+
+A non-blocking ``flock`` on ``<db>.auto-maintenance.lock``: whoever holds it
+sweeps; everyone else skips and says why. The lock dies with its process, so
+a killed sweep never leaves a stale lock behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+from typing import Iterator
+
+from maint.errors import MaintError
+
+
+class LockHeld(MaintError):
+    """Another process is sweeping this store right now."""
+
+
+def lock_path(db: Path) -> Path:
+    return Path(str(db) + ".auto-maintenance.lock")
+
+
+@contextlib.contextmanager
+def maintenance_lock(db: Path) -> Iterator[Path]:
+    path = lock_path(db)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockHeld(f"{path}: another process holds the auto-maintenance lock") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
+        yield path
+    finally:
+        os.close(fd)

@@ -1,0 +1,168 @@
+"""The nightly sweep: reap orphans, prune past retention, VACUUM when it pays.
+
+Hermes processes run the same sweep at start-up. Two things keep exactly one
+sweeper per interval: the non-blocking flock Hermes takes beside the store,
+and Hermes's own ``last_auto_prune`` marker in ``state_meta``, read, compared
+and written in one ``BEGIN IMMEDIATE`` transaction before any work starts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from maint.config import Config
+from maint.filters import implicit_prune_filters
+from maint.holders import HolderReport, find_holders
+from maint.locks import LockHeld, maintenance_lock
+from maint.prune import execute_prune, plan_prune
+from maint.reap import reap, reap_candidates
+from maint.store import Store, open_store
+from maint.vacuum import space_needed, vacuum_in_place
+
+log = logging.getLogger("hermes_maint.sweep")
+
+MARKER_KEY = "last_auto_prune"  # Hermes's own key: shared with every Hermes process
+VACUUM_KEY = "last_vacuum"  # Hermes's own key: written only after a successful VACUUM
+REPORT_KEY = "hermes_maint.last_sweep_report"
+MIN_FREELIST_RATIO = 0.25
+
+
+def validate_retention(value: Any) -> int | None:
+    """retention_days must be an integer >= 0; anything else means skip this sweep."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _number(cfg: Config, key: str, default: float) -> float:
+    value = cfg.session(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        log.warning("sessions.%s=%r is not a number >= 0; using %s", key, value, default)
+        return default
+    return float(value)
+
+
+def claim_marker(store: Store, interval_s: float, now: float, force: bool) -> tuple[bool, float | None]:
+    """Read-compare-write of the shared marker in one write transaction. Returns (claimed, previous)."""
+    with store.write() as conn:
+        row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (MARKER_KEY,)).fetchone()
+        try:
+            previous = float(row[0]) if row and row[0] is not None else None
+        except (TypeError, ValueError):
+            previous = None  # a corrupt marker counts as no earlier run
+        if previous is not None and not force and 0 <= now - previous < interval_s:
+            return False, previous
+        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)", (MARKER_KEY, str(now)))
+        return True, previous
+
+
+@dataclass
+class VacuumDecision:
+    run: bool
+    reason: str
+
+
+def decide_vacuum(store: Store, *, deleted: int, enabled: bool, min_interval_days: float, now: float,
+                  holders: Callable[[Path], HolderReport], disk_usage=shutil.disk_usage) -> VacuumDecision:
+    if deleted <= 0:
+        return VacuumDecision(False, "nothing was deleted")
+    if not enabled:
+        return VacuumDecision(False, "sessions.vacuum_after_prune is off")
+    last = store.get_meta(VACUUM_KEY)
+    try:
+        last_ts = float(last) if last is not None else None
+    except ValueError:
+        last_ts = None
+    if last_ts is not None and now - last_ts < min_interval_days * 86400:
+        days = (now - last_ts) / 86400
+        return VacuumDecision(False, f"last VACUUM {days:.1f} days ago (min_vacuum_interval_days "
+                                     f"{min_interval_days:g})")
+    pages = store.page_stats()
+    ratio = pages["freelist_count"] / pages["page_count"] if pages["page_count"] else 0.0
+    if ratio < MIN_FREELIST_RATIO:
+        return VacuumDecision(False, f"only {ratio:.1%} of pages are free (needs {MIN_FREELIST_RATIO:.0%})")
+    report = holders(store.path)
+    if report.holders:
+        return VacuumDecision(False, f"store held by {report.describe()}")
+    if report.unknown:
+        return VacuumDecision(False, f"holder check could not complete ({report.describe()})")
+    size = sum(store.file_sizes().values())
+    free = disk_usage(store.path.parent).free
+    if free < space_needed(size):
+        return VacuumDecision(False, f"not enough free space ({free} bytes free, need {space_needed(size)})")
+    return VacuumDecision(True, f"{ratio:.1%} of pages free, no other process holds the store")
+
+
+def empty_report(db: Path) -> dict[str, Any]:
+    return {"store": str(db), "swept": False, "skipped_reason": None, "reaped_ids": [], "pruned_ids": [],
+            "pruned_messages": 0, "bytes_before": None, "bytes_after": None, "bytes_freed": 0,
+            "vacuumed": False, "vacuum_reason": None, "retention_days": None, "seconds": 0.0,
+            "started_at": None}
+
+
+def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None = None,
+              holders: Callable[[Path], HolderReport] = find_holders, disk_usage=shutil.disk_usage,
+              require_enabled: bool = True) -> dict[str, Any]:
+    """One sweep of one store; never raises for an expected skip, only for a store that can't be used."""
+    now = time.time() if now is None else now
+    started = time.monotonic()
+    report = empty_report(db)
+    report["started_at"] = now
+
+    def skip(reason: str) -> dict[str, Any]:
+        report["skipped_reason"] = reason
+        report["seconds"] = round(time.monotonic() - started, 3)
+        log.info("sweep of %s skipped: %s", db, reason)
+        return report
+
+    if require_enabled and cfg.session("auto_prune") is not True:
+        return skip("sessions.auto_prune is off (set it to true, or run `hermes-maint autoprune on`)")
+    retention = validate_retention(cfg.session("retention_days"))
+    if retention is None:
+        log.warning("sessions.retention_days=%r is invalid: it must be an integer number of days >= 0; "
+                    "skipping this sweep", cfg.session("retention_days"))
+        return skip(f"invalid sessions.retention_days {cfg.session('retention_days')!r} "
+                    "(expected an integer >= 0)")
+    report["retention_days"] = retention
+    interval_s = _number(cfg, "min_interval_hours", 24) * 3600
+    with open_store(db) as store:
+        try:
+            with maintenance_lock(store.path):
+                claimed, previous = claim_marker(store, interval_s, now, force)
+                if not claimed:
+                    hours = (now - previous) / 3600
+                    return skip(f"already swept {hours:.1f} h ago (min_interval_hours "
+                                f"{interval_s / 3600:g}; --force to run anyway)")
+                report["swept"] = True
+                report["bytes_before"] = sum(store.file_sizes().values())
+                report["reaped_ids"] = reap(store, reap_candidates(store, retention, now), now)
+                plan = plan_prune(store, implicit_prune_filters(now, retention), now=now,
+                                  keep=frozenset(report["reaped_ids"]))
+                result = execute_prune(store, plan)
+                report["pruned_ids"] = result.deleted_ids
+                report["pruned_messages"] = result.messages
+                decision = decide_vacuum(
+                    store, deleted=len(result.deleted_ids), enabled=bool(cfg.session("vacuum_after_prune")),
+                    min_interval_days=_number(cfg, "min_vacuum_interval_days", 30), now=now, holders=holders,
+                    disk_usage=disk_usage)
+                report["vacuum_reason"] = decision.reason
+                if decision.run:
+                    vacuum_in_place(store)
+                    store.set_meta(VACUUM_KEY, str(time.time()))
+                    report["vacuumed"] = True
+                report["bytes_after"] = sum(store.file_sizes().values())
+                report["bytes_freed"] = max(0, report["bytes_before"] - report["bytes_after"])
+                report["seconds"] = round(time.monotonic() - started, 3)
+                store.set_meta(REPORT_KEY, json.dumps(report))
+        except LockHeld as exc:
+            return skip(f"another process is sweeping ({exc})")
+    log.info("sweep of %s: reaped %d, pruned %d sessions (%d messages), vacuum: %s (%s), %.1fs",
+             db, len(report["reaped_ids"]), len(report["pruned_ids"]), report["pruned_messages"],
+             "yes" if report["vacuumed"] else "no", report["vacuum_reason"], report["seconds"])
+    return report

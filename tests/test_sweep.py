@@ -1,0 +1,249 @@
+"""The scheduled sweep: shared marker, lock, orphan reaping, retention validation, VACUUM conditions."""
+
+import fcntl
+import json
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+from maint.config import load_config
+from maint.holders import Holder, HolderReport
+from maint.locks import lock_path
+from maint.store import open_store
+from maint.sweep import MARKER_KEY, VACUUM_KEY, decide_vacuum, run_sweep
+from tests.conftest import REPO, run_subprocess, session_ids
+from tests.storegen import StoreBuilder
+
+Usage = namedtuple("Usage", "total used free")
+PLENTY = lambda p: Usage(10**12, 10**11, 9 * 10**11)  # noqa: E731
+QUIET = lambda p: HolderReport()  # noqa: E731
+
+
+def meta(path, key):
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def home(hermes_home):
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("old", age=200, messages=4)
+        b.session("young", age=2)
+    return hermes_home
+
+
+def sweep(home, **kw):
+    kw.setdefault("holders", QUIET)
+    kw.setdefault("disk_usage", PLENTY)
+    return run_sweep(home / "state.db", load_config(), **kw)
+
+
+def test_sweep_prunes_and_writes_marker_even_when_nothing_pruned(home):
+    r = sweep(home)
+    assert r["swept"] and r["pruned_ids"] == ["old"] and float(meta(home / "state.db", MARKER_KEY)) > 0
+    again = sweep(home)
+    assert not again["swept"] and "already swept" in again["skipped_reason"]
+    forced = sweep(home, force=True)
+    assert forced["swept"] and forced["pruned_ids"] == []
+    assert json.loads(meta(home / "state.db", "hermes_maint.last_sweep_report"))["swept"] is True
+
+
+def test_auto_prune_off_skips(hermes_home):
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("old", age=200)
+    r = sweep(hermes_home)
+    assert not r["swept"] and "auto_prune" in r["skipped_reason"]
+    assert session_ids(hermes_home / "state.db") == {"old"}
+
+
+def test_corrupt_marker_counts_as_no_run(home):
+    with open_store(home / "state.db") as store:
+        store.set_meta(MARKER_KEY, "not-a-number")
+    assert sweep(home)["swept"]
+
+
+@pytest.mark.parametrize("value", ["-1", "'30'", "1.5", "true", "null", "[]"])
+def test_invalid_retention_skips_with_warning(hermes_home, value, caplog):
+    (hermes_home / "config.yaml").write_text(f"sessions:\n  auto_prune: true\n  retention_days: {value}\n")
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("old", age=200)
+    with caplog.at_level(logging.WARNING):
+        r = sweep(hermes_home)
+    assert not r["swept"] and "retention_days" in r["skipped_reason"]
+    assert any("integer" in rec.message and ">= 0" in rec.message for rec in caplog.records)
+    assert session_ids(hermes_home / "state.db") == {"old"} and meta(hermes_home / "state.db", MARKER_KEY) is None
+
+
+def test_retention_zero_is_valid(hermes_home):
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n  retention_days: 0\n")
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("ended_recently", age=0.5)
+        b.session("still_open", age=0.5, ended=False)
+    r = sweep(hermes_home)
+    assert r["pruned_ids"] == ["ended_recently"] and session_ids(hermes_home / "state.db") == {"still_open"}
+
+
+def test_lock_held_skips_even_with_force(home):
+    fd = os.open(lock_path(home / "state.db"), os.O_RDWR | os.O_CREAT)
+    child = subprocess.Popen([sys.executable, "-c", "import fcntl,sys,time; f=open(sys.argv[1],'a');"
+                              "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+                              str(lock_path(home / "state.db"))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        r = sweep(home, force=True)
+        assert not r["swept"] and "another process is sweeping" in r["skipped_reason"]
+        assert session_ids(home / "state.db") == {"old", "young"}
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+        os.close(fd)
+    assert sweep(home)["swept"]
+
+
+def test_reaping_by_source_and_guards(hermes_home):
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n  retention_days: 30\n")
+    with StoreBuilder(hermes_home / "state.db", layout="v30") as b:
+        for src in ("cli", "cron", "kanban", "acp", "api_server", "subagent", "tool", "recovered"):
+            b.session(f"orphan_{src}", source=src, age=40, ended=False)
+        for src in ("telegram", "discord", "tui", "desktop"):
+            b.session(f"keep_{src}", source=src, age=40, ended=False)
+        b.session("keep_pinned", source="cli", age=40, ended=False, pinned=1)
+        b.session("keep_locked", source="cron", age=40, ended=False)
+        b.lock("keep_locked")
+        b.session("keep_recent", source="cli", age=5, ended=False)
+    r = sweep(hermes_home)
+    assert sorted(r["reaped_ids"]) == sorted(f"orphan_{s}" for s in
+                                             ("cli", "cron", "kanban", "acp", "api_server", "subagent", "tool",
+                                              "recovered"))
+    assert r["pruned_ids"] == []  # reaped rows count again from their closing time
+    conn = sqlite3.connect(hermes_home / "state.db")
+    reasons = dict(conn.execute("SELECT id, end_reason FROM sessions"))
+    conn.close()
+    assert reasons["orphan_cron"] == "startup_orphan_reap" and reasons["keep_telegram"] is None
+    assert all(reasons[k] is None for k in reasons if k.startswith("keep_"))
+
+
+def test_four_processes_exactly_one_sweeps(home):
+    procs = [subprocess.Popen([sys.executable, "-m", "maint", "sweep", "--json"], cwd=REPO,
+                              env={**os.environ, "HERMES_HOME": str(home)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(5)]
+    reports = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        reports.append(json.loads(out))
+    assert sum(r["swept"] for r in reports) == 1
+    assert sum(len(r["pruned_ids"]) for r in reports) == 1
+
+
+HERMES_SWEEP = ("import json, sys; from pathlib import Path; from hermes_state import SessionDB;"
+                "db = SessionDB(Path(sys.argv[1])); print(json.dumps(db.maybe_auto_prune_and_vacuum("
+                "retention_days=90, min_interval_hours=24, vacuum=False))); db.close()")
+
+
+def test_interop_with_hermes_marker(home):
+    db = home / "state.db"
+    first = subprocess.run([sys.executable, "-c", HERMES_SWEEP, str(db)], capture_output=True, text=True)
+    assert json.loads(first.stdout)["pruned"] == 1
+    assert not sweep(home)["swept"]  # Hermes swept within the interval: we skip
+    with open_store(db) as store:
+        store.set_meta(MARKER_KEY, str(0))
+    assert sweep(home)["swept"]
+    second = subprocess.run([sys.executable, "-c", HERMES_SWEEP, str(db)], capture_output=True, text=True)
+    assert json.loads(second.stdout)["skipped"] is True  # and Hermes honours ours
+
+
+# -- VACUUM conditions ---------------------------------------------------------------------------
+
+@pytest.fixture
+def sparse_store(make_store):
+    """A store where pruning frees well over 25 % of its pages."""
+    b = make_store()
+    for n in range(60):
+        b.session(f"old{n}", age=200, messages=30)
+    b.session("young", age=1, messages=5)
+    b.close()
+    return b.path
+
+
+def _pruned_store(path):
+    from maint.prune import execute_prune, plan_prune
+
+    store = open_store(path)
+    execute_prune(store, plan_prune(store, None))
+    return store
+
+
+def _decide(store, **kw):
+    args = dict(deleted=10, enabled=True, min_interval_days=30, now=1e10, holders=QUIET, disk_usage=PLENTY)
+    args.update(kw)
+    return decide_vacuum(store, **args)
+
+
+def test_vacuum_runs_when_every_condition_holds(sparse_store):
+    with _pruned_store(sparse_store) as store:
+        assert _decide(store).run
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"deleted": 0}, "nothing was deleted"),
+    ({"enabled": False}, "vacuum_after_prune"),
+    ({"holders": lambda p: HolderReport(holders=[Holder(4242, "hermes gateway", ["state.db"])])}, "4242"),
+    ({"holders": lambda p: HolderReport(unknown=["pid 9: access denied"])}, "could not complete"),
+    ({"disk_usage": lambda p: Usage(10**9, 10**9, 1000)}, "free space"),
+])
+def test_each_condition_alone_blocks_vacuum(sparse_store, change, needle):
+    with _pruned_store(sparse_store) as store:
+        decision = _decide(store, **change)
+    assert not decision.run and needle in decision.reason
+
+
+def test_recent_vacuum_blocks(sparse_store):
+    with _pruned_store(sparse_store) as store:
+        store.set_meta(VACUUM_KEY, str(1e10 - 86400))
+        decision = _decide(store)
+    assert not decision.run and "min_vacuum_interval_days" in decision.reason
+
+
+def test_dense_store_blocks(make_store):
+    b = make_store()
+    for n in range(40):
+        b.session(f"s{n}", age=1, messages=20)
+    b.close()
+    with open_store(b.path) as store:
+        decision = _decide(store)
+    assert not decision.run and "pages are free" in decision.reason
+
+
+def test_sweep_vacuums_in_place_and_records_last_vacuum(hermes_home):
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    db = hermes_home / "state.db"
+    with StoreBuilder(db) as b:
+        for n in range(60):
+            b.session(f"old{n}", age=200, messages=30)
+        b.session("young", age=1)
+    inode = db.stat().st_ino
+    r = sweep(hermes_home)
+    assert db.stat().st_ino == inode and Path(str(db) + "-wal").exists()  # rewritten in place
+    assert r["vacuumed"] and r["bytes_freed"] > 0 and float(meta(db, VACUUM_KEY)) > 0
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    conn.close()
+
+
+def test_sweep_cli_json_keys(home):
+    result = run_subprocess("sweep", "--json", env={"HERMES_HOME": str(home)})
+    r = json.loads(result.stdout)
+    assert {"swept", "skipped_reason", "reaped_ids", "pruned_ids", "vacuumed", "vacuum_reason"} <= set(r)
