@@ -245,9 +245,15 @@ def _persist_wal(conn: apsw.Connection) -> None:
         conn.file_control("main", apsw.SQLITE_FCNTL_PERSIST_WAL, ctypes.addressof(flag))
 
 
-def open_store(path: Path | str, *, readonly: bool = False,
-               busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Store:
+def busy_timeout_from_env() -> int:
+    """HERMES_MAINT_BUSY_MS overrides how long we wait for Hermes's write lock."""
+    raw = os.environ.get("HERMES_MAINT_BUSY_MS", "")
+    return int(raw) if raw.isdigit() else DEFAULT_BUSY_TIMEOUT_MS
+
+
+def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int | None = None) -> Store:
     """Open an existing Hermes store or raise :class:`StoreError` with a one-line reason."""
+    busy_timeout_ms = busy_timeout_from_env() if busy_timeout_ms is None else busy_timeout_ms
     path = Path(path).expanduser()
     if not path.exists():
         raise StoreError(f"{path}: no such store (expected an existing Hermes state.db)")
