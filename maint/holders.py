@@ -11,6 +11,7 @@ containers or VMs that share the volume are invisible to any such scan.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,10 +89,8 @@ def _proc_scan(pid: int, targets: dict[tuple[int, int], str]) -> list[str]:
 def _psutil_scan(proc: psutil.Process, db: Path) -> list[str]:
     names = {str(db), str(db) + "-wal", str(db) + "-shm"}
     found = {Path(f.path).name for f in proc.open_files() if f.path in names}
-    try:
+    with contextlib.suppress(AttributeError, NotImplementedError):
         found |= {Path(m.path).name + " (mapped)" for m in proc.memory_maps(grouped=True) if m.path in names}
-    except (AttributeError, NotImplementedError):
-        pass
     return sorted(found)
 
 

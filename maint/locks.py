@@ -11,7 +11,7 @@ import contextlib
 import fcntl
 import os
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from maint.errors import MaintError
 

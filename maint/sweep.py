@@ -14,7 +14,8 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from maint.config import Config
 from maint.filters import implicit_prune_filters

@@ -13,7 +13,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from maint.errors import MaintError, StoreError
 from maint.store import Store

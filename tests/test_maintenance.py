@@ -1,7 +1,6 @@
 """optimize, the low-disk question, config write-back, and the job loop."""
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -64,7 +63,8 @@ def test_optimize_busy_exits_1(tmp_path):
     assert result.returncode == 1 and "write lock" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("free,total,low", [(1.9 * GB, 500 * GB, True), (2.1 * GB, 10 * GB, False), (2.1 * GB, 500 * GB, True),
+@pytest.mark.parametrize("free,total,low", [(1.9 * GB, 500 * GB, True), (2.1 * GB, 10 * GB, False),
+                                            (2.1 * GB, 500 * GB, True),
                                             (15 * GB, 200 * GB, True), (15 * GB, 100 * GB, False),
                                             (25 * GB, 1000 * GB, False)])
 def test_disk_thresholds(free, total, low):

@@ -1,6 +1,5 @@
 """The scheduled sweep: shared marker, lock, orphan reaping, retention validation, VACUUM conditions."""
 
-import fcntl
 import json
 import logging
 import os
