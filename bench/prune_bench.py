@@ -10,44 +10,14 @@ latency and failures; writes the figures as JSON under bench/results/.
 
 import argparse
 import json
-import platform
-import shutil
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import CACHE, ROOT, base_store, copy_store, store_mb, write_result
 
-from tests.storegen import bulk_store  # noqa: E402 - needs the sys.path entry above
-
-CACHE = ROOT / "bench" / ".cache"
-RESULTS = ROOT / "bench" / "results"
 CONTENDERS = ("idle", "plain_sql", "hermes", "ours")
-
-
-def base_store(sessions: int, per: int, nbytes: int) -> Path:
-    path = CACHE / f"store_v2_{sessions}x{per}x{nbytes}" / "state.db"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        started = time.time()
-        bulk_store(path, sessions=sessions, messages_per_session=per, content_bytes=nbytes, old_share=0.6,
-                   now=time.time())
-        print(f"generated {path} in {time.time() - started:.0f}s", file=sys.stderr)
-    return path
-
-
-def copy_store(src: Path, dst_dir: Path) -> Path:
-    if dst_dir.exists():
-        shutil.rmtree(dst_dir)
-    dst_dir.mkdir(parents=True)
-    for suffix in ("", "-wal"):
-        s = Path(str(src) + suffix)
-        if s.exists():
-            shutil.copy2(s, dst_dir / (s.name))
-    return dst_dir / src.name
 
 
 def run_one(name: str, db: Path, interval: float) -> dict:
@@ -84,7 +54,7 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=0.01)
     args = ap.parse_args()
     src = base_store(args.sessions, args.messages_per_session, args.bytes)
-    size_mb = sum(Path(str(src) + s).stat().st_size for s in ("", "-wal") if Path(str(src) + s).exists()) / 2**20
+    size_mb = store_mb(src)
     rows = {}
     for name in CONTENDERS:
         db = copy_store(src, CACHE / "run" / name)
@@ -105,13 +75,8 @@ def main() -> None:
         r["vs_hermes"] = r["msgs_per_s"] / hermes if hermes else None
         print(f"{name:<11}{r['messages']:>9}{r['msgs_per_s']:>9.0f}{r['vs_plain_sql']:>8.2f}{r['vs_hermes']:>10.2f}"
               f"{r['writer_worst_ms']:>10.0f}{r['writer_failures']:>6}{r['peak_rss_mb']:>8.0f}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
-    out = {"benchmark": "prune", "when": stamp, "machine": f"{platform.node()} {platform.machine()} "
-           f"{platform.python_version()}", "store_messages": args.sessions * args.messages_per_session,
-           "store_mb": round(size_mb, 1), "writer_interval_s": args.interval, "results": rows}
-    (RESULTS / f"prune-{stamp}.json").write_text(json.dumps(out, indent=2))
-    (RESULTS / "prune-latest.json").write_text(json.dumps(out, indent=2))
+    write_result("prune", {"store_messages": args.sessions * args.messages_per_session,
+                           "store_mb": round(size_mb, 1), "writer_interval_s": args.interval, "results": rows})
 
 
 if __name__ == "__main__":
