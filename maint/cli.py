@@ -13,7 +13,9 @@ from maint import __version__
 from maint.commands.archive_cmd import archive
 from maint.commands.autoprune_cmd import autoprune
 from maint.commands.jobs_cmd import jobs_app
+from maint.commands.journal_cmd import set_journal_mode
 from maint.commands.optimize_cmd import optimize
+from maint.commands.prompts_cmd import repair_prompts
 from maint.commands.sweep_cmd import sweep
 from maint.commands.common import PROG
 from maint.commands.list_cmd import list_sessions
@@ -53,6 +55,8 @@ app.command("list")(list_sessions)
 app.command("optimize")(optimize)
 app.command("sweep")(sweep)
 app.command("autoprune")(autoprune)
+app.command("set-journal-mode")(set_journal_mode)
+app.command("repair-prompts")(repair_prompts)
 app.add_typer(jobs_app, name="jobs")
 
 

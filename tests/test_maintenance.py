@@ -172,12 +172,16 @@ def test_real_scheduler_fires_and_stops_on_sigterm(tmp_path):
     with open(errlog, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "maint", "jobs", "run", "--jobs-dir", str(jobs),
                                  "--db", str(db)], cwd=REPO, stdout=subprocess.PIPE, stderr=err, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline and errlog.read_text().count("job tick finished with exit code 0") < 2:
-        time.sleep(0.1)
-    assert errlog.read_text().count("job tick finished with exit code 0") >= 2, errlog.read_text()
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and errlog.read_text().count("job tick finished with exit code 0") < 2:
+            time.sleep(0.1)
+        assert errlog.read_text().count("job tick finished with exit code 0") >= 2, errlog.read_text()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 0 and "job loop stopped" in errlog.read_text()
     assert "Total sessions: 1" in out
 

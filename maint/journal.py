@@ -1,0 +1,129 @@
+"""Switching a store between WAL and rollback (DELETE) journaling, without losing a commit.
+
+Refused while any process holds the database or its side files (a switch
+under a process with uncheckpointed WAL commits loses them), and refused
+outright when the holder check could not complete unless the operator says
+``force``. Leaving WAL checkpoints first, so commits left in the WAL by a
+killed writer are kept. The result is verified from the file header
+(bytes 18-19: 1 = rollback journal, 2 = WAL), not only from the PRAGMA.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+
+from maint.errors import MaintError, StoreError
+from maint.holders import HolderReport, find_holders
+from maint.store import WAL_RESET_FIXED, _check_header, has_wal_reset_bug
+
+MODES = ("wal", "delete")
+WAL_UNSAFE_FS = ("virtiofs", "9p")
+
+
+def header_bytes(path: Path) -> tuple[int, int]:
+    with open(path, "rb") as fh:
+        fh.seek(18)
+        data = fh.read(2)
+    return data[0], data[1]
+
+
+def header_mode(path: Path) -> str:
+    write, read = header_bytes(path)
+    return "wal" if (write, read) == (2, 2) else "delete" if (write, read) == (1, 1) else f"unknown({write},{read})"
+
+
+def filesystem_type(path: Path, mounts: Path | None = None) -> str | None:
+    """The filesystem type of the mount holding *path*, from /proc/mounts (longest mount point wins).
+
+    ``HERMES_MAINT_MOUNTS`` points at another mounts table (tests inject one).
+    """
+    mounts = mounts or Path(os.environ.get("HERMES_MAINT_MOUNTS", "/proc/mounts"))
+    try:
+        lines = mounts.read_text().splitlines()
+    except OSError:
+        return None
+    target = str(Path(path).resolve())
+    best, best_len = None, -1
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        if (target == point or target.startswith(point.rstrip("/") + "/")) and len(point) > best_len:
+            best, best_len = parts[2], len(point)
+    return best
+
+
+class HeldStore(MaintError):
+    """Another process holds the store."""
+
+
+@dataclass
+class SwitchResult:
+    path: str
+    before: str
+    after: str
+    header: tuple[int, int]
+    warnings: list[str]
+
+
+def stdlib_wal_warning() -> str | None:
+    version = sqlite3.sqlite_version
+    if has_wal_reset_bug(version):
+        fixed = ", ".join(".".join(map(str, v)) for v in WAL_RESET_FIXED)
+        return (f"Python's standard sqlite3 here links SQLite {version}, which has the WAL-reset corruption bug "
+                f"(3.7.0-3.51.2; fixed in {fixed}); Hermes uses that library")
+    return None
+
+
+def set_journal_mode(path: Path, mode: str, *, force: bool = False,
+                     holders=find_holders) -> SwitchResult:
+    path = Path(path).expanduser()
+    if mode not in MODES:
+        raise MaintError(f"journal mode {mode!r} (expected wal or delete)")
+    if not path.exists():
+        raise StoreError(f"{path}: no such store (expected an existing SQLite database)")
+    _check_header(path)
+    warnings: list[str] = []
+    if mode == "wal":
+        fs = filesystem_type(path.parent)
+        if fs in WAL_UNSAFE_FS:
+            raise MaintError(f"{path}: refusing to enable WAL on {fs}: WAL shared memory silently corrupts "
+                             f"there; keep journal_mode=delete")
+        warning = stdlib_wal_warning()
+        if warning:
+            warnings.append(warning)
+    report: HolderReport = holders(path)
+    if report.holders:
+        listing = "; ".join(f"pid {h.pid}: {h.cmdline or '?'}" for h in report.holders)
+        raise HeldStore(f"{path}: refusing to switch while other processes hold it ({listing}); stop them first")
+    if report.unknown and not force:
+        raise HeldStore(f"{path}: refusing: could not check who holds the store ({report.describe()}); "
+                        "pass --force if you are sure no process uses it")
+    before = header_mode(path)
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+    conn.set_busy_timeout(2000)
+    try:
+        if mode == "delete" and before == "wal":
+            # Keep every commit a killed writer left in the WAL: copy it all into the database first.
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy:
+                raise HeldStore(f"{path}: another process opened the store meanwhile (checkpoint blocked); "
+                                "store untouched")
+        answer = conn.execute(f"PRAGMA journal_mode={mode}").fetchone()[0].lower()
+    except apsw.BusyError:
+        raise HeldStore(f"{path}: another process opened the store meanwhile; SQLite refused the switch, "
+                        "store untouched") from None
+    finally:
+        conn.close()
+    header = header_bytes(path)
+    after = header_mode(path)
+    if answer != mode or after != mode:
+        raise MaintError(f"{path}: switch to {mode} did not take (PRAGMA says {answer}, header says {after}); "
+                         "another process may have opened the store")
+    return SwitchResult(path=str(path), before=before, after=after, header=header, warnings=warnings)

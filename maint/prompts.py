@@ -1,0 +1,126 @@
+"""repair-prompts: find stored system prompts degraded by older builds, and clear them.
+
+Older gateways could save a maintenance agent's reduced-toolset prompt over a
+live session's. A prompt is *verified degraded* only with positive evidence:
+it lacks the Skill Safety guidance while the session's stored tool pin
+includes ``skill_manage`` (the guidance is always emitted with that tool).
+Anything less is reported as unverifiable and never changed. Clearing sets the
+prompt to NULL on purpose: Hermes rebuilds a healthy one on the next turn.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from maint.errors import UsageError
+from maint.store import Store
+
+SKILL_SAFETY_MARKER = "## Skill Safety"  # also matches upstream's "## Skill Safety Rule" heading
+
+
+def pin_tool_names(store: Store, raw: Any) -> list[str] | None:
+    """The tool names a session's stored pin lists, or None when there is no readable pin.
+
+    The pin is ``sessions.tool_names``: a hash into the content-addressed ``system_prompts``
+    table, or (older rows) the JSON inline. Its JSON is a list of names, or a versioned
+    object ``{"tools": [...]}`` whose entries are names or tool definitions
+    (``{"function": {"name": ...}}``). Any other shape is unreadable.
+    """
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    text = raw
+    if store.has_table("system_prompts"):
+        stored = store.scalar("SELECT prompt FROM system_prompts WHERE hash = ?", (raw,))
+        if stored is not None:
+            text = stored
+    try:
+        pin = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    tools = pin.get("tools") if isinstance(pin, dict) else pin
+    if not isinstance(tools, list):
+        return None
+    names = []
+    for item in tools:
+        if isinstance(item, str):
+            name = item
+        elif isinstance(item, dict) and isinstance(item.get("function"), dict):
+            name = item["function"].get("name")
+        else:
+            return None
+        if not isinstance(name, str) or not name:
+            return None
+        names.append(name)
+    return names
+
+
+def stored_prompt(store: Store, row: dict) -> str | None:
+    if row.get("system_prompt"):
+        return row["system_prompt"]
+    digest = row.get("system_prompt_hash")
+    if digest and store.has_table("system_prompts"):
+        return store.scalar("SELECT prompt FROM system_prompts WHERE hash = ?", (digest,))
+    return None
+
+
+@dataclass
+class PromptScan:
+    verified: list[dict] = field(default_factory=list)
+    unverifiable: list[dict] = field(default_factory=list)
+
+
+def _cols(store: Store) -> str:
+    cols = ["id", "system_prompt" if store.has_column("sessions", "system_prompt") else "NULL AS system_prompt"]
+    for c in ("system_prompt_hash", "tool_names"):
+        cols.append(c if store.has_column("sessions", c) else f"NULL AS {c}")
+    return ", ".join(cols)
+
+
+def scan(store: Store) -> PromptScan:
+    result = PromptScan()
+    for row in store.iter_rows(f"SELECT {_cols(store)} FROM sessions ORDER BY id"):
+        prompt = (stored_prompt(store, row) or "").strip()
+        if not prompt or SKILL_SAFETY_MARKER in prompt:
+            continue
+        entry = {"id": row["id"], "prompt_chars": len(prompt)}
+        names = pin_tool_names(store, row.get("tool_names"))
+        if names is not None and "skill_manage" in names:
+            result.verified.append({**entry, "reason": "Skill Safety guidance missing while the tool pin "
+                                                       "includes skill_manage"})
+        elif names is None:
+            result.unverifiable.append({**entry, "reason": "Skill Safety guidance missing but the tool pin is "
+                                                           "absent or unreadable"})
+        elif set(names) == {"memory"}:
+            result.unverifiable.append({**entry, "reason": "memory-only tool pin may be a user toolset; clear it "
+                                                           "explicitly by SESSION_ID"})
+    return result
+
+
+def resolve_session(store: Store, ref: str) -> str:
+    """An id or a unique prefix of one."""
+    if store.scalar("SELECT 1 FROM sessions WHERE id = ?", (ref,)):
+        return ref
+    pattern = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    matches = [r[0] for r in store.conn.execute(
+        "SELECT id FROM sessions WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (pattern,))]
+    if not matches:
+        raise UsageError(f"no session matches {ref!r} (expected a session id or a unique prefix)")
+    if len(matches) > 1:
+        raise UsageError(f"session prefix {ref!r} is ambiguous ({', '.join(matches[:2])}, ...); give more of the id")
+    return matches[0]
+
+
+def clear_prompts(store: Store, ids: list[str]) -> list[str]:
+    """NULL each prompt in its own short transaction; Hermes rebuilds it next turn."""
+    cleared = []
+    sets = ["system_prompt = NULL"]
+    if store.has_column("sessions", "system_prompt_hash"):
+        sets.append("system_prompt_hash = NULL")
+    for sid in ids:
+        with store.write() as conn:
+            conn.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", (sid,))
+            if store.conn.changes():
+                cleared.append(sid)
+    return cleared
