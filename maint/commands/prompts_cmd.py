@@ -26,7 +26,8 @@ def refuse_if_held(path, force: bool) -> None:
 @command
 def repair_prompts(
     targets: dict,
-    session_id: Annotated[Optional[str], typer.Argument(help="Force-clear this session's prompt (id or prefix).")] = None,
+    session_id: Annotated[
+        Optional[str], typer.Argument(help="Force-clear this session's prompt (id or prefix).")] = None,
     apply: Annotated[bool, typer.Option("--apply", help="Clear the verified degraded prompts (asks first).")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Skip the confirmation.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Proceed when the holder check could not complete.")] = False,
