@@ -15,6 +15,7 @@ from maint.commands.autoprune_cmd import autoprune
 from maint.commands.jobs_cmd import jobs_app
 from maint.commands.journal_cmd import set_journal_mode
 from maint.commands.optimize_cmd import optimize
+from maint.commands.profiles_cmd import repair_profiles
 from maint.commands.prompts_cmd import repair_prompts
 from maint.commands.sweep_cmd import sweep
 from maint.commands.common import PROG
@@ -57,6 +58,7 @@ app.command("sweep")(sweep)
 app.command("autoprune")(autoprune)
 app.command("set-journal-mode")(set_journal_mode)
 app.command("repair-prompts")(repair_prompts)
+app.command("repair-profiles")(repair_profiles)
 app.add_typer(jobs_app, name="jobs")
 
 

@@ -1,0 +1,327 @@
+"""repair-profiles: state written into the wrong profile's store, found and moved home.
+
+Each profile owns one store: the default profile ``$HERMES_HOME/state.db``,
+profile NAME ``$HERMES_HOME/profiles/NAME/state.db``. A row belongs to the
+profile its gateway session key names (``agent:<name>:...``; ``agent:main`` is
+the default profile) or, failing that, its ``profile_name``. Found here:
+
+* ``stray_sessions`` — sessions (with their descendants, messages, usage and
+  Telegram topic bindings) of another existing profile: moved to its store;
+* ``stray_routing`` — ``gateway_routing`` rows keyed for another profile: moved;
+* ``stray_bindings`` — Telegram topic bindings keyed for another profile whose
+  session stays here: moved with a copy of nothing else (their session is not
+  ours to move, so they are only reported);
+* ``missing_profile`` — rows bound to a profile that does not exist: reported
+  only (create the profile or migrate the identity);
+* ``legacy_main`` — ``agent:main:`` rows inside a named profile's store:
+  reported, or with ``legacy_main="rekey"`` moved into that profile's
+  namespace, with ``"move"`` sent to the default store.
+
+Moves copy first, then delete the stray copy, each in its own transaction: a
+crash between the two leaves a duplicate, never a loss, and the next run
+removes the duplicate after checking that the copy is complete.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from maint.paths import hermes_home
+from maint.prune import delete_sessions
+from maint.sqlutil import chunks, ph
+from maint.store import Store, open_store
+
+DEFAULT = "default"
+
+
+def key_profile(session_key: str | None) -> str | None:
+    """``agent:<ns>:...`` -> the profile it names; ``agent:main`` is the default profile."""
+    if not session_key or not session_key.startswith("agent:"):
+        return None
+    ns = session_key.split(":", 2)[1] if session_key.count(":") >= 2 else None
+    if not ns:
+        return None
+    return DEFAULT if ns == "main" else ns
+
+
+def normalize_profile(name: str | None) -> str | None:
+    if name is None or not str(name).strip():
+        return None
+    return DEFAULT if name in ("default", "main") else str(name)
+
+
+def profile_stores(home: Path | None = None) -> dict[str, Path]:
+    home = home or hermes_home()
+    stores = {}
+    if (home / "state.db").is_file():
+        stores[DEFAULT] = home / "state.db"
+    pdir = home / "profiles"
+    if pdir.is_dir():
+        for child in sorted(pdir.iterdir()):
+            if (child / "state.db").is_file():
+                stores[child.name] = child / "state.db"
+    return stores
+
+
+def existing_profiles(home: Path | None = None) -> set[str]:
+    home = home or hermes_home()
+    names = {DEFAULT}
+    if (home / "profiles").is_dir():
+        names |= {c.name for c in (home / "profiles").iterdir() if c.is_dir()}
+    return names
+
+
+@dataclass
+class Finding:
+    kind: str
+    store: str  # profile whose store holds the rows
+    owner: str | None  # profile the rows belong to
+    session_ids: list[str] = field(default_factory=list)
+    routing_keys: list[list[str]] = field(default_factory=list)  # [scope, session_key]
+    action: str = "report"  # move | rekey | report
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "store": self.store, "owner": self.owner, "session_ids": self.session_ids,
+                "routing_keys": self.routing_keys, "action": self.action}
+
+
+def _owner(row: dict[str, Any]) -> str | None:
+    return key_profile(row.get("session_key")) or normalize_profile(row.get("profile_name"))
+
+
+def scan_store(store: Store, profile: str, known: set[str], legacy_main: str | None) -> list[Finding]:
+    cols = ["id", "parent_session_id"]
+    cols += [c if store.has_column("sessions", c) else f"NULL AS {c}" for c in ("session_key", "profile_name")]
+    rows = {r["id"]: r for r in store.iter_rows(f"SELECT {', '.join(cols)} FROM sessions")}
+    children: dict[str, list[str]] = {}
+    for r in rows.values():
+        if r["parent_session_id"] in rows:
+            children.setdefault(r["parent_session_id"], []).append(r["id"])
+    findings: dict[tuple[str, str | None], Finding] = {}
+
+    def classify(owner: str | None) -> tuple[str, str] | None:
+        if owner is None or owner == profile:
+            return None
+        if owner == DEFAULT and profile != DEFAULT:
+            if legacy_main == "rekey":
+                return "legacy_main", "rekey"
+            if legacy_main == "move":
+                return "legacy_main", "move"
+            return "legacy_main", "report"
+        if owner not in known:
+            return "missing_profile", "report"
+        return "stray_sessions", "move"
+
+    claimed: set[str] = set()
+    for sid, r in sorted(rows.items()):
+        if sid in claimed:
+            continue
+        parent = rows.get(r["parent_session_id"])
+        if parent is not None and _owner(parent) in (_owner(r), None) and classify(_owner(parent)):
+            continue  # handled with its stray parent
+        verdict = classify(_owner(r))
+        if verdict is None:
+            continue
+        kind, action = verdict
+        family, stack = [], [sid]
+        while stack:  # descendants that carry no other identity inherit this one
+            cur = stack.pop()
+            if cur in claimed:
+                continue
+            if cur != sid and _owner(rows[cur]) not in (None, _owner(r)):
+                continue
+            claimed.add(cur)
+            family.append(cur)
+            stack.extend(children.get(cur, []))
+        f = findings.setdefault((kind, _owner(r)), Finding(kind, profile, _owner(r), action=action))
+        f.session_ids.extend(sorted(family))
+    if store.has_table("gateway_routing"):
+        for scope, key in store.conn.execute("SELECT scope, session_key FROM gateway_routing"):
+            verdict = classify(key_profile(key))
+            if verdict is None:
+                continue
+            kind, action = verdict
+            kind = "stray_routing" if kind == "stray_sessions" else kind
+            f = findings.setdefault((kind + ":routing", key_profile(key)),
+                                    Finding(kind, profile, key_profile(key), action=action))
+            f.routing_keys.append([scope, key])
+    if store.has_table("telegram_dm_topic_bindings"):
+        moving = {sid for f in findings.values() for sid in f.session_ids}
+        for key, sid in store.conn.execute("SELECT session_key, session_id FROM telegram_dm_topic_bindings"):
+            owner = key_profile(key)
+            if classify(owner) and sid not in moving:
+                f = findings.setdefault(("stray_bindings", owner), Finding("stray_bindings", profile, owner))
+                f.session_ids.append(sid)
+    return list(findings.values())
+
+
+def scan(home: Path | None = None, legacy_main: str | None = None) -> tuple[dict[str, Path], list[Finding]]:
+    stores = profile_stores(home)
+    known = existing_profiles(home)
+    out: list[Finding] = []
+    for profile, path in stores.items():
+        with open_store(path, readonly=True) as store:
+            out.extend(scan_store(store, profile, known, legacy_main))
+    return stores, out
+
+
+def snapshot(stores: dict[str, Path], home: Path | None = None) -> Path:
+    """Copies of every store through SQLite's backup API, in a timestamped folder."""
+    home = home or hermes_home()
+    folder = home / "state-snapshots" / time.strftime("repair-profiles-%Y%m%d-%H%M%S")
+    folder.mkdir(parents=True, exist_ok=False)
+    for profile, path in stores.items():
+        src = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        dst = apsw.Connection(str(folder / f"{profile}.state.db"))
+        with dst.backup("main", src, "main") as backup:
+            backup.step()
+        dst.close()
+        src.close()
+    return folder
+
+
+def _common_columns(src: Store, dst: Store, table: str) -> list[str]:
+    return [c for c in _ordered_columns(src, table) if dst.has_column(table, c)]
+
+
+def _ordered_columns(store: Store, table: str) -> list[str]:
+    return [r[1] for r in store.conn.execute(f"PRAGMA table_info({table})")]
+
+
+def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str] | None = None) -> None:
+    """Copy sessions (parents first), messages, usage and topic bindings; one transaction in *dst*."""
+    cols = _common_columns(src, dst, "sessions")
+    mcols = [c for c in _common_columns(src, dst, "messages") if c != "id"]
+    rows = []
+    for chunk in chunks(ids):
+        rows += src.rows(f"SELECT {', '.join(cols)} FROM sessions WHERE id IN ({ph(chunk)})", chunk)
+    order = {r["id"]: i for i, r in enumerate(rows)}
+    rows.sort(key=lambda r: (r.get("started_at") or 0, order[r["id"]]))
+    present = {r[0] for chunk in chunks(ids) for r in dst.conn.execute(
+        f"SELECT id FROM sessions WHERE id IN ({ph(chunk)})", chunk)}
+    with dst.write() as conn:
+        for r in rows:
+            if r["id"] in present:
+                continue
+            if r.get("parent_session_id") and r["parent_session_id"] not in order and not dst.scalar(
+                    "SELECT 1 FROM sessions WHERE id = ?", (r["parent_session_id"],)):
+                r["parent_session_id"] = None
+            if rekey and r.get("session_key", "") and r["session_key"].startswith(rekey[0]):
+                r["session_key"] = rekey[1] + r["session_key"][len(rekey[0]):]
+            if "system_prompt_hash" in r and r["system_prompt_hash"] and dst.has_table("system_prompts"):
+                text = src.scalar("SELECT prompt FROM system_prompts WHERE hash = ?", (r["system_prompt_hash"],))
+                if text is not None:
+                    conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)",
+                                 (r["system_prompt_hash"], text))
+            conn.execute(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({ph(cols)})", list(r.values()))
+            for m in src.iter_rows(f"SELECT {', '.join(mcols)} FROM messages WHERE session_id = ? ORDER BY id",
+                                   (r["id"],)):
+                conn.execute(f"INSERT INTO messages ({', '.join(mcols)}) VALUES ({ph(mcols)})", list(m.values()))
+            for table in ("session_model_usage", "telegram_dm_topic_bindings"):
+                if src.has_table(table) and dst.has_table(table):
+                    tcols = _common_columns(src, dst, table)
+                    for t in src.iter_rows(f"SELECT {', '.join(tcols)} FROM {table} WHERE session_id = ?",
+                                           (r["id"],)):
+                        if rekey and "session_key" in t and str(t["session_key"]).startswith(rekey[0]):
+                            t["session_key"] = rekey[1] + t["session_key"][len(rekey[0]):]
+                        conn.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(tcols)}) VALUES ({ph(tcols)})",
+                                     list(t.values()))
+
+
+def _complete_copy(src: Store, dst: Store, ids: list[str]) -> bool:
+    for sid in ids:
+        a = src.scalar("SELECT COUNT(*) FROM messages WHERE session_id = ?", (sid,))
+        b = dst.scalar("SELECT COUNT(*) FROM messages WHERE session_id = ?", (sid,))
+        if not dst.scalar("SELECT 1 FROM sessions WHERE id = ?", (sid,)) or a != b:
+            return False
+    return True
+
+
+def _move_routing(src: Store, dst: Store, keys: list[list[str]], rekey: tuple[str, str] | None = None) -> None:
+    cols = _common_columns(src, dst, "gateway_routing")
+    with dst.write() as conn:
+        for scope, key in keys:
+            for r in src.rows(f"SELECT {', '.join(cols)} FROM gateway_routing WHERE scope = ? AND session_key = ?",
+                              (scope, key)):
+                if rekey and r["session_key"].startswith(rekey[0]):
+                    r["session_key"] = rekey[1] + r["session_key"][len(rekey[0]):]
+                newer = dst.scalar("SELECT updated_at FROM gateway_routing WHERE scope = ? AND session_key = ?",
+                                   (r["scope"], r["session_key"]))
+                if newer is None or newer < r["updated_at"]:
+                    conn.execute(f"INSERT OR REPLACE INTO gateway_routing ({', '.join(cols)}) VALUES ({ph(cols)})",
+                                 list(r.values()))
+    with src.write() as conn:
+        for scope, key in keys:
+            conn.execute("DELETE FROM gateway_routing WHERE scope = ? AND session_key = ?", (scope, key))
+
+
+def apply(stores: dict[str, Path], findings: list[Finding]) -> list[dict[str, Any]]:
+    """Carry out every finding whose action is move or rekey; returns what was done."""
+    done = []
+    for f in findings:
+        if f.action not in ("move", "rekey"):
+            continue
+        src_path = stores[f.store]
+        if f.action == "rekey":
+            dst_path, rekey = src_path, ("agent:main:", f"agent:{f.store}:")
+        else:
+            target = DEFAULT if f.kind == "legacy_main" else f.owner
+            dst_path, rekey = stores.get(target), None
+            if dst_path is None:
+                continue  # the owner profile exists but has no store yet: leave it reported
+        with open_store(src_path) as src:
+            if f.action == "rekey":
+                _rekey_in_place(src, f, rekey)
+                done.append({**f.as_dict(), "to": f.store})
+                continue
+            with open_store(dst_path) as dst:
+                lost = _unmovable_tables(src, dst, f.session_ids)
+                if lost:
+                    done.append({**f.as_dict(), "to": str(dst_path), "skipped": True,
+                                 "reason": f"{dst_path} has no {', '.join(lost)} table to receive their rows "
+                                           "(Hermes creates it on first use); nothing moved"})
+                    continue
+                if f.session_ids:
+                    _copy_sessions(src, dst, f.session_ids)
+                    if not _complete_copy(src, dst, f.session_ids):
+                        raise RuntimeError(f"copy of {f.session_ids[:3]} into {dst_path} is incomplete; "
+                                           "stray rows were not removed")
+                    with src.write() as conn:
+                        delete_sessions(src, conn, f.session_ids)
+                if f.routing_keys:
+                    _move_routing(src, dst, f.routing_keys)
+        done.append({**f.as_dict(), "to": str(dst_path)})
+    return done
+
+
+def _unmovable_tables(src: Store, dst: Store, ids: list[str]) -> list[str]:
+    """Side tables with rows for *ids* that the target store lacks: moving would drop those rows."""
+    lost = []
+    for table in ("telegram_dm_topic_bindings", "session_model_usage"):
+        if src.has_table(table) and not dst.has_table(table) and any(
+                src.scalar(f"SELECT 1 FROM {table} WHERE session_id IN ({ph(c)}) LIMIT 1", c) for c in chunks(ids)):
+            lost.append(table)
+    return lost
+
+
+def _rekey_in_place(store: Store, f: Finding, rekey: tuple[str, str]) -> None:
+    old, new = rekey
+    with store.write() as conn:
+        for chunk in chunks(f.session_ids):
+            conn.execute(f"UPDATE sessions SET session_key = ? || substr(session_key, ?) "
+                         f"WHERE id IN ({ph(chunk)}) AND session_key LIKE ?", [new, len(old) + 1, *chunk, old + "%"])
+            if store.has_column("sessions", "profile_name"):
+                conn.execute(f"UPDATE sessions SET profile_name = ? WHERE id IN ({ph(chunk)}) "
+                             f"AND profile_name IN ('default', 'main')", [f.store, *chunk])
+        if f.routing_keys and store.has_table("gateway_routing"):
+            for scope, key in f.routing_keys:
+                conn.execute("UPDATE OR REPLACE gateway_routing SET session_key = ? WHERE scope = ? AND session_key = ?",
+                             (new + key[len(old):], scope, key))
+        if store.has_table("telegram_dm_topic_bindings"):
+            conn.execute("UPDATE telegram_dm_topic_bindings SET session_key = ? || substr(session_key, ?) "
+                         "WHERE session_key LIKE ?", (new, len(old) + 1, old + "%"))

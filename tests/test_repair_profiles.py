@@ -1,0 +1,139 @@
+"""repair-profiles on a HERMES_HOME with several profiles seeded with each kind of mix-up."""
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import file_hash, run_subprocess
+from tests.storegen import StoreBuilder
+
+
+def rows(path, sql, *params):
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def home(hermes_home):
+    default = hermes_home / "state.db"
+    coder = hermes_home / "profiles" / "coder" / "state.db"
+    writer = hermes_home / "profiles" / "writer" / "state.db"
+    with StoreBuilder(default) as b:
+        b.session("mine", session_key="agent:main:telegram:dm:7", age=1)
+        b.session("c1", source="telegram", session_key="agent:coder:telegram:dm:1", age=1, messages=4)
+        b.session("c1_sub", source="subagent", parent="c1", model_config={"_delegate_from": "c1"}, age=1)
+        b.usage("c1")
+        b.session("ghost1", source="telegram", session_key="agent:ghost:telegram:dm:9", age=1)
+        b.db.save_gateway_routing_entry("agent:coder:telegram:dm:1", json.dumps({"session_id": "c1"}))
+        b.db.apply_telegram_topic_migration()
+        b.raw.execute("INSERT INTO telegram_dm_topic_bindings VALUES ('1', '5', 'u', 'agent:coder:telegram:dm:1', "
+                      "'c1', 'auto', 1, 1)")
+    with StoreBuilder(coder) as b:
+        b.db.apply_telegram_topic_migration()
+        b.session("own", session_key="agent:coder:discord:group:3", age=1)
+        b.session("legacy1", source="discord", session_key="agent:main:discord:group:4", age=1, messages=2)
+    with StoreBuilder(writer) as b:
+        b.session("pn1", age=1, profile_name="coder", messages=3)
+    return hermes_home
+
+
+def cli_json(*args):
+    result = run_subprocess("repair-profiles", "--json", *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def kinds(report):
+    return {(f["kind"], f["store"], f["owner"], tuple(f["session_ids"]), f["action"]) for f in report["findings"]}
+
+
+def test_report_only_writes_nothing(home):
+    paths = list(home.rglob("state.db"))
+    before = {p: file_hash(p) for p in paths}
+    r = cli_json()
+    found = kinds(r)
+    assert ("stray_sessions", "default", "coder", ("c1", "c1_sub"), "move") in found
+    assert ("missing_profile", "default", "ghost", ("ghost1",), "report") in found
+    assert ("legacy_main", "coder", "default", ("legacy1",), "report") in found
+    assert ("stray_sessions", "writer", "coder", ("pn1",), "move") in found
+    assert any(f["kind"] == "stray_routing" and f["routing_keys"] == [["", "agent:coder:telegram:dm:1"]]
+               for f in r["findings"])
+    assert {p: file_hash(p) for p in paths} == before
+
+
+def test_apply_moves_snapshots_and_is_idempotent(home):
+    default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"
+    r = cli_json("--apply", "--yes")
+    snap = r["snapshot"]
+    for name in ("default", "coder", "writer"):
+        conn = sqlite3.connect(f"{snap}/{name}.state.db")
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        conn.close()
+    assert rows(f"{snap}/default.state.db", "SELECT COUNT(*) FROM sessions WHERE id='c1'") == [(1,)]
+    assert rows(default, "SELECT id FROM sessions ORDER BY id") == [("ghost1",), ("mine",)]
+    assert {r[0] for r in rows(coder, "SELECT id FROM sessions")} == {"own", "legacy1", "c1", "c1_sub", "pn1"}
+    assert rows(coder, "SELECT COUNT(*) FROM messages WHERE session_id='c1'") == [(4,)]
+    # search finds the moved messages in their new store (c1's 4 and c1_sub's 2)
+    assert rows(coder, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'c1'") == [(6,)]
+    assert rows(coder, "SELECT parent_session_id FROM sessions WHERE id='c1_sub'") == [("c1",)]
+    assert rows(coder, "SELECT session_id FROM session_model_usage") == [("c1",)]
+    assert rows(coder, "SELECT session_key FROM gateway_routing") == [("agent:coder:telegram:dm:1",)]
+    assert rows(default, "SELECT COUNT(*) FROM gateway_routing") == [(0,)]
+    assert rows(coder, "SELECT session_id FROM telegram_dm_topic_bindings") == [("c1",)]
+    assert rows(home / "profiles" / "writer" / "state.db", "SELECT COUNT(*) FROM sessions") == [(0,)]
+    again = cli_json("--apply", "--yes")
+    assert not [f for f in again["findings"] if f["action"] != "report"] and again["snapshot"] is None
+
+
+def test_legacy_main_rekey_and_move(home):
+    coder, default = home / "profiles" / "coder" / "state.db", home / "state.db"
+    cli_json("--apply", "--yes", "--legacy-main", "rekey")
+    assert rows(coder, "SELECT session_key FROM sessions WHERE id='legacy1'") == [("agent:coder:discord:group:4",)]
+    assert not [f for f in cli_json()["findings"] if f["kind"] == "legacy_main"]
+
+
+def test_legacy_main_move(home):
+    coder, default = home / "profiles" / "coder" / "state.db", home / "state.db"
+    cli_json("--apply", "--yes", "--legacy-main", "move")
+    assert rows(coder, "SELECT COUNT(*) FROM sessions WHERE id='legacy1'") == [(0,)]
+    assert rows(default, "SELECT session_key FROM sessions WHERE id='legacy1'") == [("agent:main:discord:group:4",)]
+
+
+def test_apply_refused_while_a_store_is_held(home):
+    writer = home / "profiles" / "writer" / "state.db"
+    code = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM sessions').fetchall();"
+            "print('ready', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(writer)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        result = run_subprocess("repair-profiles", "--apply", "--yes")
+        assert result.returncode == 1 and f"pid {proc.pid}" in result.stderr
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert rows(home / "state.db", "SELECT COUNT(*) FROM sessions WHERE id='c1'") == [(1,)]
+
+
+def test_apply_without_terminal_or_yes_refused(home):
+    result = run_subprocess("repair-profiles", "--apply")
+    assert result.returncode == 2 and "not a terminal" in result.stderr
+
+
+def test_move_that_would_drop_bindings_is_skipped(hermes_home):
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("c1", session_key="agent:coder:telegram:dm:1", age=1)
+        b.db.apply_telegram_topic_migration()
+        b.raw.execute("INSERT INTO telegram_dm_topic_bindings VALUES ('1', '5', 'u', 'agent:coder:telegram:dm:1', "
+                      "'c1', 'auto', 1, 1)")
+    with StoreBuilder(hermes_home / "profiles" / "coder" / "state.db") as b:
+        b.session("own", age=1)
+    r = cli_json("--apply", "--yes")
+    assert r["applied"][0]["skipped"] and "telegram_dm_topic_bindings" in r["applied"][0]["reason"]
+    assert rows(hermes_home / "state.db", "SELECT session_id FROM telegram_dm_topic_bindings") == [("c1",)]
