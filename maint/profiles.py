@@ -320,8 +320,8 @@ def _rekey_in_place(store: Store, f: Finding, rekey: tuple[str, str]) -> None:
                              f"AND profile_name IN ('default', 'main')", [f.store, *chunk])
         if f.routing_keys and store.has_table("gateway_routing"):
             for scope, key in f.routing_keys:
-                conn.execute("UPDATE OR REPLACE gateway_routing SET session_key = ? WHERE scope = ? AND session_key = ?",
-                             (new + key[len(old):], scope, key))
+                conn.execute("UPDATE OR REPLACE gateway_routing SET session_key = ? "
+                             "WHERE scope = ? AND session_key = ?", (new + key[len(old):], scope, key))
         if store.has_table("telegram_dm_topic_bindings"):
             conn.execute("UPDATE telegram_dm_topic_bindings SET session_key = ? || substr(session_key, ?) "
                          "WHERE session_key LIKE ?", (new, len(old) + 1, old + "%"))

@@ -91,8 +91,8 @@ def test_apply_moves_snapshots_and_is_idempotent(home):
     assert not [f for f in again["findings"] if f["action"] != "report"] and again["snapshot"] is None
 
 
-def test_legacy_main_rekey_and_move(home):
-    coder, default = home / "profiles" / "coder" / "state.db", home / "state.db"
+def test_legacy_main_rekey(home):
+    coder = home / "profiles" / "coder" / "state.db"
     cli_json("--apply", "--yes", "--legacy-main", "rekey")
     assert rows(coder, "SELECT session_key FROM sessions WHERE id='legacy1'") == [("agent:coder:discord:group:4",)]
     assert not [f for f in cli_json()["findings"] if f["kind"] == "legacy_main"]
