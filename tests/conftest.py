@@ -108,3 +108,21 @@ class LockHolder:
     def __exit__(self, *exc):
         self.proc.stdin.close()
         self.proc.wait(timeout=30)
+
+
+def query(path, sql, *params):
+    """Rows of one query on a store, through a short-lived standard-library connection."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def run_json(cli, command, path, *args):
+    """A destructive command with --yes --json through the CLI runner; its parsed report."""
+    result = cli(command, "--db", path, "--yes", "--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)

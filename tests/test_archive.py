@@ -1,23 +1,13 @@
 """archive: flag only, lineage through its tip, open skipped and counted, re-run is a no-op."""
 
-import json
-import sqlite3
-
-from tests.conftest import file_hash
+from tests.conftest import file_hash, query, run_json
 
 
-def rows(path, sql):
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
+rows = query
 
 
 def archive_yes(cli, path, *args):
-    result = cli("archive", "--db", path, "--yes", "--json", *args)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    return run_json(cli, "archive", path, *args)
 
 
 def test_bare_archive_is_refused(make_store, cli):

@@ -1,27 +1,20 @@
 """prune's rules on real stores: what goes, what never goes, and how it asks."""
 
-import json
 import sqlite3
 
 from maint.batching import Batcher
 from maint.filters import parse_filters
 from maint.prune import execute_prune, plan_prune
 from maint.store import open_store
-from tests.conftest import file_hash, session_ids
+from tests.conftest import file_hash, query, run_json, session_ids
 
 
 def q(path, sql, *params):
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
+    return query(path, sql, *params)
 
 
 def prune_yes(cli, path, *args):
-    result = cli("prune", "--db", path, "--yes", "--json", *args)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    return run_json(cli, "prune", path, *args)
 
 
 def test_bare_prune_deletes_ended_sessions_inactive_90_days(make_store, cli, layout):

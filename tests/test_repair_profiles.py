@@ -7,16 +7,11 @@ import sys
 
 import pytest
 
-from tests.conftest import file_hash, run_subprocess
+from tests.conftest import file_hash, query, run_subprocess
 from tests.storegen import StoreBuilder
 
 
-def rows(path, sql, *params):
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
+rows = query
 
 
 @pytest.fixture
