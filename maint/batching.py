@@ -20,7 +20,7 @@ U = TypeVar("U")
 # Set by the job loop on SIGTERM/SIGINT: bulk work stops after the batch in flight.
 CANCEL = threading.Event()
 
-DEFAULT_TARGET_S = 0.09
+DEFAULT_TARGET_S = 0.05
 # After each commit we pause so a writer sleeping in SQLite's busy handler
 # (it polls every 1-25 ms early on, every 50-100 ms later) finds the lock free.
 # The pause ends as soon as another connection commits; when nobody has
