@@ -12,6 +12,7 @@ except ImportError:  # pragma: no cover - older typer on upstream click
 from maint import __version__
 from maint.commands.archive_cmd import archive
 from maint.commands.autoprune_cmd import autoprune
+from maint.commands.export_cmd import export
 from maint.commands.jobs_cmd import jobs_app
 from maint.commands.journal_cmd import set_journal_mode
 from maint.commands.optimize_cmd import optimize
@@ -53,6 +54,7 @@ app.command("prune")(prune)
 app.command("archive")(archive)
 app.command("stats")(stats)
 app.command("list")(list_sessions)
+app.command("export")(export)
 app.command("optimize")(optimize)
 app.command("sweep")(sweep)
 app.command("autoprune")(autoprune)

@@ -1,0 +1,236 @@
+"""hermes-maint export: thin CLI over the export modules."""
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from maint import lineage as lin
+from maint.catalog import load_sessions
+from maint.commands.common import DryRunOpt, JsonOpt, command, emit_json, filter_options, resolve
+from maint.config import load_config
+from maint.errors import MaintError, UsageError
+from maint.export_delete import delete_if_unchanged, family, fingerprint, refuse_if_busy, verify_files
+from maint.export_files import atomic_text, inside, safe_name
+from maint.export_render import (iso_time, iter_user_prompts, render_document, render_html, write_jsonl_session,
+                                 write_trace)
+from maint.export_select import select_sessions
+from maint.filters import parse_filters
+from maint.paths import hermes_home
+from maint.store import open_store
+from maint.transcript import stored_count
+
+FORMATS = ("jsonl", "md", "qmd", "html", "trace")
+
+
+def _target_file(output: Optional[str], default_name: str) -> str:
+    """``-`` (or nothing) is stdout; an existing directory or a path ending in / gets *default_name*."""
+    if not output or output == "-":
+        return "-"
+    if output.endswith(("/", os.sep)) or Path(output).expanduser().is_dir():
+        folder = Path(output).expanduser()
+        folder.mkdir(parents=True, exist_ok=True)
+        return str(inside(folder, default_name))
+    path = Path(output).expanduser()
+    if not path.parent.is_dir():
+        raise UsageError(f"OUTPUT: folder {path.parent} does not exist (expected an existing folder, a file "
+                         "path in one, or -)")
+    return str(path)
+
+
+def _folder(output: Optional[str]) -> Path:
+    folder = Path(output).expanduser() if output and output != "-" else hermes_home() / "session-exports"
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"OUTPUT: {folder} is a file; md/qmd/trace bulk exports need a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@filter_options
+@command
+def export(
+    targets: dict,
+    filters: dict,
+    output: Annotated[Optional[str], typer.Argument(help="File, folder, or - for stdout.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="jsonl | md | qmd | html | trace")] = "jsonl",
+    session_id: Annotated[Optional[str], typer.Option("--session-id", help="One session (unique prefix ok).")] = None,
+    only: Annotated[Optional[str], typer.Option("--only", help="user-prompts: just the prompts (jsonl or md).")] = None,
+    lineage: Annotated[str, typer.Option("--lineage", help="segment | logical (md/qmd: a whole compression "
+                                                           "lineage as one document).")] = "segment",
+    redact: Annotated[Optional[bool], typer.Option("--redact/--no-redact",
+                                                   help="Mask secrets (default: on for trace, off otherwise).")] = None,
+    upload: Annotated[bool, typer.Option("--upload", help="trace: upload to your private HF dataset.")] = False,
+    public: Annotated[bool, typer.Option("--public", help="trace upload: allow a public dataset.")] = False,
+    delete_after_verified: Annotated[bool, typer.Option("--delete-after-verified",
+                                                        help="With --session-id and --yes: delete the session "
+                                                             "once its export is proven.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Required with --delete-after-verified.")] = False,
+    dry_run: DryRunOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Export sessions: jsonl backups, md/qmd documents with a manifest, standalone html, or traces.
+
+    Bulk filters take ended sessions (pinned and archived included); no filter exports everything.
+    """
+    if fmt not in FORMATS:
+        raise UsageError(f"--format: bad value {fmt!r} (expected one of {', '.join(FORMATS)})")
+    if only not in (None, "user-prompts"):
+        raise UsageError(f"--only: bad value {only!r} (expected user-prompts)")
+    if only and fmt not in ("jsonl", "md"):
+        raise UsageError("--only user-prompts works with --format jsonl or md")
+    if lineage not in ("segment", "logical"):
+        raise UsageError(f"--lineage: bad value {lineage!r} (expected segment or logical)")
+    if (upload or public) and fmt != "trace":
+        raise UsageError("--upload/--public only apply to --format trace")
+    if delete_after_verified:
+        if not session_id or not yes:
+            raise UsageError("--delete-after-verified needs --session-id and --yes")
+        if fmt not in ("jsonl", "md", "qmd") or only:
+            raise UsageError("--delete-after-verified works with --format jsonl, md or qmd (full transcripts)")
+    spec = parse_filters(filters)
+    if fmt in ("md", "qmd") and not session_id and spec.is_empty:
+        raise UsageError(f"--format {fmt} bulk export needs at least one filter (or --session-id)")
+    do_redact = (fmt == "trace") if redact is None else redact
+    target = resolve(targets)[0]
+    cfg = load_config()
+
+    with open_store(target.path, readonly=not delete_after_verified) as store:
+        chosen = select_sessions(store, session_id, spec)
+        if delete_after_verified:
+            refuse_if_busy(store, family(store, chosen[0].id))
+            chosen = [s for s in load_sessions(store).values() if s.id in set(family(store, chosen[0].id))]
+            chosen.sort(key=lambda s: s.id != session_id and s.started_at)
+        cap = cfg.session("max_export_messages")
+        if fmt == "jsonl" and not only and isinstance(cap, int) and cap > 0:
+            for s in chosen:
+                n = stored_count(store, s.id)
+                if n > cap:
+                    raise MaintError(f"session {s.id} has {n} stored messages, more than "
+                                     f"sessions.max_export_messages={cap}; raise the setting (0 = no cap) "
+                                     "or export it as md/qmd")
+        plan = _plan(store, chosen, fmt, output, only, lineage, bool(session_id))
+        if dry_run:
+            report = {"dry_run": True, "format": fmt, "sessions": [s.id for s in chosen],
+                      "files": [p["path"] for p in plan]}
+            emit_json(report) if as_json else [typer.echo(f"would write {p['path']}  ({', '.join(p['ids'])})")
+                                               for p in plan]
+            return
+        stamp = iso_time(__import__("time").time())
+        written = [_write(store, entry, fmt, only, do_redact, stamp) for entry in plan]
+        manifest = _manifest(written, fmt)
+        report = {"dry_run": False, "format": fmt, "sessions": [s.id for s in chosen],
+                  "files": [w["path"] for w in written], "manifest": manifest, "uploaded": [], "deleted": []}
+        if delete_after_verified:
+            report["deleted"] = _verified_delete(store, written, fmt, only, do_redact, stamp)
+    if upload:
+        from maint.hf_upload import upload_traces
+
+        files = [(w["ids"][0], Path(w["path"])) for w in written if w["path"] != "-"]
+        if not files:
+            raise UsageError("--upload needs a trace file (give OUTPUT instead of -)")
+        report["uploaded"] = upload_traces(files, public=public)
+    if as_json:
+        emit_json(report)
+    elif any(w["path"] != "-" for w in written):
+        for w in written:
+            typer.echo(f"wrote {w['path']}  ({w['messages']} messages, sha256 {w['sha256'][:12]}…)", err=True)
+        for u in report["uploaded"]:
+            typer.echo(f"uploaded {u}", err=True)
+        if report["deleted"]:
+            typer.echo(f"verified and deleted {len(report['deleted'])} session(s): {', '.join(report['deleted'])}",
+                       err=True)
+
+
+def _plan(store, chosen, fmt, output, only, lineage, single) -> list[dict]:
+    """What files will be written and which sessions go in each."""
+    if fmt == "html":
+        return [{"path": _target_file(output, "hermes_sessions.html"), "ids": [s.id for s in chosen]}]
+    if fmt == "jsonl":
+        name = f"hermes_session_{safe_name(chosen[0].id, '')}.jsonl" if single else "hermes_sessions.jsonl"
+        if single and len(chosen) > 1:  # delete-after-verified: one file per family member
+            folder = _folder(output)
+            return [{"path": str(inside(folder, safe_name(s.id, ".jsonl"))), "ids": [s.id]} for s in chosen]
+        return [{"path": _target_file(output, name), "ids": [s.id for s in chosen]}]
+    if fmt == "trace":
+        if len(chosen) == 1:
+            return [{"path": _target_file(output, safe_name(chosen[0].id, ".trace.jsonl")), "ids": [chosen[0].id]}]
+        folder = _folder(output)
+        return [{"path": str(inside(folder, safe_name(s.id, ".trace.jsonl"))), "ids": [s.id]} for s in chosen]
+    folder = _folder(output)
+    suffix = ".prompts.md" if only else f".{fmt}"
+    if lineage == "logical":
+        tree = lin.build(load_sessions(store))
+        groups, seen = [], set()
+        for s in chosen:
+            key = tree.chain_of[s.id]
+            if key not in seen:
+                seen.add(key)
+                groups.append(tree.chains[key].ids)
+        return [{"path": str(inside(folder, safe_name(ids[0], suffix))), "ids": ids, "lineage": ids}
+                for ids in groups]
+    return [{"path": str(inside(folder, safe_name(s.id, suffix))), "ids": [s.id]} for s in chosen]
+
+
+def _render(store, entry, fmt, only, redact, stamp, write) -> int:
+    sessions = load_sessions(store)
+    if fmt == "jsonl":
+        if only:
+            n = 0
+            for sid in entry["ids"]:
+                for rec in iter_user_prompts(store, sid, redact):
+                    write(json.dumps(rec, ensure_ascii=False) + "\n")
+                    n += 1
+            return n
+        return sum(write_jsonl_session(store, sid, write, redact) for sid in entry["ids"])
+    if fmt == "trace":
+        return write_trace(store, sessions[entry["ids"][0]], write, redact)
+    if fmt == "html":
+        return render_html(store, [sessions[sid] for sid in entry["ids"]], write, redact)
+    doc_fmt = "prompts.md" if only else fmt
+    return render_document(store, doc_fmt, entry["ids"], write, redact, sessions[entry["ids"][0]], stamp)
+
+
+def _write(store, entry, fmt, only, redact, stamp) -> dict:
+    with store.snapshot():
+        with atomic_text(entry["path"]) as sink:
+            n = _render(store, entry, fmt, only, redact, stamp, sink.write)
+        prints = {sid: fingerprint(store, sid) for sid in entry["ids"]}
+    return {**entry, "messages": n, "sha256": sink.digest.hexdigest(), "fingerprints": prints}
+
+
+def _manifest(written: list[dict], fmt: str) -> Optional[str]:
+    files = [w for w in written if w["path"] != "-"]
+    if fmt not in ("md", "qmd") or not files:
+        return None
+    folder = Path(files[0]["path"]).parent
+    path = folder / "manifest.jsonl"
+    existing = []
+    if path.exists():
+        names = {Path(w["path"]).name for w in files}
+        existing = [line for line in path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("path") not in names]
+    with atomic_text(path) as sink:
+        for line in existing:
+            sink.write(line + "\n")
+        for w in files:
+            sink.write(json.dumps({"path": Path(w["path"]).name, "messages": w["messages"],
+                                   "lineage_ids": w.get("lineage", w["ids"]), "sha256": w["sha256"]}) + "\n")
+    return str(path)
+
+
+def _verified_delete(store, written, fmt, only, redact, stamp) -> list[str]:
+    import hashlib
+
+    def rerender(entry: dict) -> str:
+        h = hashlib.sha256()
+        with store.snapshot():
+            _render(store, entry, fmt, only, redact, stamp, lambda t: h.update(t.encode("utf-8")))
+        return h.hexdigest()
+
+    verify_files(written, rerender)
+    ids = [sid for w in written for sid in w["ids"]]
+    prints = {sid: p for w in written for sid, p in w["fingerprints"].items()}
+    delete_if_unchanged(store, ids, prints)
+    return ids

@@ -1,0 +1,73 @@
+"""Writing export files safely: inside the output folder, 0600, never half-written under the final name."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import sys
+from pathlib import Path
+from typing import IO
+from collections.abc import Iterator
+
+from maint.errors import MaintError
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def safe_name(session_id: str, suffix: str) -> str:
+    """A file name from a session id that can never contain a path separator or '..'."""
+    name = _SAFE.sub("_", session_id).lstrip(".") or "session"
+    return f"{name}{suffix}"
+
+
+def inside(folder: Path, name: str) -> Path:
+    target = (folder / name).resolve()
+    if target.parent != folder.resolve():
+        raise MaintError(f"refusing to write {name!r} outside {folder}")
+    return target
+
+
+class Sink:
+    """A file written through a temporary name and renamed into place on success, with its SHA-256."""
+
+    def __init__(self, fh: IO[str], digest: hashlib._Hash):
+        self.fh, self.digest = fh, digest
+
+    def write(self, text: str) -> None:
+        data = text.encode("utf-8")
+        self.digest.update(data)
+        self.fh.write(text)
+
+
+@contextlib.contextmanager
+def atomic_text(path: Path | str) -> Iterator[Sink]:
+    """``-`` is stdout; anything else is created 0600 as ``.<name>.partial`` and renamed when done."""
+    if str(path) == "-":
+        yield Sink(sys.stdout, hashlib.sha256())
+        sys.stdout.flush()
+        return
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.partial")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            sink = Sink(fh, hashlib.sha256())
+            yield sink
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        os.chmod(path, 0o600)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

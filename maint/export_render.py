@@ -1,0 +1,222 @@
+"""Rendering sessions for export: JSON lines, user prompts, Markdown/QMD/HTML documents, traces.
+
+Every renderer takes rows as they stream from the store and writes pieces to a
+sink, so one session never has to fit in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import datetime, UTC
+from pathlib import Path
+from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from maint.catalog import SessionInfo
+from maint.redact import redact_row, redact_text
+from maint.store import Store
+from maint.transcript import Timings, iter_messages
+
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+if not (TEMPLATE_DIR / "session.md.j2").exists():  # a source checkout keeps them at the top level
+    TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+
+def environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(str(TEMPLATE_DIR)), autoescape=select_autoescape(["html.j2"]),
+                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["when"] = iso_time
+    env.filters["tool_calls"] = tool_call_names
+    return env
+
+
+def iso_time(ts: Any) -> str:
+    if not isinstance(ts, (int, float)):
+        return ""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def tool_call_names(raw: Any) -> str:
+    try:
+        calls = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return str(raw)
+    if not isinstance(calls, list):
+        return ""
+    names = [(c.get("function") or {}).get("name") or c.get("name") or "tool" for c in calls if isinstance(c, dict)]
+    return ", ".join(names)
+
+
+def session_row(store: Store, session_id: str) -> dict[str, Any]:
+    return store.rows("SELECT * FROM sessions WHERE id = ?", (session_id,))[0]
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, default=str)
+
+
+# -- JSON lines backup --------------------------------------------------------------------------
+
+def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], None], redact: bool) -> int:
+    """One line: the full session row, every stored message (flags included), and its timings."""
+    row = session_row(store, session_id)
+    if redact:
+        row = redact_row(row)
+    head = _dumps(row)
+    write(head[:-1] + (', "messages": [' if len(row) else '"messages": ['))
+    timings = Timings()
+    n = 0
+    for msg in iter_messages(store, session_id):
+        timings.add(msg)
+        write(("," if n else "") + _dumps(redact_row(msg) if redact else msg))
+        n += 1
+    write('], "timings": ' + _dumps(timings.block()) + "}\n")
+    return n
+
+
+def iter_user_prompts(store: Store, session_id: str, redact: bool) -> Iterator[dict[str, Any]]:
+    index = 0
+    for msg in iter_messages(store, session_id, display=True):
+        if msg.get("role") != "user" or not isinstance(msg.get("content"), str):
+            continue
+        text = redact_text(msg["content"]) if redact else msg["content"]
+        yield {"session_id": session_id, "index": index, "timestamp": msg.get("timestamp"), "text": text}
+        index += 1
+
+
+# -- documents (md / qmd / html) ----------------------------------------------------------------
+
+def display_messages(store: Store, ids: Iterable[str], redact: bool) -> Iterator[dict[str, Any]]:
+    for sid in ids:
+        for msg in iter_messages(store, sid, display=True):
+            if msg.get("role") == "system":
+                continue
+            yield redact_row(msg) if redact else msg
+
+
+def render_document(store: Store, fmt: str, lineage_ids: list[str], write: Callable[[str], None],
+                    redact: bool, session: SessionInfo, exported_at: str) -> int:
+    """One md/qmd document for a session (or a whole compression lineage); returns messages written."""
+    counter = _Counter(display_messages(store, lineage_ids, redact))
+    meta = session_row(store, session.id)
+    if redact:
+        meta = redact_row(meta)
+    template = environment().get_template(f"session.{fmt}.j2")
+    for chunk in template.generate(session=meta, lineage_ids=lineage_ids, messages=counter,
+                                   exported_at=exported_at):
+        write(chunk)
+    return counter.count
+
+
+def render_html(store: Store, sessions: list[SessionInfo], write: Callable[[str], None], redact: bool) -> int:
+    counter = _Counter([])
+    metas = [redact_row(session_row(store, s.id)) if redact else session_row(store, s.id) for s in sessions]
+
+    def messages_of(sid: str) -> Iterator[dict[str, Any]]:
+        counter.iterable = display_messages(store, [sid], redact)
+        yield from counter
+
+    template = environment().get_template("export.html.j2")
+    for chunk in template.generate(sessions=metas, messages_of=messages_of, exported_at=iso_time(time.time())):
+        write(chunk)
+    return counter.count
+
+
+class _Counter:
+    """Iterates and counts, so a template can stream rows while we learn how many it wrote."""
+
+    def __init__(self, iterable: Iterable[dict[str, Any]]):
+        self.iterable, self.count = iterable, 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for item in self.iterable:
+            self.count += 1
+            yield item
+
+
+# -- Claude Code trace --------------------------------------------------------------------------
+
+def _blocks(content: Any, redact: bool) -> list[dict[str, Any]]:
+    if content is None or content == "":
+        return []
+    if isinstance(content, str):
+        try:
+            parsed = json.loads(content) if content.startswith("[") else None
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, list):
+            content = parsed
+        else:
+            return [{"type": "text", "text": redact_text(content) if redact else content}]
+    out = []
+    for part in content if isinstance(content, list) else [content]:
+        if isinstance(part, dict) and part.get("type") == "text":
+            text = part.get("text", "")
+            out.append({"type": "text", "text": redact_text(text) if redact else text})
+        elif isinstance(part, dict) and part.get("type") in ("image_url", "image"):
+            out.append({"type": "text", "text": "[image omitted]"})
+        else:
+            text = _dumps(part)
+            out.append({"type": "text", "text": redact_text(text) if redact else text})
+    return out
+
+
+def _tool_uses(raw: Any, redact: bool) -> list[dict[str, Any]]:
+    try:
+        calls = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return []
+    out = []
+    for call in calls if isinstance(calls, list) else []:
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") or {}
+        args = fn.get("arguments")
+        try:
+            parsed = json.loads(args) if isinstance(args, str) and args.strip() else (args or {})
+        except ValueError:
+            parsed = {"_raw": args}
+        if redact:
+            parsed = json.loads(redact_text(_dumps(parsed))) if parsed else parsed
+        out.append({"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:16]}",
+                    "name": fn.get("name") or call.get("name") or "tool", "input": parsed})
+    return out
+
+
+def write_trace(store: Store, session: SessionInfo, write: Callable[[str], None], redact: bool) -> int:
+    """Claude Code JSONL, the shape the Hugging Face Agent Trace Viewer detects.
+
+    uuids are derived from the session and message ids, so the same store renders the same trace.
+    """
+    parent = None
+    n = 0
+    common = {"isSidechain": False, "userType": "external", "cwd": session.cwd or "", "sessionId": session.id,
+              "version": "hermes-agent", "gitBranch": session.git_branch or ""}
+    for msg in iter_messages(store, session.id, display=True):
+        role = msg.get("role")
+        if role == "system":
+            continue
+        turn = str(uuid.uuid5(uuid.NAMESPACE_URL, f"hermes:{session.id}:{msg.get('id')}"))
+        entry = {"parentUuid": parent, **common, "uuid": turn, "timestamp": iso_time(msg.get("timestamp"))}
+        if role == "assistant":
+            blocks = _blocks(msg.get("content"), redact) + _tool_uses(msg.get("tool_calls"), redact)
+            entry.update(type="assistant", message={"role": "assistant", "model": session.model or "unknown",
+                                                    "content": blocks or [{"type": "text", "text": ""}]})
+        elif role == "tool":
+            content = msg.get("content") if isinstance(msg.get("content"), str) else _dumps(msg.get("content"))
+            entry.update(type="user", message={"role": "user", "content": [{
+                "type": "tool_result", "tool_use_id": msg.get("tool_call_id") or msg.get("tool_name") or "tool",
+                "content": redact_text(content) if redact else content}]})
+        else:
+            content = msg.get("content")
+            body: Any = (redact_text(content) if redact else content) if isinstance(content, str) \
+                else _blocks(content, redact)
+            entry.update(type="user", message={"role": "user", "content": body})
+        write(_dumps(entry) + "\n")
+        parent = turn
+        n += 1
+    return n

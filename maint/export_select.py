@@ -1,0 +1,35 @@
+"""Which sessions an export takes: one named session, or the shared filters over ended ones.
+
+Bulk filters take ended sessions only; pinned and archived sessions that match
+are included (a backup keeps protected rows). No filter at all takes everything.
+"""
+
+from __future__ import annotations
+
+import time
+
+from maint.catalog import SessionInfo, load_sessions
+from maint.errors import MaintError, UsageError
+from maint.filters import Filters
+from maint.prompts import resolve_session
+from maint.store import Store
+
+
+def select_sessions(store: Store, session_id: str | None, filters: Filters,
+                    now: float | None = None) -> list[SessionInfo]:
+    now = time.time() if now is None else now
+    if session_id is not None and not filters.is_empty:
+        raise UsageError("--session-id cannot be combined with filters (use one or the other)")
+    with store.snapshot():
+        sessions = load_sessions(store, now)
+        if session_id is not None:
+            try:
+                sid = resolve_session(store, session_id)
+            except UsageError as exc:
+                raise MaintError(str(exc)) from None
+            return [sessions[sid]]
+    if filters.is_empty:
+        chosen = list(sessions.values())
+    else:
+        chosen = [s for s in sessions.values() if not s.is_open and filters.matches(s)]
+    return sorted(chosen, key=lambda s: (s.started_at, s.id))
