@@ -26,6 +26,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/prune_bench.py
 	$(BIN)/python bench/sweep_bench.py
+	$(BIN)/python bench/export_bench.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check maint tests bench

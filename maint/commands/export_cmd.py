@@ -74,6 +74,7 @@ def export(
 
     Bulk filters take ended sessions (pinned and archived included); no filter exports everything.
     """
+    _CATALOG.clear()
     if fmt not in FORMATS:
         raise UsageError(f"--format: bad value {fmt!r} (expected one of {', '.join(FORMATS)})")
     if only not in (None, "user-prompts"):
@@ -110,7 +111,7 @@ def export(
                     raise MaintError(f"session {s.id} has {n} stored messages, more than "
                                      f"sessions.max_export_messages={cap}; raise the setting (0 = no cap) "
                                      "or export it as md/qmd")
-        plan = _plan(store, chosen, fmt, output, only, lineage, bool(session_id))
+        plan = _plan(store, chosen, fmt, output, only, lineage, bool(session_id), delete_after_verified)
         if dry_run:
             report = {"dry_run": True, "format": fmt, "sessions": [s.id for s in chosen],
                       "files": [p["path"] for p in plan]}
@@ -143,18 +144,18 @@ def export(
                        err=True)
 
 
-def _plan(store, chosen, fmt, output, only, lineage, single) -> list[dict]:
+def _plan(store, chosen, fmt, output, only, lineage, single, per_session=False) -> list[dict]:
     """What files will be written and which sessions go in each."""
     if fmt == "html":
         return [{"path": _target_file(output, "hermes_sessions.html"), "ids": [s.id for s in chosen]}]
     if fmt == "jsonl":
         name = f"hermes_session_{safe_name(chosen[0].id, '')}.jsonl" if single else "hermes_sessions.jsonl"
-        if single and len(chosen) > 1:  # delete-after-verified: one file per family member
+        if per_session:  # delete-after-verified: one file per family member, in a folder
             folder = _folder(output)
             return [{"path": str(inside(folder, safe_name(s.id, ".jsonl"))), "ids": [s.id]} for s in chosen]
         return [{"path": _target_file(output, name), "ids": [s.id for s in chosen]}]
     if fmt == "trace":
-        if len(chosen) == 1:
+        if single:
             return [{"path": _target_file(output, safe_name(chosen[0].id, ".trace.jsonl")), "ids": [chosen[0].id]}]
         folder = _folder(output)
         return [{"path": str(inside(folder, safe_name(s.id, ".trace.jsonl"))), "ids": [s.id]} for s in chosen]
@@ -174,7 +175,7 @@ def _plan(store, chosen, fmt, output, only, lineage, single) -> list[dict]:
 
 
 def _render(store, entry, fmt, only, redact, stamp, write) -> int:
-    sessions = load_sessions(store)
+    sessions = _catalog(store)
     if fmt == "jsonl":
         if only:
             n = 0
@@ -190,6 +191,18 @@ def _render(store, entry, fmt, only, redact, stamp, write) -> int:
         return render_html(store, [sessions[sid] for sid in entry["ids"]], write, redact)
     doc_fmt = "prompts.md" if only else fmt
     return render_document(store, doc_fmt, entry["ids"], write, redact, sessions[entry["ids"][0]], stamp)
+
+
+_CATALOG: dict[int, dict] = {}
+
+
+def _catalog(store) -> dict:
+    """Session records, loaded once per open store (an export may render thousands of files)."""
+    key = id(store)
+    if key not in _CATALOG:
+        _CATALOG.clear()
+        _CATALOG[key] = load_sessions(store)
+    return _CATALOG[key]
 
 
 def _write(store, entry, fmt, only, redact, stamp) -> dict:

@@ -1,0 +1,110 @@
+"""A small Hugging Face Hub stand-in on 127.0.0.1 for the real huggingface_hub client.
+
+It answers the calls an upload makes (whoami, dataset info, repo creation,
+preupload, commit) and keeps what it receives, so tests can check that the
+repo was created private and the file landed with the expected bytes.
+"""
+
+import base64
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+USER = "tester"
+
+
+class Hub:
+    def __init__(self):
+        self.repos: dict[str, dict] = {}  # repo_id -> {"private": bool, "files": {path: bytes}}
+        self.requests: list[tuple[str, str, dict]] = []
+        self.token_seen: set[str] = set()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _handler(self):
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code, body=None, headers=None):
+                data = json.dumps(body if body is not None else {}).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(n) if n else b""
+
+            def _auth(self):
+                token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+                hub.token_seen.add(token)
+                return token
+
+            def do_GET(self):
+                self._auth()
+                hub.requests.append(("GET", self.path, {}))
+                path = self.path.split("?")[0]
+                if path == "/api/whoami-v2":
+                    return self._send(200, {"name": USER, "type": "user", "auth": {"accessToken": {"role": "write"}}})
+                if path.startswith("/api/datasets/"):
+                    repo_id = "/".join(path.split("/")[3:5])
+                    repo = hub.repos.get(repo_id)
+                    if repo is None:
+                        return self._send(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+                    return self._send(200, {"id": repo_id, "private": repo["private"], "sha": "0" * 40,
+                                            "siblings": [{"rfilename": f} for f in repo["files"]]})
+                return self._send(404, {"error": "not found"})
+
+            def do_POST(self):
+                self._auth()
+                body = self._body()
+                path = self.path.split("?")[0]
+                hub.requests.append(("POST", path, {}))
+                if path == "/api/repos/create":
+                    req = json.loads(body)
+                    repo_id = f"{req.get('organization') or USER}/{req['name']}"
+                    if repo_id in hub.repos:
+                        return self._send(409, {"error": "You already created this dataset repo"})
+                    private = req.get("visibility", "private" if req.get("private") else "public") != "public"
+                    hub.repos[repo_id] = {"private": private, "files": {}, "type": req.get("type")}
+                    return self._send(200, {"url": f"{hub.url}/datasets/{repo_id}", "name": repo_id})
+                parts = path.split("/")
+                if len(parts) >= 7 and parts[1] == "api" and parts[2] == "datasets":
+                    repo_id = f"{parts[3]}/{parts[4]}"
+                    action = parts[5]
+                    if action == "preupload":
+                        files = json.loads(body).get("files", [])
+                        return self._send(200, {"files": [{"path": f["path"], "uploadMode": "regular",
+                                                           "shouldIgnore": False} for f in files]})
+                    if action == "commit":
+                        for line in body.decode().splitlines():
+                            if not line.strip():
+                                continue
+                            item = json.loads(line)
+                            if item.get("key") == "file":
+                                value = item["value"]
+                                hub.repos[repo_id]["files"][value["path"]] = base64.b64decode(value["content"])
+                        return self._send(200, {"commitUrl": f"{hub.url}/datasets/{repo_id}/commit/1",
+                                                "commitOid": "1" * 40, "success": True})
+                return self._send(404, {"error": "not found"})
+
+        return Handler

@@ -1,0 +1,315 @@
+"""export: selection, every format, safety of files, redaction, upload to a local hub, verified delete."""
+
+import json
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from maint.redact import redact_text
+from tests.conftest import REPO, file_hash, query, run_subprocess, session_ids
+from tests.hf_fake import Hub
+from tests.storegen import StoreBuilder
+
+
+@pytest.fixture
+def store(tmp_path):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("old_cli", age=200, title="old work", messages=4)
+        b.session("tg_chat", source="telegram", age=10, messages=3)
+        b.session("open_one", age=1, ended=False, messages=2)
+        b.session("c1", age=50, end_reason="compression", title="proj", messages=4)
+        b.session("c2", age=40, parent="c1", title="proj #2", messages=2)
+        b.session("pinned_arch", age=30, archived=1, messages=2)
+        b.session("parent", age=20, messages=2)
+        b.session("sub", source="subagent", age=20, parent="parent", model_config={"_delegate_from": "parent"},
+                  messages=3)
+        b.db.append_message("tg_chat", "assistant", "calling", tool_calls=[
+            {"id": "call_1", "type": "function", "function": {"name": "terminal", "arguments": '{"cmd": "ls"}'}}])
+        b.db.append_message("tg_chat", "tool", "file1\nfile2", tool_call_id="call_1", tool_name="terminal")
+        b.db.append_message("tg_chat", "user", "<script>alert('x')</script> my key AKIAIOSFODNN7EXAMPLE")
+        b.raw.execute("UPDATE messages SET active = 0, compacted = 1 WHERE session_id = 'c1' AND id = "
+                      "(SELECT MIN(id) FROM messages WHERE session_id = 'c1')")
+        b.raw.execute("UPDATE messages SET active = 0, compacted = 0 WHERE session_id = 'c1' AND id = "
+                      "(SELECT MAX(id) FROM messages WHERE session_id = 'c1')")  # rewound: not displayed
+    return db
+
+
+def run_export(*args, env=None):
+    result = run_subprocess("export", *map(str, args), env=env)
+    return result
+
+
+def jsonl(text):
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_jsonl_single_session_full_backup_with_timings(store, tmp_path):
+    out = tmp_path / "exports"
+    out.mkdir()
+    r = run_export(out, "--db", store, "--session-id", "c1")
+    assert r.returncode == 0, r.stderr
+    path = out / "hermes_session_c1.jsonl"
+    (rec,) = jsonl(path.read_text())
+    assert rec["id"] == "c1" and len(rec["messages"]) == 4  # compacted and rewound rows included
+    assert {(m["active"], m["compacted"]) for m in rec["messages"]} == {(1, 0), (0, 1), (0, 0)}
+    t = rec["timings"]
+    assert t["available"] and t["complete"] is False and t["role_counts"] == {"user": 2, "assistant": 2}
+    assert t["wall_clock_ms"] > 0 and len(t["intervals"]) == 4 and t["largest_gap_ms"] > 0
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_jsonl_bulk_takes_ended_includes_archived_and_no_filter_takes_all(store):
+    r = run_export("-", "--db", store, "--older-than", "15")
+    ids = {rec["id"] for rec in jsonl(r.stdout)}
+    assert ids == {"old_cli", "c1", "c2", "pinned_arch", "parent", "sub"}
+    everything = {rec["id"] for rec in jsonl(run_export("-", "--db", store).stdout)}
+    assert everything == session_ids(store)
+
+
+def test_timings_without_timestamps(tmp_path):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("empty", messages=0)
+    (rec,) = jsonl(run_export("-", "--db", db).stdout)
+    assert rec["timings"]["available"] is False and rec["timings"]["unavailable_reason"]
+
+
+def test_tool_calls_counted(store):
+    (rec,) = jsonl(run_export("-", "--db", store, "--session-id", "tg").stdout)
+    assert rec["timings"]["tool_calls_emitted"] == 1
+
+
+def test_missing_session_id_exits_nonzero_without_file(store, tmp_path):
+    out = tmp_path / "x.jsonl"
+    r = run_export(out, "--db", store, "--session-id", "nope")
+    assert r.returncode == 1 and "nope" in r.stderr and not out.exists()
+
+
+def test_max_export_messages_refused(store, hermes_home, tmp_path):
+    (hermes_home / "config.yaml").write_text("sessions:\n  max_export_messages: 3\n")
+    out = tmp_path / "x.jsonl"
+    r = run_export(out, "--db", store, "--session-id", "old_cli", env={"HERMES_HOME": str(hermes_home)})
+    assert r.returncode == 1 and "4 stored messages" in r.stderr and "max_export_messages" in r.stderr
+    assert not out.exists()
+    (hermes_home / "config.yaml").write_text("sessions:\n  max_export_messages: 0\n")
+    assert run_export(out, "--db", store, "--session-id", "old_cli",
+                      env={"HERMES_HOME": str(hermes_home)}).returncode == 0
+
+
+def test_dry_run_writes_nothing(store, tmp_path):
+    out = tmp_path / "md"
+    r = run_export(out, "--db", store, "--format", "md", "--source", "cli", "--dry-run", "--json")
+    report = json.loads(r.stdout)
+    assert report["dry_run"] and "old_cli" in report["sessions"] and not out.exists() or not any(out.iterdir())
+
+
+def test_md_needs_a_filter(store, tmp_path):
+    r = run_export(tmp_path / "md", "--db", store, "--format", "md")
+    assert r.returncode == 2 and "needs at least one filter" in r.stderr
+
+
+def test_md_display_transcript_and_manifest(store, tmp_path):
+    out = tmp_path / "md"
+    r = run_export(out, "--db", store, "--format", "md", "--session-id", "c1")
+    assert r.returncode == 0, r.stderr
+    text = (out / "c1.md").read_text()
+    assert "message 0 of c1" in text and "archived by compaction" in text  # compacted turn shown
+    assert "message 3 of c1" not in text  # rewound turn not shown
+    (entry,) = jsonl((out / "manifest.jsonl").read_text())
+    import hashlib
+    assert entry["path"] == "c1.md" and entry["messages"] == 3 and entry["lineage_ids"] == ["c1"]
+    assert entry["sha256"] == hashlib.sha256((out / "c1.md").read_bytes()).hexdigest()
+
+
+def test_logical_lineage_and_qmd_front_matter(store, tmp_path):
+    out = tmp_path / "q"
+    r = run_export(out, "--db", store, "--format", "qmd", "--title", "proj", "--lineage", "logical")
+    assert r.returncode == 0, r.stderr
+    text = (out / "c1.qmd").read_text()
+    assert text.startswith("---\ntitle: \"proj\"") and "format:" in text and "lineage: [\"c1\", \"c2\"]" in text
+    assert "message 0 of c2" in text and not (out / "c2.qmd").exists()
+
+
+def test_html_is_standalone_and_escaped(store, tmp_path):
+    out = tmp_path / "s.html"
+    r = run_export(out, "--db", store, "--format", "html", "--source", "telegram")
+    assert r.returncode == 0, r.stderr
+    html = out.read_text()
+    assert "<script>alert" not in html and "&lt;script&gt;alert" in html
+    assert "<details" in html and "file1" in html
+    assert "http" not in html.replace("http-equiv", "")  # no external CSS/JS/fonts
+    several = tmp_path / "all.html"
+    run_export(several, "--db", store, "--format", "html", "--older-than", "15")
+    assert "<nav>" in several.read_text()
+
+
+def test_user_prompts_jsonl_and_md(store, tmp_path):
+    recs = jsonl(run_export("-", "--db", store, "--only", "user-prompts", "--session-id", "old_cli").stdout)
+    assert [r["index"] for r in recs] == [0, 1] and recs[0]["session_id"] == "old_cli" and recs[0]["timestamp"]
+    out = tmp_path / "p"
+    run_export(out, "--db", store, "--only", "user-prompts", "--format", "md", "--session-id", "old_cli")
+    text = (out / "old_cli.prompts.md").read_text()
+    assert "message 0 of old_cli" in text and "message 1 of old_cli" not in text
+
+
+def test_redact_masks_secrets_in_every_format(store, tmp_path):
+    for fmt in ("jsonl", "html"):
+        out = tmp_path / f"r.{fmt}"
+        run_export(out, "--db", store, "--format", fmt, "--session-id", "tg", "--redact")
+        assert "AKIAIOSFODNN7EXAMPLE" not in out.read_text() and "[REDACTED]" in out.read_text()
+    trace = run_export("-", "--db", store, "--format", "trace", "--session-id", "tg").stdout
+    assert "AKIAIOSFODNN7EXAMPLE" not in trace  # traces are redacted by default
+    raw = run_export("-", "--db", store, "--format", "trace", "--session-id", "tg", "--no-redact").stdout
+    assert "AKIAIOSFODNN7EXAMPLE" in raw
+
+
+SECRETS = [
+    "AKIAIOSFODNN7EXAMPLE", "sk-proj-abcdefghijklmnopqrstuvwxyzABCDEFGHIJ1234",
+    "ghp_1234567890abcdefghijklmnopqrstuvwxyzAB", "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH",
+    "xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx",
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+]
+CLEAN = ["commit 3f2a9c1e7b4d5a6f8e9d0c1b2a3f4e5d6c7b8a9f", "uuid 123e4567-e89b-12d3-a456-426614174000",
+         "sha256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+         "session 20250305_091523_a1b2c3d4 started", "see https://example.com/docs?page=2", "the token count was 512"]
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+def test_redaction_corpus_secrets(secret):
+    assert secret not in redact_text(f"value: {secret} end")
+
+
+@pytest.mark.parametrize("text", ["password = 'Sup3rS3cret!'", "curl https://admin:hunter2pass@db.local/x",
+                                  "Authorization: Bearer abcdefghijklmnop1234567890",
+                                  "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----"])
+def test_redaction_corpus_shapes(text):
+    redacted = redact_text(text)
+    assert "[REDACTED]" in redacted
+    assert not any(s in redacted for s in ("Sup3rS3cret", "hunter2pass", "abcdefghijklmnop123", "MIIEpAIBAA"))
+
+
+@pytest.mark.parametrize("text", CLEAN)
+def test_redaction_leaves_clean_text(text):
+    assert redact_text(text) == text
+
+
+def test_trace_shape_matches_hermes(store, tmp_path):
+    lines = jsonl(run_export("-", "--db", store, "--format", "trace", "--session-id", "tg", "--no-redact").stdout)
+    code = ("import json, sys; from hermes_state import SessionDB; from agent.trace_upload import build_trace_jsonl;"
+            "from pathlib import Path; db = SessionDB(Path(sys.argv[1]));"
+            "print(build_trace_jsonl(db.get_messages_as_conversation('tg_chat'), session_id='tg_chat', "
+            "model='gpt-5', cwd='/tmp', redact=False))")
+    theirs = jsonl(subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True,
+                                  cwd=REPO).stdout)
+    assert [(x["type"], x["message"]["role"]) for x in lines] == [(x["type"], x["message"]["role"]) for x in theirs]
+    for ours, hermes in zip(lines, theirs):
+        assert set(hermes) <= set(ours)
+        content = ours["message"]["content"]
+        if isinstance(content, list):
+            assert [b["type"] for b in content] == [b["type"] for b in hermes["message"]["content"]]
+    assert lines[1]["parentUuid"] == lines[0]["uuid"] and all(x["sessionId"] == "tg_chat" for x in lines)
+    tool_use = next(b for x in lines for b in (x["message"]["content"] if isinstance(x["message"]["content"], list)
+                                               else []) if b["type"] == "tool_use")
+    assert tool_use["input"] == {"cmd": "ls"}
+
+
+def test_bulk_trace_writes_one_file_per_session(store, tmp_path):
+    out = tmp_path / "t"
+    run_export(out, "--db", store, "--format", "trace", "--source", "cli", "--older-than", "100")
+    assert sorted(p.name for p in out.iterdir()) == ["old_cli.trace.jsonl"]
+
+
+def test_upload_to_local_hub_creates_private_repo(store, tmp_path):
+    with Hub() as hub:
+        env = {"HF_ENDPOINT": hub.url, "HF_TOKEN": "hf_localtesttoken_abcdefghijklmnop"}
+        out = tmp_path / "tg.trace.jsonl"
+        r = run_export(out, "--db", store, "--format", "trace", "--session-id", "tg", "--upload", "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        repo = hub.repos["tester/hermes-traces"]
+        assert repo["private"] is True and repo["type"] == "dataset"
+        assert repo["files"]["sessions/tg_chat.jsonl"] == out.read_bytes()
+        assert env["HF_TOKEN"] not in r.stdout + r.stderr and env["HF_TOKEN"] in hub.token_seen
+        hub.repos["tester/hermes-traces"]["private"] = False
+        refused = run_export(out, "--db", store, "--format", "trace", "--session-id", "tg", "--upload", env=env)
+        assert refused.returncode == 1 and "public" in refused.stderr and out.exists()
+        allowed = run_export(out, "--db", store, "--format", "trace", "--session-id", "tg", "--upload", "--public",
+                             env=env)
+        assert allowed.returncode == 0, allowed.stderr
+
+
+def test_upload_without_token_keeps_file(store, tmp_path):
+    out = tmp_path / "tg.trace.jsonl"
+    env = {k: "" for k in ("HF_TOKEN",)}
+    r = run_export(out, "--db", store, "--format", "trace", "--session-id", "tg", "--upload", env=env)
+    assert r.returncode == 1 and "HF_TOKEN" in r.stderr and out.exists()
+
+
+def test_file_names_cannot_escape(tmp_path):
+    from maint.export_files import inside, safe_name
+    assert "/" not in safe_name("../../etc/passwd", ".md") and not safe_name("../x", "").startswith(".")
+    with pytest.raises(Exception):
+        inside(tmp_path, "../escape.md")
+
+
+def test_failure_leaves_no_file_under_final_name(tmp_path):
+    from maint.export_files import atomic_text
+    target = tmp_path / "out.jsonl"
+    with pytest.raises(RuntimeError):
+        with atomic_text(target) as sink:
+            sink.write("partial")
+            raise RuntimeError("boom")
+    assert not target.exists() and not list(tmp_path.iterdir())
+
+
+# -- --delete-after-verified -------------------------------------------------------------------
+
+def test_verified_delete_removes_session_and_children(store, tmp_path):
+    out = tmp_path / "bk"
+    r = run_export(out, "--db", store, "--session-id", "parent", "--delete-after-verified", "--yes", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert sorted(report["deleted"]) == ["parent", "sub"]
+    assert {p.name for p in out.iterdir()} == {"parent.jsonl", "sub.jsonl"}
+    assert not {"parent", "sub"} & session_ids(store)
+    (rec,) = jsonl((out / "sub.jsonl").read_text())
+    assert len(rec["messages"]) == 3
+
+
+def test_verified_delete_needs_session_id_and_yes(store, tmp_path):
+    assert run_export(tmp_path / "x", "--db", store, "--delete-after-verified", "--source", "cli",
+                      "--yes").returncode == 2
+    assert run_export(tmp_path / "x", "--db", store, "--session-id", "old", "--delete-after-verified").returncode == 2
+
+
+def test_verified_delete_refuses_open_session(store, tmp_path):
+    before = file_hash(store)
+    r = run_export(tmp_path / "x", "--db", store, "--session-id", "open_one", "--delete-after-verified", "--yes")
+    assert r.returncode == 1 and "open" in r.stderr and file_hash(store) == before
+
+
+def test_writer_appending_between_export_and_delete_refuses(store, tmp_path, monkeypatch):
+    """A Hermes writer appends to the session after the export is written: the delete must be refused."""
+    from maint import export_delete
+
+    original = export_delete.delete_if_unchanged
+
+    def append_then_check(st, ids, prints):
+        code = ("import sys; from pathlib import Path; from hermes_state import SessionDB;"
+                "db = SessionDB(Path(sys.argv[1])); db.append_message('old_cli', 'user', 'late'); db.close()")
+        st.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        subprocess.run([sys.executable, "-c", code, str(store)], check=True, cwd=REPO)
+        return original(st, ids, prints)
+
+    monkeypatch.setattr(export_delete, "delete_if_unchanged", append_then_check)
+    import maint.commands.export_cmd as cmd
+    monkeypatch.setattr(cmd, "delete_if_unchanged", append_then_check)
+    from typer.testing import CliRunner
+    from maint.cli import app
+    result = CliRunner().invoke(app, ["export", str(tmp_path / "bk"), "--db", str(store), "--session-id",
+                                      "old_cli", "--delete-after-verified", "--yes"])
+    assert result.exit_code == 1 and "changed since it was exported" in result.stderr
+    assert "old_cli" in session_ids(store) and (tmp_path / "bk" / "old_cli.jsonl").exists()
+    assert query(store, "SELECT COUNT(*) FROM messages WHERE session_id='old_cli'") == [(5,)]
