@@ -250,7 +250,8 @@ def test_upload_without_token_keeps_file(store, tmp_path):
 def test_file_names_cannot_escape(tmp_path):
     from maint.export_files import inside, safe_name
     assert "/" not in safe_name("../../etc/passwd", ".md") and not safe_name("../x", "").startswith(".")
-    with pytest.raises(Exception):
+    from maint.errors import MaintError
+    with pytest.raises(MaintError, match="outside"):
         inside(tmp_path, "../escape.md")
 
 
@@ -282,6 +283,15 @@ def test_verified_delete_needs_session_id_and_yes(store, tmp_path):
     assert run_export(tmp_path / "x", "--db", store, "--delete-after-verified", "--source", "cli",
                       "--yes").returncode == 2
     assert run_export(tmp_path / "x", "--db", store, "--session-id", "old", "--delete-after-verified").returncode == 2
+
+
+def test_verified_delete_md(store, tmp_path):
+    out = tmp_path / "md"
+    r = run_export(out, "--db", store, "--format", "md", "--session-id", "old_cli", "--delete-after-verified",
+                   "--yes")
+    assert r.returncode == 0, r.stderr
+    assert "old_cli" not in session_ids(store) and "message 3 of old_cli" in (out / "old_cli.md").read_text()
+    assert json.loads((out / "manifest.jsonl").read_text().splitlines()[0])["path"] == "old_cli.md"
 
 
 def test_verified_delete_refuses_open_session(store, tmp_path):
