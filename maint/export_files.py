@@ -30,31 +30,46 @@ def inside(folder: Path, name: str) -> Path:
 
 
 class Sink:
-    """A file written through a temporary name and renamed into place on success, with its SHA-256."""
+    """Text in, UTF-8 bytes out, hashed as they go; buffered so many small pieces cost one write."""
 
-    def __init__(self, fh: IO[str], digest: hashlib._Hash):
+    LIMIT = 1 << 16
+
+    def __init__(self, fh: IO[bytes], digest: "hashlib._Hash"):
         self.fh, self.digest = fh, digest
+        self.parts: list[str] = []
+        self.size = 0
 
     def write(self, text: str) -> None:
-        data = text.encode("utf-8")
-        self.digest.update(data)
-        self.fh.write(text)
+        self.parts.append(text)
+        self.size += len(text)
+        if self.size >= self.LIMIT:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            data = "".join(self.parts).encode("utf-8")
+            self.digest.update(data)
+            self.fh.write(data)
+            self.parts, self.size = [], 0
 
 
 @contextlib.contextmanager
 def atomic_text(path: Path | str) -> Iterator[Sink]:
     """``-`` is stdout; anything else is created 0600 as ``.<name>.partial`` and renamed when done."""
     if str(path) == "-":
-        yield Sink(sys.stdout, hashlib.sha256())
+        sink = Sink(sys.stdout.buffer, hashlib.sha256())
+        yield sink
+        sink.flush()
         sys.stdout.flush()
         return
     path = Path(path)
     tmp = path.with_name(f".{path.name}.partial")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+        with os.fdopen(fd, "wb") as fh:
             sink = Sink(fh, hashlib.sha256())
             yield sink
+            sink.flush()
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

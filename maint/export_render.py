@@ -55,8 +55,11 @@ def session_row(store: Store, session_id: str) -> dict[str, Any]:
     return store.rows("SELECT * FROM sessions WHERE id = ?", (session_id,))[0]
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, default=str)
+    return _ENCODER.encode(obj)
 
 
 # -- JSON lines backup --------------------------------------------------------------------------

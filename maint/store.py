@@ -282,7 +282,8 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
             lacking = ", ".join(sorted(needed - store.columns("sessions")))
             raise StoreError(f"{path}: not a Hermes session store (sessions table lacks {lacking}); refusing")
         conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA cache_size=-65536")
+        # Bulk deletes touch many FTS pages; read-only work streams and needs little cache.
+        conn.execute("PRAGMA cache_size=-8192" if readonly else "PRAGMA cache_size=-65536")
     except StoreError:
         store.close()
         raise

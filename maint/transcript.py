@@ -52,22 +52,32 @@ class Timings:
         self.largest_gap = 0.0
         self.roles: Counter = Counter()
         self.tool_calls = 0
-        self.intervals: list[dict[str, Any]] = []
+        self.intervals: list[tuple[Any, float | None]] = []
+        self.previous: float | None = None
 
     def add(self, msg: dict[str, Any]) -> None:
-        self.roles[msg.get("role") or "unknown"] += 1
-        if msg.get("role") == "assistant":
-            self.tool_calls += _tool_call_count(msg.get("tool_calls"))
+        role = msg.get("role") or "unknown"
+        self.roles[role] += 1
+        if role == "assistant" and msg.get("tool_calls"):
+            self.tool_calls += _tool_call_count(msg["tool_calls"])
         ts = msg.get("timestamp")
-        if not isinstance(ts, (int, float)):
-            self.intervals.append({"id": msg.get("id"), "since_previous_ms": None})
+        if ts.__class__ is not float and not isinstance(ts, (int, float)):
+            self.intervals.append((msg.get("id"), None))
             return
-        gap = None if self.last is None else max(0.0, (ts - self.last) * 1000)
-        if gap is not None:
-            self.largest_gap = max(self.largest_gap, gap)
-        self.intervals.append({"id": msg.get("id"), "since_previous_ms": None if gap is None else round(gap, 1)})
-        self.first = ts if self.first is None else min(self.first, ts)
-        self.last = ts if self.last is None else max(self.last, ts)
+        if self.previous is None:
+            self.intervals.append((msg.get("id"), None))
+            self.first = self.last = ts
+        else:
+            gap = (ts - self.previous) * 1000
+            gap = gap if gap > 0 else 0.0
+            if gap > self.largest_gap:
+                self.largest_gap = gap
+            self.intervals.append((msg.get("id"), round(gap, 1)))
+            if ts < self.first:
+                self.first = ts
+            if ts > self.last:
+                self.last = ts
+        self.previous = ts
 
     def block(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role_counts": dict(self.roles), "tool_calls_emitted": self.tool_calls,
@@ -77,5 +87,6 @@ class Timings:
                        largest_gap_ms=None, intervals=[])
         else:
             out.update(available=True, wall_clock_ms=round((self.last - self.first) * 1000, 1),
-                       largest_gap_ms=round(self.largest_gap, 1), intervals=self.intervals)
+                       largest_gap_ms=round(self.largest_gap, 1),
+                       intervals=[{"id": i, "since_previous_ms": g} for i, g in self.intervals])
         return out

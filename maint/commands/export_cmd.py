@@ -119,7 +119,7 @@ def export(
                                                for p in plan]
             return
         stamp = iso_time(__import__("time").time())
-        written = [_write(store, entry, fmt, only, do_redact, stamp) for entry in plan]
+        written = [_write(store, entry, fmt, only, do_redact, stamp, delete_after_verified) for entry in plan]
         manifest = _manifest(written, fmt)
         report = {"dry_run": False, "format": fmt, "sessions": [s.id for s in chosen],
                   "files": [w["path"] for w in written], "manifest": manifest, "uploaded": [], "deleted": []}
@@ -205,11 +205,12 @@ def _catalog(store) -> dict:
     return _CATALOG[key]
 
 
-def _write(store, entry, fmt, only, redact, stamp) -> dict:
+def _write(store, entry, fmt, only, redact, stamp, fingerprints: bool = False) -> dict:
     with store.snapshot():
         with atomic_text(entry["path"]) as sink:
             n = _render(store, entry, fmt, only, redact, stamp, sink.write)
-        prints = {sid: fingerprint(store, sid) for sid in entry["ids"]}
+        # The delete check needs the transcript as it was exported, from the same snapshot.
+        prints = {sid: fingerprint(store, sid) for sid in entry["ids"]} if fingerprints else {}
     return {**entry, "messages": n, "sha256": sink.digest.hexdigest(), "fingerprints": prints}
 
 
