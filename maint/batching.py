@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 U = TypeVar("U")
@@ -59,12 +59,26 @@ class Yielder:
             self.busy = False
 
 
+def _target_from_env() -> float:
+    """HERMES_MAINT_BATCH_MS overrides the lock time each batch aims at."""
+    import os
+
+    raw = os.environ.get("HERMES_MAINT_BATCH_MS", "")
+    return int(raw) / 1000 if raw.isdigit() else DEFAULT_TARGET_S
+
+
 @dataclass
 class Batcher:
-    target_s: float = DEFAULT_TARGET_S
-    budget: float = 400.0  # work units (messages) per transaction, adapted as we go
+    target_s: float = field(default_factory=_target_from_env)
+    budget: float = 0.0  # work units (messages) per transaction, adapted as we go
     min_budget: float = 20.0
     max_budget: float = 200_000.0
+
+    ASSUMED_RATE = 6000.0  # messages/s before the first measurement
+
+    def __post_init__(self) -> None:
+        if not self.budget:
+            self.budget = min(self.max_budget, max(self.min_budget, self.target_s * self.ASSUMED_RATE))
 
     def batches(self, units: Sequence[U], weight: Callable[[U], int]) -> Iterator[list[U]]:
         batch: list[U] = []

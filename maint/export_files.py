@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO
 from collections.abc import Iterator
 
+from maint.crashpoints import crash_point
 from maint.errors import MaintError
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -34,7 +35,7 @@ class Sink:
 
     LIMIT = 1 << 16
 
-    def __init__(self, fh: IO[bytes], digest: "hashlib._Hash"):
+    def __init__(self, fh: IO[bytes], digest: hashlib._Hash):
         self.fh, self.digest = fh, digest
         self.parts: list[str] = []
         self.size = 0
@@ -72,6 +73,7 @@ def atomic_text(path: Path | str) -> Iterator[Sink]:
             sink.flush()
             fh.flush()
             os.fsync(fh.fileno())
+        crash_point("file_written")
         os.replace(tmp, path)
         os.chmod(path, 0o600)
     except BaseException:

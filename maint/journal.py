@@ -17,6 +17,7 @@ from pathlib import Path
 
 import apsw
 
+from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError
 from maint.holders import HolderReport, find_holders
 from maint.store import WAL_RESET_FIXED, _check_header, has_wal_reset_bug
@@ -115,6 +116,7 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
             if busy:
                 raise HeldStore(f"{path}: another process opened the store meanwhile (checkpoint blocked); "
                                 "store untouched")
+        crash_point("journal_switch")
         answer = conn.execute(f"PRAGMA journal_mode={mode}").fetchone()[0].lower()
     except apsw.BusyError:
         raise HeldStore(f"{path}: another process opened the store meanwhile; SQLite refused the switch, "

@@ -173,8 +173,16 @@ def scan(home: Path | None = None, legacy_main: str | None = None) -> tuple[dict
 def snapshot(stores: dict[str, Path], home: Path | None = None) -> Path:
     """Copies of every store through SQLite's backup API, in a timestamped folder."""
     home = home or hermes_home()
-    folder = home / "state-snapshots" / time.strftime("repair-profiles-%Y%m%d-%H%M%S")
-    folder.mkdir(parents=True, exist_ok=False)
+    base = home / "state-snapshots" / time.strftime("repair-profiles-%Y%m%d-%H%M%S")
+    folder, n = base, 1
+    base.parent.mkdir(parents=True, exist_ok=True)
+    while True:  # two runs within one second get two folders; a snapshot is never overwritten
+        try:
+            folder.mkdir()
+            break
+        except FileExistsError:
+            n += 1
+            folder = base.with_name(f"{base.name}-{n}")
     for profile, path in stores.items():
         src = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
         dst = apsw.Connection(str(folder / f"{profile}.state.db"))

@@ -24,6 +24,7 @@ from typing import Any
 
 import apsw
 
+from maint.crashpoints import crash_point
 from maint.errors import StoreError
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
@@ -185,8 +186,10 @@ class Store:
         except apsw.ReadOnlyError:
             raise StoreError(f"{self.path}: store is read-only; nothing was changed") from None
         started = time.monotonic()
+        crash_point("tx_begun")
         try:
             yield self.conn
+            crash_point("tx_before_commit")
         except BaseException:
             with contextlib.suppress(apsw.Error):
                 self.conn.execute("ROLLBACK")
@@ -198,6 +201,7 @@ class Store:
                 with contextlib.suppress(apsw.Error):
                     self.conn.execute("ROLLBACK")
                 raise
+            crash_point("tx_committed")
         finally:
             self.write_stats.record(time.monotonic() - started)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
 
+from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError
 from maint.store import Store
 
@@ -53,6 +54,7 @@ def checkpoint(store: Store) -> tuple[int, int, int]:
 
 def vacuum_in_place(store: Store) -> float:
     started = time.monotonic()
+    crash_point("vacuum")
     try:
         store.conn.execute("VACUUM")
     except Exception as exc:  # apsw.BusyError and friends carry no common base we can name here

@@ -1,0 +1,24 @@
+"""Named points where a test can make this process die with SIGKILL.
+
+``HERMES_MAINT_CRASH_AT=name:n`` kills the process the n-th time it passes
+point ``name`` (n defaults to 1). Unset, a point costs one dictionary lookup.
+The crash-safety suite uses it to prove that a kill anywhere leaves the store
+whole and that running the command again finishes the job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_SPEC = os.environ.get("HERMES_MAINT_CRASH_AT", "")
+_NAME, _, _NTH = _SPEC.partition(":")
+_HITS: dict[str, int] = {}
+
+
+def crash_point(name: str) -> None:
+    if not _NAME or name != _NAME:
+        return
+    _HITS[name] = _HITS.get(name, 0) + 1
+    if _HITS[name] >= int(_NTH or 1):
+        os.kill(os.getpid(), signal.SIGKILL)

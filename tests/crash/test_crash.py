@@ -1,0 +1,225 @@
+"""SIGKILL anywhere: the store stays whole, no lineage is half deleted, and a re-run finishes the job.
+
+Each command runs as a real process on a fresh store and is killed at named points
+(``HERMES_MAINT_CRASH_AT``: the n-th transaction begun, about to commit, committed, a file
+written but not yet renamed, VACUUM starting, the journal switch) and at seeded random delays.
+"""
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, query, session_ids
+from tests.storegen import StoreBuilder
+
+POINTS = [f"{p}:{n}" for p in ("tx_before_commit", "tx_committed") for n in (1, 2, 3, 5, 8)]
+TX_POINTS = POINTS + ["tx_begun:1", "tx_begun:4"]
+
+
+def families(n=30):
+    """Builds n families: a 2-segment compression chain with a delegate child, all old."""
+    out = []
+    for i in range(n):
+        out.append({f"f{i}_a", f"f{i}_b", f"f{i}_sub"})
+    return out
+
+
+def make_store(path: Path, n=30, layout="v22"):
+    with StoreBuilder(path, layout=layout) as b:
+        for i in range(n):
+            b.session(f"f{i}_a", age=300, end_reason="compression", messages=6)
+            b.session(f"f{i}_b", age=200, parent=f"f{i}_a", messages=6)
+            b.session(f"f{i}_sub", source="subagent", age=200, parent=f"f{i}_b",
+                      model_config={"_delegate_from": f"f{i}_b"}, messages=4)
+        b.session("keep_recent", age=1, messages=3)
+        b.session("keep_open", age=300, ended=False, messages=3, source="telegram")
+    return path
+
+
+def run(args, crash=None, env=None, timeout=120):
+    full = dict(os.environ, HERMES_MAINT_BATCH_MS="1", **(env or {}))
+    if crash:
+        full["HERMES_MAINT_CRASH_AT"] = crash
+    return subprocess.run([sys.executable, "-m", "maint", *map(str, args)], cwd=REPO, env=full,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def run_killed_after(args, delay, env=None):
+    full = dict(os.environ, HERMES_MAINT_BATCH_MS="1", **(env or {}))
+    proc = subprocess.Popen([sys.executable, "-m", "maint", *map(str, args)], cwd=REPO, env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    return proc
+
+
+def assert_whole(db: Path):
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        for table in ("messages_fts", "messages_fts_trigram"):
+            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)")
+        orphans = conn.execute("SELECT COUNT(*) FROM messages m WHERE NOT EXISTS "
+                               "(SELECT 1 FROM sessions s WHERE s.id = m.session_id)").fetchone()
+        assert orphans == (0,)
+    finally:
+        conn.close()
+
+
+def assert_families_whole(db: Path, fams):
+    present = session_ids(db)
+    for fam in fams:
+        assert fam <= present or not (fam & present), f"half-deleted family {sorted(fam)}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", TX_POINTS)
+def test_prune_killed(tmp_path, point):
+    db = make_store(tmp_path / "state.db")
+    result = run(["prune", "--db", db, "--yes", "--json"], crash=point)
+    assert result.returncode == -9, result.stderr
+    assert_whole(db)
+    assert_families_whole(db, families())
+    assert {"keep_recent", "keep_open"} <= session_ids(db)
+    again = run(["prune", "--db", db, "--yes", "--json"])
+    assert again.returncode == 0, again.stderr
+    assert session_ids(db) == {"keep_recent", "keep_open"}
+    assert_whole(db)
+
+
+ARCHIVE_POINTS = [f"{p}:{n}" for p in ("tx_begun", "tx_before_commit", "tx_committed") for n in (1, 2, 3)] + [
+    "tx_committed:4"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ARCHIVE_POINTS)
+def test_archive_killed(tmp_path, point):
+    db = make_store(tmp_path / "state.db", n=40)
+    result = run(["archive", "--db", db, "--older-than", "30", "--yes", "--json"], crash=point)
+    assert result.returncode == -9, result.stderr
+    assert_whole(db)
+    for fam in families(40):  # a compression chain is archived whole or not at all
+        flags = {r[1] for r in query(db, f"SELECT id, archived FROM sessions WHERE id IN "
+                                         f"({','.join('?' * len(fam))}) AND source != 'subagent'", *sorted(fam))}
+        assert len(flags) == 1
+    again = run(["archive", "--db", db, "--older-than", "30", "--yes", "--json"])
+    assert again.returncode == 0
+    assert query(db, "SELECT COUNT(*) FROM sessions WHERE archived = 0 AND id LIKE 'f%'") == [(0,)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", TX_POINTS[:8] + ["vacuum:1", "tx_committed:12"])
+def test_sweep_with_vacuum_killed(tmp_path, point):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    db = make_store(home / "state.db", n=40)
+    env = {"HERMES_HOME": str(home)}
+    result = run(["sweep", "--json"], crash=point, env=env)
+    assert result.returncode == -9, result.stderr
+    assert_whole(db)
+    assert_families_whole(db, families(40))
+    again = run(["sweep", "--force", "--json"], env=env)
+    assert again.returncode == 0, again.stderr
+    assert session_ids(db) == {"keep_recent", "keep_open"}
+    assert_whole(db)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(10))
+def test_optimize_killed_at_random(tmp_path, seed):
+    db = make_store(tmp_path / "state.db", n=60)
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM messages WHERE session_id LIKE 'f1%' OR session_id LIKE 'f2%'")
+    conn.commit()
+    before = conn.execute("SELECT COUNT(*), SUM(LENGTH(content)) FROM messages").fetchone()
+    conn.close()
+    run_killed_after(["optimize", "--db", db], random.Random(seed).uniform(0.2, 1.2))
+    assert_whole(db)
+    assert query(db, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages") == [before]
+    assert run(["optimize", "--db", db]).returncode == 0
+    assert_whole(db)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["file_written:1", "file_written:2", "tx_begun:1", "tx_before_commit:1",
+                                   "tx_committed:1", "delay:0.35", "delay:0.45", "delay:0.55", "delay:0.7",
+                                   "delay:0.9"])
+def test_export_delete_killed(tmp_path, point):
+    db = make_store(tmp_path / "state.db", n=3)
+    out = tmp_path / "bk"
+    args = ["export", out, "--db", db, "--session-id", "f1_b", "--delete-after-verified", "--yes", "--json"]
+    if point.startswith("delay:"):
+        run_killed_after(args, float(point.split(":")[1]))
+    else:
+        result = run(args, crash=point)
+        assert result.returncode == -9, result.stderr
+    assert_whole(db)
+    files = {p.name for p in out.iterdir()} if out.exists() else set()
+    assert not any(name.endswith(".partial") and not name.startswith(".") for name in files)
+    gone = {"f1_b", "f1_sub"} - session_ids(db)
+    assert not gone or gone == {"f1_b", "f1_sub"}
+    for sid in gone:  # nothing is deleted whose export was not written in full
+        assert (out / f"{sid}.jsonl").exists()
+        json.loads((out / f"{sid}.jsonl").read_text())
+    again = run(args)
+    if gone:
+        assert again.returncode == 1  # already deleted: nothing left to export
+    else:
+        assert again.returncode == 0, again.stderr
+        assert not {"f1_b", "f1_sub"} & session_ids(db)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(10))
+def test_set_journal_mode_killed(tmp_path, seed):
+    db = make_store(tmp_path / "state.db", n=20)
+    count = query(db, "SELECT COUNT(*) FROM messages")
+    crash = "journal_switch:1" if seed == 0 else None
+    if crash:
+        run(["set-journal-mode", "delete", "--db", db], crash=crash)
+    else:
+        run_killed_after(["set-journal-mode", "delete", "--db", db], random.Random(seed).uniform(0.3, 1.0))
+    assert_whole(db)
+    assert query(db, "SELECT COUNT(*) FROM messages") == count
+    assert run(["set-journal-mode", "delete", "--db", db]).returncode == 0
+    with open(db, "rb") as fh:
+        fh.seek(18)
+        assert fh.read(2) == b"\x01\x01"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", [f"{p}:{n}" for p in ("tx_begun", "tx_before_commit", "tx_committed")
+                                   for n in (1, 2)] + ["delay:0.4", "delay:0.55", "delay:0.7", "delay:0.9"])
+def test_repair_profiles_killed(tmp_path, point):
+    home = tmp_path / "home"
+    with StoreBuilder(home / "state.db") as b:
+        for i in range(6):
+            b.session(f"c{i}", session_key=f"agent:coder:telegram:dm:{i}", messages=3, age=1)
+    with StoreBuilder(home / "profiles" / "coder" / "state.db") as b:
+        b.session("own", age=1)
+    env = {"HERMES_HOME": str(home)}
+    args = ["repair-profiles", "--apply", "--yes", "--json"]
+    if point.startswith("delay:"):
+        run_killed_after(args, float(point.split(":")[1]), env=env)
+    else:
+        assert run(args, crash=point, env=env).returncode == -9
+    default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"
+    assert_whole(default)
+    assert_whole(coder)
+    union = session_ids(default) | session_ids(coder)
+    assert {f"c{i}" for i in range(6)} <= union  # a copy may be duplicated, never lost
+    again = run(["repair-profiles", "--apply", "--yes", "--json"], env=env)
+    assert again.returncode == 0, again.stderr
+    assert not session_ids(default) and session_ids(coder) == {"own"} | {f"c{i}" for i in range(6)}
+    for i in range(6):
+        assert query(coder, "SELECT COUNT(*) FROM messages WHERE session_id = ?", f"c{i}") == [(3,)]
