@@ -1,0 +1,117 @@
+"""Bad input everywhere: one line naming the problem, the documented exit code, no traceback,
+and the store's bytes unchanged."""
+
+import shutil
+
+import pytest
+
+from tests.conftest import file_hash, run_subprocess
+from tests.storegen import StoreBuilder
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tpl") / "state.db"
+    with StoreBuilder(path) as b:
+        b.session("old", age=200, messages=3)
+        b.session("young", age=1, messages=3)
+    return path
+
+
+@pytest.fixture
+def store(template, tmp_path):
+    path = tmp_path / "state.db"
+    shutil.copy(template, path)
+    return path
+
+
+S = "{store}"
+CASES = [
+    (["prune", "--db", S, "--older-than", "fortnight"], 2, "--older-than"),
+    (["prune", "--db", S, "--newer-than", "-2h"], 2, "--newer-than"),
+    (["prune", "--db", S, "--before", "2026-02-30"], 2, "--before"),
+    (["prune", "--db", S, "--max-messages", "-1"], 2, "--max-messages"),
+    (["prune", "--db", S, "--min-tokens", "1e3"], 2, "--min-tokens"),
+    (["prune", "--db", S, "--max-cost", "free"], 2, "--max-cost"),
+    (["prune", "--db", S, "--older-than", "1h", "--newer-than", "2h", "--yes"], 0, None),
+    (["prune", "--db", S, "--older-than", "3h", "--newer-than", "1h"], 2, "empty window"),
+    (["archive", "--db", S, "--yes"], 2, "at least one filter"),
+    (["archive", "--db", S, "--min-tool-calls", "x"], 2, "--min-tool-calls"),
+    (["list", "--db", S, "--limit", "-5"], 2, "--limit"),
+    (["list", "--db", S, "--limit", "many"], 2, "--limit"),
+    (["export", "-", "--db", S, "--format", "pdf"], 2, "--format"),
+    (["export", "-", "--db", S, "--only", "assistant"], 2, "--only"),
+    (["export", "-", "--db", S, "--lineage", "tree"], 2, "--lineage"),
+    (["export", "-", "--db", S, "--upload"], 2, "--upload"),
+    (["export", "-", "--db", S, "--session-id", "old", "--source", "cli"], 2, "--session-id"),
+    (["export", "-", "--db", S, "--delete-after-verified"], 2, "--delete-after-verified"),
+    (["export", "{tmp}/missing/dir/out.jsonl", "--db", S], 2, "does not exist"),
+    (["set-journal-mode", "truncate", "--db", S], 2, "wal or delete"),
+    (["repair-profiles", "--legacy-main", "merge"], 2, "--legacy-main"),
+    (["autoprune", "maybe"], 2, "on, off, later, status"),
+    (["stats", "--db", S, "--profile", "x"], 2, "mutually exclusive"),
+    (["stats", "--profile", "../evil"], 2, "--profile"),
+    (["prune", "--db", S, "--yes", "--bogus"], 2, "--bogus"),
+    (["jobs", "run-once", "nope"], 2, "no job named"),
+]
+
+
+@pytest.mark.parametrize("args,code,needle", CASES, ids=[" ".join(c[0][:4]) for c in CASES])
+def test_bad_flag_values(store, tmp_path, hermes_home, args, code, needle):
+    before = file_hash(store)
+    argv = [a.replace("{store}", str(store)).replace("{tmp}", str(tmp_path)) for a in args]
+    result = run_subprocess(*argv, env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    if needle:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], result.stderr
+        assert file_hash(store) == before
+
+
+@pytest.mark.parametrize("kind", ["text", "truncated", "directory", "missing", "empty", "other_sqlite"])
+def test_bad_store_files(tmp_path, store, kind):
+    target = tmp_path / "bad.db"
+    if kind == "text":
+        target.write_text("hello\n")
+    elif kind == "truncated":
+        data = store.read_bytes()
+        target.write_bytes(data[: len(data) // 3])
+    elif kind == "directory":
+        target.mkdir()
+    elif kind == "empty":
+        target.write_bytes(b"")
+    elif kind == "other_sqlite":
+        import sqlite3
+        conn = sqlite3.connect(target)
+        conn.execute("CREATE TABLE t(x)")
+        conn.commit()
+        conn.close()
+    before = file_hash(target) if target.is_file() else None
+    for argv in (["prune", "--yes"], ["stats"], ["optimize"], ["archive", "--source", "cli", "--yes"],
+                 ["export", "-"], ["repair-prompts", "--apply", "--yes"]):
+        result = run_subprocess(*argv, "--db", target)
+        assert result.returncode == 1, (argv, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    if before is not None:
+        assert file_hash(target) == before
+    if kind == "missing":
+        assert not target.exists()
+
+
+def test_unreadable_config(hermes_home, store):
+    (hermes_home / "config.yaml").mkdir()  # unreadable as a file, even for root
+    result = run_subprocess("sweep", "--db", store, env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 2 and "config.yaml" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_malformed_config(hermes_home, store):
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: [\n")
+    result = run_subprocess("sweep", "--db", store, env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 2 and "config.yaml:" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_job_file_with_bad_trigger(tmp_path):
+    (tmp_path / "j.yaml").write_text("name: j\ncommand: [sweep]\ntrigger: {cron: '99 * * * *'}\n")
+    result = run_subprocess("jobs", "list", "--jobs-dir", tmp_path)
+    assert result.returncode == 2 and "j.yaml" in result.stderr and "trigger.cron" in result.stderr
