@@ -1,0 +1,92 @@
+"""Exports and VACUUM on a small filesystem this test mounts itself: clear error, store intact, no partial files."""
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+from maint.errors import StoreError
+from maint.store import open_store
+from maint.vacuum import optimize
+from tests.conftest import file_hash, query, run_subprocess
+from tests.storegen import StoreBuilder
+
+Usage = namedtuple("Usage", "total used free")
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    mnt = tmp_path / f"fs-{uuid.uuid4().hex[:6]}"
+    mnt.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        pytest.skip(f"this machine forbids mounting a size-limited tmpfs: {result.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _store(path, sessions=30, messages=20):
+    """Built on the normal disk (SessionDB's WAL alone can outgrow a tiny filesystem), then moved."""
+    import sqlite3
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        built = Path(tmp) / "state.db"
+        with StoreBuilder(built) as b:
+            for n in range(sessions):
+                b.session(f"s{n}", age=200, messages=messages)
+        conn = sqlite3.connect(built)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        shutil.copy(built, path)
+    return path
+
+
+def test_export_to_full_disk_fails_cleanly(tmp_path, small_fs):
+    db = _store(tmp_path / "state.db", sessions=60, messages=40)
+    before = file_hash(db)
+    ballast = small_fs / "ballast"
+    ballast.write_bytes(b"x" * (2_500_000))
+    result = run_subprocess("export", small_fs / "backup.jsonl", "--db", db)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in small_fs.iterdir()) == ["ballast"]  # no partial file, final or temporary
+    assert "disk" in result.stderr.lower() or "space" in result.stderr.lower()
+    assert file_hash(db) == before
+    (small_fs / "ballast2").write_bytes(b"x" * max(0, shutil.disk_usage(small_fs).free - 30_000))
+    md = run_subprocess("export", small_fs / "md", "--db", db, "--format", "md", "--source", "cli")
+    assert md.returncode == 1 and len(md.stderr.strip().splitlines()) == 1
+    leftovers = [p.name for p in small_fs.rglob("*") if ".partial" in p.name]
+    assert leftovers == []  # files that fit are complete; the one that did not is gone
+
+
+def test_vacuum_on_full_disk_rolls_back(small_fs):
+    db = _store(small_fs / "state.db", sessions=12, messages=10)
+    conn = __import__("sqlite3").connect(db)
+    conn.execute("DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE id LIKE 's1%')")
+    conn.commit()
+    conn.close()
+    count = query(db, "SELECT COUNT(*) FROM messages")
+    free = shutil.disk_usage(small_fs).free
+    (small_fs / "ballast").write_bytes(b"x" * max(0, free - 200_000))
+    with open_store(db) as store:
+        with pytest.raises(StoreError, match="disk full|not enough"):
+            optimize(store, disk_usage=lambda p: Usage(10**12, 0, 10**12))  # get past our own space check
+    os.unlink(small_fs / "ballast")
+    assert query(db, "PRAGMA integrity_check") == [("ok",)]
+    assert query(db, "SELECT COUNT(*) FROM messages") == count
+
+
+def test_optimize_refuses_up_front_on_small_fs(small_fs):
+    db = _store(small_fs / "state.db", sessions=10, messages=10)
+    before = file_hash(db)
+    result = run_subprocess("optimize", "--db", db)
+    assert result.returncode == 1 and "not enough free space" in result.stderr and "bytes free" in result.stderr
+    assert file_hash(db) == before
