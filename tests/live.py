@@ -1,0 +1,54 @@
+"""Live Hermes processes beside a maintenance job: several writers appending and one FTS reader."""
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class LiveHermes:
+    def __init__(self, db: Path, writers: int = 3, interval: float = 0.01):
+        self.db, self.n, self.interval = Path(db), writers, interval
+        self.stop = self.db.parent / "live.stop"
+
+    def __enter__(self):
+        self.stop.unlink(missing_ok=True)
+        self.writers = [subprocess.Popen([sys.executable, "-m", "tests.hermes_writer", str(self.db),
+                                          str(self.stop) + f".w{i}", str(self.interval), f"live_writer_{i}"],
+                                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                        for i in range(self.n)]
+        self.reader = subprocess.Popen([sys.executable, "-m", "tests.hermes_reader", str(self.db), str(self.stop)],
+                                       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        ready = [Path(str(self.stop) + f".w{i}.ready") for i in range(self.n)]
+        ready.append(Path(str(self.stop) + ".reader-ready"))
+        while not all(p.exists() for p in ready):
+            if time.time() > deadline or any(p.poll() is not None for p in self.writers + [self.reader]):
+                raise RuntimeError("live Hermes processes failed to start")
+            time.sleep(0.05)
+        return self
+
+    def finish(self) -> dict:
+        for i in range(self.n):
+            Path(str(self.stop) + f".w{i}").write_text("1")
+        self.stop.write_text("1")
+        writers = []
+        for p in self.writers:
+            out, err = p.communicate(timeout=120)
+            writers.append(json.loads(out.strip().splitlines()[-1]))
+        out, _ = self.reader.communicate(timeout=120)
+        reader = json.loads(out.strip().splitlines()[-1])
+        conn = sqlite3.connect(self.db)
+        stored = {w["session_id"]: conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?",
+                                                (w["session_id"],)).fetchone()[0] for w in writers}
+        conn.close()
+        return {"writers": writers, "reader": reader, "stored": stored}
+
+    def __exit__(self, *exc):
+        for p in self.writers + [self.reader]:
+            if p.poll() is None:
+                p.kill()
