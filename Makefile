@@ -24,9 +24,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python bench/prune_bench.py
-	$(BIN)/python bench/sweep_bench.py
-	$(BIN)/python bench/export_bench.py
+	$(BIN)/python bench/report.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check maint tests bench

@@ -1,0 +1,67 @@
+"""Load benchmark: each maintenance job on a copy of the 200k-message store while three real Hermes
+writers append every 10 ms and a reader searches FTS. Reports, per job, the writers' worst append
+latency inside the job's window, failed appends and lost messages, and the reader's failures.
+
+    python bench/load_bench.py
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+from common import CACHE, ROOT, base_store, copy_store, write_result
+
+sys.path.insert(0, str(ROOT))
+from tests.live import LiveHermes  # noqa: E402 - needs the sys.path entry above
+
+JOBS = {
+    "prune": ["prune", "--yes"],
+    "archive": ["archive", "--older-than", "30", "--yes"],
+    "sweep": ["sweep", "--force"],
+    "optimize": ["optimize"],
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sessions", type=int, default=10_000)
+    ap.add_argument("--messages-per-session", type=int, default=20)
+    args = ap.parse_args()
+    src = base_store(args.sessions, args.messages_per_session, 600)
+    rows = {}
+    for name, argv in JOBS.items():
+        db = copy_store(src, CACHE / "run" / f"load_{name}")
+        home = db.parent
+        (home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+        with LiveHermes(db, writers=3, interval=0.01) as live:
+            time.sleep(2.0)
+            lo = time.monotonic()
+            full = [sys.executable, "-m", "maint", *argv] + ([] if name == "sweep" else ["--db", str(db)])
+            proc = subprocess.run(full, cwd=ROOT, capture_output=True, text=True,
+                                  env={**__import__("os").environ, "HERMES_HOME": str(home)})
+            hi = time.monotonic()
+            figures = live.finish()
+        if proc.returncode != 0:
+            raise SystemExit(f"{name} failed: {proc.stderr}")
+        worst = max((took for w in figures["writers"] for at, took in w["samples"] if lo <= at <= hi), default=0.0)
+        rows[name] = {
+            "seconds": round(hi - lo, 1), "writer_worst_ms": round(worst * 1000, 1),
+            "failed_appends": sum(w["failed"] for w in figures["writers"]),
+            "lost_messages": sum(w["appended"] - figures["stored"][w["session_id"]] for w in figures["writers"]),
+            "reader_failures": figures["reader"]["failed"], "reader_worst_ms": round(
+                figures["reader"]["worst_latency_s"] * 1000, 1),
+        }
+    print(f"\nload benchmark: 3 Hermes writers (10 ms) + 1 FTS reader, {args.sessions * args.messages_per_session} "
+          "messages")
+    print(f"{'job':<10}{'seconds':>9}{'worst append ms':>17}{'failed':>8}{'lost':>6}{'reader fails':>14}")
+    for name, r in rows.items():
+        print(f"{name:<10}{r['seconds']:>9.1f}{r['writer_worst_ms']:>17.0f}{r['failed_appends']:>8}"
+              f"{r['lost_messages']:>6}{r['reader_failures']:>14}")
+    write_result("load", {"results": rows})
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""`make bench`: run every benchmark, then print one table and write it to bench/results/report-latest.json.
+
+For each job: ours against Hermes 0.19.0 and against plain SQL/sqlite3 on the same store in the same
+run (ratios), peak RSS, and the live writer's worst append latency.
+"""
+
+import json
+import subprocess
+import sys
+
+from common import RESULTS, ROOT, write_result
+
+BENCHES = ("prune_bench.py", "sweep_bench.py", "export_bench.py", "load_bench.py")
+
+
+def latest(name):
+    return json.loads((RESULTS / f"{name}-latest.json").read_text())
+
+
+def main():
+    if "--no-run" not in sys.argv:
+        for script in BENCHES:
+            subprocess.run([sys.executable, str(ROOT / "bench" / script)], check=True, cwd=ROOT)
+    prune, sweep, export, load = (latest(n) for n in ("prune", "sweep", "export", "load"))
+    p = prune["results"]
+    big = list(export["results"].values())[-1]
+    rows = [
+        ("prune", p["ours"]["msgs_per_s"], "msg/s", p["ours"]["vs_hermes"], p["ours"]["vs_plain_sql"],
+         p["ours"]["peak_rss_mb"], p["ours"]["writer_worst_ms"], p["hermes"]["writer_worst_ms"]),
+        ("sweep", sweep["results"]["ours_sweep"]["elapsed_s"], "s", sweep["sweep_speed_vs_hermes"], None,
+         sweep["results"]["ours_sweep"]["peak_rss_mb"], load["results"]["sweep"]["writer_worst_ms"], None),
+        ("vacuum", sweep["results"]["ours_vacuum"]["elapsed_s"], "s", None,
+         sweep["results"]["sqlite3_vacuum"]["elapsed_s"] / sweep["results"]["ours_vacuum"]["elapsed_s"],
+         sweep["results"]["ours_vacuum"]["peak_rss_mb"], None, None),
+        ("export", big["ours"]["messages"] / big["ours"]["elapsed_s"], "msg/s",
+         big["hermes"]["elapsed_s"] / big["ours"]["elapsed_s"], big["plain"]["elapsed_s"] / big["ours"]["elapsed_s"],
+         big["ours"]["peak_rss_mb"], None, None),
+        ("archive", load["results"]["archive"]["seconds"], "s", None, None, None,
+         load["results"]["archive"]["writer_worst_ms"], None),
+        ("optimize", load["results"]["optimize"]["seconds"], "s", None, None, None,
+         load["results"]["optimize"]["writer_worst_ms"], None),
+    ]
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    print(f"\n{'job':<9}{'ours':>10} {'unit':<6}{'vs Hermes':>10}{'vs plain':>10}{'RSS MB':>8}"
+          f"{'writer worst ms':>17}{'Hermes writer worst':>21}")
+    for job, ours, unit, vh, vp, rss, worst, hworst in rows:
+        print(f"{job:<9}{fmt(ours, '10.1f')} {unit:<6}{fmt(vh, '10.2f')}{fmt(vp, '10.2f')}{fmt(rss, '8.0f')}"
+              f"{fmt(worst, '17.0f')}{fmt(hworst, '21.0f')}")
+    failures = {k: (v["failed_appends"], v["lost_messages"]) for k, v in load["results"].items()}
+    print(f"failed appends / lost messages under load: {failures}")
+    write_result("report", {"rows": [dict(zip(("job", "ours", "unit", "vs_hermes", "vs_plain", "peak_rss_mb",
+                                               "writer_worst_ms", "hermes_writer_worst_ms"), r)) for r in rows],
+                            "load": load["results"]})
+
+
+if __name__ == "__main__":
+    main()
