@@ -40,7 +40,10 @@ def main():
         ("optimize", load["results"]["optimize"]["seconds"], "s", None, None, None,
          load["results"]["optimize"]["writer_worst_ms"], None),
     ]
-    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    def fmt(value, spec):
+        width = int(spec.split(".")[0]) if spec[0].isdigit() else 0
+        return "-".rjust(width) if value is None else format(value, spec)
+
     print(f"\n{'job':<9}{'ours':>10} {'unit':<6}{'vs Hermes':>10}{'vs plain':>10}{'RSS MB':>8}"
           f"{'writer worst ms':>17}{'Hermes writer worst':>21}")
     for job, ours, unit, vh, vp, rss, worst, hworst in rows:
