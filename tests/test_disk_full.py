@@ -90,3 +90,22 @@ def test_optimize_refuses_up_front_on_small_fs(small_fs):
     result = run_subprocess("optimize", "--db", db)
     assert result.returncode == 1 and "not enough free space" in result.stderr and "bytes free" in result.stderr
     assert file_hash(db) == before
+
+
+def test_read_only_store_and_folder(small_fs):
+    db = _store(small_fs / "state.db", sessions=5, messages=3)
+    before = file_hash(db)
+    remount = subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], capture_output=True, text=True)
+    if remount.returncode != 0:
+        pytest.skip(f"this machine forbids remounting read-only: {remount.stderr.strip()}")
+    try:
+        for argv in (["prune", "--older-than", "1", "--yes"], ["archive", "--source", "cli", "--yes"],
+                     ["optimize"], ["repair-prompts", "0", "--apply", "--yes"]):
+            result = run_subprocess(*argv, "--db", db)
+            assert result.returncode in (1, 2), (argv, result.stderr)
+            assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+        out = run_subprocess("export", small_fs / "x.jsonl", "--db", db)
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], capture_output=True)
+    assert file_hash(db) == before
