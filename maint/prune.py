@@ -188,6 +188,13 @@ class PruneResult:
     longest_lock_s: float
 
 
+def checkpoint_passive(store: Store) -> None:
+    try:
+        store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    except Exception:  # noqa: BLE001 - busy or not in WAL: the next one will do
+        pass
+
+
 def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = None,
                   on_progress: Callable[[int], None] | None = None) -> PruneResult:
     deleted: list[str] = []
@@ -209,6 +216,9 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
                 delete_sessions(store, conn, ids)
         deleted.extend(ids)
         msgs[0] += sum(u.messages for u in ok)
+        # Copy our pages out of the WAL ourselves, outside the write lock, so a Hermes writer's
+        # commit never inherits that work as its auto-checkpoint.
+        checkpoint_passive(store)
         return len(ids)
 
     run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply,
