@@ -9,9 +9,12 @@ session references any more, and ``parent_session_id`` of surviving children
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import apsw
 
 from maint import lineage as lin
 from maint.batching import Batcher, Yielder, run_batched
@@ -189,10 +192,8 @@ class PruneResult:
 
 
 def checkpoint_passive(store: Store) -> None:
-    try:
+    with contextlib.suppress(apsw.Error):  # busy or not in WAL: the next one will do
         store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-    except Exception:  # noqa: BLE001 - busy or not in WAL: the next one will do
-        pass
 
 
 def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = None,
