@@ -1,5 +1,6 @@
 """What the benchmarks share: the cached generated store, fresh copies, result files."""
 
+import argparse
 import json
 import platform
 import shutil
@@ -53,3 +54,11 @@ def write_result(name: str, payload: dict) -> Path:
     latest = RESULTS / f"{name}-latest.json"
     latest.write_text(json.dumps(payload, indent=2))
     return latest
+
+
+def store_args() -> argparse.ArgumentParser:
+    """The options every benchmark takes: the size of the generated store."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sessions", type=int, default=10_000)
+    ap.add_argument("--messages-per-session", type=int, default=20)
+    return ap

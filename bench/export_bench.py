@@ -7,13 +7,12 @@ memory stays flat as the store grows.
     python bench/export_bench.py [--sessions N] [--messages-per-session M]
 """
 
-import argparse
 import json
 import subprocess
 import sys
 import textwrap
 
-from common import CACHE, ROOT, base_store, store_mb, write_result
+from common import store_args, CACHE, ROOT, base_store, store_mb, write_result
 
 SCRIPTS = {
     "ours": """
@@ -75,9 +74,7 @@ def run(name, db):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sessions", type=int, default=10_000)
-    ap.add_argument("--messages-per-session", type=int, default=20)
+    ap = store_args()
     args = ap.parse_args()
     results = {}
     for scale in (1, 2):

@@ -5,13 +5,12 @@ latency inside the job's window, failed appends and lost messages, and the reade
     python bench/load_bench.py
 """
 
-import argparse
 import json
 import subprocess
 import sys
 import time
 
-from common import CACHE, ROOT, base_store, copy_store, write_result
+from common import store_args, CACHE, ROOT, base_store, copy_store, write_result
 
 sys.path.insert(0, str(ROOT))
 from tests.live import LiveHermes  # noqa: E402 - needs the sys.path entry above
@@ -25,9 +24,7 @@ JOBS = {
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sessions", type=int, default=10_000)
-    ap.add_argument("--messages-per-session", type=int, default=20)
+    ap = store_args()
     args = ap.parse_args()
     src = base_store(args.sessions, args.messages_per_session, 600)
     rows = {}

@@ -8,14 +8,13 @@ latency and failures; writes the figures as JSON under bench/results/.
     python bench/prune_bench.py [--sessions N] [--messages-per-session M] [--bytes B]
 """
 
-import argparse
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import CACHE, ROOT, base_store, copy_store, store_mb, write_result
+from common import store_args, CACHE, ROOT, base_store, copy_store, store_mb, write_result
 
 CONTENDERS = ("idle", "plain_sql", "hermes", "ours")
 
@@ -47,9 +46,7 @@ def run_one(name: str, db: Path, interval: float) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sessions", type=int, default=10_000)
-    ap.add_argument("--messages-per-session", type=int, default=20)
+    ap = store_args()
     ap.add_argument("--bytes", type=int, default=600)
     ap.add_argument("--interval", type=float, default=0.01)
     args = ap.parse_args()

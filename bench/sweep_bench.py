@@ -6,13 +6,12 @@
     python bench/sweep_bench.py [--sessions N] [--messages-per-session M]
 """
 
-import argparse
 import json
 import subprocess
 import sys
 import textwrap
 
-from common import CACHE, ROOT, base_store, copy_store, store_mb, write_result
+from common import store_args, CACHE, ROOT, base_store, copy_store, store_mb, write_result
 
 SCRIPTS = {
     "ours_sweep": """
@@ -64,9 +63,7 @@ def run(name: str, db) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sessions", type=int, default=10_000)
-    ap.add_argument("--messages-per-session", type=int, default=20)
+    ap = store_args()
     args = ap.parse_args()
     src = base_store(args.sessions, args.messages_per_session, 600)
     rows = {}
