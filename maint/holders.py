@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from maint.errors import MaintError
 
 
 @dataclass
@@ -132,4 +135,24 @@ def find_holders(db: Path, exclude_pids: set[int] | None = None) -> HolderReport
         if files:
             cmd = " ".join(proc.info.get("cmdline") or []) or proc.info.get("name") or ""
             report.holders.append(Holder(pid=pid, cmdline=cmd, files=files))
+    return report
+
+
+STOP_HERMES = "stop the gateway and other Hermes processes first"
+
+
+class HeldStore(MaintError):
+    """Another process holds the store (or we could not prove that none does)."""
+
+
+def refuse_if_held(db: Path, *, force: bool, doing: str, advice: str,
+                   holders: Callable[[Path], HolderReport] | None = None) -> HolderReport:
+    """The one refusal every store-rewriting command uses: a found holder always refuses; an
+    incomplete check refuses unless *force*, which waives only that case."""
+    report = (holders or find_holders)(db)
+    if report.holders:
+        raise HeldStore(f"{db}: refusing to {doing} while other processes hold it ({report.describe()}); {advice}")
+    if report.unknown and not force:
+        raise HeldStore(f"{db}: refusing: could not check who holds the store ({report.describe()}); "
+                        "pass --force if you are sure no process uses it")
     return report

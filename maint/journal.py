@@ -19,7 +19,7 @@ import apsw
 
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError
-from maint.holders import HolderReport, find_holders
+from maint.holders import HeldStore, find_holders, refuse_if_held
 from maint.store import WAL_RESET_FIXED, _check_header, has_wal_reset_bug
 
 MODES = ("wal", "delete")
@@ -60,10 +60,6 @@ def filesystem_type(path: Path, mounts: Path | None = None) -> str | None:
     return best
 
 
-class HeldStore(MaintError):
-    """Another process holds the store."""
-
-
 @dataclass
 class SwitchResult:
     path: str
@@ -99,13 +95,7 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
         warning = stdlib_wal_warning()
         if warning:
             warnings.append(warning)
-    report: HolderReport = holders(path)
-    if report.holders:
-        listing = "; ".join(f"pid {h.pid}: {h.cmdline or '?'}" for h in report.holders)
-        raise HeldStore(f"{path}: refusing to switch while other processes hold it ({listing}); stop them first")
-    if report.unknown and not force:
-        raise HeldStore(f"{path}: refusing: could not check who holds the store ({report.describe()}); "
-                        "pass --force if you are sure no process uses it")
+    refuse_if_held(path, force=force, doing="switch", advice="stop them first", holders=holders)
     before = header_mode(path)
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
     conn.set_busy_timeout(2000)

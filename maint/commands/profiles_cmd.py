@@ -6,8 +6,7 @@ import typer
 
 from maint.commands.common import JsonOpt, confirm_or_refuse, emit_json, handle_errors
 from maint.errors import UsageError
-from maint.holders import find_holders
-from maint.journal import HeldStore
+from maint.holders import STOP_HERMES, refuse_if_held
 from maint.profiles import apply as apply_findings
 from maint.profiles import scan, snapshot
 
@@ -43,13 +42,7 @@ def repair_profiles(
               "apply": apply, "snapshot": None, "applied": []}
     if apply and actionable:
         for path in stores.values():
-            holders = find_holders(path)
-            if holders.holders:
-                raise HeldStore(f"{path}: refusing to repair while other processes hold it "
-                                f"({holders.describe()}); stop the gateway and other Hermes processes first")
-            if holders.unknown and not force:
-                raise HeldStore(f"{path}: refusing: could not check who holds the store ({holders.describe()}); "
-                                "pass --force if you are sure no process uses it")
+            refuse_if_held(path, force=force, doing="repair", advice=STOP_HERMES)
         confirm_or_refuse(yes, f"Apply {len(actionable)} repair(s) across {len(stores)} store(s)?",
                           [_line(f.as_dict()) for f in actionable])
         folder = snapshot(stores)

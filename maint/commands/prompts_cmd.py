@@ -5,22 +5,11 @@ from typing import Annotated, Optional
 import typer
 
 from maint.commands.common import JsonOpt, command, confirm_or_refuse, emit_json, resolve
-from maint.holders import find_holders
-from maint.journal import HeldStore
+from maint.holders import STOP_HERMES, refuse_if_held
 from maint.prompts import clear_prompts, resolve_session, scan, stored_prompt
 from maint.store import open_store
 
 RESTART = "Restart a running gateway now: it holds prompts in memory and would write them back."
-
-
-def refuse_if_held(path, force: bool) -> None:
-    report = find_holders(path)
-    if report.holders:
-        raise HeldStore(f"{path}: refusing to repair while other processes hold it ({report.describe()}); "
-                        "stop the gateway and other Hermes processes first")
-    if report.unknown and not force:
-        raise HeldStore(f"{path}: refusing: could not check who holds the store ({report.describe()}); "
-                        "pass --force if you are sure no process uses it")
 
 
 @command
@@ -52,7 +41,7 @@ def repair_prompts(
     ids = [v["id"] for v in verified]
     cleared: list[str] = []
     if apply and ids:
-        refuse_if_held(path, force)
+        refuse_if_held(path, force=force, doing="repair", advice=STOP_HERMES)
         if not as_json:
             confirm_or_refuse(yes, f"Clear {len(ids)} stored prompt(s)?",
                               [f"  {v['id']}  ({v['prompt_chars']} chars) - {v['reason']}" for v in verified])
