@@ -20,22 +20,10 @@ import apsw
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError
 from maint.holders import HeldStore, find_holders, refuse_if_held
-from maint.store import WAL_RESET_FIXED, _check_header, has_wal_reset_bug
+from maint.store import WAL_RESET_FIXED, _check_header, has_wal_reset_bug, header_bytes, header_journal_mode
 
 MODES = ("wal", "delete")
 WAL_UNSAFE_FS = ("virtiofs", "9p")
-
-
-def header_bytes(path: Path) -> tuple[int, int]:
-    with open(path, "rb") as fh:
-        fh.seek(18)
-        data = fh.read(2)
-    return data[0], data[1]
-
-
-def header_mode(path: Path) -> str:
-    write, read = header_bytes(path)
-    return "wal" if (write, read) == (2, 2) else "delete" if (write, read) == (1, 1) else f"unknown({write},{read})"
 
 
 def filesystem_type(path: Path, mounts: Path | None = None) -> str | None:
@@ -96,7 +84,7 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
         if warning:
             warnings.append(warning)
     refuse_if_held(path, force=force, doing="switch", advice="stop them first", holders=holders)
-    before = header_mode(path)
+    before = header_journal_mode(path)
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
     conn.set_busy_timeout(2000)
     try:
@@ -114,7 +102,7 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
     finally:
         conn.close()
     header = header_bytes(path)
-    after = header_mode(path)
+    after = header_journal_mode(path)
     if answer != mode or after != mode:
         raise MaintError(f"{path}: switch to {mode} did not take (PRAGMA says {answer}, header says {after}); "
                          "another process may have opened the store")

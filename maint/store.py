@@ -91,12 +91,18 @@ def _check_header(path: Path) -> None:
         )
 
 
-def header_journal_mode(path: Path) -> str:
-    """Journal mode as written in the file header (bytes 18-19): 'wal' or 'delete'."""
+def header_bytes(path: Path) -> tuple[int, int]:
+    """File-format write and read versions (header bytes 18-19): 1 = rollback journal, 2 = WAL."""
     with open(path, "rb") as fh:
         fh.seek(18)
-        write_version = fh.read(1)
-    return "wal" if write_version == b"\x02" else "delete"
+        data = fh.read(2)
+    return data[0], data[1]
+
+
+def header_journal_mode(path: Path) -> str:
+    """Journal mode as written in the file header: 'wal', 'delete', or unknown(w,r)."""
+    write, read = header_bytes(path)
+    return "wal" if (write, read) == (2, 2) else "delete" if (write, read) == (1, 1) else f"unknown({write},{read})"
 
 
 class Store:

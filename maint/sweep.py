@@ -24,7 +24,7 @@ from maint.locks import LockHeld, maintenance_lock
 from maint.prune import execute_prune, plan_prune
 from maint.reap import reap, reap_candidates
 from maint.store import Store, open_store
-from maint.vacuum import space_needed, vacuum_in_place
+from maint.vacuum import space_shortfall, vacuum_in_place
 
 log = logging.getLogger("hermes_maint.sweep")
 
@@ -93,10 +93,9 @@ def decide_vacuum(store: Store, *, deleted: int, enabled: bool, min_interval_day
         return VacuumDecision(False, f"store held by {report.describe()}")
     if report.unknown:
         return VacuumDecision(False, f"holder check could not complete ({report.describe()})")
-    size = sum(store.file_sizes().values())
-    free = disk_usage(store.path.parent).free
-    if free < space_needed(size):
-        return VacuumDecision(False, f"not enough free space ({free} bytes free, need {space_needed(size)})")
+    short = space_shortfall(store, disk_usage)
+    if short:
+        return VacuumDecision(False, f"not enough free space ({short[0]} bytes free, need {short[1]})")
     return VacuumDecision(True, f"{ratio:.1%} of pages free, no other process holds the store")
 
 

@@ -14,24 +14,28 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
+from typing import Any
 
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError
 from maint.store import Store
 
 MIN_MARGIN_BYTES = 64 * 2**20
-DiskUsage = Callable[[Path], "shutil._ntuple_diskusage"]
+DiskUsage = Callable[[Path], Any]  # shutil.disk_usage, or a test's stand-in with .free
 
 
-def space_needed(store_bytes: int) -> int:
-    return store_bytes + max(MIN_MARGIN_BYTES, store_bytes // 10)
+def space_shortfall(store: Store, disk_usage: DiskUsage = shutil.disk_usage) -> tuple[int, int, int] | None:
+    """(free, needed, store size) when the filesystem lacks room for a VACUUM copy, else None."""
+    size = sum(store.file_sizes().values())
+    free = disk_usage(store.path.parent).free
+    need = size + max(MIN_MARGIN_BYTES, size // 10)
+    return (free, need, size) if free < need else None
 
 
 def check_space(store: Store, disk_usage: DiskUsage = shutil.disk_usage) -> None:
-    size = sum(store.file_sizes().values())
-    free = disk_usage(store.path.parent).free
-    need = space_needed(size)
-    if free < need:
+    short = space_shortfall(store, disk_usage)
+    if short:
+        free, need, size = short
         raise MaintError(f"{store.path}: not enough free space for VACUUM: {free} bytes free, "
                          f"need about {need} (store {size} bytes plus margin); nothing was changed")
 
