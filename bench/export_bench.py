@@ -16,13 +16,15 @@ from common import store_args, CACHE, ROOT, base_store, store_mb, write_result
 
 SCRIPTS = {
     "ours": """
-        from maint.commands.export_cmd import _write
+        from maint.catalog import load_sessions
+        from maint.commands.export_cmd import Render
         from maint.store import open_store
         from maint.export_select import select_sessions
         from maint.filters import Filters
         with open_store(DB, readonly=True) as s:
-            chosen = select_sessions(s, None, Filters())
-            r = _write(s, {"path": OUT_PATH, "ids": [x.id for x in chosen]}, "jsonl", None, False, "")
+            catalog = load_sessions(s)
+            chosen = select_sessions(s, None, Filters(), catalog)
+            r = Render(s, catalog, "jsonl", None, False, "").write({"path": OUT_PATH, "ids": [x.id for x in chosen]})
         OUT.update(messages=r["messages"])
     """,
     "hermes": """

@@ -11,20 +11,19 @@ delete and leaves files and store as they are.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable
 
 from maint import lineage as lin
-from maint.catalog import load_sessions, locked_session_ids
+from maint.catalog import load_sessions
 from maint.errors import MaintError
 from maint.prune import delete_sessions
 from maint.store import Store
 from maint.transcript import iter_messages
 
 
-def family(store: Store, session_id: str) -> list[str]:
-    """The session and its delegate (subagent) descendants."""
-    sessions = load_sessions(store)
+def family(store: Store, session_id: str, sessions: dict | None = None) -> list[str]:
+    """The session and its delegate (subagent) descendants; *sessions* when already loaded."""
+    sessions = load_sessions(store) if sessions is None else sessions
     kinds = {sid: lin.classify(s, sessions) for sid, s in sessions.items()}
     out, frontier = [session_id], [session_id]
     while frontier:
@@ -46,13 +45,11 @@ def fingerprint(store: Store, session_id: str) -> str:
     return h.hexdigest()
 
 
-def refuse_if_busy(store: Store, ids: list[str]) -> None:
-    sessions = load_sessions(store)
-    locked = locked_session_ids(store, time.time())
+def refuse_if_busy(sessions: dict, ids: list[str]) -> None:
     for sid in ids:
         if sessions[sid].is_open:
             raise MaintError(f"session {sid} is still open; refusing to delete it (nothing was exported or deleted)")
-        if sid in locked or sessions[sid].locked:
+        if sessions[sid].locked:  # load_sessions marks unexpired compression locks and turn leases
             raise MaintError(f"session {sid} has a turn or compression in progress; refusing to delete it")
         if sessions[sid].pinned:
             raise MaintError(f"session {sid} is pinned; unpin it before deleting")

@@ -6,7 +6,6 @@ are included (a backup keeps protected rows). No filter at all takes everything.
 
 from __future__ import annotations
 
-import time
 
 from maint.catalog import SessionInfo, load_sessions
 from maint.errors import MaintError, UsageError
@@ -16,18 +15,19 @@ from maint.store import Store
 
 
 def select_sessions(store: Store, session_id: str | None, filters: Filters,
-                    now: float | None = None) -> list[SessionInfo]:
-    now = time.time() if now is None else now
+                    sessions: dict[str, SessionInfo] | None = None) -> list[SessionInfo]:
+    """*sessions* is the store's catalogue when the caller already loaded it."""
     if session_id is not None and not filters.is_empty:
         raise UsageError("--session-id cannot be combined with filters (use one or the other)")
-    with store.snapshot():
-        sessions = load_sessions(store, now)
-        if session_id is not None:
-            try:
-                sid = resolve_session(store, session_id)
-            except UsageError as exc:
-                raise MaintError(str(exc)) from None
-            return [sessions[sid]]
+    if sessions is None:
+        with store.snapshot():
+            sessions = load_sessions(store)
+    if session_id is not None:
+        try:
+            sid = resolve_session(store, session_id)
+        except UsageError as exc:
+            raise MaintError(str(exc)) from None
+        return [sessions[sid]]
     if filters.is_empty:
         chosen = list(sessions.values())
     else:

@@ -1,9 +1,12 @@
 """hermes-maint export: thin CLI over the export modules."""
 
+import hashlib
 import json
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -74,7 +77,6 @@ def export(
 
     Bulk filters take ended sessions (pinned and archived included); no filter exports everything.
     """
-    _CATALOG.clear()
     if fmt not in FORMATS:
         raise UsageError(f"--format: bad value {fmt!r} (expected one of {', '.join(FORMATS)})")
     if only not in (None, "user-prompts"):
@@ -98,11 +100,13 @@ def export(
     cfg = load_config()
 
     with open_store(target.path, readonly=not delete_after_verified) as store:
-        chosen = select_sessions(store, session_id, spec)
+        with store.snapshot():
+            catalog = load_sessions(store)
+        chosen = select_sessions(store, session_id, spec, catalog)
         if delete_after_verified:
-            refuse_if_busy(store, family(store, chosen[0].id))
-            chosen = [s for s in load_sessions(store).values() if s.id in set(family(store, chosen[0].id))]
-            chosen.sort(key=lambda s: s.id != session_id and s.started_at)
+            members = family(store, chosen[0].id, catalog)  # the named session first, then its delegates
+            refuse_if_busy(catalog, members)
+            chosen = [catalog[sid] for sid in members]
         cap = cfg.session("max_export_messages")
         if fmt == "jsonl" and not only and isinstance(cap, int) and cap > 0:
             for s in chosen:
@@ -111,20 +115,20 @@ def export(
                     raise MaintError(f"session {s.id} has {n} stored messages, more than "
                                      f"sessions.max_export_messages={cap}; raise the setting (0 = no cap) "
                                      "or export it as md/qmd")
-        plan = _plan(store, chosen, fmt, output, only, lineage, bool(session_id), delete_after_verified)
+        plan = _plan(catalog, chosen, fmt, output, only, lineage, bool(session_id), delete_after_verified)
         if dry_run:
             report = {"dry_run": True, "format": fmt, "sessions": [s.id for s in chosen],
                       "files": [p["path"] for p in plan]}
             emit_json(report) if as_json else [typer.echo(f"would write {p['path']}  ({', '.join(p['ids'])})")
                                                for p in plan]
             return
-        stamp = iso_time(__import__("time").time())
-        written = [_write(store, entry, fmt, only, do_redact, stamp, delete_after_verified) for entry in plan]
+        job = Render(store, catalog, fmt, only, do_redact, iso_time(time.time()))
+        written = [job.write(entry, fingerprints=delete_after_verified) for entry in plan]
         manifest = _manifest(written, fmt)
         report = {"dry_run": False, "format": fmt, "sessions": [s.id for s in chosen],
                   "files": [w["path"] for w in written], "manifest": manifest, "uploaded": [], "deleted": []}
         if delete_after_verified:
-            report["deleted"] = _verified_delete(store, written, fmt, only, do_redact, stamp)
+            report["deleted"] = job.verified_delete(written)
     if upload:
         from maint.hf_upload import upload_traces
 
@@ -144,7 +148,7 @@ def export(
                        err=True)
 
 
-def _plan(store, chosen, fmt, output, only, lineage, single, per_session=False) -> list[dict]:
+def _plan(catalog, chosen, fmt, output, only, lineage, single, per_session=False) -> list[dict]:
     """What files will be written and which sessions go in each."""
     if fmt == "html":
         return [{"path": _target_file(output, "hermes_sessions.html"), "ids": [s.id for s in chosen]}]
@@ -162,7 +166,7 @@ def _plan(store, chosen, fmt, output, only, lineage, single, per_session=False) 
     folder = _folder(output)
     suffix = ".prompts.md" if only else f".{fmt}"
     if lineage == "logical":
-        tree = lin.build(load_sessions(store))
+        tree = lin.build(catalog)
         groups, seen = [], set()
         for s in chosen:
             key = tree.chain_of[s.id]
@@ -174,44 +178,55 @@ def _plan(store, chosen, fmt, output, only, lineage, single, per_session=False) 
     return [{"path": str(inside(folder, safe_name(s.id, suffix))), "ids": [s.id]} for s in chosen]
 
 
-def _render(store, entry, fmt, only, redact, stamp, write) -> int:
-    sessions = _catalog(store)
-    if fmt == "jsonl":
-        if only:
-            n = 0
-            for sid in entry["ids"]:
-                for rec in iter_user_prompts(store, sid, redact):
-                    write(json.dumps(rec, ensure_ascii=False) + "\n")
-                    n += 1
-            return n
-        return sum(write_jsonl_session(store, sid, write, redact) for sid in entry["ids"])
-    if fmt == "trace":
-        return write_trace(store, sessions[entry["ids"][0]], write, redact)
-    if fmt == "html":
-        return render_html(store, [sessions[sid] for sid in entry["ids"]], write, redact)
-    doc_fmt = "prompts.md" if only else fmt
-    return render_document(store, doc_fmt, entry["ids"], write, redact, sessions[entry["ids"][0]], stamp)
+@dataclass
+class Render:
+    """One export run: the open store, its session records (loaded once) and the chosen format."""
 
+    store: Any
+    sessions: dict
+    fmt: str
+    only: Optional[str]
+    redact: bool
+    stamp: str
 
-_CATALOG: dict[int, dict] = {}
+    def render(self, entry: dict, write) -> int:
+        store, sessions, redact = self.store, self.sessions, self.redact
+        if self.fmt == "jsonl":
+            if self.only:
+                n = 0
+                for sid in entry["ids"]:
+                    for rec in iter_user_prompts(store, sid, redact):
+                        write(json.dumps(rec, ensure_ascii=False) + "\n")
+                        n += 1
+                return n
+            return sum(write_jsonl_session(store, sid, write, redact) for sid in entry["ids"])
+        if self.fmt == "trace":
+            return write_trace(store, sessions[entry["ids"][0]], write, redact)
+        if self.fmt == "html":
+            return render_html(store, [sessions[sid] for sid in entry["ids"]], write, redact)
+        doc_fmt = "prompts.md" if self.only else self.fmt
+        return render_document(store, doc_fmt, entry["ids"], write, redact, sessions[entry["ids"][0]], self.stamp)
 
+    def write(self, entry: dict, fingerprints: bool = False) -> dict:
+        with self.store.snapshot():
+            with atomic_text(entry["path"]) as sink:
+                n = self.render(entry, sink.write)
+            # The delete check needs the transcript as it was exported, from the same snapshot.
+            prints = {sid: fingerprint(self.store, sid) for sid in entry["ids"]} if fingerprints else {}
+        return {**entry, "messages": n, "sha256": sink.digest.hexdigest(), "fingerprints": prints}
 
-def _catalog(store) -> dict:
-    """Session records, loaded once per open store (an export may render thousands of files)."""
-    key = id(store)
-    if key not in _CATALOG:
-        _CATALOG.clear()
-        _CATALOG[key] = load_sessions(store)
-    return _CATALOG[key]
+    def verified_delete(self, written: list[dict]) -> list[str]:
+        def rerender(entry: dict) -> str:
+            h = hashlib.sha256()
+            with self.store.snapshot():
+                self.render(entry, lambda t: h.update(t.encode("utf-8")))
+            return h.hexdigest()
 
-
-def _write(store, entry, fmt, only, redact, stamp, fingerprints: bool = False) -> dict:
-    with store.snapshot():
-        with atomic_text(entry["path"]) as sink:
-            n = _render(store, entry, fmt, only, redact, stamp, sink.write)
-        # The delete check needs the transcript as it was exported, from the same snapshot.
-        prints = {sid: fingerprint(store, sid) for sid in entry["ids"]} if fingerprints else {}
-    return {**entry, "messages": n, "sha256": sink.digest.hexdigest(), "fingerprints": prints}
+        verify_files(written, rerender)
+        ids = [sid for w in written for sid in w["ids"]]
+        prints = {sid: p for w in written for sid, p in w["fingerprints"].items()}
+        delete_if_unchanged(self.store, ids, prints)
+        return ids
 
 
 def _manifest(written: list[dict], fmt: str) -> Optional[str]:
@@ -232,19 +247,3 @@ def _manifest(written: list[dict], fmt: str) -> Optional[str]:
             sink.write(json.dumps({"path": Path(w["path"]).name, "messages": w["messages"],
                                    "lineage_ids": w.get("lineage", w["ids"]), "sha256": w["sha256"]}) + "\n")
     return str(path)
-
-
-def _verified_delete(store, written, fmt, only, redact, stamp) -> list[str]:
-    import hashlib
-
-    def rerender(entry: dict) -> str:
-        h = hashlib.sha256()
-        with store.snapshot():
-            _render(store, entry, fmt, only, redact, stamp, lambda t: h.update(t.encode("utf-8")))
-        return h.hexdigest()
-
-    verify_files(written, rerender)
-    ids = [sid for w in written for sid in w["ids"]]
-    prints = {sid: p for w in written for sid, p in w["fingerprints"].items()}
-    delete_if_unchanged(store, ids, prints)
-    return ids
