@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -80,18 +80,16 @@ class Batcher:
         if not self.budget:
             self.budget = min(self.max_budget, max(self.min_budget, self.target_s * self.ASSUMED_RATE))
 
-    def batches(self, units: Sequence[U], weight: Callable[[U], int]) -> Iterator[list[U]]:
-        batch: list[U] = []
-        load = 0
-        for unit in units:
-            w = max(1, weight(unit))
-            if batch and load + w > self.budget:
-                yield batch
-                batch, load = [], 0
-            batch.append(unit)
+    def take(self, units: Sequence[U], start: int, weight: Callable[[U], int]) -> tuple[int, int]:
+        """End index and load of the next batch from *start*: whole units, at least one, within budget."""
+        end, load = start, 0
+        while end < len(units):
+            w = max(1, weight(units[end]))
+            if end > start and load + w > self.budget:
+                break
             load += w
-        if batch:
-            yield batch
+            end += 1
+        return end, load
 
     def observe(self, work: int, seconds: float) -> None:
         """Re-aim the budget at ``target_s`` from the last batch's rate (smoothed)."""
@@ -106,16 +104,18 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
                 on_progress: Callable[[int], None] | None = None) -> int:
     """Apply *apply* to batches of *units*; returns the summed result of *apply*."""
     batcher = batcher or Batcher()
+    yielder = yielder or Yielder(None)
     total = 0
     pos = 0
     while pos < len(units) and not CANCEL.is_set():
-        batch = next(batcher.batches(units[pos:pos + 100_000], weight))
-        pos += len(batch)
+        end, load = batcher.take(units, pos, weight)
+        batch = list(units[pos:end])
+        pos = end
         started = time.monotonic()
         total += apply(batch)
-        batcher.observe(sum(max(1, weight(u)) for u in batch), time.monotonic() - started)
+        batcher.observe(load, time.monotonic() - started)
         if on_progress:
             on_progress(len(batch))
         if pos < len(units):
-            (yielder or Yielder(None)).pause()
+            yielder.pause()
     return total

@@ -8,7 +8,7 @@ nothing is pinned.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from maint.store import Store
 
@@ -48,7 +48,6 @@ class SessionInfo:
     system_prompt_hash: str | None = None
     tool_names: str | None = None
     locked: bool = False  # unexpired compression lock or turn lease
-    extra: dict = field(default_factory=dict)
 
     @property
     def is_open(self) -> bool:
@@ -59,8 +58,8 @@ def _marker(col: str, key: str) -> str:
     return (f"json_extract(CASE WHEN json_valid({col}) THEN {col} ELSE '{{}}' END, '$.{key}')")
 
 
-def _opt(store: Store, col: str, default: str = "NULL", table: str = "sessions") -> str:
-    return f"s.{col}" if store.has_column(table, col) else default
+def _opt(store: Store, col: str, default: str = "NULL") -> str:
+    return f"s.{col}" if store.has_column("sessions", col) else default
 
 
 def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionInfo]:

@@ -30,7 +30,7 @@ def profile_store(name: str) -> Path:
 
 def resolve_targets(db: Path | None, profile: str | None, all_profiles: bool) -> list[StoreTarget]:
     """--db wins, then --profile, then $HERMES_HOME/state.db; --all-profiles fans out."""
-    chosen = sum(x is not None and x is not False for x in (db, profile, all_profiles or None))
+    chosen = (db is not None) + (profile is not None) + bool(all_profiles)
     if chosen > 1:
         raise UsageError("--db, --profile and --all-profiles are mutually exclusive (use one)")
     if db is not None:

@@ -148,14 +148,7 @@ class Store:
 
     # -- reads ---------------------------------------------------------
     def rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
-        cur = self.conn.cursor()
-        out = []
-        desc = None
-        for row in cur.execute(sql, params):
-            if desc is None:
-                desc = [d[0] for d in cur.get_description()]
-            out.append(dict(zip(desc, row)))
-        return out
+        return list(self.iter_rows(sql, params))
 
     def iter_rows(self, sql: str, params: Any = ()) -> Iterator[dict[str, Any]]:
         cur = self.conn.cursor()

@@ -13,9 +13,6 @@ from collections.abc import Iterator
 
 from maint.store import Store
 
-BLOB_COLUMNS = ()
-
-
 def message_columns(store: Store) -> list[str]:
     return [r[1] for r in store.conn.execute("PRAGMA table_info(messages)")]
 

@@ -86,20 +86,13 @@ def filter_options(fn: Callable) -> Callable:
 
 
 def target_options(fn: Callable) -> Callable:
-    """Adds --db/--profile/--all-profiles; the command receives ``targets: list[StoreTarget]``."""
+    """Adds --db/--profile/--all-profiles; the command receives them as ``targets: dict`` (see resolve)."""
     extra = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=(False if t is bool else None),
                           annotation=Annotated[t, opt])
         for name, (t, opt) in TARGET_PARAMS.items()
     ]
-    inner = _extend_signature(fn, extra, "targets")
-
-    @functools.wraps(inner)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return inner(*args, **kwargs)
-
-    wrapper.__signature__ = inner.__signature__  # type: ignore[attr-defined]
-    return wrapper
+    return _extend_signature(fn, extra, "targets")
 
 
 def resolve(raw: dict) -> list[StoreTarget]:
