@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from maint.errors import UsageError
 from maint.store import Store
 
 
@@ -120,3 +121,17 @@ def locked_session_ids(store: Store, now: float) -> set[str]:
         locked.update(r[0] for r in store.conn.execute(
             "SELECT conversation_id FROM session_turn_leases WHERE expires_at > ?", (now,)))
     return locked
+
+
+def resolve_session(store: Store, ref: str) -> str:
+    """An id or a unique prefix of one."""
+    if store.scalar("SELECT 1 FROM sessions WHERE id = ?", (ref,)):
+        return ref
+    pattern = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    matches = [r[0] for r in store.conn.execute(
+        "SELECT id FROM sessions WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (pattern,))]
+    if not matches:
+        raise UsageError(f"no session matches {ref!r} (expected a session id or a unique prefix)")
+    if len(matches) > 1:
+        raise UsageError(f"session prefix {ref!r} is ambiguous ({', '.join(matches[:2])}, ...); give more of the id")
+    return matches[0]

@@ -7,6 +7,7 @@ sink, so one session never has to fit in memory.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 import time
 import uuid
 from datetime import datetime, UTC
@@ -26,7 +27,9 @@ if not (TEMPLATE_DIR / "session.md.j2").exists():  # a source checkout keeps the
     TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 
 
+@lru_cache(maxsize=1)
 def environment() -> Environment:
+    """Built once per process: a bulk md export renders thousands of files from the same templates."""
     env = Environment(loader=FileSystemLoader(str(TEMPLATE_DIR)), autoescape=select_autoescape(["html.j2"]),
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["when"] = iso_time

@@ -7,10 +7,9 @@ are included (a backup keeps protected rows). No filter at all takes everything.
 from __future__ import annotations
 
 
-from maint.catalog import SessionInfo, load_sessions
+from maint.catalog import SessionInfo, load_sessions, resolve_session
 from maint.errors import MaintError, UsageError
 from maint.filters import Filters
-from maint.prompts import resolve_session
 from maint.store import Store
 
 

@@ -14,7 +14,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from maint.errors import UsageError
 from maint.store import Store
 
 SKILL_SAFETY_MARKER = "## Skill Safety"  # also matches upstream's "## Skill Safety Rule" heading
@@ -96,20 +95,6 @@ def scan(store: Store) -> PromptScan:
             result.unverifiable.append({**entry, "reason": "memory-only tool pin may be a user toolset; clear it "
                                                            "explicitly by SESSION_ID"})
     return result
-
-
-def resolve_session(store: Store, ref: str) -> str:
-    """An id or a unique prefix of one."""
-    if store.scalar("SELECT 1 FROM sessions WHERE id = ?", (ref,)):
-        return ref
-    pattern = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    matches = [r[0] for r in store.conn.execute(
-        "SELECT id FROM sessions WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (pattern,))]
-    if not matches:
-        raise UsageError(f"no session matches {ref!r} (expected a session id or a unique prefix)")
-    if len(matches) > 1:
-        raise UsageError(f"session prefix {ref!r} is ambiguous ({', '.join(matches[:2])}, ...); give more of the id")
-    return matches[0]
 
 
 def clear_prompts(store: Store, ids: list[str]) -> list[str]:
