@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import sys
@@ -37,6 +38,7 @@ def copy_store(src: Path, dst_dir: Path) -> Path:
         s = Path(str(src) + suffix)
         if s.exists():
             shutil.copy2(s, dst_dir / (s.name))
+    os.sync()  # the copy's write-back must not run during the measured job
     return dst_dir / src.name
 
 

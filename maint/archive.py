@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from maint import lineage as lin
-from maint.batching import Yielder, run_batched
+from maint.batching import Pacer, run_batched
 from maint.catalog import SessionInfo, load_sessions
 from maint.filters import Filters
 from maint.sqlutil import chunks, ph
@@ -64,11 +64,10 @@ def execute_archive(store: Store, plan: ArchivePlan,
 
     def apply(batch: list[list[str]]) -> int:
         ids = [sid for lineage in batch for sid in lineage]
-        with store.write() as conn:
-            for chunk in chunks(ids):
-                conn.execute(f"UPDATE sessions SET archived = 1 WHERE archived = 0 AND id IN ({ph(chunk)})", chunk)
+        for chunk in chunks(ids):
+            store.conn.execute(f"UPDATE sessions SET archived = 1 WHERE archived = 0 AND id IN ({ph(chunk)})", chunk)
         done.extend(ids)
         return len(ids)
 
-    run_batched(plan.lineages, len, apply, yielder=Yielder(store.data_version), on_progress=on_progress)
+    run_batched(plan.lineages, len, apply, store.write, Pacer(store.data_version), on_progress=on_progress)
     return done

@@ -1,121 +1,158 @@
-"""Splits bulk writes into short transactions sized by measured throughput.
+"""Splits bulk writes into short transactions bounded by the clock, and lets Hermes's writers in between.
 
-Each batch holds whole units (a lineage with its delegate children is never
-split) and aims at ``target_s`` of write-lock time, so a Hermes writer waiting
-on the lock is served within a fraction of a second rather than after the
-whole job. A unit bigger than the budget still goes in one transaction:
-atomicity beats the target.
+A transaction takes whole units (a lineage with its delegate children is never
+split) in chunks of about ``chunk_s`` of work and commits once its lock time
+reaches ``target_s``. Work per row is uneven (FTS5 flushes and merges its index
+in the middle of a statement), so the clock ends a transaction rather than a
+row count predicted from the last one. A unit bigger than the budget still
+goes in one transaction: atomicity beats the target.
+
+Between transactions :class:`Pacer` holds back long enough for a writer asleep
+in SQLite's busy handler to wake and take the lock; a writer we cannot see is
+never left behind to time out.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
 U = TypeVar("U")
 
-# Set by the job loop on SIGTERM/SIGINT: bulk work stops after the batch in flight.
+# Set by the job loop on SIGTERM/SIGINT: bulk work stops after the transaction in flight.
 CANCEL = threading.Event()
 
-DEFAULT_TARGET_S = 0.05
-# After each commit we pause so a writer sleeping in SQLite's busy handler
-# (it polls every 1-25 ms early on, every 50-100 ms later) finds the lock free.
-# The pause ends as soon as another connection commits; when nobody has
-# written for a while it shrinks to IDLE_YIELD_S, so an idle store runs at
-# full speed.
-MAX_YIELD_S = 0.03
-IDLE_YIELD_S = 0.002
-POLL_S = 0.004
+DEFAULT_TARGET_S = 0.08
+DEFAULT_CHUNK_S = 0.045
+
+# SQLite's default busy handler, which every Hermes connection uses (Python's sqlite3 with
+# timeout=1.0), sleeps these milliseconds between tries and 100 ms from then on
+# (sqliteDefaultBusyCallback). A writer that has waited w ms tries again within the step w is in.
+BUSY_DELAYS_MS = (1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100)
+# Scheduler slack on top of that step, and how often we look for a writer's commit.
+MARGIN_S = 0.003
+POLL_S = 0.0005
+# After a writer's commit, how long we stay out for another writer queued behind it.
+SETTLE_S = 0.002
 
 
-class Yielder:
-    """Lets waiting writers in between our transactions, guided by PRAGMA data_version."""
+def busy_retry_within(waited_s: float) -> float:
+    """The longest a writer that has been refused for *waited_s* sleeps before it tries again."""
+    elapsed_ms = 0.0
+    for delay in BUSY_DELAYS_MS:
+        if waited_s * 1000 < elapsed_ms + delay:
+            return delay / 1000
+        elapsed_ms += delay
+    return BUSY_DELAYS_MS[-1] / 1000
 
-    def __init__(self, data_version: Callable[[], int] | None, max_s: float = MAX_YIELD_S):
+
+class Pacer:
+    """Between our transactions: wait until a writer has been in, or until any waiting one must have tried.
+
+    We cannot see a writer that is waiting (it holds no lock while it sleeps), so we bound its wait
+    instead: ``exposed_since`` is the last moment every writer was sure to have had a turn, and each
+    pause lasts one busy-handler step for a wait that long. A commit by another connection (PRAGMA
+    data_version) shows a writer went in and ends the pause early.
+    """
+
+    def __init__(self, data_version: Callable[[], int]):
         self.data_version = data_version
-        self.max_s = max_s
-        self.busy = True  # assume writers exist until shown otherwise
-        self.quiet_rounds = 0
+        self.exposed_since = time.monotonic()
 
     def pause(self) -> None:
-        if self.data_version is None:
-            time.sleep(IDLE_YIELD_S)
-            return
-        start_version = self.data_version()
-        limit = self.max_s if self.busy else IDLE_YIELD_S
-        deadline = time.monotonic() + limit
-        while True:
-            time.sleep(POLL_S if self.busy else IDLE_YIELD_S)
-            if self.data_version() != start_version:
-                self.busy, self.quiet_rounds = True, 0
-                return
-            if time.monotonic() >= deadline:
-                break
-        self.quiet_rounds += 1
-        if self.quiet_rounds >= 3:
-            self.busy = False
+        start = time.monotonic()
+        deadline = start + busy_retry_within(start - self.exposed_since) + MARGIN_S
+        version = self.data_version()
+        served = False
+        while time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            now_version = self.data_version()
+            if now_version != version:
+                version, served = now_version, True
+                deadline = min(deadline, time.monotonic() + SETTLE_S)
+        if not served:
+            # The whole step went by: whoever was waiting has tried, so the count starts again.
+            self.exposed_since = time.monotonic()
 
 
 def _target_from_env() -> float:
-    """HERMES_MAINT_BATCH_MS overrides the lock time each batch aims at."""
-    import os
-
+    """HERMES_MAINT_BATCH_MS overrides the lock time each transaction aims at."""
     raw = os.environ.get("HERMES_MAINT_BATCH_MS", "")
     return int(raw) / 1000 if raw.isdigit() else DEFAULT_TARGET_S
 
 
 @dataclass
 class Batcher:
-    target_s: float = field(default_factory=_target_from_env)
-    budget: float = 0.0  # work units (messages) per transaction, adapted as we go
-    min_budget: float = 20.0
-    max_budget: float = 200_000.0
+    """How much work goes in one chunk, learnt from the measured rate (work units per second)."""
 
-    ASSUMED_RATE = 6000.0  # messages/s before the first measurement
+    target_s: float = field(default_factory=_target_from_env)
+    chunk_s: float | None = None  # default: DEFAULT_CHUNK_S, never more than the target
+    rate: float = 6000.0  # before the first measurement
+    min_load: int = 1
+    max_load: int = 200_000
 
     def __post_init__(self) -> None:
-        if not self.budget:
-            self.budget = min(self.max_budget, max(self.min_budget, self.target_s * self.ASSUMED_RATE))
+        if self.chunk_s is None:
+            self.chunk_s = min(DEFAULT_CHUNK_S, self.target_s)
+
+    @property
+    def chunk_load(self) -> float:
+        return min(self.max_load, max(self.min_load, self.rate * self.chunk_s))
 
     def take(self, units: Sequence[U], start: int, weight: Callable[[U], int]) -> tuple[int, int]:
-        """End index and load of the next batch from *start*: whole units, at least one, within budget."""
-        end, load = start, 0
+        """End index and load of the next chunk from *start*: whole units, at least one, within budget."""
+        end, load, budget = start, 0, self.chunk_load
         while end < len(units):
             w = max(1, weight(units[end]))
-            if end > start and load + w > self.budget:
+            if end > start and load + w > budget:
                 break
             load += w
             end += 1
         return end, load
 
     def observe(self, work: int, seconds: float) -> None:
-        """Re-aim the budget at ``target_s`` from the last batch's rate (smoothed)."""
-        if work <= 0 or seconds <= 0:
-            return
-        ideal = work / seconds * self.target_s
-        self.budget = min(self.max_budget, max(self.min_budget, 0.5 * self.budget + 0.5 * ideal))
+        """Smooth the rate; one slow chunk (an FTS merge) must not halve the next."""
+        if work > 0 and seconds > 0:
+            self.rate = 0.7 * self.rate + 0.3 * (work / seconds)
+
+    def room_for_another(self, held_s: float) -> bool:
+        return held_s + self.chunk_s <= self.target_s
 
 
 def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[[list[U]], int],
-                batcher: Batcher | None = None, yielder: Yielder | None = None,
-                on_progress: Callable[[int], None] | None = None) -> int:
-    """Apply *apply* to batches of *units*; returns the summed result of *apply*."""
+                transaction: Callable[[], AbstractContextManager], pacer: Pacer, *,
+                batcher: Batcher | None = None,
+                on_progress: Callable[[int], None] | None = None,
+                after_commit: Callable[[], None] | None = None) -> int:
+    """Apply *apply* to chunks of *units*, several chunks per *transaction*; returns the summed results.
+
+    *after_commit* runs after each transaction (outside the write lock), before the pause.
+    """
     batcher = batcher or Batcher()
-    yielder = yielder or Yielder(None)
     total = 0
     pos = 0
     while pos < len(units) and not CANCEL.is_set():
-        end, load = batcher.take(units, pos, weight)
-        batch = list(units[pos:end])
-        pos = end
-        started = time.monotonic()
-        total += apply(batch)
-        batcher.observe(load, time.monotonic() - started)
+        first = pos
+        with transaction():
+            opened = time.monotonic()
+            while pos < len(units):
+                end, load = batcher.take(units, pos, weight)
+                started = time.monotonic()
+                total += apply(list(units[pos:end]))
+                batcher.observe(load, time.monotonic() - started)
+                pos = end
+                if not batcher.room_for_another(time.monotonic() - opened):
+                    break
         if on_progress:
-            on_progress(len(batch))
+            on_progress(pos - first)
+        if after_commit:
+            after_commit()
         if pos < len(units):
-            yielder.pause()
+            pacer.pause()
     return total
+

@@ -230,6 +230,12 @@ class Store:
         page_size = self.scalar("PRAGMA page_size")
         return {"page_count": page_count, "freelist_count": freelist, "page_size": page_size}
 
+    def sibling_connection(self) -> apsw.Connection:
+        """A second connection to the same file, for work beside ours (it never waits for a lock)."""
+        conn = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE)
+        _persist_wal(conn)
+        return conn
+
     def close(self) -> None:
         with contextlib.suppress(apsw.Error):
             self.conn.close()

@@ -4,6 +4,9 @@ Usage: python -m tests.hermes_writer DB STOPFILE [interval_s] [session_id]
 Appends until STOPFILE exists, then prints one JSON line: appended, failed,
 worst_latency_s, session_id and ``samples`` ([monotonic start, latency] per
 append) so a benchmark can take the worst inside its own time window.
+
+HERMES_WRITER_PATIENCE_MS makes it stricter than Hermes: that busy timeout and no
+retries, so any wait for the lock longer than that is a failed append.
 """
 
 import json
@@ -20,6 +23,10 @@ def main() -> None:
     interval = float(sys.argv[3]) if len(sys.argv) > 3 else 0.01
     sid = sys.argv[4] if len(sys.argv) > 4 else f"writer_{os.getpid()}"
     db = SessionDB(db_path)
+    patience = os.environ.get("HERMES_WRITER_PATIENCE_MS")
+    if patience:
+        db._conn.execute(f"PRAGMA busy_timeout={int(patience)}")
+        db._WRITE_MAX_RETRIES = 1
     db.create_session(sid, "cli")
     appended = failed = 0
     worst = 0.0

@@ -204,7 +204,7 @@ def test_batches_never_split_a_lineage(make_store):
             return orig_write()
 
         store.write = spy
-        result = execute_prune(store, plan, batcher=Batcher(budget=1, min_budget=1, max_budget=1))
+        result = execute_prune(store, plan, batcher=Batcher(target_s=0, max_load=1))
     assert result.transactions == 12 and len(result.deleted_ids) == 48
     for snapshot in seen_batches:  # before each transaction, every family is whole or gone
         for n in range(12):
