@@ -1,6 +1,8 @@
 """Load benchmark: each maintenance job on a copy of the 200k-message store while three real Hermes
 writers append every 10 ms and a reader searches FTS. Reports, per job, the writers' worst append
 latency inside the job's window, failed appends and lost messages, and the reader's failures.
+The first row, idle, is the writers and the reader alone for IDLE_S: what Hermes does to itself
+(its own FTS optimize every 1,000 writes and its checkpoints hold the lock for seconds).
 
     python bench/load_bench.py
 """
@@ -15,7 +17,9 @@ from common import store_args, CACHE, ROOT, base_store, copy_store, write_result
 sys.path.insert(0, str(ROOT))
 from tests.live import LiveHermes  # noqa: E402 - needs the sys.path entry above
 
+IDLE_S = 12.0
 JOBS = {
+    "idle": None,
     "prune": ["prune", "--yes"],
     "archive": ["archive", "--older-than", "30", "--yes"],
     "sweep": ["sweep", "--force"],
@@ -35,13 +39,18 @@ def main():
         with LiveHermes(db, writers=3, interval=0.01) as live:
             time.sleep(2.0)
             lo = time.monotonic()
-            full = [sys.executable, "-m", "maint", *argv] + ([] if name == "sweep" else ["--db", str(db)])
-            proc = subprocess.run(full, cwd=ROOT, capture_output=True, text=True,
-                                  env={**__import__("os").environ, "HERMES_HOME": str(home)})
+            if argv is None:
+                time.sleep(IDLE_S)
+                returncode, stderr = 0, ""
+            else:
+                full = [sys.executable, "-m", "maint", *argv] + ([] if name == "sweep" else ["--db", str(db)])
+                proc = subprocess.run(full, cwd=ROOT, capture_output=True, text=True,
+                                      env={**__import__("os").environ, "HERMES_HOME": str(home)})
+                returncode, stderr = proc.returncode, proc.stderr
             hi = time.monotonic()
             figures = live.finish()
-        if proc.returncode != 0:
-            raise SystemExit(f"{name} failed: {proc.stderr}")
+        if returncode != 0:
+            raise SystemExit(f"{name} failed: {stderr}")
         worst = max((took for w in figures["writers"] for at, took in w["samples"] if lo <= at <= hi), default=0.0)
         rows[name] = {
             "seconds": round(hi - lo, 1), "writer_worst_ms": round(worst * 1000, 1),

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from maint import lineage as lin
-from maint.batching import Pacer, run_batched
+from maint.batching import pacer_for, run_batched
 from maint.catalog import SessionInfo, load_sessions
 from maint.filters import Filters
 from maint.sqlutil import chunks, ph
@@ -69,5 +69,5 @@ def execute_archive(store: Store, plan: ArchivePlan,
         done.extend(ids)
         return len(ids)
 
-    run_batched(plan.lineages, len, apply, store.write, Pacer(store.data_version), on_progress=on_progress)
+    run_batched(plan.lineages, len, apply, store.write, pacer_for(store), on_progress=on_progress)
     return done

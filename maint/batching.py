@@ -7,9 +7,8 @@ in the middle of a statement), so the clock ends a transaction rather than a
 row count predicted from the last one. A unit bigger than the budget still
 goes in one transaction: atomicity beats the target.
 
-Between transactions :class:`Pacer` holds back long enough for a writer asleep
-in SQLite's busy handler to wake and take the lock; a writer we cannot see is
-never left behind to time out.
+Between transactions :class:`Pacer` holds back long enough for every writer
+asleep in SQLite's busy handler to wake and take the lock.
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from contextlib import AbstractContextManager
 from typing import TypeVar
+
+from maint.holders import other_connections
 
 U = TypeVar("U")
 
@@ -37,8 +38,8 @@ BUSY_DELAYS_MS = (1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100)
 # Scheduler slack on top of that step, and how often we look for a writer's commit.
 MARGIN_S = 0.003
 POLL_S = 0.0005
-# After a writer's commit, how long we stay out for another writer queued behind it.
-SETTLE_S = 0.002
+# How often the count of other connections is taken again (processes come and go).
+RECOUNT_S = 5.0
 
 
 def busy_retry_within(waited_s: float) -> float:
@@ -52,32 +53,48 @@ def busy_retry_within(waited_s: float) -> float:
 
 
 class Pacer:
-    """Between our transactions: wait until a writer has been in, or until any waiting one must have tried.
+    """Between our transactions: wait until every writer has had a turn.
 
-    We cannot see a writer that is waiting (it holds no lock while it sleeps), so we bound its wait
-    instead: ``exposed_since`` is the last moment every writer was sure to have had a turn, and each
-    pause lasts one busy-handler step for a wait that long. A commit by another connection (PRAGMA
-    data_version) shows a writer went in and ends the pause early.
+    A waiting writer holds no lock while it sleeps, so we cannot see it; we bound its wait instead.
+    ``exposed_since`` is the end of the last pause that ran its whole step, and a pause lasts one
+    busy-handler step for a wait that long, by which time each waiting writer has tried. Only when
+    the store has exactly one other connection does a commit (PRAGMA data_version) end the pause
+    sooner: that writer is served. With more, one commit cannot be told from another's (a quick
+    writer goes in twice while a third still sleeps), and with none visible, or an incomplete count,
+    a commit proves nothing: those pauses run their whole step.
     """
 
-    def __init__(self, data_version: Callable[[], int]):
+    def __init__(self, data_version: Callable[[], int], writers: Callable[[], int | None] = lambda: None):
         self.data_version = data_version
+        self.writers = writers
         self.exposed_since = time.monotonic()
+        self._expected: int | None = None
+        self._counted_at = float("-inf")
+
+    def expected_writers(self) -> int | None:
+        now = time.monotonic()
+        if now - self._counted_at >= RECOUNT_S:
+            self._expected, self._counted_at = self.writers(), now
+        return self._expected
 
     def pause(self) -> None:
+        one_writer = self.expected_writers() == 1
         start = time.monotonic()
         deadline = start + busy_retry_within(start - self.exposed_since) + MARGIN_S
         version = self.data_version()
-        served = False
         while time.monotonic() < deadline:
             time.sleep(POLL_S)
-            now_version = self.data_version()
-            if now_version != version:
-                version, served = now_version, True
-                deadline = min(deadline, time.monotonic() + SETTLE_S)
-        if not served:
-            # The whole step went by: whoever was waiting has tried, so the count starts again.
-            self.exposed_since = time.monotonic()
+            if one_writer and self.data_version() != version:
+                # Served. The exposure stands all the same, in case a second writer has appeared
+                # since the count: the next window then stays long enough for it.
+                return
+        # The whole step went by: whoever was waiting has tried, so the count starts again.
+        self.exposed_since = time.monotonic()
+
+
+def pacer_for(store) -> Pacer:
+    """A pacer that knows how many other connections the store has (see :mod:`maint.holders`)."""
+    return Pacer(store.data_version, writers=lambda: other_connections(store.path))
 
 
 def _target_from_env() -> float:

@@ -27,6 +27,7 @@ class Holder:
     pid: int
     cmdline: str
     files: list[str]
+    connections: int = 0  # descriptors on the store file itself: one per SQLite connection
 
 
 @dataclass
@@ -65,8 +66,8 @@ def _targets(db: Path) -> dict[tuple[int, int], str]:
 
 
 def _proc_scan(pid: int, targets: dict[tuple[int, int], str]) -> list[str]:
-    """Linux: fds and memory maps by device+inode. Raises PermissionError when unreadable."""
-    found: set[str] = set()
+    """Linux: fds and memory maps by device+inode, one entry per open fd. Raises PermissionError when unreadable."""
+    found: list[str] = []
     fd_dir = f"/proc/{pid}/fd"
     for fd in os.listdir(fd_dir):
         try:
@@ -75,7 +76,8 @@ def _proc_scan(pid: int, targets: dict[tuple[int, int], str]) -> list[str]:
             continue
         key = (st.st_dev, st.st_ino)
         if key in targets:
-            found.add(targets[key])
+            found.append(targets[key])
+    mapped: set[str] = set()
     with open(f"/proc/{pid}/maps") as fh:
         for line in fh:
             parts = line.split(None, 5)
@@ -85,16 +87,16 @@ def _proc_scan(pid: int, targets: dict[tuple[int, int], str]) -> list[str]:
             dev = os.makedev(major, minor)
             key = (dev, int(parts[4]))
             if key in targets:
-                found.add(targets[key] + " (mapped)")
-    return sorted(found)
+                mapped.add(targets[key] + " (mapped)")
+    return found + sorted(mapped)
 
 
 def _psutil_scan(proc: psutil.Process, db: Path) -> list[str]:
     names = {str(db), str(db) + "-wal", str(db) + "-shm"}
-    found = {Path(f.path).name for f in proc.open_files() if f.path in names}
+    found = [Path(f.path).name for f in proc.open_files() if f.path in names]
     with contextlib.suppress(AttributeError, NotImplementedError):
-        found |= {Path(m.path).name + " (mapped)" for m in proc.memory_maps(grouped=True) if m.path in names}
-    return sorted(found)
+        found += sorted({Path(m.path).name + " (mapped)" for m in proc.memory_maps(grouped=True) if m.path in names})
+    return found
 
 
 def _root_visible(pid: int) -> bool:
@@ -134,8 +136,15 @@ def find_holders(db: Path, exclude_pids: set[int] | None = None) -> HolderReport
             continue
         if files:
             cmd = " ".join(proc.info.get("cmdline") or []) or proc.info.get("name") or ""
-            report.holders.append(Holder(pid=pid, cmdline=cmd, files=files))
+            report.holders.append(Holder(pid=pid, cmdline=cmd, files=sorted(set(files)),
+                                         connections=files.count(db.name)))
     return report
+
+
+def other_connections(db: Path) -> int | None:
+    """How many SQLite connections other processes have open on the store; None when the scan is incomplete."""
+    report = find_holders(db)
+    return None if report.unknown else sum(h.connections for h in report.holders)
 
 
 STOP_HERMES = "stop the gateway and other Hermes processes first"

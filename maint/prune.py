@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 
 from maint import lineage as lin
-from maint.batching import Batcher, Pacer, run_batched
+from maint.batching import Batcher, pacer_for, run_batched
 from maint.catalog import SessionInfo, load_sessions, locked_session_ids
 from maint.checkpointer import background_checkpoints
 from maint.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
@@ -228,7 +228,7 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
 
     with background_checkpoints(store) as checkpoints:
         run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, store.write,
-                    Pacer(store.data_version), batcher=batcher, on_progress=on_progress,
+                    pacer_for(store), batcher=batcher, on_progress=on_progress,
                     after_commit=checkpoints.poke)
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=store.write_stats.transactions - before,

@@ -254,6 +254,34 @@ def _persist_wal(conn: apsw.Connection) -> None:
         conn.file_control("main", apsw.SQLITE_FCNTL_PERSIST_WAL, ctypes.addressof(flag))
 
 
+# How often we try for a lock another connection holds.
+BUSY_POLL_S = 0.001
+
+
+def polling_busy_handler(timeout_ms: int):
+    """Try for the lock every millisecond until *timeout_ms*.
+
+    SQLite's own handler sleeps ever longer while it waits (up to 100 ms a try), so behind a steady
+    stream of Hermes writers, each fresh and quick to retry, we would come last until we time out.
+    Our pauses between transactions give every waiting writer its turn first (see batching.Pacer);
+    then we take ours as soon as the lock is free.
+    """
+    limit = timeout_ms / 1000
+    started = 0.0
+
+    def handler(prior_calls: int) -> bool:
+        nonlocal started
+        now = time.monotonic()
+        if prior_calls == 0:
+            started = now
+        if now - started >= limit:
+            return False
+        time.sleep(BUSY_POLL_S)
+        return True
+
+    return handler
+
+
 def busy_timeout_from_env() -> int:
     """HERMES_MAINT_BUSY_MS overrides how long we wait for Hermes's write lock."""
     raw = os.environ.get("HERMES_MAINT_BUSY_MS", "")
@@ -276,7 +304,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
         conn = apsw.Connection(str(path), flags=flags | apsw.SQLITE_OPEN_URI)
     except apsw.Error as exc:
         raise StoreError(f"{path}: cannot open store ({exc})") from None
-    conn.set_busy_timeout(busy_timeout_ms)
+    conn.set_busy_handler(polling_busy_handler(busy_timeout_ms))
     store = Store(path, conn)
     try:
         _persist_wal(conn)

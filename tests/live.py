@@ -1,6 +1,7 @@
 """Live Hermes processes beside a maintenance job: several writers appending and one FTS reader."""
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -11,23 +12,30 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 class LiveHermes:
-    def __init__(self, db: Path, writers: int = 3, interval: float = 0.01):
-        self.db, self.n, self.interval = Path(db), writers, interval
+    def __init__(self, db: Path, writers: int = 3, interval: float = 0.01, reader: bool = True,
+                 writer_env: dict | None = None):
+        self.db, self.n, self.interval, self.with_reader = Path(db), writers, interval, reader
+        self.writer_env = dict(os.environ, **(writer_env or {}))
         self.stop = self.db.parent / "live.stop"
 
     def __enter__(self):
         self.stop.unlink(missing_ok=True)
         self.writers = [subprocess.Popen([sys.executable, "-m", "tests.hermes_writer", str(self.db),
                                           str(self.stop) + f".w{i}", str(self.interval), f"live_writer_{i}"],
-                                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                         env=self.writer_env)
                         for i in range(self.n)]
-        self.reader = subprocess.Popen([sys.executable, "-m", "tests.hermes_reader", str(self.db), str(self.stop)],
-                                       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 60
+        self.procs = list(self.writers)
         ready = [Path(str(self.stop) + f".w{i}.ready") for i in range(self.n)]
-        ready.append(Path(str(self.stop) + ".reader-ready"))
+        if self.with_reader:
+            self.reader = subprocess.Popen([sys.executable, "-m", "tests.hermes_reader", str(self.db),
+                                            str(self.stop)],
+                                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.procs.append(self.reader)
+            ready.append(Path(str(self.stop) + ".reader-ready"))
+        deadline = time.time() + 60
         while not all(p.exists() for p in ready):
-            if time.time() > deadline or any(p.poll() is not None for p in self.writers + [self.reader]):
+            if time.time() > deadline or any(p.poll() is not None for p in self.procs):
                 raise RuntimeError("live Hermes processes failed to start")
             time.sleep(0.05)
         return self
@@ -36,19 +44,22 @@ class LiveHermes:
         for i in range(self.n):
             Path(str(self.stop) + f".w{i}").write_text("1")
         self.stop.write_text("1")
-        writers = []
+        writers, errors = [], []
         for p in self.writers:
             out, err = p.communicate(timeout=120)
             writers.append(json.loads(out.strip().splitlines()[-1]))
-        out, _ = self.reader.communicate(timeout=120)
-        reader = json.loads(out.strip().splitlines()[-1])
+            errors.append(err)
+        reader = None
+        if self.with_reader:
+            out, _ = self.reader.communicate(timeout=120)
+            reader = json.loads(out.strip().splitlines()[-1])
         conn = sqlite3.connect(self.db)
         stored = {w["session_id"]: conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?",
                                                 (w["session_id"],)).fetchone()[0] for w in writers}
         conn.close()
-        return {"writers": writers, "reader": reader, "stored": stored}
+        return {"writers": writers, "reader": reader, "stored": stored, "errors": errors}
 
     def __exit__(self, *exc):
-        for p in self.writers + [self.reader]:
+        for p in self.procs:
             if p.poll() is None:
                 p.kill()
