@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import apsw
 
@@ -56,13 +56,19 @@ class Checkpointer:
 
 
 @contextlib.contextmanager
-def background_checkpoints(store: Store) -> Iterator[Checkpointer]:
-    """Our connection stops auto-checkpointing for the duration; the thread does it instead."""
-    cp = Checkpointer(store)
+def background_checkpoints(store: Store) -> Iterator[Callable[[], None]]:
+    """Yields the function to call after each commit. Our connection stops auto-checkpointing for
+    the duration and the thread does it instead; if a second connection cannot be opened, SQLite's
+    auto-checkpoint stays in charge."""
+    try:
+        cp = Checkpointer(store)
+    except apsw.Error:
+        yield lambda: None
+        return
     store.conn.execute("PRAGMA wal_autocheckpoint=0")
     cp.start()
     try:
-        yield cp
+        yield cp.poke
     finally:
         cp.stop()
         store.conn.execute("PRAGMA wal_autocheckpoint=1000")

@@ -226,10 +226,10 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         msgs[0] += sum(u.messages for u in ok)
         return len(ids)
 
-    with background_checkpoints(store) as checkpoints:
+    with background_checkpoints(store) as after_commit:
         run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, store.write,
                     pacer_for(store), batcher=batcher, on_progress=on_progress,
-                    after_commit=checkpoints.poke)
+                    after_commit=after_commit)
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=store.write_stats.transactions - before,
                        longest_lock_s=store.write_stats.longest_hold_s)

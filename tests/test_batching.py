@@ -6,6 +6,7 @@ import sys
 import threading
 import time
 
+import apsw
 import pytest
 
 from maint.batching import BUSY_DELAYS_MS, Batcher, Pacer, busy_retry_within, pacer_for, run_batched
@@ -192,3 +193,18 @@ def test_prune_leaves_the_wal_copied_back_and_autocheckpoint_on(tmp_path):
         busy, log, copied = store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         assert busy == 0 and log == copied
     assert (tmp_path / "state.db-wal").exists()  # the checkpoint connection never removes it
+
+
+def test_prune_without_a_second_connection_leaves_the_copy_back_to_sqlite(tmp_path, monkeypatch):
+    with StoreBuilder(tmp_path / "state.db") as b:
+        for n in range(50):
+            b.session(f"s{n}", age=200, messages=2)
+    with open_store(tmp_path / "state.db") as store:
+
+        def refuse():
+            raise apsw.CantOpenError("no second connection")
+
+        monkeypatch.setattr(store, "sibling_connection", refuse)
+        result = execute_prune(store, plan_prune(store, None))
+        assert len(result.deleted_ids) == 50
+        assert store.scalar("PRAGMA wal_autocheckpoint") == 1000
