@@ -22,7 +22,6 @@ from maint.store import Store
 
 class Checkpointer:
     def __init__(self, store: Store):
-        self.store = store
         self.conn = store.sibling_connection()
         self.wanted = threading.Event()
         self.stopping = False
@@ -65,10 +64,11 @@ def background_checkpoints(store: Store) -> Iterator[Callable[[], None]]:
     except apsw.Error:
         yield lambda: None
         return
+    pages = store.scalar("PRAGMA wal_autocheckpoint")
     store.conn.execute("PRAGMA wal_autocheckpoint=0")
     cp.start()
     try:
         yield cp.poke
     finally:
         cp.stop()
-        store.conn.execute("PRAGMA wal_autocheckpoint=1000")
+        store.conn.execute(f"PRAGMA wal_autocheckpoint={int(pages)}")

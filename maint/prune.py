@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-
 from maint import lineage as lin
 from maint.batching import Batcher, pacer_for, run_batched
 from maint.catalog import SessionInfo, load_sessions, locked_session_ids
