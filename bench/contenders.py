@@ -18,8 +18,8 @@ EXTRA: dict = {}
 
 
 def ours(db: Path) -> tuple[int, int]:
-    from maint.prune import execute_prune, plan_prune
-    from maint.store import open_store
+    from maint.ops.prune import execute_prune, plan_prune
+    from maint.store.connection import open_store
 
     with open_store(db) as store:
         plan = plan_prune(store, None)

@@ -16,11 +16,11 @@ from common import store_args, CACHE, ROOT, base_store, store_mb, write_result
 
 SCRIPTS = {
     "ours": """
-        from maint.catalog import load_sessions
+        from maint.store.catalog import load_sessions
         from maint.commands.export_cmd import Render
-        from maint.store import open_store
-        from maint.export_select import select_sessions
-        from maint.filters import Filters
+        from maint.store.connection import open_store
+        from maint.export.selection import select_sessions
+        from maint.selection.filters import Filters
         with open_store(DB, readonly=True) as s:
             catalog = load_sessions(s)
             chosen = select_sessions(s, None, Filters(), catalog)

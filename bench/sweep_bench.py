@@ -15,7 +15,7 @@ from common import store_args, CACHE, ROOT, base_store, copy_store, store_mb, wr
 
 SCRIPTS = {
     "ours_sweep": """
-        from maint.config import Config; from maint.sweep import run_sweep
+        from maint.config import Config; from maint.ops.sweep import run_sweep
         cfg = Config(path=Path('/nonexistent'), exists=True, sessions={'auto_prune': True})
         r = run_sweep(DB, cfg, force=True)
         OUT.update(pruned=len(r['pruned_ids']), vacuumed=r['vacuumed'], vacuum_reason=r['vacuum_reason'])
@@ -26,11 +26,11 @@ SCRIPTS = {
         OUT.update(pruned=r['pruned'], vacuumed=r['vacuumed'])
     """,
     "prune_only": """
-        from maint.prune import execute_prune, plan_prune; from maint.store import open_store
+        from maint.ops.prune import execute_prune, plan_prune; from maint.store.connection import open_store
         with open_store(DB) as s: execute_prune(s, plan_prune(s, None))
     """,
     "ours_vacuum": """
-        from maint.store import open_store; from maint.vacuum import vacuum_in_place
+        from maint.store.connection import open_store; from maint.ops.vacuum import vacuum_in_place
         with open_store(DB) as s: vacuum_in_place(s)
     """,
     "sqlite3_vacuum": """

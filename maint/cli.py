@@ -24,7 +24,7 @@ from maint.commands.list_cmd import list_sessions
 from maint.commands.prune_cmd import prune
 from maint.commands.stats_cmd import stats
 from maint.errors import EXIT_USAGE
-from maint.store import sqlite_version
+from maint.store.connection import sqlite_version
 
 app = typer.Typer(
     name=PROG,

@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from maint.errors import UsageError
-from maint.paths import hermes_home
+from maint.store.targets import hermes_home
 
 SESSION_DEFAULTS: dict[str, Any] = {
     "auto_prune": False,

@@ -9,10 +9,10 @@ import time
 import apsw
 import pytest
 
-from maint.batching import BUSY_DELAYS_MS, Batcher, Pacer, busy_retry_within, pacer_for, run_batched
-from maint.holders import other_connections
-from maint.prune import execute_prune, plan_prune
-from maint.store import open_store
+from maint.store.batching import BUSY_DELAYS_MS, Batcher, Pacer, busy_retry_within, pacer_for, run_batched
+from maint.store.holders import other_connections
+from maint.ops.prune import execute_prune, plan_prune
+from maint.store.connection import open_store
 from tests.live import LiveHermes
 from tests.storegen import StoreBuilder
 

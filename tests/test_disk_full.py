@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from maint.errors import StoreError
-from maint.store import open_store
-from maint.vacuum import optimize
+from maint.store.connection import open_store
+from maint.ops.vacuum import optimize
 from tests.conftest import file_hash, query, run_subprocess
 from tests.storegen import StoreBuilder
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from maint.redact import redact_text
+from maint.export.redact import redact_text
 from tests.conftest import REPO, file_hash, query, run_subprocess, session_ids
 from tests.hf_fake import Hub
 from tests.storegen import StoreBuilder
@@ -248,7 +248,7 @@ def test_upload_without_token_keeps_file(store, tmp_path):
 
 
 def test_file_names_cannot_escape(tmp_path):
-    from maint.export_files import inside, safe_name
+    from maint.export.files import inside, safe_name
     assert "/" not in safe_name("../../etc/passwd", ".md") and not safe_name("../x", "").startswith(".")
     from maint.errors import MaintError
     with pytest.raises(MaintError, match="outside"):
@@ -256,7 +256,7 @@ def test_file_names_cannot_escape(tmp_path):
 
 
 def test_failure_leaves_no_file_under_final_name(tmp_path):
-    from maint.export_files import atomic_text
+    from maint.export.files import atomic_text
     target = tmp_path / "out.jsonl"
     with pytest.raises(RuntimeError):
         with atomic_text(target) as sink:
@@ -302,7 +302,7 @@ def test_verified_delete_refuses_open_session(store, tmp_path):
 
 def test_writer_appending_between_export_and_delete_refuses(store, tmp_path, monkeypatch):
     """A Hermes writer appends to the session after the export is written: the delete must be refused."""
-    from maint import export_delete
+    from maint.export import verified_delete as export_delete
 
     original = export_delete.delete_if_unchanged
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from maint.catalog import load_sessions
+from maint.store.catalog import load_sessions
 from maint.errors import UsageError
-from maint.filters import parse_filters
-from maint.store import open_store
+from maint.selection.filters import parse_filters
+from maint.store.connection import open_store
 from tests.storegen import StoreBuilder
 
 NOW = time.time()

@@ -6,8 +6,8 @@ from datetime import datetime
 import pytest
 
 from maint.errors import UsageError
-from maint.filters import cwd_under, parse_filters
-from maint.timeparse import parse_moment
+from maint.selection.filters import cwd_under, parse_filters
+from maint.selection.timeparse import parse_moment
 
 NOW = 1_800_000_000.0
 

@@ -1,8 +1,8 @@
 """Lineage classification follows Hermes's markers and legacy heuristics."""
 
-from maint import lineage as lin
-from maint.catalog import load_sessions
-from maint.store import open_store
+from maint.store import lineage as lin
+from maint.store.catalog import load_sessions
+from maint.store.connection import open_store
 
 
 def test_kinds(make_store, layout):

@@ -11,11 +11,11 @@ from collections import namedtuple
 import pytest
 
 from maint.config import load_config, set_session_key
-from maint.diskcheck import GB, DiskFigures, estimate, notice, should_ask
+from maint.ops.diskcheck import GB, DiskFigures, estimate, notice, should_ask
 from maint.errors import MaintError, UsageError
-from maint.scheduler import load_catalogue, load_job, next_runs
-from maint.store import open_store
-from maint.vacuum import content_fingerprint, optimize
+from maint.jobs.scheduler import load_catalogue, load_job, next_runs
+from maint.store.connection import open_store
+from maint.ops.vacuum import content_fingerprint, optimize
 from tests.conftest import REPO, LockHolder, run_subprocess
 from tests.storegen import StoreBuilder
 

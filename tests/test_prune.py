@@ -2,10 +2,10 @@
 
 import sqlite3
 
-from maint.batching import Batcher
-from maint.filters import parse_filters
-from maint.prune import execute_prune, plan_prune
-from maint.store import open_store
+from maint.store.batching import Batcher
+from maint.selection.filters import parse_filters
+from maint.ops.prune import execute_prune, plan_prune
+from maint.store.connection import open_store
 from tests.conftest import file_hash, query, run_json, session_ids
 
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from maint.holders import HolderReport, find_holders
-from maint.journal import HeldStore, header_bytes, set_journal_mode
+from maint.store.holders import HolderReport, find_holders
+from maint.ops.journal import HeldStore, header_bytes, set_journal_mode
 from maint.errors import MaintError
 from tests.conftest import run_subprocess
 from tests.storegen import StoreBuilder

@@ -2,7 +2,7 @@
 
 import os
 
-from maint.store import sqlite_version
+from maint.store.connection import sqlite_version
 
 
 def test_stats_figures(make_store, cli, layout):

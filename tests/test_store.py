@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from maint.errors import StoreError
-from maint.store import has_wal_reset_bug, header_journal_mode, open_store, sqlite_version
+from maint.store.connection import has_wal_reset_bug, header_journal_mode, open_store, sqlite_version
 from tests.conftest import LockHolder, file_hash
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from maint.config import load_config
-from maint.holders import Holder, HolderReport
-from maint.locks import lock_path
-from maint.store import open_store
-from maint.sweep import MARKER_KEY, VACUUM_KEY, decide_vacuum, run_sweep
+from maint.store.holders import Holder, HolderReport
+from maint.store.locks import lock_path
+from maint.store.connection import open_store
+from maint.ops.sweep import MARKER_KEY, VACUUM_KEY, decide_vacuum, run_sweep
 from tests.conftest import REPO, run_subprocess, session_ids
 from tests.storegen import StoreBuilder
 
@@ -178,7 +178,7 @@ def sparse_store(make_store):
 
 
 def _pruned_store(path):
-    from maint.prune import execute_prune, plan_prune
+    from maint.ops.prune import execute_prune, plan_prune
 
     store = open_store(path)
     execute_prune(store, plan_prune(store, None))

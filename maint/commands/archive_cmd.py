@@ -1,10 +1,10 @@
-"""hermes-maint archive: thin CLI over :mod:`maint.archive`."""
+"""hermes-maint archive: thin CLI over :mod:`maint.ops.archive`."""
 
 from typing import Annotated
 
 import typer
 
-from maint.archive import execute_archive, plan_archive
+from maint.ops.archive import execute_archive, plan_archive
 from maint.commands.common import (
     DryRunOpt,
     JsonOpt,
@@ -17,8 +17,8 @@ from maint.commands.common import (
     resolve,
 )
 from maint.errors import UsageError
-from maint.filters import parse_filters
-from maint.store import open_store
+from maint.selection.filters import parse_filters
+from maint.store.connection import open_store
 
 
 @filter_options

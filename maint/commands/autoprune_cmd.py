@@ -6,9 +6,9 @@ import typer
 
 from maint.commands.common import JsonOpt, command, emit_json, resolve
 from maint.config import load_config
-from maint.diskcheck import answer, disk_figures, prompt_state
+from maint.ops.diskcheck import answer, disk_figures, prompt_state
 from maint.errors import UsageError
-from maint.store import open_store
+from maint.store.connection import open_store
 
 CHOICES = ("on", "off", "later", "status")
 

@@ -18,7 +18,7 @@ import apsw
 import typer
 
 from maint.errors import EXIT_FAILED, MaintError, NotATerminal
-from maint.paths import StoreTarget, resolve_targets
+from maint.store.targets import StoreTarget, resolve_targets
 
 PROG = "hermes-maint"
 

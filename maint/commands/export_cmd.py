@@ -10,20 +10,20 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from maint import lineage as lin
-from maint.catalog import load_sessions
+from maint.store import lineage as lin
+from maint.store.catalog import load_sessions
 from maint.commands.common import DryRunOpt, JsonOpt, command, emit_json, filter_options, resolve
 from maint.config import load_config
 from maint.errors import MaintError, UsageError
-from maint.export_delete import delete_if_unchanged, family, fingerprint, refuse_if_busy, verify_files
-from maint.export_files import atomic_text, inside, safe_name
-from maint.export_render import (iso_time, iter_user_prompts, render_document, render_html, write_jsonl_session,
+from maint.export.verified_delete import delete_if_unchanged, family, fingerprint, refuse_if_busy, verify_files
+from maint.export.files import atomic_text, inside, safe_name
+from maint.export.render import (iso_time, iter_user_prompts, render_document, render_html, write_jsonl_session,
                                  write_trace)
-from maint.export_select import select_sessions
-from maint.filters import parse_filters
-from maint.paths import hermes_home
-from maint.store import open_store
-from maint.transcript import stored_count
+from maint.export.selection import select_sessions
+from maint.selection.filters import parse_filters
+from maint.store.targets import hermes_home
+from maint.store.connection import open_store
+from maint.export.transcript import stored_count
 
 FORMATS = ("jsonl", "md", "qmd", "html", "trace")
 
@@ -130,7 +130,7 @@ def export(
         if delete_after_verified:
             report["deleted"] = job.verified_delete(written)
     if upload:
-        from maint.hf_upload import upload_traces
+        from maint.export.hf_upload import upload_traces
 
         files = [(w["ids"][0], Path(w["path"])) for w in written if w["path"] != "-"]
         if not files:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from maint.commands.common import emit_json, handle_errors
-from maint.scheduler import Job, find_job, load_catalogue, next_runs, run_loop
+from maint.jobs.scheduler import Job, find_job, load_catalogue, next_runs, run_loop
 
 jobs_app = typer.Typer(help="Scheduled maintenance: the job catalogue and its loop.", no_args_is_help=True)
 

@@ -8,8 +8,8 @@ import typer
 from maint.commands.common import JsonOpt, emit_json, handle_errors
 from maint.config import load_config
 from maint.errors import UsageError
-from maint.journal import MODES, set_journal_mode as switch
-from maint.paths import resolve_targets
+from maint.ops.journal import MODES, set_journal_mode as switch
+from maint.store.targets import resolve_targets
 
 
 @handle_errors

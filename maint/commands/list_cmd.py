@@ -5,9 +5,9 @@ from typing import Annotated
 import typer
 
 from maint.commands.common import JsonOpt, command, for_each_target, resolve
-from maint.listing import list_conversations, relative_time
-from maint.store import open_store
-from maint.timeparse import parse_count
+from maint.ops.listing import list_conversations, relative_time
+from maint.store.connection import open_store
+from maint.selection.timeparse import parse_count
 
 
 @command

@@ -3,8 +3,8 @@
 import typer
 
 from maint.commands.common import JsonOpt, command, fmt_bytes, for_each_target, resolve
-from maint.store import open_store
-from maint.vacuum import optimize as run_optimize
+from maint.store.connection import open_store
+from maint.ops.vacuum import optimize as run_optimize
 
 
 @command

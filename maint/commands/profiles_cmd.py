@@ -6,9 +6,9 @@ import typer
 
 from maint.commands.common import JsonOpt, confirm_or_refuse, emit_json, handle_errors
 from maint.errors import UsageError
-from maint.holders import STOP_HERMES, refuse_if_held
-from maint.profiles import apply as apply_findings
-from maint.profiles import scan, snapshot
+from maint.store.holders import STOP_HERMES, refuse_if_held
+from maint.ops.profiles import apply as apply_findings
+from maint.ops.profiles import scan, snapshot
 
 ADVICE = {
     "missing_profile": "bound to a profile that does not exist: create it (hermes profile create NAME) "

@@ -5,10 +5,10 @@ from typing import Annotated, Optional
 import typer
 
 from maint.commands.common import JsonOpt, command, confirm_or_refuse, emit_json, resolve
-from maint.holders import STOP_HERMES, refuse_if_held
-from maint.catalog import resolve_session
-from maint.prompts import clear_prompts, scan, stored_prompt
-from maint.store import open_store
+from maint.store.holders import STOP_HERMES, refuse_if_held
+from maint.store.catalog import resolve_session
+from maint.ops.prompts import clear_prompts, scan, stored_prompt
+from maint.store.connection import open_store
 
 RESTART = "Restart a running gateway now: it holds prompts in memory and would write them back."
 

@@ -1,4 +1,4 @@
-"""hermes-maint prune: thin CLI over :mod:`maint.prune`."""
+"""hermes-maint prune: thin CLI over :mod:`maint.ops.prune`."""
 
 from typing import Annotated
 
@@ -17,9 +17,9 @@ from maint.commands.common import (
     progress,
     resolve,
 )
-from maint.filters import parse_filters
-from maint.prune import execute_prune, plan_prune, stored_bytes
-from maint.store import open_store
+from maint.selection.filters import parse_filters
+from maint.ops.prune import execute_prune, plan_prune, stored_bytes
+from maint.store.connection import open_store
 
 
 def _summary(plan, sessions_ids) -> dict:

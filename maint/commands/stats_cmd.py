@@ -3,8 +3,8 @@
 import typer
 
 from maint.commands.common import JsonOpt, command, fmt_bytes, for_each_target, resolve
-from maint.stats import store_stats
-from maint.store import open_store
+from maint.ops.stats import store_stats
+from maint.store.connection import open_store
 
 
 @command

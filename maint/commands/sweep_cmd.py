@@ -8,9 +8,9 @@ import typer
 
 from maint.commands.common import JsonOpt, command, for_each_target, resolve
 from maint.config import load_config
-from maint.diskcheck import disk_figures, estimate, notice, record_asked, should_ask
-from maint.store import open_store
-from maint.sweep import run_sweep, validate_retention
+from maint.ops.diskcheck import disk_figures, estimate, notice, record_asked, should_ask
+from maint.store.connection import open_store
+from maint.ops.sweep import run_sweep, validate_retention
 
 
 def low_disk_notice(db, cfg, interactive: bool) -> list[str]:

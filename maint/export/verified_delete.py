@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from maint import lineage as lin
-from maint.catalog import load_sessions
+from maint.store import lineage as lin
+from maint.store.catalog import load_sessions
 from maint.errors import MaintError
-from maint.prune import delete_sessions
-from maint.store import Store
-from maint.transcript import iter_messages
+from maint.ops.prune import delete_sessions
+from maint.store.connection import Store
+from maint.export.transcript import iter_messages
 
 
 def family(store: Store, session_id: str, sessions: dict | None = None) -> list[str]:
@@ -58,7 +58,7 @@ def refuse_if_busy(sessions: dict, ids: list[str]) -> None:
 def verify_files(entries: list[dict], rerender: Callable[[dict], str]) -> None:
     from pathlib import Path
 
-    from maint.export_files import sha256_file
+    from maint.export.files import sha256_file
 
     for entry in entries:
         on_disk = sha256_file(Path(entry["path"]))

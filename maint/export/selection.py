@@ -7,10 +7,10 @@ are included (a backup keeps protected rows). No filter at all takes everything.
 from __future__ import annotations
 
 
-from maint.catalog import SessionInfo, load_sessions, resolve_session
+from maint.store.catalog import SessionInfo, load_sessions, resolve_session
 from maint.errors import MaintError, UsageError
-from maint.filters import Filters
-from maint.store import Store
+from maint.selection.filters import Filters
+from maint.store.connection import Store
 
 
 def select_sessions(store: Store, session_id: str | None, filters: Filters,

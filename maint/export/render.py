@@ -7,30 +7,32 @@ sink, so one session never has to fit in memory.
 from __future__ import annotations
 
 import json
+from importlib import resources
 from functools import lru_cache
 import time
 import uuid
 from datetime import datetime, UTC
-from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterable, Iterator
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FunctionLoader, select_autoescape
 
-from maint.catalog import SessionInfo
-from maint.redact import redact_row, redact_text
-from maint.store import Store
-from maint.transcript import Timings, iter_messages
+from maint.store.catalog import SessionInfo
+from maint.export.redact import redact_row, redact_text
+from maint.store.connection import Store
+from maint.export.transcript import Timings, iter_messages
 
-TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
-if not (TEMPLATE_DIR / "session.md.j2").exists():  # a source checkout keeps them at the top level
-    TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = "maint.export.templates"  # package data: the top-level templates/ folder
+
+
+def _load_template(name: str) -> str:
+    return resources.files(TEMPLATES).joinpath(name).read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=1)
 def environment() -> Environment:
     """Built once per process: a bulk md export renders thousands of files from the same templates."""
-    env = Environment(loader=FileSystemLoader(str(TEMPLATE_DIR)), autoescape=select_autoescape(["html.j2"]),
+    env = Environment(loader=FunctionLoader(_load_template), autoescape=select_autoescape(["html.j2"]),
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["when"] = iso_time
     env.filters["tool_calls"] = tool_call_names

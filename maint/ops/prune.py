@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from maint import lineage as lin
-from maint.batching import Batcher, pacer_for, run_batched
-from maint.catalog import SessionInfo, load_sessions, locked_session_ids
-from maint.checkpointer import background_checkpoints
-from maint.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
-from maint.sqlutil import chunks, ph
-from maint.store import Store
+from maint.store import lineage as lin
+from maint.store.batching import Batcher, pacer_for, run_batched
+from maint.store.catalog import SessionInfo, load_sessions, locked_session_ids
+from maint.store.checkpointer import background_checkpoints
+from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
+from maint.store.sqlutil import chunks, ph
+from maint.store.connection import Store
 
 
 @dataclass

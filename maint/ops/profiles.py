@@ -31,10 +31,10 @@ from typing import Any
 
 import apsw
 
-from maint.paths import hermes_home
-from maint.prune import delete_sessions
-from maint.sqlutil import chunks, ph
-from maint.store import Store, open_store
+from maint.store.targets import hermes_home
+from maint.ops.prune import delete_sessions
+from maint.store.sqlutil import chunks, ph
+from maint.store.connection import Store, open_store
 
 DEFAULT = "default"
 

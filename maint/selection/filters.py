@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any
 
-from maint.catalog import SessionInfo
+from maint.store.catalog import SessionInfo
 from maint.errors import UsageError
-from maint.timeparse import parse_amount, parse_count, parse_moment
+from maint.selection.timeparse import parse_amount, parse_count, parse_moment
 
 DEFAULT_PRUNE_DAYS = 90
 

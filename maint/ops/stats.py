@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from maint.store import Store, sqlite_version
+from maint.store.connection import Store, sqlite_version
 
 
 def store_stats(store: Store) -> dict[str, Any]:

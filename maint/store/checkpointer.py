@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import apsw
 
-from maint.store import Store
+from maint.store.connection import Store
 
 
 class Checkpointer:

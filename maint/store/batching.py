@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
-from maint.holders import other_connections
+from maint.store.holders import other_connections
 
 U = TypeVar("U")
 
@@ -93,7 +93,7 @@ class Pacer:
 
 
 def pacer_for(store) -> Pacer:
-    """A pacer that knows how many other connections the store has (see :mod:`maint.holders`)."""
+    """A pacer that knows how many other connections the store has (see :mod:`maint.store.holders`)."""
     return Pacer(store.data_version, writers=lambda: other_connections(store.path))
 
 

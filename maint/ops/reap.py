@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 
-from maint.catalog import ORPHAN_REAP_REASON, load_sessions
-from maint.sqlutil import chunks, ph
-from maint.store import Store
+from maint.store.catalog import ORPHAN_REAP_REASON, load_sessions
+from maint.store.sqlutil import chunks, ph
+from maint.store.connection import Store
 
 STATEFUL_SOURCES = frozenset({"cli", "cron", "kanban", "acp", "api_server", "subagent", "tool", "recovered"})
 REAP_REASON = ORPHAN_REAP_REASON

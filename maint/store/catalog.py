@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from maint.errors import UsageError
-from maint.store import Store
+from maint.store.connection import Store
 
 
 ORPHAN_REAP_REASON = "startup_orphan_reap"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from maint import lineage as lin
-from maint.catalog import load_sessions
-from maint.store import Store
+from maint.store import lineage as lin
+from maint.store.catalog import load_sessions
+from maint.store.connection import Store
 
 PREVIEW_CHARS = 60
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from maint.catalog import SessionInfo
+from maint.store.catalog import SessionInfo
 
 COMPRESSION = "compression"
 DELEGATE = "delegate"

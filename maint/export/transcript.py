@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any
 from collections.abc import Iterator
 
-from maint.store import Store
+from maint.store.connection import Store
 
 def message_columns(store: Store) -> list[str]:
     return [r[1] for r in store.conn.execute("PRAGMA table_info(messages)")]

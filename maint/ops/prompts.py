@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from maint.store import Store
+from maint.store.connection import Store
 
 SKILL_SAFETY_MARKER = "## Skill Safety"  # also matches upstream's "## Skill Safety Rule" heading
 

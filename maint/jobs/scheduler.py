@@ -10,6 +10,7 @@ let the running batch finish, then exit.
 from __future__ import annotations
 
 import logging
+from importlib import resources
 import signal
 import threading
 from dataclasses import dataclass
@@ -24,14 +25,12 @@ from apscheduler.triggers.interval import IntervalTrigger
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from maint import batching
+from maint.store import batching
 from maint.errors import UsageError
 
 log = logging.getLogger("hermes_maint.jobs")
 
-PACKAGED_JOBS = Path(__file__).resolve().parent / "jobs"
-if not PACKAGED_JOBS.is_dir():  # running from a source checkout
-    PACKAGED_JOBS = Path(__file__).resolve().parent.parent / "jobs"
+CATALOGUE = "maint.jobs.catalogue"  # package data: the top-level jobs/ folder
 RUNNABLE = {"sweep", "optimize", "prune", "archive", "stats"}
 INTERVAL_UNITS = ("weeks", "days", "hours", "minutes", "seconds")
 MISFIRE_GRACE_S = 3600
@@ -98,7 +97,7 @@ def load_job(path: Path) -> Job:
 
 
 def load_catalogue(directory: Path | None = None) -> list[Job]:
-    directory = Path(directory) if directory else PACKAGED_JOBS
+    directory = Path(directory) if directory else Path(resources.files(CATALOGUE))
     if not directory.is_dir():
         raise UsageError(f"{directory}: no such job directory")
     jobs = [load_job(p) for p in sorted(directory.iterdir()) if p.suffix in (".yaml", ".yml")]

@@ -18,7 +18,7 @@ from typing import Any
 
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError
-from maint.store import Store
+from maint.store.connection import Store
 
 MIN_MARGIN_BYTES = 64 * 2**20
 DiskUsage = Callable[[Path], Any]  # shutil.disk_usage, or a test's stand-in with .free

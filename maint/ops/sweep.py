@@ -18,13 +18,13 @@ from typing import Any
 from collections.abc import Callable
 
 from maint.config import Config
-from maint.filters import implicit_prune_filters
-from maint.holders import HolderReport, find_holders
-from maint.locks import LockHeld, maintenance_lock
-from maint.prune import execute_prune, plan_prune
-from maint.reap import reap, reap_candidates
-from maint.store import Store, open_store
-from maint.vacuum import space_shortfall, vacuum_in_place
+from maint.selection.filters import implicit_prune_filters
+from maint.store.holders import HolderReport, find_holders
+from maint.store.locks import LockHeld, maintenance_lock
+from maint.ops.prune import execute_prune, plan_prune
+from maint.ops.reap import reap, reap_candidates
+from maint.store.connection import Store, open_store
+from maint.ops.vacuum import space_shortfall, vacuum_in_place
 
 log = logging.getLogger("hermes_maint.sweep")
 

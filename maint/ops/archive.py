@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from maint import lineage as lin
-from maint.batching import pacer_for, run_batched
-from maint.catalog import SessionInfo, load_sessions
-from maint.filters import Filters
-from maint.sqlutil import chunks, ph
-from maint.store import Store
+from maint.store import lineage as lin
+from maint.store.batching import pacer_for, run_batched
+from maint.store.catalog import SessionInfo, load_sessions
+from maint.selection.filters import Filters
+from maint.store.sqlutil import chunks, ph
+from maint.store.connection import Store
 
 
 @dataclass

@@ -19,8 +19,8 @@ import apsw
 
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError
-from maint.holders import HeldStore, find_holders, refuse_if_held
-from maint.store import WAL_RESET_FIXED, _check_header, has_wal_reset_bug, header_bytes, header_journal_mode
+from maint.store.holders import HeldStore, find_holders, refuse_if_held
+from maint.store.connection import WAL_RESET_FIXED, _check_header, has_wal_reset_bug, header_bytes, header_journal_mode
 
 MODES = ("wal", "delete")
 WAL_UNSAFE_FS = ("virtiofs", "9p")

@@ -17,9 +17,9 @@ from typing import Any
 from collections.abc import Callable
 
 from maint.config import Config, set_session_key
-from maint.filters import implicit_prune_filters
-from maint.prune import plan_prune, stored_bytes
-from maint.store import Store
+from maint.selection.filters import implicit_prune_filters
+from maint.ops.prune import plan_prune, stored_bytes
+from maint.store.connection import Store
 
 GB = 10**9
 PROMPT_KEY = "hermes_maint.autoprune_prompt"

@@ -1,0 +1,1 @@
+"""Scheduled jobs: the catalogue (package data in maint.jobs.catalogue) and the loop that runs it."""

@@ -1,0 +1,1 @@
+"""Selection: the shared filter flags and the time forms they accept."""
