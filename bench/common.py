@@ -48,11 +48,11 @@ def store_mb(path: Path) -> float:
 
 
 def write_result(name: str, payload: dict) -> Path:
+    """bench/results/NAME-latest.json only: earlier figures live in git history, not in more files."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
     payload = {"benchmark": name, "when": stamp,
                "machine": f"{platform.node()} {platform.machine()} Python {platform.python_version()}", **payload}
-    (RESULTS / f"{name}-{stamp}.json").write_text(json.dumps(payload, indent=2))
     latest = RESULTS / f"{name}-latest.json"
     latest.write_text(json.dumps(payload, indent=2))
     return latest
