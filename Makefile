@@ -3,25 +3,37 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+RUNTIME := $(VENV)/.runtime
 
-.PHONY: run test bench lint clean demo
+.PHONY: run test test-fast bench lint clean
 
+# Runtime dependencies only: what an operator installs.
+$(RUNTIME): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME)
+
+# Everything the tests, benchmarks and linter need.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
 	touch $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/python -m tests.storegen demo/state.db
-
-# The main job on a bundled demo store: preview the nightly prune, then stats.
-run: demo
+# The main job on the demo store (built fresh each time): preview the nightly prune, then stats.
+run: $(RUNTIME)
+	rm -f demo/state.db demo/state.db-wal demo/state.db-shm
+	$(BIN)/hermes-maint demo demo/state.db
 	$(BIN)/hermes-maint prune --db demo/state.db --dry-run
 	$(BIN)/hermes-maint stats --db demo/state.db
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The edit loop: everything but the tests marked slow (live writers, kills, big stores).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/report.py

@@ -1,7 +1,6 @@
-"""Hermes's config.yaml: read with defaults for missing keys, never rewritten here.
+"""Hermes's config.yaml: read with defaults for missing keys; one key written back by ``autoprune on|off``.
 
-A round-trip loader is used so a later writer (the disk-space prompt) keeps the
-user's comments and layout.
+A round-trip loader is used so that write-back keeps the user's comments and layout.
 """
 
 from __future__ import annotations

@@ -1,16 +1,17 @@
-"""Error classes that map one-to-one onto the documented exit codes.
+"""Every failure the library reports, each class carrying its exit code.
 
-Commands raise these; the CLI turns each into a one-line message on stderr
-and its exit code, never a traceback.
+The library raises these; the CLI maps them once (``maint.commands.runner``) to one line on
+stderr and the exit code, never a traceback. The README's exit-code table lists the same codes.
 """
 
-EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C, or Ctrl-D at a prompt
+EXIT_BROKEN_PIPE = 141  # stdout closed by the reader (128 + SIGPIPE, as a shell reports `git log | head`)
 
 
 class MaintError(Exception):
-    """A refusal or failure: exit 1."""
+    """A refusal or failure: exit 1, nothing (more) was changed."""
 
     exit_code = EXIT_FAILED
 
@@ -21,9 +22,23 @@ class UsageError(MaintError):
     exit_code = EXIT_USAGE
 
 
+class NotATerminal(UsageError):
+    """A destructive command without --yes whose stdin is not a terminal."""
+
+
 class StoreError(MaintError):
     """The store cannot be used (missing, corrupt, not a Hermes store, busy)."""
 
 
-class NotATerminal(UsageError):
-    """A destructive command without --yes whose stdin is not a terminal."""
+class SessionNotFound(MaintError):
+    """A session id or prefix that matches no session, or more than one."""
+
+
+class Declined(MaintError):
+    """The operator answered no at a confirmation prompt."""
+
+
+class Interrupted(MaintError):
+    """Ctrl-C, or end of input at a prompt: finished transactions stay, the store is consistent."""
+
+    exit_code = EXIT_INTERRUPTED

@@ -1,10 +1,9 @@
-"""Builds Hermes stores for tests, the demo and benchmarks.
+"""Builds Hermes stores for tests and benchmarks (the product's own demo store is :mod:`maint.demo`).
 
 v22 stores come from the real producer, hermes-agent 0.19.0's SessionDB. The
-current upstream layout (v30: pinned/hidden flags, last_activity_at,
-content-addressed system_prompts, tool_names pin, turn leases, external-content
-FTS) is not on PyPI, so :func:`create_v30_schema` lays it out from upstream's
-schema, reduced to what the maintenance commands read and write.
+current upstream layout (v30) is not on PyPI; its schema is the one the demo ships
+(:data:`maint.demo.V30_SCHEMA`), laid out from upstream's and reduced to what the
+maintenance commands read and write.
 """
 
 from __future__ import annotations
@@ -17,76 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-DAY = 86400.0
+from maint.demo import V30_SCHEMA
 
-V30_SCHEMA = """
-CREATE TABLE schema_version (version INTEGER NOT NULL);
-CREATE TABLE system_prompts (hash TEXT PRIMARY KEY, prompt TEXT NOT NULL);
-CREATE TABLE sessions (
-    id TEXT PRIMARY KEY, source TEXT NOT NULL, created_source TEXT, user_id TEXT, session_key TEXT,
-    chat_id TEXT, chat_type TEXT, thread_id TEXT, display_name TEXT, origin_json TEXT,
-    expiry_finalized INTEGER DEFAULT 0, model TEXT, model_config TEXT, system_prompt TEXT,
-    system_prompt_hash TEXT, parent_session_id TEXT, started_at REAL NOT NULL, ended_at REAL, end_reason TEXT,
-    message_count INTEGER DEFAULT 0, tool_call_count INTEGER DEFAULT 0, input_tokens INTEGER DEFAULT 0,
-    output_tokens INTEGER DEFAULT 0, cache_read_tokens INTEGER DEFAULT 0, cache_write_tokens INTEGER DEFAULT 0,
-    reasoning_tokens INTEGER DEFAULT 0, cwd TEXT, git_branch TEXT, git_repo_root TEXT,
-    billing_provider TEXT, billing_base_url TEXT, billing_mode TEXT, estimated_cost_usd REAL,
-    actual_cost_usd REAL, cost_status TEXT, cost_source TEXT, pricing_version TEXT, title TEXT,
-    title_source TEXT, last_activity_at REAL, api_call_count INTEGER DEFAULT 0, profile_name TEXT,
-    rewind_count INTEGER NOT NULL DEFAULT 0, archived INTEGER NOT NULL DEFAULT 0,
-    pinned INTEGER NOT NULL DEFAULT 0, hidden INTEGER NOT NULL DEFAULT 0, last_read_at REAL, tool_names TEXT,
-    FOREIGN KEY (parent_session_id) REFERENCES sessions(id),
-    FOREIGN KEY (system_prompt_hash) REFERENCES system_prompts(hash)
-);
-CREATE TABLE messages (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL REFERENCES sessions(id), role TEXT NOT NULL,
-    content TEXT, tool_call_id TEXT, tool_calls TEXT, tool_name TEXT, timestamp REAL NOT NULL,
-    token_count INTEGER, finish_reason TEXT, reasoning TEXT, active INTEGER NOT NULL DEFAULT 1,
-    compacted INTEGER NOT NULL DEFAULT 0, api_content TEXT, display_kind TEXT
-);
-CREATE TABLE session_model_usage (
-    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, model TEXT NOT NULL,
-    billing_provider TEXT NOT NULL DEFAULT '', task TEXT NOT NULL DEFAULT '',
-    input_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (session_id, model, billing_provider, task)
-);
-CREATE TABLE state_meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE compression_locks (session_id TEXT PRIMARY KEY, holder TEXT NOT NULL,
-    acquired_at REAL NOT NULL, expires_at REAL NOT NULL);
-CREATE TABLE session_turn_leases (conversation_id TEXT PRIMARY KEY, holder TEXT NOT NULL,
-    acquired_at REAL NOT NULL, expires_at REAL NOT NULL);
-CREATE INDEX idx_sessions_parent ON sessions(parent_session_id);
-CREATE INDEX idx_messages_session ON messages(session_id, timestamp);
-CREATE INDEX idx_sessions_system_prompt_hash ON sessions(system_prompt_hash);
-CREATE INDEX idx_sessions_tool_names ON sessions(tool_names);
-CREATE VIEW messages_fts_src AS
-    SELECT id, CASE WHEN role = 'tool' THEN substr(COALESCE(content, ''), 1, 8192) ELSE content END AS content,
-           tool_name, tool_calls FROM messages;
-CREATE VIRTUAL TABLE messages_fts USING fts5(content, tool_name, tool_calls,
-    content='messages_fts_src', content_rowid='id');
-CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
-    INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) VALUES (new.id,
-        CASE WHEN new.role = 'tool' THEN substr(COALESCE(new.content, ''), 1, 8192) ELSE new.content END,
-        new.tool_name, new.tool_calls);
-END;
-CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
-    INSERT INTO messages_fts(messages_fts, rowid, content, tool_name, tool_calls) VALUES ('delete', old.id,
-        CASE WHEN old.role = 'tool' THEN substr(COALESCE(old.content, ''), 1, 8192) ELSE old.content END,
-        old.tool_name, old.tool_calls);
-END;
-CREATE VIEW messages_fts_trigram_src AS
-    SELECT m.id, m.content, m.tool_name FROM messages m WHERE m.role <> 'tool';
-CREATE VIRTUAL TABLE messages_fts_trigram USING fts5(content, tool_name,
-    content='messages_fts_trigram_src', content_rowid='id', tokenize='trigram');
-CREATE TRIGGER messages_fts_trigram_insert AFTER INSERT ON messages WHEN new.role <> 'tool' BEGIN
-    INSERT INTO messages_fts_trigram(rowid, content, tool_name) VALUES (new.id, new.content, new.tool_name);
-END;
-CREATE TRIGGER messages_fts_trigram_delete AFTER DELETE ON messages WHEN old.role <> 'tool' BEGIN
-    INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name)
-    VALUES ('delete', old.id, old.content, old.tool_name);
-END;
-INSERT INTO schema_version(version) VALUES (30);
-"""
+DAY = 86400.0
 
 SESSION_COLUMNS_SET_LATER = (
     "started_at", "ended_at", "end_reason", "title", "billing_provider", "input_tokens", "output_tokens",
@@ -228,31 +160,3 @@ def bulk_store(path: Path, *, sessions: int, messages_per_session: int, old_shar
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
     return {"sessions": sessions, "old_sessions": old, "messages": sessions * messages_per_session}
-
-
-def build_demo(path: Path) -> None:
-    """A small store that shows every rule: lineages, delegates, branches, open, pinned, archived."""
-    path = Path(path)
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(path) + suffix).unlink(missing_ok=True)
-    with StoreBuilder(path) as b:
-        b.session("demo_old_cli", age=200, title="old refactor", messages=6)
-        b.session("demo_old_tg", source="telegram", age=120, messages=4, user_id="12345", chat_type="dm")
-        b.session("demo_recent", age=2, title="current work", messages=8)
-        b.session("demo_open_old", age=300, ended=False, messages=3)
-        b.session("demo_chain_1", age=150, end_reason="compression", title="my project", messages=10)
-        b.session("demo_chain_2", age=5, parent="demo_chain_1", title="my project #2", messages=4)
-        b.session("demo_parent", age=130, title="orchestrator", messages=4)
-        b.session("demo_subagent", source="subagent", age=129, parent="demo_parent",
-                  model_config={"_delegate_from": "demo_parent"}, messages=6)
-        b.session("demo_branch", age=1, parent="demo_parent", model_config={"_branched_from": "demo_parent"},
-                  messages=2)
-        b.session("demo_cron", source="cron", age=100, messages=2)
-
-
-if __name__ == "__main__":
-    import sys
-
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else "demo/state.db")
-    build_demo(target)
-    print(f"demo store written to {target}")

@@ -80,7 +80,8 @@ def test_terminal_confirmation_shows_count_oldest_newest(tmp_path):
     path = _old_store(tmp_path)
     code, screen = _run_on_pty(["prune", "--db", path], b"n\n")
     assert code == 1 and "2 sessions, 6 messages" in screen
-    assert "oldest: old1" in screen and "newest: old2" in screen and "Aborted" in screen
+    assert "oldest: old1" in screen and "newest: old2" in screen \
+        and "declined at the prompt; nothing was changed" in screen
     assert session_ids(path) == {"old1", "old2", "new"}
     code, screen = _run_on_pty(["prune", "--db", path], b"y\n")
     assert code == 0 and "Deleted 2 sessions" in screen

@@ -138,7 +138,8 @@ def test_config_disagreement_is_reported(store, hermes_home, cli):
 
 def test_bad_mode_is_usage_error(store, cli):
     result = cli("set-journal-mode", "memory", "--db", store)
-    assert result.exit_code == 2 and "wal or delete" in result.stderr
+    assert result.exit_code == 2
+    assert "'memory' is not one of 'wal', 'delete'" in result.stderr
 
 
 def test_works_on_any_sqlite_store(tmp_path):
@@ -183,18 +184,18 @@ def test_report_only_by_default(prompt_store, cli):
 
 
 def test_apply_json_clears_only_verified(prompt_store, cli):
-    r = cli.json("repair-prompts", "--db", prompt_store, "--apply")
+    r = cli.json("repair-prompts", "--db", prompt_store, "--apply", "--yes")
     assert sorted(r["cleared"]) == ["bad_hash", "bad_inline"]
     conn = sqlite3.connect(prompt_store)
     rows = dict(conn.execute("SELECT id, COALESCE(system_prompt, system_prompt_hash) FROM sessions"))
     conn.close()
     assert rows["bad_hash"] is None and rows["bad_inline"] is None
     assert rows["healthy"] == HEALTHY and rows["no_pin"] == DEGRADED and rows["memory_only"] == DEGRADED
-    assert cli.json("repair-prompts", "--db", prompt_store, "--apply")["cleared"] == []
+    assert cli.json("repair-prompts", "--db", prompt_store, "--apply", "--yes")["cleared"] == []
 
 
 def test_targeted_clear_by_prefix_even_when_healthy(prompt_store, cli):
-    r = cli.json("repair-prompts", "heal", "--db", prompt_store, "--apply")
+    r = cli.json("repair-prompts", "heal", "--db", prompt_store, "--apply", "--yes")
     assert r["cleared"] == ["healthy"]
 
 

@@ -1,20 +1,19 @@
-"""hermes-maint jobs run | list | run-once: the scheduled job catalogue."""
+"""hermes-maint jobs run | list | run-once: the scheduled job catalogue; the loop is :mod:`maint.jobs.scheduler`."""
 
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from maint.commands.common import emit_json, handle_errors
-from maint.jobs.scheduler import Job, find_job, load_catalogue, next_runs, run_loop
+from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt
+from maint.commands.output import emit_json
+from maint.commands.runner import guard, run as run_command
 
 jobs_app = typer.Typer(help="Scheduled maintenance: the job catalogue and its loop.", no_args_is_help=True)
 
 JobsDirOpt = Annotated[Optional[Path], typer.Option("--jobs-dir", help="Job catalogue folder (default: shipped).")]
-AllProfilesOpt = Annotated[bool, typer.Option("--all-profiles", help="Run each job over every profile's store.")]
-DbOpt = Annotated[Optional[Path], typer.Option("--db", help="Run each job against this store.")]
 
 
 def setup_logging() -> None:
@@ -25,10 +24,10 @@ def setup_logging() -> None:
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 
-def executor(all_profiles: bool, db: Optional[Path]):
-    def execute(job: Job) -> int:
-        from maint.cli import invoke
+def executor(root: Any, all_profiles: bool, db: Optional[str]):
+    """Run each job as the same command line an operator would type, through the app's own root command."""
 
+    def execute(job) -> int:
         args = list(job.command)
         if all_profiles:
             args.append("--all-profiles")
@@ -36,25 +35,36 @@ def executor(all_profiles: bool, db: Optional[Path]):
             args += ["--db", str(db)]
         if args[0] in ("prune", "archive"):
             args.append("--yes")
-        return invoke(args)
+        return run_command(root, args)
 
     return execute
 
 
+def _store_flags(db: Optional[str], all_profiles: bool) -> None:
+    from maint.store.targets import resolve_targets
+
+    resolve_targets(db, None, all_profiles)  # the same refusals as every command, before anything runs
+
+
 @jobs_app.command("run")
-@handle_errors
-def run(jobs_dir: JobsDirOpt = None, all_profiles: AllProfilesOpt = False, db: DbOpt = None) -> None:
+@guard
+def run(ctx: typer.Context, jobs_dir: JobsDirOpt = None, all_profiles: AllProfilesOpt = False,
+        db: DbOpt = None) -> None:
     """Run the job loop in the foreground until SIGTERM or Ctrl-C."""
+    from maint.jobs.scheduler import load_catalogue, run_loop
+
+    _store_flags(db, all_profiles)
     setup_logging()
     jobs = load_catalogue(jobs_dir)  # a bad file stops us here, before anything is scheduled
-    run_loop(jobs, executor(all_profiles, db))
+    run_loop(jobs, executor(ctx.find_root().command, all_profiles, db))
 
 
 @jobs_app.command("list")
-@handle_errors
-def list_jobs(jobs_dir: JobsDirOpt = None,
-              as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+@guard
+def list_jobs(jobs_dir: JobsDirOpt = None, as_json: JsonOpt = False) -> None:
     """Each job with its trigger and next run time."""
+    from maint.jobs.scheduler import load_catalogue, next_runs
+
     rows = [{"name": j.name, "command": j.command, "trigger": j.trigger_text, "enabled": j.enabled,
              "next_run": when.isoformat() if when else None, "file": str(j.source)}
             for j, when in next_runs(load_catalogue(jobs_dir))]
@@ -67,10 +77,13 @@ def list_jobs(jobs_dir: JobsDirOpt = None,
 
 
 @jobs_app.command("run-once")
-@handle_errors
-def run_once(name: Annotated[str, typer.Argument(help="Job name from `jobs list`.")], jobs_dir: JobsDirOpt = None,
-             all_profiles: AllProfilesOpt = False, db: DbOpt = None) -> None:
+@guard
+def run_once(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Job name from `jobs list`.")],
+             jobs_dir: JobsDirOpt = None, all_profiles: AllProfilesOpt = False, db: DbOpt = None) -> None:
     """Run one job now, in the foreground, and exit with its exit code."""
+    from maint.jobs.scheduler import find_job, load_catalogue
+
+    _store_flags(db, all_profiles)
     setup_logging()
     job = find_job(load_catalogue(jobs_dir), name)
-    raise typer.Exit(executor(all_profiles, db)(job))
+    raise typer.Exit(executor(ctx.find_root().command, all_profiles, db)(job))

@@ -1,48 +1,53 @@
-"""hermes-maint set-journal-mode wal|delete."""
+"""hermes-maint set-journal-mode wal|delete: options and output; the logic is :mod:`maint.ops.journal`."""
 
-from pathlib import Path
-from typing import Annotated, Optional
+from enum import StrEnum
+from typing import Annotated
 
 import typer
 
-from maint.commands.common import JsonOpt, emit_json, handle_errors
-from maint.config import load_config
-from maint.errors import UsageError
-from maint.ops.journal import MODES, set_journal_mode as switch
+from maint.commands.options import AllProfilesOpt, JsonOpt, ProfileOpt
+from maint.commands.runner import for_each_store
 from maint.store.targets import resolve_targets
 
 
-@handle_errors
+class Mode(StrEnum):
+    wal = "wal"
+    delete = "delete"
+
+
 def set_journal_mode(
-    mode: Annotated[str, typer.Argument(help="wal or delete")],
-    db: Annotated[Optional[Path], typer.Option("--db", help="Any Hermes store, e.g. kanban.db.")] = None,
-    profile: Annotated[Optional[str], typer.Option("--profile", help="Profile name.")] = None,
+    mode: Annotated[Mode, typer.Argument(help="wal or delete", case_sensitive=False)],
     force: Annotated[bool, typer.Option("--force", help="Proceed when the holder check could not complete "
                                                         "(never when a holder was found).")] = False,
     as_json: JsonOpt = False,
+    db: Annotated[str | None, typer.Option("--db", metavar="PATH",
+                                           help="Any Hermes SQLite store, e.g. a state.db or kanban.db.")] = None,
+    profile: ProfileOpt = None,
+    all_profiles: AllProfilesOpt = False,
 ) -> None:
     """Switch a store between WAL and rollback journaling; refused while any process holds it.
 
     Holders are found on this machine only: processes in other containers or VMs sharing
     the volume are invisible, so stop Hermes there yourself first.
     """
-    mode = mode.lower()
-    if mode not in MODES:
-        raise UsageError(f"set-journal-mode: bad mode {mode!r} (expected wal or delete)")
-    target = resolve_targets(db, profile, False)[0]
-    result = switch(target.path, mode, force=force)
+    from maint.config import load_config
+    from maint.ops.journal import config_advice, set_journal_mode as switch
+
     cfg = load_config()
-    advice = None
-    if cfg.journal_mode is not None and cfg.journal_mode != mode:
-        advice = (f"{cfg.path} says database.journal_mode: {cfg.journal_mode}; Hermes will switch it back. "
-                  f"Set:\n  database:\n    journal_mode: {mode}")
-    if as_json:
-        emit_json({"store": result.path, "before": result.before, "after": result.after,
-                   "header": list(result.header), "warnings": result.warnings, "config_advice": advice})
-        return
-    typer.echo(f"{result.path}: journal mode {result.before} -> {result.after} "
-               f"(file header bytes 18-19 = {result.header[0]},{result.header[1]})")
-    for w in result.warnings:
+
+    def run(target) -> dict:
+        result = switch(target.path, mode.value, force=force)
+        return {"store": result.path, "before": result.before, "after": result.after,
+                "header": list(result.header), "warnings": result.warnings,
+                "config_advice": config_advice(cfg, mode.value)}
+
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+
+
+def _render(r: dict) -> None:
+    typer.echo(f"{r['store']}: journal mode {r['before']} -> {r['after']} "
+               f"(file header bytes 18-19 = {r['header'][0]},{r['header'][1]})")
+    for w in r["warnings"]:
         typer.echo(f"warning: {w}", err=True)
-    if advice:
-        typer.echo(advice)
+    if r["config_advice"]:
+        typer.echo(r["config_advice"])

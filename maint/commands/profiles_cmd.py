@@ -1,14 +1,19 @@
 """hermes-maint repair-profiles [--apply] [--legacy-main rekey|move]."""
 
+from enum import StrEnum
 from typing import Annotated, Optional
 
 import typer
 
-from maint.commands.common import JsonOpt, confirm_or_refuse, emit_json, handle_errors
+from maint.commands.options import DryRunOpt, JsonOpt, YesOpt
+from maint.commands.output import confirm_or_refuse, emit_json
 from maint.errors import UsageError
-from maint.store.holders import STOP_HERMES, refuse_if_held
-from maint.ops.profiles import apply as apply_findings
-from maint.ops.profiles import scan, snapshot
+
+
+class LegacyMain(StrEnum):
+    rekey = "rekey"
+    move = "move"
+
 
 ADVICE = {
     "missing_profile": "bound to a profile that does not exist: create it (hermes profile create NAME) "
@@ -19,24 +24,30 @@ ADVICE = {
 }
 
 
-@handle_errors
 def repair_profiles(
     apply: Annotated[bool, typer.Option("--apply", help="Move each stray row to its profile's store.")] = False,
-    legacy_main: Annotated[Optional[str], typer.Option("--legacy-main",
-                                                       help="rekey | move: what to do with agent:main rows "
-                                                            "inside a named profile's store.")] = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Skip the confirmation.")] = False,
+    legacy_main: Annotated[Optional[LegacyMain], typer.Option("--legacy-main",
+                                                              help="rekey | move: what to do with agent:main rows "
+                                                                   "inside a named profile's store.")] = None,
+    dry_run: DryRunOpt = False,
+    yes: YesOpt = False,
     force: Annotated[bool, typer.Option("--force", help="Proceed when the holder check could not complete.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Find state written into the wrong profile's store; --apply moves it home (snapshot first).
 
-    Scans $HERMES_HOME/state.db and every profiles/*/state.db. Refuses to apply while any
-    process holds any of the stores: stop the gateway first.
+    Always scans $HERMES_HOME/state.db and every profiles/*/state.db together (a stray row is
+    only stray relative to the others), so it takes no --db/--profile/--all-profiles. Refuses to
+    apply while any process holds any of the stores: stop the gateway first. Without --apply
+    (or with --dry-run) nothing is written.
     """
-    if legacy_main not in (None, "rekey", "move"):
-        raise UsageError(f"--legacy-main: bad value {legacy_main!r} (expected rekey or move)")
-    stores, findings = scan(legacy_main=legacy_main)
+    from maint.ops.profiles import apply as apply_findings
+    from maint.ops.profiles import scan, snapshot
+    from maint.store.holders import STOP_HERMES, refuse_if_held
+
+    if apply and dry_run:
+        raise UsageError("--apply and --dry-run contradict each other (use one)")
+    stores, findings = scan(legacy_main=legacy_main.value if legacy_main else None)
     actionable = [f for f in findings if f.action in ("move", "rekey")]
     report = {"stores": {k: str(v) for k, v in stores.items()}, "findings": [f.as_dict() for f in findings],
               "apply": apply, "snapshot": None, "applied": []}

@@ -1,65 +1,71 @@
-"""hermes-maint repair-prompts [SESSION_ID] [--apply]."""
+"""hermes-maint repair-prompts [SESSION_ID] [--apply]: options and output; logic in :mod:`maint.ops.prompts`."""
 
 from typing import Annotated, Optional
 
 import typer
 
-from maint.commands.common import JsonOpt, command, confirm_or_refuse, emit_json, resolve
-from maint.store.holders import STOP_HERMES, refuse_if_held
-from maint.store.catalog import resolve_session
-from maint.ops.prompts import clear_prompts, scan, stored_prompt
-from maint.store.connection import open_store
+from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt
+from maint.commands.output import confirm_or_refuse
+from maint.commands.runner import for_each_store
+from maint.errors import UsageError
+from maint.store.targets import resolve_targets
 
 RESTART = "Restart a running gateway now: it holds prompts in memory and would write them back."
 
 
-@command
 def repair_prompts(
-    targets: dict,
     session_id: Annotated[
         Optional[str], typer.Argument(help="Force-clear this session's prompt (id or prefix).")] = None,
     apply: Annotated[bool, typer.Option("--apply", help="Clear the verified degraded prompts (asks first).")] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Skip the confirmation.")] = False,
+    dry_run: DryRunOpt = False,
+    yes: YesOpt = False,
     force: Annotated[bool, typer.Option("--force", help="Proceed when the holder check could not complete.")] = False,
     as_json: JsonOpt = False,
+    db: DbOpt = None,
+    profile: ProfileOpt = None,
+    all_profiles: AllProfilesOpt = False,
 ) -> None:
     """Report stored system prompts degraded to a reduced-toolset build; --apply clears them.
 
     Only prompts lacking the Skill Safety guidance while the tool pin includes skill_manage are
-    cleared; rows without a readable pin are reported as unverifiable and left alone.
+    cleared; rows without a readable pin are reported as unverifiable and left alone. Without
+    --apply (or with --dry-run) nothing is written.
     """
-    path = resolve(targets)[0].path
-    with open_store(path, readonly=not apply) as store:
-        if session_id:
-            sid = resolve_session(store, session_id)
-            row = store.rows("SELECT * FROM sessions WHERE id = ?", (sid,))[0]
-            prompt = stored_prompt(store, row)
-            verified = [{"id": sid, "reason": "targeted clear", "prompt_chars": len(prompt or "")}] if prompt else []
-            unverifiable: list = []
-        else:
-            result = scan(store)
-            verified, unverifiable = result.verified, result.unverifiable
-    ids = [v["id"] for v in verified]
-    cleared: list[str] = []
-    if apply and ids:
-        refuse_if_held(path, force=force, doing="repair", advice=STOP_HERMES)
-        if not as_json:
-            confirm_or_refuse(yes, f"Clear {len(ids)} stored prompt(s)?",
-                              [f"  {v['id']}  ({v['prompt_chars']} chars) - {v['reason']}" for v in verified])
-        with open_store(path) as store:
-            cleared = clear_prompts(store, ids)
-    if as_json:
-        emit_json({"store": str(path), "verified": ids, "unverifiable": unverifiable, "apply": apply,
-                   "cleared": cleared, "findings": verified})
-        return
-    if not apply:
-        for v in verified:
+    from maint.ops.prompts import clear_prompts, scan, targeted
+    from maint.store.connection import open_store
+    from maint.store.holders import STOP_HERMES, refuse_if_held
+
+    if apply and dry_run:
+        raise UsageError("--apply and --dry-run contradict each other (use one)")
+    if session_id is not None and all_profiles:
+        raise UsageError("a SESSION_ID names one session in one store; drop --all-profiles or the id")
+
+    def run(target) -> dict:
+        with open_store(target.path, readonly=not apply) as store:
+            result = targeted(store, session_id) if session_id else scan(store)
+        ids = [v["id"] for v in result.verified]
+        cleared: list[str] = []
+        if apply and ids:
+            refuse_if_held(target.path, force=force, doing="repair", advice=STOP_HERMES)
+            confirm_or_refuse(yes, f"Clear {len(ids)} stored prompt(s) in {target.path}?",
+                              [f"  {v['id']}  ({v['prompt_chars']} chars) - {v['reason']}" for v in result.verified])
+            with open_store(target.path) as store:
+                cleared = clear_prompts(store, ids)
+        return {"store": str(target.path), "verified": ids, "unverifiable": result.unverifiable, "apply": apply,
+                "cleared": cleared, "findings": result.verified}
+
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+
+
+def _render(r: dict) -> None:
+    if not r["apply"]:
+        for v in r["findings"]:
             typer.echo(f"  {v['id']}  ({v['prompt_chars']} chars) - {v['reason']}")
-        for u in unverifiable:
+        for u in r["unverifiable"]:
             typer.echo(f"  unverifiable {u['id']}: {u['reason']}")
-        typer.echo(f"{len(ids)} verified degraded prompt(s), {len(unverifiable)} unverifiable (left unchanged). "
-                   + ("Re-run with --apply to clear them." if ids else ""))
+        typer.echo(f"{len(r['verified'])} verified degraded prompt(s), {len(r['unverifiable'])} unverifiable "
+                   "(left unchanged). " + ("Re-run with --apply to clear them." if r["verified"] else ""))
         return
-    typer.echo(f"Cleared {len(cleared)} stored prompt(s); each session rebuilds a healthy prompt next turn.")
-    if cleared:
+    typer.echo(f"Cleared {len(r['cleared'])} stored prompt(s); each session rebuilds a healthy prompt next turn.")
+    if r["cleared"]:
         typer.echo(RESTART)

@@ -1,46 +1,27 @@
-"""hermes-maint prune: thin CLI over :mod:`maint.ops.prune`."""
+"""hermes-maint prune: options and output; the logic is :mod:`maint.ops.prune`."""
 
 from typing import Annotated
 
 import typer
 
-from maint.commands.common import (
-    DryRunOpt,
-    JsonOpt,
-    YesOpt,
-    command,
-    confirm_or_refuse,
-    filter_options,
-    fmt_bytes,
-    fmt_time,
-    for_each_target,
-    progress,
-    resolve,
-)
-from maint.selection.filters import parse_filters
-from maint.ops.prune import execute_prune, plan_prune, stored_bytes
-from maint.store.connection import open_store
-
-
-def _summary(plan, sessions_ids) -> dict:
-    sessions = plan.sessions
-    acts = sorted((sessions[s].last_active, s) for s in sessions_ids)
-    return {
-        "oldest": {"id": acts[0][1], "last_active": acts[0][0]} if acts else None,
-        "newest": {"id": acts[-1][1], "last_active": acts[-1][0]} if acts else None,
-    }
+from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt, filter_options
+from maint.commands.output import confirm_or_refuse, fmt_bytes, fmt_time, progress
+from maint.commands.runner import for_each_store
+from maint.selection.filters import Filters
+from maint.store.targets import resolve_targets
 
 
 @filter_options
-@command
 def prune(
-    targets: dict,
-    filters: dict,
+    filters: Filters,
     include_archived: Annotated[
         bool, typer.Option("--include-archived", help="Also delete archived sessions.")] = False,
     dry_run: DryRunOpt = False,
     yes: YesOpt = False,
     as_json: JsonOpt = False,
+    db: DbOpt = None,
+    profile: ProfileOpt = None,
+    all_profiles: AllProfilesOpt = False,
 ) -> None:
     """Delete ended sessions: bare = inactive for 90 days; any filter turns the 90 days off.
 
@@ -48,17 +29,17 @@ def prune(
     ones are never deleted. A compression lineage goes only as a whole;
     delegate (subagent) children go with their parent.
     """
-    spec = parse_filters(filters)
-    stores = resolve(targets)
+    from maint.ops.prune import execute_prune, plan_prune, stored_bytes
+    from maint.store.connection import open_store
 
     def run(target) -> dict:
         with open_store(target.path) as store:
-            plan = plan_prune(store, spec, include_archived=include_archived)
+            plan = plan_prune(store, filters, include_archived=include_archived)
             ids = plan.session_ids
             report = {
                 "store": str(target.path), "dry_run": dry_run, "matched": len(ids), "session_ids": ids,
                 "messages": plan.messages, "implicit_days": plan.implicit_days, "held_back": plan.held_back,
-                **_summary(plan, ids),
+                **_oldest_newest(plan, ids),
             }
             # Text size is read only when someone will look at it (preview or prompt).
             report["bytes"] = stored_bytes(store, ids) if (dry_run or not yes) else None
@@ -82,23 +63,32 @@ def prune(
             )
             return report
 
-    def render(r: dict) -> None:
-        verb = "Would delete" if r["dry_run"] else "Deleted"
-        rule = f" (implicit rule: inactive >= {r['implicit_days']:g} days)" if r["implicit_days"] else ""
-        typer.echo(f"{verb} {r['matched']} sessions, {r['messages']} messages{rule}")
-        if r.get("bytes") is not None and r["dry_run"]:
-            typer.echo(f"  stored text: {fmt_bytes(r['bytes'])}")
-        if r["oldest"]:
-            typer.echo(f"  oldest: {r['oldest']['id']} (last active {fmt_time(r['oldest']['last_active'])})")
-            typer.echo(f"  newest: {r['newest']['id']} (last active {fmt_time(r['newest']['last_active'])})")
-        if r["dry_run"]:
-            for sid in r["session_ids"][:20]:
-                typer.echo(f"    {sid}")
-            if len(r["session_ids"]) > 20:
-                typer.echo(f"    … {len(r['session_ids']) - 20} more")
-        for reason, n in sorted(r["held_back"].items()):
-            typer.echo(f"  kept {n} matching lineage(s): {reason.replace('_', ' ')}")
-        if r.get("skipped_changed"):
-            typer.echo(f"  skipped {len(r['skipped_changed'])} sessions that changed while pruning")
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
 
-    for_each_target(stores, as_json, run, render)
+
+def _oldest_newest(plan, session_ids) -> dict:
+    acts = sorted((plan.sessions[s].last_active, s) for s in session_ids)
+    return {
+        "oldest": {"id": acts[0][1], "last_active": acts[0][0]} if acts else None,
+        "newest": {"id": acts[-1][1], "last_active": acts[-1][0]} if acts else None,
+    }
+
+
+def _render(r: dict) -> None:
+    verb = "Would delete" if r["dry_run"] else "Deleted"
+    rule = f" (implicit rule: inactive >= {r['implicit_days']:g} days)" if r["implicit_days"] else ""
+    typer.echo(f"{verb} {r['matched']} sessions, {r['messages']} messages{rule}")
+    if r.get("bytes") is not None and r["dry_run"]:
+        typer.echo(f"  stored text: {fmt_bytes(r['bytes'])}")
+    if r["oldest"]:
+        typer.echo(f"  oldest: {r['oldest']['id']} (last active {fmt_time(r['oldest']['last_active'])})")
+        typer.echo(f"  newest: {r['newest']['id']} (last active {fmt_time(r['newest']['last_active'])})")
+    if r["dry_run"]:
+        for sid in r["session_ids"][:20]:
+            typer.echo(f"    {sid}")
+        if len(r["session_ids"]) > 20:
+            typer.echo(f"    … {len(r['session_ids']) - 20} more")
+    for reason, n in sorted(r["held_back"].items()):
+        typer.echo(f"  kept {n} matching lineage(s): {reason.replace('_', ' ')}")
+    if r.get("skipped_changed"):
+        typer.echo(f"  skipped {len(r['skipped_changed'])} sessions that changed while pruning")

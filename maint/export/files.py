@@ -1,4 +1,10 @@
-"""Writing export files safely: inside the output folder, 0600, never half-written under the final name."""
+"""Writing export files safely: inside the output folder, 0600, never half-written under the final name.
+
+A file is written under an unguessable temporary name created exclusively (``O_EXCL|O_NOFOLLOW``,
+0600) in the destination folder, synced, then renamed over the final name. The final name must be
+absent or a regular file: a symlink, device, FIFO or folder there is refused before anything is
+written, so a planted link can neither redirect the data nor become the "verified" export.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ import contextlib
 import hashlib
 import os
 import re
+import secrets
+import stat
 import sys
 from pathlib import Path
 from typing import IO
@@ -24,10 +32,25 @@ def safe_name(session_id: str, suffix: str) -> str:
 
 
 def inside(folder: Path, name: str) -> Path:
-    target = (folder / name).resolve()
-    if target.parent != folder.resolve():
+    """*folder*/*name*, refusing a name that would land anywhere else."""
+    if "/" in name or os.sep in name or name in ("", ".", ".."):
         raise MaintError(f"refusing to write {name!r} outside {folder}")
-    return target
+    return Path(os.path.abspath(folder)) / name
+
+
+def check_destination(path: Path) -> bool:
+    """True when *path* is an existing regular file we would replace; refuses anything but that or nothing."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        raise MaintError(f"{path}: is a symbolic link; refusing to write through or over it (nothing was written)")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
+            "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket or special file"
+        raise MaintError(f"{path}: is {kind}, not a regular file; refusing to write there (nothing was written)")
+    return True
 
 
 class Sink:
@@ -56,7 +79,10 @@ class Sink:
 
 @contextlib.contextmanager
 def atomic_text(path: Path | str) -> Iterator[Sink]:
-    """``-`` is stdout; anything else is created 0600 as ``.<name>.partial`` and renamed when done."""
+    """``-`` is stdout; anything else is written to a private temporary file and renamed into place.
+
+    An existing regular file is replaced atomically and keeps its mode, narrowed to 0600 at most.
+    """
     if str(path) == "-":
         sink = Sink(sys.stdout.buffer, hashlib.sha256())
         yield sink
@@ -64,27 +90,44 @@ def atomic_text(path: Path | str) -> Iterator[Sink]:
         sys.stdout.flush()
         return
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.partial")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    existed = check_destination(path)
+    mode = (os.lstat(path).st_mode & 0o600) if existed else 0o600
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.partial")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
             sink = Sink(fh, hashlib.sha256())
             yield sink
             sink.flush()
             fh.flush()
+            os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
         crash_point("file_written")
-        os.replace(tmp, path)
-        os.chmod(path, 0o600)
+        check_destination(path)  # nothing was planted there while we wrote
+        os.rename(tmp, path)
+        _sync_folder(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
 
 
+def _sync_folder(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    """The digest of a regular file, opened without following a link."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise MaintError(f"{path}: is not a regular file; refusing to verify it")
+        h = hashlib.sha256()
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()

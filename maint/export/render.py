@@ -6,6 +6,7 @@ sink, so one session never has to fit in memory.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from importlib import resources
 from functools import lru_cache
@@ -109,7 +110,10 @@ def display_messages(store: Store, ids: Iterable[str], redact: bool) -> Iterator
 def render_document(store: Store, fmt: str, lineage_ids: list[str], write: Callable[[str], None],
                     redact: bool, session: SessionInfo, exported_at: str) -> int:
     """One md/qmd document for a session (or a whole compression lineage); returns messages written."""
-    counter = _Counter(display_messages(store, lineage_ids, redact))
+    messages = display_messages(store, lineage_ids, redact)
+    if fmt == "prompts.md":  # count what the document shows: the prompts
+        messages = (m for m in messages if m.get("role") == "user")
+    counter = _Counter(messages)
     meta = session_row(store, session.id)
     if redact:
         meta = redact_row(meta)
@@ -173,6 +177,11 @@ def _blocks(content: Any, redact: bool) -> list[dict[str, Any]]:
     return out
 
 
+def _stable_id(call: dict[str, Any]) -> str:
+    """An id for a tool call stored without one, derived from the call itself so re-exports agree."""
+    return hashlib.sha256(_dumps(call).encode("utf-8")).hexdigest()[:16]
+
+
 def _tool_uses(raw: Any, redact: bool) -> list[dict[str, Any]]:
     try:
         calls = json.loads(raw) if isinstance(raw, str) else raw
@@ -190,7 +199,7 @@ def _tool_uses(raw: Any, redact: bool) -> list[dict[str, Any]]:
             parsed = {"_raw": args}
         if redact:
             parsed = json.loads(redact_text(_dumps(parsed))) if parsed else parsed
-        out.append({"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:16]}",
+        out.append({"type": "tool_use", "id": call.get("id") or f"toolu_{_stable_id(call)}",
                     "name": fn.get("name") or call.get("name") or "tool", "input": parsed})
     return out
 

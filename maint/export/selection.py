@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from maint.store.catalog import SessionInfo, load_sessions, resolve_session
-from maint.errors import MaintError, UsageError
+from maint.errors import UsageError
 from maint.selection.filters import Filters
 from maint.store.connection import Store
 
@@ -22,11 +22,7 @@ def select_sessions(store: Store, session_id: str | None, filters: Filters,
         with store.snapshot():
             sessions = load_sessions(store)
     if session_id is not None:
-        try:
-            sid = resolve_session(store, session_id)
-        except UsageError as exc:
-            raise MaintError(str(exc)) from None
-        return [sessions[sid]]
+        return [sessions[resolve_session(store, session_id)]]
     if filters.is_empty:
         chosen = list(sessions.values())
     else:

@@ -13,13 +13,9 @@ from collections.abc import Iterator
 
 from maint.store.connection import Store
 
-def message_columns(store: Store) -> list[str]:
-    return [r[1] for r in store.conn.execute("PRAGMA table_info(messages)")]
-
-
 def iter_messages(store: Store, session_id: str, *, display: bool = False) -> Iterator[dict[str, Any]]:
     """Every stored row (backups), or only what the user sees: active or archived by compaction."""
-    cols = message_columns(store)
+    cols = store.columns("messages")
     where = "session_id = ?"
     if display and "active" in cols:
         where += " AND (active = 1 OR " + ("compacted = 1" if "compacted" in cols else "0") + ")"

@@ -120,8 +120,8 @@ def next_runs(jobs: list[Job], now: datetime | None = None) -> list[tuple[Job, d
     return [(j, j.trigger.get_next_fire_time(None, now) if j.enabled else None) for j in jobs]
 
 
-def run_loop(jobs: list[Job], execute: Callable[[Job], int], *, stop: threading.Event | None = None) -> None:
-    """Block running *jobs* until SIGTERM/SIGINT (or *stop*); the running batch finishes first."""
+def run_loop(jobs: list[Job], execute: Callable[[Job], int]) -> None:
+    """Block running *jobs* until SIGTERM/SIGINT; the running batch finishes first."""
     enabled = [j for j in jobs if j.enabled]
     if not enabled:
         raise UsageError("no enabled job in the catalogue; nothing to run")
@@ -137,8 +137,6 @@ def run_loop(jobs: list[Job], execute: Callable[[Job], int], *, stop: threading.
         threading.Thread(target=scheduler.shutdown, kwargs={"wait": True}, daemon=True).start()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    if stop is not None:
-        threading.Thread(target=lambda: (stop.wait(), on_signal(signal.SIGTERM, None)), daemon=True).start()
     try:
         for job, when in next_runs(enabled):
             log.info("job %s (%s): next run %s", job.name, job.trigger_text, when.isoformat() if when else "-")

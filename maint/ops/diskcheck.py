@@ -19,7 +19,8 @@ from collections.abc import Callable
 from maint.config import Config, set_session_key
 from maint.selection.filters import implicit_prune_filters
 from maint.ops.prune import plan_prune, stored_bytes
-from maint.store.connection import Store
+from maint.ops.sweep import validate_retention
+from maint.store.connection import Store, open_store
 
 GB = 10**9
 PROMPT_KEY = "hermes_maint.autoprune_prompt"
@@ -103,3 +104,16 @@ def answer(cfg: Config, store: Store | None, choice: str, now: float | None = No
             store.set_meta(PROMPT_KEY, json.dumps(state))
         return "will ask again in one week"
     raise ValueError(choice)
+
+
+def low_disk_notice(db: Path, cfg: Config, now: float | None = None) -> list[str]:
+    """The low-disk question's lines, once per store (recorded as asked); [] when not due."""
+    now = time.time() if now is None else now
+    with open_store(db) as store:
+        figures = disk_figures(db.parent)
+        if not should_ask(cfg, store, figures, now):
+            return []
+        retention = validate_retention(cfg.session("retention_days")) or 90
+        lines = notice(figures, estimate(store, retention, now), retention)
+        record_asked(store, now)
+    return lines

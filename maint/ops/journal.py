@@ -107,3 +107,21 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
         raise MaintError(f"{path}: switch to {mode} did not take (PRAGMA says {answer}, header says {after}); "
                          "another process may have opened the store")
     return SwitchResult(path=str(path), before=before, after=after, header=header, warnings=warnings)
+
+
+# What Hermes applies on open when config.yaml has no database.journal_mode.
+HERMES_DEFAULT_JOURNAL_MODE = "wal"
+
+
+def config_advice(cfg, mode: str) -> str | None:
+    """The config.yaml change that makes *mode* stick, or None when the config already agrees.
+
+    Hermes re-applies its configured journal mode (or its default, WAL) each time it opens the
+    store, so a switch the config does not name is undone by the next Hermes start.
+    """
+    configured = cfg.journal_mode
+    if (configured or HERMES_DEFAULT_JOURNAL_MODE) == mode:
+        return None
+    said = (f"{cfg.path} says database.journal_mode: {configured}" if configured else
+            f"{cfg.path} has no database.journal_mode, so Hermes applies its default ({HERMES_DEFAULT_JOURNAL_MODE})")
+    return f"{said} and will switch it back on its next start. Set:\n  database:\n    journal_mode: {mode}"

@@ -24,6 +24,7 @@ removes the duplicate after checking that the copy is complete.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Any
 
 import apsw
 
+from maint.errors import MaintError
 from maint.store.targets import hermes_home
 from maint.ops.prune import delete_sessions
 from maint.store.sqlutil import chunks, ph
@@ -175,17 +177,19 @@ def snapshot(stores: dict[str, Path], home: Path | None = None) -> Path:
     home = home or hermes_home()
     base = home / "state-snapshots" / time.strftime("repair-profiles-%Y%m%d-%H%M%S")
     folder, n = base, 1
-    base.parent.mkdir(parents=True, exist_ok=True)
+    base.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     while True:  # two runs within one second get two folders; a snapshot is never overwritten
         try:
-            folder.mkdir()
+            folder.mkdir(mode=0o700)  # the stores hold private conversations: owner only
             break
         except FileExistsError:
             n += 1
             folder = base.with_name(f"{base.name}-{n}")
     for profile, path in stores.items():
         src = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-        dst = apsw.Connection(str(folder / f"{profile}.state.db"))
+        target = folder / f"{profile}.state.db"
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        dst = apsw.Connection(str(target))
         with dst.backup("main", src, "main") as backup:
             backup.step()
         dst.close()
@@ -193,18 +197,10 @@ def snapshot(stores: dict[str, Path], home: Path | None = None) -> Path:
     return folder
 
 
-def _common_columns(src: Store, dst: Store, table: str) -> list[str]:
-    return [c for c in _ordered_columns(src, table) if dst.has_column(table, c)]
-
-
-def _ordered_columns(store: Store, table: str) -> list[str]:
-    return [r[1] for r in store.conn.execute(f"PRAGMA table_info({table})")]
-
-
 def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str] | None = None) -> None:
     """Copy sessions (parents first), messages, usage and topic bindings; one transaction in *dst*."""
-    cols = _common_columns(src, dst, "sessions")
-    mcols = [c for c in _common_columns(src, dst, "messages") if c != "id"]
+    cols = src.shared_columns(dst, "sessions")
+    mcols = [c for c in src.shared_columns(dst, "messages") if c != "id"]
     rows = []
     for chunk in chunks(ids):
         rows += src.rows(f"SELECT {', '.join(cols)} FROM sessions WHERE id IN ({ph(chunk)})", chunk)
@@ -222,7 +218,7 @@ def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str
             if rekey and r.get("session_key", "") and r["session_key"].startswith(rekey[0]):
                 r["session_key"] = rekey[1] + r["session_key"][len(rekey[0]):]
             if "system_prompt_hash" in r and r["system_prompt_hash"] and dst.has_table("system_prompts"):
-                text = src.scalar("SELECT prompt FROM system_prompts WHERE hash = ?", (r["system_prompt_hash"],))
+                text = src.system_prompt(r["system_prompt_hash"])
                 if text is not None:
                     conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)",
                                  (r["system_prompt_hash"], text))
@@ -232,7 +228,7 @@ def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str
                 conn.execute(f"INSERT INTO messages ({', '.join(mcols)}) VALUES ({ph(mcols)})", list(m.values()))
             for table in ("session_model_usage", "telegram_dm_topic_bindings"):
                 if src.has_table(table) and dst.has_table(table):
-                    tcols = _common_columns(src, dst, table)
+                    tcols = src.shared_columns(dst, table)
                     for t in src.iter_rows(f"SELECT {', '.join(tcols)} FROM {table} WHERE session_id = ?",
                                            (r["id"],)):
                         if rekey and "session_key" in t and str(t["session_key"]).startswith(rekey[0]):
@@ -251,7 +247,7 @@ def _complete_copy(src: Store, dst: Store, ids: list[str]) -> bool:
 
 
 def _move_routing(src: Store, dst: Store, keys: list[list[str]], rekey: tuple[str, str] | None = None) -> None:
-    cols = _common_columns(src, dst, "gateway_routing")
+    cols = src.shared_columns(dst, "gateway_routing")
     with dst.write() as conn:
         for scope, key in keys:
             for r in src.rows(f"SELECT {', '.join(cols)} FROM gateway_routing WHERE scope = ? AND session_key = ?",
@@ -297,7 +293,7 @@ def apply(stores: dict[str, Path], findings: list[Finding]) -> list[dict[str, An
                 if f.session_ids:
                     _copy_sessions(src, dst, f.session_ids)
                     if not _complete_copy(src, dst, f.session_ids):
-                        raise RuntimeError(f"copy of {f.session_ids[:3]} into {dst_path} is incomplete; "
+                        raise MaintError(f"copy of {f.session_ids[:3]} into {dst_path} is incomplete; "
                                            "stray rows were not removed")
                     with src.write() as conn:
                         delete_sessions(src, conn, f.session_ids)

@@ -29,11 +29,7 @@ def pin_tool_names(store: Store, raw: Any) -> list[str] | None:
     """
     if not isinstance(raw, str) or not raw.strip():
         return None
-    text = raw
-    if store.has_table("system_prompts"):
-        stored = store.scalar("SELECT prompt FROM system_prompts WHERE hash = ?", (raw,))
-        if stored is not None:
-            text = stored
+    text = store.system_prompt(raw) or raw
     try:
         pin = json.loads(text)
     except (TypeError, ValueError):
@@ -58,10 +54,7 @@ def pin_tool_names(store: Store, raw: Any) -> list[str] | None:
 def stored_prompt(store: Store, row: dict) -> str | None:
     if row.get("system_prompt"):
         return row["system_prompt"]
-    digest = row.get("system_prompt_hash")
-    if digest and store.has_table("system_prompts"):
-        return store.scalar("SELECT prompt FROM system_prompts WHERE hash = ?", (digest,))
-    return None
+    return store.system_prompt(row.get("system_prompt_hash"))
 
 
 @dataclass
@@ -109,3 +102,16 @@ def clear_prompts(store: Store, ids: list[str]) -> list[str]:
             if store.conn.changes():
                 cleared.append(sid)
     return cleared
+
+
+def targeted(store: Store, ref: str) -> PromptScan:
+    """One session named by the operator: its prompt is cleared whatever it says (if it has one)."""
+    from maint.store.catalog import resolve_session
+
+    sid = resolve_session(store, ref)
+    row = store.rows(f"SELECT {_cols(store)} FROM sessions WHERE id = ?", (sid,))[0]
+    prompt = stored_prompt(store, row)
+    result = PromptScan()
+    if prompt:
+        result.verified.append({"id": sid, "reason": "targeted clear", "prompt_chars": len(prompt)})
+    return result

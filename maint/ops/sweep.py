@@ -107,8 +107,8 @@ def empty_report(db: Path) -> dict[str, Any]:
 
 
 def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None = None,
-              holders: Callable[[Path], HolderReport] = find_holders, disk_usage=shutil.disk_usage,
-              require_enabled: bool = True) -> dict[str, Any]:
+              holders: Callable[[Path], HolderReport] = find_holders,
+              disk_usage=shutil.disk_usage) -> dict[str, Any]:
     """One sweep of one store; never raises for an expected skip, only for a store that can't be used."""
     now = time.time() if now is None else now
     started = time.monotonic()
@@ -121,7 +121,7 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
         log.info("sweep of %s skipped: %s", db, reason)
         return report
 
-    if require_enabled and cfg.session("auto_prune") is not True:
+    if cfg.session("auto_prune") is not True:
         return skip("sessions.auto_prune is off (set it to true, or run `hermes-maint autoprune on`)")
     retention = validate_retention(cfg.session("retention_days"))
     if retention is None:

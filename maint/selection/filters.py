@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from maint.store.catalog import SessionInfo
 from maint.errors import UsageError
 from maint.selection.timeparse import parse_amount, parse_count, parse_moment
+
+if TYPE_CHECKING:  # only for annotations: filters stay importable without opening SQLite
+    from maint.store.catalog import SessionInfo
 
 DEFAULT_PRUNE_DAYS = 90
 
@@ -49,9 +51,6 @@ class Filters:
     @property
     def is_empty(self) -> bool:
         return all(getattr(self, f.name) is None for f in fields(self))
-
-    def describe(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
     def matches(self, s: SessionInfo) -> bool:
         if self.active_before is not None and not s.last_active <= self.active_before:

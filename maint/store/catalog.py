@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from maint.errors import UsageError
+from maint.errors import SessionNotFound
 from maint.store.connection import Store
 
 
@@ -131,7 +131,8 @@ def resolve_session(store: Store, ref: str) -> str:
     matches = [r[0] for r in store.conn.execute(
         "SELECT id FROM sessions WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (pattern,))]
     if not matches:
-        raise UsageError(f"no session matches {ref!r} (expected a session id or a unique prefix)")
+        raise SessionNotFound(f"no session matches {ref!r} (expected a session id or a unique prefix)")
     if len(matches) > 1:
-        raise UsageError(f"session prefix {ref!r} is ambiguous ({', '.join(matches[:2])}, ...); give more of the id")
+        raise SessionNotFound(f"session prefix {ref!r} is ambiguous ({', '.join(matches[:2])}, ...); "
+                              "give more of the id")
     return matches[0]

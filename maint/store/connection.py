@@ -112,7 +112,7 @@ class Store:
         self.path = path
         self.conn = conn
         self.write_stats = WriteStats()
-        self._columns: dict[str, set[str]] = {}
+        self._columns: dict[str, list[str]] = {}
         self._tables: set[str] | None = None
 
     # -- introspection -------------------------------------------------
@@ -127,13 +127,24 @@ class Store:
     def has_table(self, name: str) -> bool:
         return name in self.tables
 
-    def columns(self, table: str) -> set[str]:
+    def columns(self, table: str) -> list[str]:
+        """The table's columns in declaration order (the store's own layout, whichever version it is)."""
         if table not in self._columns:
-            self._columns[table] = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+            self._columns[table] = [r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")]
         return self._columns[table]
 
     def has_column(self, table: str, column: str) -> bool:
         return column in self.columns(table)
+
+    def shared_columns(self, other: Store, table: str) -> list[str]:
+        """Our columns of *table* that *other* also has, in our order: what can be copied across."""
+        return [c for c in self.columns(table) if other.has_column(table, c)]
+
+    def system_prompt(self, digest: Any) -> str | None:
+        """A content-addressed prompt by its hash (None when absent, or when the store predates the table)."""
+        if not isinstance(digest, str) or not digest or not self.has_table("system_prompts"):
+            return None
+        return self.scalar("SELECT prompt FROM system_prompts WHERE hash = ?", (digest,))
 
     @property
     def schema_version(self) -> int | None:
@@ -315,8 +326,8 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
                 f"{path}: not a Hermes session store (missing table {', '.join(missing)}); refusing"
             )
         needed = {"id", "source", "started_at", "ended_at", "parent_session_id"}
-        if not needed <= store.columns("sessions"):
-            lacking = ", ".join(sorted(needed - store.columns("sessions")))
+        if not needed <= set(store.columns("sessions")):
+            lacking = ", ".join(sorted(needed - set(store.columns("sessions"))))
             raise StoreError(f"{path}: not a Hermes session store (sessions table lacks {lacking}); refusing")
         conn.execute("PRAGMA foreign_keys=ON")
         # Bulk deletes touch many FTS pages; read-only work streams and needs little cache.

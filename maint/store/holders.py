@@ -41,10 +41,6 @@ class HolderReport:
         """True only when the scan completed and found nobody."""
         return not self.holders and not self.unknown
 
-    @property
-    def status(self) -> str:
-        return "held" if self.holders else "unknown" if self.unknown else "quiet"
-
     def describe(self) -> str:
         if self.holders:
             return "; ".join(f"pid {h.pid} ({h.cmdline or '?'})" for h in self.holders)
@@ -107,9 +103,9 @@ def _root_visible(pid: int) -> bool:
         return False
 
 
-def find_holders(db: Path, exclude_pids: set[int] | None = None) -> HolderReport:
+def find_holders(db: Path) -> HolderReport:
     db = Path(db).resolve()
-    exclude = {os.getpid()} | (exclude_pids or set())
+    exclude = {os.getpid()}
     targets = _targets(db)
     report = HolderReport()
     if not targets:

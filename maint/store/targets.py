@@ -20,6 +20,7 @@ class StoreTarget:
 
     path: Path
     profile: str | None  # None = the default store (or an explicit --db)
+    missing: bool = False  # a profile folder without a state.db yet (--all-profiles reports it, skipped)
 
 
 def profile_store(name: str) -> Path:
@@ -28,12 +29,18 @@ def profile_store(name: str) -> Path:
     return hermes_home() / "profiles" / name / "state.db"
 
 
-def resolve_targets(db: Path | None, profile: str | None, all_profiles: bool) -> list[StoreTarget]:
-    """--db wins, then --profile, then $HERMES_HOME/state.db; --all-profiles fans out."""
+def resolve_targets(db: str | Path | None, profile: str | None, all_profiles: bool) -> list[StoreTarget]:
+    """One of --db, --profile or --all-profiles (or none: $HERMES_HOME/state.db).
+
+    --all-profiles is the default store (when it exists) and every folder under profiles/; a folder
+    without a state.db is kept as a ``missing`` target so the run reports it instead of passing over it.
+    """
     chosen = (db is not None) + (profile is not None) + bool(all_profiles)
     if chosen > 1:
         raise UsageError("--db, --profile and --all-profiles are mutually exclusive (use one)")
     if db is not None:
+        if not str(db).strip():
+            raise UsageError("--db: empty path (expected the path of a state.db file)")
         return [StoreTarget(Path(db).expanduser(), None)]
     if profile is not None:
         return [StoreTarget(profile_store(profile), profile)]
@@ -44,8 +51,9 @@ def resolve_targets(db: Path | None, profile: str | None, all_profiles: bool) ->
         pdir = home / "profiles"
         if pdir.is_dir():
             for child in sorted(pdir.iterdir()):
-                if (child / "state.db").is_file():
-                    targets.append(StoreTarget(child / "state.db", child.name))
+                if child.is_dir():
+                    db_path = child / "state.db"
+                    targets.append(StoreTarget(db_path, child.name, missing=not os.path.lexists(db_path)))
         if not targets:
             raise UsageError(f"--all-profiles: no state.db found under {home}")
     return targets

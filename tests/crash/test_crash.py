@@ -7,6 +7,7 @@ written but not yet renamed, VACUUM starting, the journal switch) and at seeded 
 
 import json
 import os
+import re
 import random
 import signal
 import sqlite3
@@ -52,14 +53,72 @@ def run(args, crash=None, env=None, timeout=120):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def run_killed_after(args, delay, env=None):
+def _start(args, env=None):
     full = dict(os.environ, HERMES_MAINT_BATCH_MS="1", **(env or {}))
-    proc = subprocess.Popen([sys.executable, "-m", "maint", *map(str, args)], cwd=REPO, env=full,
+    return subprocess.Popen([sys.executable, "-m", "maint", *map(str, args)], cwd=REPO, env=full,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(delay)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    return proc
+
+
+def _wait_until_open(proc, store: Path) -> None:
+    """Poll the process's open files until it has *store* open: its real work has begun."""
+    target = str(Path(store).resolve())
+    while proc.poll() is None:
+        try:
+            fds = os.listdir(f"/proc/{proc.pid}/fd")
+            if any(os.readlink(f"/proc/{proc.pid}/fd/{fd}") == target for fd in fds):
+                return
+        except OSError:
+            pass
+        time.sleep(0.0005)
+    raise AssertionError(f"{args_of(proc)} ended (code {proc.returncode}) before it opened {store}")
+
+
+def args_of(proc) -> str:
+    return " ".join(map(str, proc.args[3:]))
+
+
+def work_seconds(args, store: Path, make, env=None) -> float:
+    """How long *args* works once it has opened *store* (on a throw-away store built by *make*)."""
+    make()
+    proc = _start(args, env)
+    _wait_until_open(proc, store)
+    opened = time.monotonic()
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    return time.monotonic() - opened
+
+
+def run_killed_during(args, store: Path, seed: int, work: float, fresh, env=None):
+    """SIGKILL the command at a seeded moment of its work on *store*, and insist it was killed, not finished.
+
+    *fresh* rebuilds the store from scratch. A run that finishes before its kill (the machine was
+    faster than the timing run) is repeated on a fresh store with half the delay, a few times.
+    """
+    delay = random.Random(seed).uniform(0.0, 0.6) * work
+    for _ in range(6):
+        fresh()
+        proc = _start(args, env)
+        _wait_until_open(proc, store)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        if proc.returncode == -signal.SIGKILL:
+            return proc
+        delay /= 2
+    raise AssertionError(f"{args_of(proc)} finished before every kill: {proc.stderr.read()!r}")
+
+
+def rebuilt(path: Path, build):
+    """A *fresh* callable: remove *path* (a store and its -wal/-shm, or a folder) and build it again."""
+    import shutil
+
+    def fresh():
+        if path.is_dir():
+            shutil.rmtree(path)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        build(path)
+
+    return fresh
 
 
 def assert_whole(db: Path):
@@ -134,38 +193,63 @@ def test_sweep_with_vacuum_killed(tmp_path, point):
     assert_whole(db)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", range(10))
-def test_optimize_killed_at_random(tmp_path, seed):
-    db = make_store(tmp_path / "state.db", n=60)
+def _optimize_store(db: Path) -> Path:
+    make_store(db, n=150)
     conn = sqlite3.connect(db)
     conn.execute("DELETE FROM messages WHERE session_id LIKE 'f1%' OR session_id LIKE 'f2%'")
     conn.commit()
-    before = conn.execute("SELECT COUNT(*), SUM(LENGTH(content)) FROM messages").fetchone()
     conn.close()
-    run_killed_after(["optimize", "--db", db], random.Random(seed).uniform(0.2, 1.2))
+    return db
+
+
+@pytest.fixture(scope="module")
+def optimize_seconds(tmp_path_factory):
+    db = tmp_path_factory.mktemp("timing") / "state.db"
+    return work_seconds(["optimize", "--db", db], db, lambda: _optimize_store(db))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(10))
+def test_optimize_killed_at_random(tmp_path, seed, optimize_seconds):
+    db = _optimize_store(tmp_path / "reference.db")
+    before = query(db, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages")[0]
+    db = tmp_path / "state.db"
+    run_killed_during(["optimize", "--db", db], db, seed, optimize_seconds, rebuilt(db, _optimize_store))
     assert_whole(db)
     assert query(db, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages") == [before]
     assert run(["optimize", "--db", db]).returncode == 0
     assert_whole(db)
 
 
+@pytest.fixture(scope="module")
+def export_seconds(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("timing")
+    db = folder / "state.db"
+    return work_seconds(["export", folder / "bk", "--db", db, "--session-id", "f1_b", "--delete-after-verified",
+                         "--yes", "--json"], db, lambda: make_store(db, n=3))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["file_written:1", "file_written:2", "tx_begun:1", "tx_before_commit:1",
-                                   "tx_committed:1", "delay:0.35", "delay:0.45", "delay:0.55", "delay:0.7",
-                                   "delay:0.9"])
-def test_export_delete_killed(tmp_path, point):
+                                   "tx_committed:1"] + [f"delay:{seed}" for seed in range(5)])
+def test_export_delete_killed(tmp_path, point, export_seconds):
     db = make_store(tmp_path / "state.db", n=3)
     out = tmp_path / "bk"
     args = ["export", out, "--db", db, "--session-id", "f1_b", "--delete-after-verified", "--yes", "--json"]
     if point.startswith("delay:"):
-        run_killed_after(args, float(point.split(":")[1]))
+        run_killed_during(args, db, int(point.split(":")[1]), export_seconds,
+                          rebuilt(db, lambda p: make_store(p, n=3)))
     else:
         result = run(args, crash=point)
         assert result.returncode == -9, result.stderr
     assert_whole(db)
     files = {p.name for p in out.iterdir()} if out.exists() else set()
-    assert not any(name.endswith(".partial") and not name.startswith(".") for name in files)
+    for name in files:  # a kill may leave our private temporary file; a final name is always complete
+        if name.startswith("."):
+            assert re.fullmatch(r"\.f1_(b|sub)\.jsonl\.[0-9a-f]{16}\.partial", name), name
+        else:
+            assert name in {"f1_b.jsonl", "f1_sub.jsonl"}, name
+            json.loads((out / name).read_text())
     gone = {"f1_b", "f1_sub"} - session_ids(db)
     assert not gone or gone == {"f1_b", "f1_sub"}
     for sid in gone:  # nothing is deleted whose export was not written in full
@@ -179,16 +263,22 @@ def test_export_delete_killed(tmp_path, point):
         assert not {"f1_b", "f1_sub"} & session_ids(db)
 
 
+@pytest.fixture(scope="module")
+def journal_seconds(tmp_path_factory):
+    db = tmp_path_factory.mktemp("timing") / "state.db"
+    return work_seconds(["set-journal-mode", "delete", "--db", db], db, lambda: make_store(db, n=20))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(10))
-def test_set_journal_mode_killed(tmp_path, seed):
+def test_set_journal_mode_killed(tmp_path, seed, journal_seconds):
     db = make_store(tmp_path / "state.db", n=20)
     count = query(db, "SELECT COUNT(*) FROM messages")
-    crash = "journal_switch:1" if seed == 0 else None
-    if crash:
-        run(["set-journal-mode", "delete", "--db", db], crash=crash)
+    if seed == 0:
+        assert run(["set-journal-mode", "delete", "--db", db], crash="journal_switch:1").returncode == -9
     else:
-        run_killed_after(["set-journal-mode", "delete", "--db", db], random.Random(seed).uniform(0.3, 1.0))
+        run_killed_during(["set-journal-mode", "delete", "--db", db], db, seed, journal_seconds,
+                          rebuilt(db, lambda p: make_store(p, n=20)))
     assert_whole(db)
     assert query(db, "SELECT COUNT(*) FROM messages") == count
     assert run(["set-journal-mode", "delete", "--db", db]).returncode == 0
@@ -197,20 +287,32 @@ def test_set_journal_mode_killed(tmp_path, seed):
         assert fh.read(2) == b"\x01\x01"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("point", [f"{p}:{n}" for p in ("tx_begun", "tx_before_commit", "tx_committed")
-                                   for n in (1, 2)] + ["delay:0.4", "delay:0.55", "delay:0.7", "delay:0.9"])
-def test_repair_profiles_killed(tmp_path, point):
-    home = tmp_path / "home"
+def _profiles_home(home: Path) -> Path:
     with StoreBuilder(home / "state.db") as b:
         for i in range(6):
             b.session(f"c{i}", session_key=f"agent:coder:telegram:dm:{i}", messages=3, age=1)
     with StoreBuilder(home / "profiles" / "coder" / "state.db") as b:
         b.session("own", age=1)
+    return home
+
+
+@pytest.fixture(scope="module")
+def profiles_seconds(tmp_path_factory):
+    home = tmp_path_factory.mktemp("timing") / "home"
+    return work_seconds(["repair-profiles", "--apply", "--yes", "--json"], home / "state.db",
+                        lambda: _profiles_home(home), env={"HERMES_HOME": str(home)})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", [f"{p}:{n}" for p in ("tx_begun", "tx_before_commit", "tx_committed")
+                                   for n in (1, 2)] + [f"delay:{seed}" for seed in range(4)])
+def test_repair_profiles_killed(tmp_path, point, profiles_seconds):
+    home = _profiles_home(tmp_path / "home")
     env = {"HERMES_HOME": str(home)}
     args = ["repair-profiles", "--apply", "--yes", "--json"]
     if point.startswith("delay:"):
-        run_killed_after(args, float(point.split(":")[1]), env=env)
+        run_killed_during(args, home / "state.db", int(point.split(":")[1]), profiles_seconds,
+                          rebuilt(home, _profiles_home), env=env)
     else:
         assert run(args, crash=point, env=env).returncode == -9
     default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"

@@ -1,0 +1,67 @@
+"""How commands talk to the operator: JSON lines, human figures, the confirmation gate, progress."""
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+
+from maint.errors import Declined, Interrupted, NotATerminal
+
+
+def emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, default=str, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def fmt_time(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def confirm_or_refuse(yes: bool, question: str, summary: list[str]) -> None:
+    """Destructive step gate: --yes, or a terminal answer; a pipe without --yes is refused (exit 2).
+
+    "no" raises :class:`Declined` (exit 1); Ctrl-C or Ctrl-D at the prompt raises
+    :class:`Interrupted` (exit 130). Either way nothing was changed.
+    """
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise NotATerminal("refusing to change the store without confirmation: stdin is not a terminal "
+                           "(pass --yes to proceed, or --dry-run to preview)")
+    for line in summary:
+        typer.echo(line)
+    try:
+        agreed = typer.confirm(question, default=False)
+    except (KeyboardInterrupt, EOFError, typer.Abort):
+        raise Interrupted("aborted at the prompt; nothing was changed") from None
+    if not agreed:
+        raise Declined("declined at the prompt; nothing was changed")
+
+
+@contextmanager
+def progress(total: int, label: str, quiet: bool) -> Iterator[Callable[[int], None]]:
+    """A progress bar on a terminal's stderr; silent in a pipe, with --json, and under the scheduler."""
+    if quiet or total <= 0 or not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)

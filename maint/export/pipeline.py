@@ -1,0 +1,336 @@
+"""The export pipeline: :func:`plan_export` decides what goes where, :func:`run_export` writes it.
+
+Like prune's plan and execute: the plan reads the store and the file system but creates
+nothing (``--dry-run`` prints it), the run writes each file safely (:mod:`maint.export.files`),
+then the manifest, the upload and the verified delete follow in that order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from maint.errors import MaintError, UsageError
+from maint.export.files import atomic_text, check_destination, inside, safe_name
+from maint.export.selection import select_sessions
+from maint.selection.filters import Filters
+from maint.store.catalog import SessionInfo, load_sessions
+from maint.store.connection import Store
+from maint.store.targets import hermes_home
+
+FORMATS = ("jsonl", "md", "qmd", "html", "trace")
+STDOUT = "-"
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """What the operator asked for, already checked for combinations that cannot work."""
+
+    fmt: str = "jsonl"
+    output: str | None = None
+    session_id: str | None = None
+    filters: Filters = field(default_factory=Filters)
+    only: str | None = None  # "user-prompts"
+    lineage: str = "segment"  # or "logical"
+    redact: bool | None = None  # None: on for trace, off otherwise
+    upload: bool = False
+    public: bool = False
+    delete_after_verified: bool = False
+
+    def __post_init__(self) -> None:
+        if self.fmt not in FORMATS:
+            raise UsageError(f"--format: bad value {self.fmt!r} (expected one of {', '.join(FORMATS)})")
+        if self.only and self.fmt not in ("jsonl", "md"):
+            raise UsageError("--only user-prompts works with --format jsonl or md")
+        if (self.upload or self.public) and self.fmt != "trace":
+            raise UsageError("--upload/--public only apply to --format trace")
+        if self.session_id is not None and not self.filters.is_empty:
+            raise UsageError("--session-id cannot be combined with filters (use one or the other)")
+        if self.delete_after_verified:
+            if not self.session_id:
+                raise UsageError("--delete-after-verified needs --session-id and --yes")
+            if self.fmt not in ("jsonl", "md", "qmd") or self.only:
+                raise UsageError("--delete-after-verified works with --format jsonl, md or qmd (full transcripts)")
+            if self.output == STDOUT:
+                raise UsageError("--delete-after-verified needs files to verify; give a folder, not -")
+        if self.fmt in ("md", "qmd") and not self.session_id and self.filters.is_empty:
+            raise UsageError(f"--format {self.fmt} bulk export needs at least one filter (or --session-id)")
+
+    @property
+    def redacting(self) -> bool:
+        return (self.fmt == "trace") if self.redact is None else self.redact
+
+    @property
+    def latest_trace(self) -> bool:
+        """``export --format trace`` alone: the most recent session (the documented default)."""
+        return self.fmt == "trace" and self.session_id is None and self.filters.is_empty
+
+
+@dataclass
+class ExportPlan:
+    request: ExportRequest
+    catalog: dict[str, SessionInfo]
+    chosen: list[SessionInfo]
+    entries: list[dict[str, Any]]  # {"path", "ids", "lineage"?, "replaces"?}
+    folder: Path | None  # created by run_export when it does not exist
+    manifest: Path | None
+    manifest_lines: list[str]  # lines kept from an existing manifest
+
+
+def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = None) -> ExportPlan:
+    """Read the store and the destination; create and write nothing."""
+    with store.snapshot():
+        catalog = load_sessions(store)
+    if req.latest_trace:
+        if not catalog:
+            raise MaintError("the store has no sessions to trace")
+        chosen = [max(catalog.values(), key=lambda s: (s.last_active, s.started_at, s.id))]
+    else:
+        chosen = select_sessions(store, req.session_id, req.filters, catalog)
+    if req.delete_after_verified:
+        from maint.export.verified_delete import family, refuse_if_busy
+
+        members = family(store, chosen[0].id, catalog)  # the named session first, then its delegates
+        refuse_if_busy(catalog, members)
+        chosen = [catalog[sid] for sid in members]
+    if req.fmt == "jsonl" and not req.only and isinstance(max_export_messages, int) and max_export_messages > 0:
+        from maint.export.transcript import stored_count
+
+        for s in chosen:
+            n = stored_count(store, s.id)
+            if n > max_export_messages:
+                raise MaintError(f"session {s.id} has {n} stored messages, more than "
+                                 f"sessions.max_export_messages={max_export_messages}; raise the setting "
+                                 "(0 = no cap) or export it as md/qmd")
+    single = bool(req.session_id) or req.latest_trace
+    entries, folder = _entries(catalog, chosen, req, single)
+    for entry in entries:
+        if entry["path"] != STDOUT:
+            entry["replaces"] = check_destination(Path(entry["path"]))
+    manifest, kept = None, []
+    if req.fmt in ("md", "qmd") and folder is not None:
+        manifest = folder / "manifest.jsonl"
+        kept = _kept_manifest_lines(manifest, {Path(e["path"]).name for e in entries})
+    return ExportPlan(req, catalog, chosen, entries, folder, manifest, kept)
+
+
+def _default_folder() -> Path:
+    return hermes_home() / "session-exports"
+
+
+def _folder_of(output: str | None) -> Path:
+    folder = Path(output).expanduser() if output and output != STDOUT else _default_folder()
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"OUTPUT: {folder} is a file; md/qmd/trace bulk exports need a folder")
+    return folder
+
+
+def _single_file(output: str | None, default_name: str) -> tuple[str, Path | None]:
+    """A file path for one document: ``-``/nothing = stdout; a folder (or a path ending in /) gets *default_name*."""
+    if not output or output == STDOUT:
+        return STDOUT, None
+    path = Path(output).expanduser()
+    if output.endswith(("/", os.sep)) or path.is_dir():
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"OUTPUT: {path} is a file, not a folder")
+        return str(inside(path, default_name)), path
+    if not path.parent.is_dir():
+        raise UsageError(f"OUTPUT: folder {path.parent} does not exist (expected an existing folder, a file "
+                         "path in one, or -)")
+    return str(path), None
+
+
+def _entries(catalog: dict, chosen: list[SessionInfo], req: ExportRequest,
+             single: bool) -> tuple[list[dict[str, Any]], Path | None]:
+    """Which files the export writes and which sessions go in each; the folder to create, if any."""
+    fmt, output = req.fmt, req.output
+    if not chosen:
+        return [], None
+    if fmt == "html":
+        path, folder = _single_file(output, "hermes_sessions.html")
+        return [{"path": path, "ids": [s.id for s in chosen]}], folder
+    if fmt == "jsonl":
+        if req.delete_after_verified:  # one file per family member, in a folder
+            folder = _folder_of(output)
+            return [{"path": str(inside(folder, safe_name(s.id, ".jsonl"))), "ids": [s.id]} for s in chosen], folder
+        if req.only and single:
+            path, folder = _single_file(output, safe_name(chosen[0].id, ".prompts.jsonl"))
+            return [{"path": path, "ids": [chosen[0].id]}], folder
+        name = f"hermes_session_{safe_name(chosen[0].id, '')}.jsonl" if single else "hermes_sessions.jsonl"
+        path, folder = _single_file(output, name)
+        return [{"path": path, "ids": [s.id for s in chosen]}], folder
+    if fmt == "trace":
+        if single:
+            if req.upload and not output:  # uploaded through a private temporary file (see run_export)
+                return [{"path": None, "ids": [chosen[0].id]}], None
+            path, folder = _single_file(output, safe_name(chosen[0].id, ".trace.jsonl"))
+            return [{"path": path, "ids": [chosen[0].id]}], folder
+        if output == STDOUT:
+            raise UsageError("OUTPUT -: a bulk trace export writes one file per session; give a folder")
+        folder = _folder_of(output)
+        return [{"path": str(inside(folder, safe_name(s.id, ".trace.jsonl"))), "ids": [s.id]} for s in chosen], folder
+    # md / qmd (and --only user-prompts --format md): one document per session or lineage
+    suffix = ".prompts.md" if req.only else f".{fmt}"
+    if output == STDOUT:
+        if not single or req.lineage == "logical" and len(_groups(catalog, chosen, req.lineage)) > 1:
+            raise UsageError(f"OUTPUT -: stdout takes one document; a bulk {fmt} export writes one file per "
+                             "session into a folder")
+        return [{"path": STDOUT, "ids": _groups(catalog, chosen, req.lineage)[0]}], None
+    folder = _folder_of(output)
+    out = []
+    for ids in _groups(catalog, chosen, req.lineage):
+        entry = {"path": str(inside(folder, safe_name(ids[0], suffix))), "ids": ids}
+        if req.lineage == "logical":
+            entry["lineage"] = ids
+        out.append(entry)
+    return out, folder
+
+
+def _groups(catalog: dict, chosen: list[SessionInfo], lineage: str) -> list[list[str]]:
+    if lineage != "logical":
+        return [[s.id] for s in chosen]
+    from maint.store import lineage as lin
+
+    tree = lin.build(catalog)
+    groups, seen = [], set()
+    for s in chosen:
+        key = tree.chain_of[s.id]
+        if key not in seen:
+            seen.add(key)
+            groups.append(tree.chains[key].ids)
+    return groups
+
+
+def _kept_manifest_lines(path: Path, names: set[str]) -> list[str]:
+    """Lines of an existing manifest for files this export does not rewrite; a bad line refuses the export."""
+    if not os.path.lexists(path):
+        return []
+    check_destination(path)
+    kept = []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise MaintError(f"{path}:{number}: not a manifest entry (expected a JSON object with a path); "
+                             "fix or move the file, nothing was written")
+        if entry["path"] not in names:
+            kept.append(line)
+    return kept
+
+
+class Renderer:
+    """Renders plan entries from the open store in the chosen format."""
+
+    def __init__(self, store: Store, plan: ExportPlan, stamp: str):
+        self.store, self.plan, self.stamp = store, plan, stamp
+        self.req = plan.request
+
+    def render(self, entry: dict, write) -> int:
+        from maint.export import render as r
+
+        store, sessions, redact = self.store, self.plan.catalog, self.req.redacting
+        if self.req.fmt == "jsonl":
+            if self.req.only:
+                n = 0
+                for sid in entry["ids"]:
+                    for rec in r.iter_user_prompts(store, sid, redact):
+                        write(json.dumps(rec, ensure_ascii=False) + "\n")
+                        n += 1
+                return n
+            return sum(r.write_jsonl_session(store, sid, write, redact) for sid in entry["ids"])
+        if self.req.fmt == "trace":
+            return r.write_trace(store, sessions[entry["ids"][0]], write, redact)
+        if self.req.fmt == "html":
+            return r.render_html(store, [sessions[sid] for sid in entry["ids"]], write, redact)
+        doc_fmt = "prompts.md" if self.req.only else self.req.fmt
+        return r.render_document(store, doc_fmt, entry["ids"], write, redact, sessions[entry["ids"][0]], self.stamp)
+
+    def write(self, entry: dict, path: str) -> dict:
+        from maint.export.verified_delete import fingerprint
+
+        with self.store.snapshot():
+            with atomic_text(path) as sink:
+                n = self.render(entry, sink.write)
+            # The delete check needs the transcript as it was exported, from the same snapshot.
+            prints = {sid: fingerprint(self.store, sid) for sid in entry["ids"]} \
+                if self.req.delete_after_verified else {}
+        return {**entry, "path": path, "messages": n, "sha256": sink.digest.hexdigest(), "fingerprints": prints}
+
+    def rerender_digest(self, entry: dict) -> str:
+        h = hashlib.sha256()
+        with self.store.snapshot():
+            self.render(entry, lambda t: h.update(t.encode("utf-8")))
+        return h.hexdigest()
+
+
+def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> dict[str, Any]:
+    """Write every planned file, then the manifest, the upload and the verified delete, in that order."""
+    from maint.export.render import iso_time
+
+    req = plan.request
+    if plan.folder is not None and not plan.folder.exists():
+        plan.folder.mkdir(mode=0o700, parents=True)
+    renderer = Renderer(store, plan, iso_time(time.time()))
+    written, scratch = [], None
+    try:
+        for entry in plan.entries:
+            path = entry["path"]
+            if path is None:  # trace --upload without OUTPUT: a private temporary file
+                scratch = tempfile.mkdtemp(prefix="hermes-maint-trace-")
+                path = os.path.join(scratch, safe_name(entry["ids"][0], ".trace.jsonl"))
+            written.append({**renderer.write(entry, path), "temporary": entry["path"] is None})
+            on_progress(1)
+        report: dict[str, Any] = {
+            "dry_run": False, "format": req.fmt, "sessions": [s.id for s in plan.chosen],
+            "files": [w["path"] for w in written if w["path"] != STDOUT and not w["temporary"]],
+            "replaced": [w["path"] for w in written if w.get("replaces")],
+            "messages": sum(w["messages"] for w in written),
+            "written": [{"path": w["path"], "messages": w["messages"], "sha256": w["sha256"]} for w in written],
+            "manifest": _write_manifest(plan, written), "uploaded": [], "deleted": [],
+        }
+        if req.upload:
+            from maint.export.hf_upload import upload_traces
+
+            report["uploaded"] = upload_traces([(safe_name(w["ids"][0], ""), Path(w["path"])) for w in written],
+                                               public=req.public)
+        if req.delete_after_verified:
+            report["deleted"] = _verified_delete(store, renderer, written)
+        return report
+    finally:
+        if scratch:
+            for name in os.listdir(scratch):
+                os.unlink(os.path.join(scratch, name))
+            os.rmdir(scratch)
+
+
+def _write_manifest(plan: ExportPlan, written: list[dict]) -> str | None:
+    files = [w for w in written if w["path"] != STDOUT]
+    if plan.manifest is None or not files:
+        return None
+    with atomic_text(plan.manifest) as sink:
+        for line in plan.manifest_lines:
+            sink.write(line + "\n")
+        for w in files:
+            sink.write(json.dumps({"path": Path(w["path"]).name, "messages": w["messages"],
+                                   "lineage_ids": w.get("lineage", w["ids"]), "sha256": w["sha256"]}) + "\n")
+    return str(plan.manifest)
+
+
+def _verified_delete(store: Store, renderer: Renderer, written: list[dict]) -> list[str]:
+    from maint.export.verified_delete import delete_if_unchanged, verify_files
+
+    verify_files(written, renderer.rerender_digest)
+    ids = [sid for w in written for sid in w["ids"]]
+    prints = {sid: p for w in written for sid, p in w["fingerprints"].items()}
+    delete_if_unchanged(store, ids, prints)
+    return ids

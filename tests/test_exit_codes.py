@@ -1,0 +1,136 @@
+"""One error map: the exit codes the README documents are the ones the CLI returns."""
+
+import fcntl
+import os
+import re
+import subprocess
+import sys
+import termios
+
+import pytest
+
+from maint import errors
+from tests.conftest import REPO, file_hash, run_subprocess
+from tests.storegen import StoreBuilder
+from tests.test_cli_process import _old_store
+
+
+def _readme_exit_codes() -> dict[int, str]:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Exit codes"):]
+    section = section[:section.index("\n## ", 3)]
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| `?(\d+)`? \| (.+?) \|$", section, re.M)}
+
+
+def test_readme_table_matches_the_error_classes():
+    documented = _readme_exit_codes()
+    in_code = {0, errors.EXIT_FAILED, errors.EXIT_USAGE, errors.EXIT_INTERRUPTED, errors.EXIT_BROKEN_PIPE}
+    in_code |= {cls.exit_code for cls in vars(errors).values()
+                if isinstance(cls, type) and issubclass(cls, errors.MaintError)}
+    assert set(documented) == in_code
+
+
+@pytest.mark.parametrize("args", [
+    ["export", "--session-id", "nope"],
+    ["export", "out.md", "--format", "md", "--session-id", "nope"],
+    ["repair-prompts", "nope"],
+    ["repair-prompts", "nope", "--apply", "--yes"],
+])
+def test_unknown_session_id_is_exit_1_with_one_message(args, tmp_path):
+    path = tmp_path / "state.db"
+    with StoreBuilder(path) as b:
+        b.session("s1", age=2)
+    result = run_subprocess(*args, "--db", path, env={"HERMES_HOME": str(tmp_path)})
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"hermes-maint: error: {path}: no session matches 'nope' "
+                                     "(expected a session id or a unique prefix)")
+    assert not (tmp_path / "out.md").exists()
+
+
+def test_ambiguous_prefix_is_exit_1(tmp_path):
+    path = tmp_path / "state.db"
+    with StoreBuilder(path) as b:
+        b.session("abc1", age=2)
+        b.session("abc2", age=2)
+    for args in (["export", "--session-id", "abc"], ["repair-prompts", "abc"]):
+        result = run_subprocess(*args, "--db", path)
+        assert result.returncode == 1 and "session prefix 'abc' is ambiguous" in result.stderr
+
+
+def test_closed_stdout_exits_quietly(tmp_path):
+    path = tmp_path / "state.db"
+    with StoreBuilder(path) as b:
+        for i in range(50):
+            b.session(f"s{i:03d}", age=i + 1)
+    for args in (["list", "--limit", "0"], ["stats"], ["export", "-"]):
+        proc = subprocess.Popen([sys.executable, "-m", "maint", *args, "--db", str(path)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=REPO)
+        proc.stdout.close()  # the reader is gone before the first write, as with `| head -0`
+        stderr = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == errors.EXIT_BROKEN_PIPE, stderr
+        assert stderr == ""
+
+
+def _pty_answer(args, keys: bytes):
+    import pty
+    import select
+    import time
+
+    master, slave = pty.openpty()
+
+    def controlling_terminal():  # so that ^C on the terminal is a SIGINT to the command, as for a person
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen([sys.executable, "-m", "maint", *map(str, args)], stdin=slave, stdout=slave,
+                            stderr=slave, cwd=REPO, close_fds=True, preexec_fn=controlling_terminal)
+    os.close(slave)
+    screen, answered, deadline = b"", False, time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                screen += os.read(master, 4096)
+            except OSError:
+                break
+        if not answered and b"[y/N]" in screen:
+            os.write(master, keys)
+            answered = True
+    code = proc.wait(timeout=30)
+    try:
+        while select.select([master], [], [], 0.2)[0]:
+            chunk = os.read(master, 4096)
+            if not chunk:
+                break
+            screen += chunk
+    except OSError:
+        pass
+    os.close(master)
+    return code, screen.decode(errors="replace")
+
+
+@pytest.mark.parametrize("keys", [b"\x03", b"\x04"], ids=["ctrl-c", "ctrl-d"])
+def test_ctrl_c_or_ctrl_d_at_the_prompt_is_130_without_traceback(keys, tmp_path):
+    path = _old_store(tmp_path)
+    before = file_hash(path)
+    code, screen = _pty_answer(["prune", "--db", path], keys)
+    assert code == errors.EXIT_INTERRUPTED, screen
+    assert "aborted at the prompt; nothing was changed" in screen and "Traceback" not in screen
+    assert file_hash(path) == before
+
+
+def test_help_imports_no_heavy_dependency():
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "maint", "--help"], capture_output=True,
+                            text=True, cwd=REPO)
+    assert result.returncode == 0
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    for heavy in ("apsw", "jinja2", "apscheduler", "huggingface_hub", "detect_secrets", "ruamel.yaml", "psutil",
+                  "rich"):
+        assert heavy not in imported, heavy
+
+
+def test_no_module_imports_the_cli_back():
+    offenders = [str(p.relative_to(REPO)) for p in (REPO / "maint").rglob("*.py")
+                 if p.name != "__main__.py" and re.search(r"^\s*(from maint\.cli |import maint\.cli)",
+                                                          p.read_text(), re.M)]
+    assert offenders == []

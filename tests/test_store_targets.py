@@ -1,0 +1,115 @@
+"""One store-target contract: every command honours --db/--profile/--all-profiles or refuses the flag.
+
+With --all-profiles each store gets its own report (one JSON line each), a bad store is reported
+by name while the others still run, and the command exits 1.
+"""
+
+import json
+
+import pytest
+
+from tests.conftest import run_subprocess
+from tests.storegen import StoreBuilder
+
+# command line (without store flags) -> a key every per-store report carries
+PER_STORE = {
+    "prune": (["prune", "--dry-run"], "matched"),
+    "archive": (["archive", "--dry-run", "--title", "x"], "matched"),
+    "stats": (["stats"], "sessions"),
+    "list": (["list"], "sessions"),
+    "optimize": (["optimize"], "bytes_after"),
+    "sweep": (["sweep"], "swept"),
+    "autoprune status": (["autoprune", "status"], "auto_prune"),
+    "autoprune later": (["autoprune", "later"], "message"),
+    "set-journal-mode": (["set-journal-mode", "wal"], "after"),
+    "repair-prompts": (["repair-prompts"], "verified"),
+}
+
+
+def _stores(home, bad: bool = False, empty_profile: bool = False):
+    """The default store and profiles a and b (b a text file when *bad*), plus an empty profile c."""
+    paths = [home / "state.db", home / "profiles" / "a" / "state.db", home / "profiles" / "b" / "state.db"]
+    for i, path in enumerate(paths):
+        if bad and i == 2:
+            path.parent.mkdir(parents=True)
+            path.write_text("not a database\n")
+            continue
+        with StoreBuilder(path) as b:
+            b.session(f"s{i}", age=200)
+    if empty_profile:
+        (home / "profiles" / "c").mkdir()
+    return paths
+
+
+@pytest.mark.parametrize("name", PER_STORE)
+def test_all_profiles_reaches_every_store(name, hermes_home):
+    args, key = PER_STORE[name]
+    paths = _stores(hermes_home)
+    result = run_subprocess(*args, "--all-profiles", "--json", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["store"] for r in reports] == [str(p) for p in paths]
+    assert [r["profile"] for r in reports] == [None, "a", "b"]
+    assert all(key in r for r in reports)
+
+
+@pytest.mark.parametrize("name", PER_STORE)
+def test_profile_flag_reaches_that_store_only(name, hermes_home):
+    args, key = PER_STORE[name]
+    paths = _stores(hermes_home)
+    result = run_subprocess(*args, "--profile", "a", "--json", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["store"] for r in reports] == [str(paths[1])] and key in reports[0]
+
+
+@pytest.mark.parametrize("name", ["prune", "stats", "list", "repair-prompts", "set-journal-mode", "sweep"])
+def test_bad_store_is_reported_and_the_rest_still_run(name, hermes_home):
+    args, key = PER_STORE[name]
+    paths = _stores(hermes_home, bad=True, empty_profile=True)
+    result = run_subprocess(*args, "--all-profiles", "--json", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 1, result.stderr
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["store"] for r in reports] == [str(p) for p in paths] + [str(hermes_home / "profiles/c/state.db")]
+    assert key in reports[0] and key in reports[1]
+    assert str(paths[2]) in reports[2]["error"] and "not a SQLite database" in reports[2]["error"]
+    assert "no state.db yet" in reports[3]["skipped"]
+    assert "1 of 4 stores failed" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bad_store_in_text_mode_names_it_and_goes_on(hermes_home):
+    paths = _stores(hermes_home, bad=True)
+    result = run_subprocess("stats", "--all-profiles", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 1
+    assert f"hermes-maint: error: {paths[2]}: not a SQLite database" in result.stderr
+    assert result.stdout.count("Total sessions: 1") == 2
+
+
+@pytest.mark.parametrize("args", [
+    ["export", "--all-profiles"],
+    ["export", "-", "--all-profiles", "--format", "md", "--session-id", "s0"],
+    ["repair-profiles", "--db", "x.db"],
+    ["repair-prompts", "s0", "--all-profiles"],
+    ["autoprune", "on", "--db", "x.db"],
+    ["autoprune", "off", "--all-profiles"],
+    ["stats", "--db", "x.db", "--profile", "a"],
+    ["stats", "--profile", "a", "--all-profiles"],
+    ["jobs", "run", "--db", "x.db", "--all-profiles"],
+])
+def test_flags_that_cannot_apply_are_refused(args, hermes_home):
+    _stores(hermes_home)
+    before = sorted(p.stat().st_mtime_ns for p in hermes_home.rglob("*") if p.is_file())
+    result = run_subprocess(*args, env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("hermes-maint: error:")
+    assert sorted(p.stat().st_mtime_ns for p in hermes_home.rglob("*") if p.is_file()) == before
+
+
+def test_empty_db_path_is_a_usage_error(hermes_home):
+    result = run_subprocess("stats", "--db", "")
+    assert result.returncode == 2 and "--db: empty path" in result.stderr
+
+
+def test_db_help_does_not_claim_to_override():
+    result = run_subprocess("stats", "--help")
+    assert "overrides" not in result.stdout and "--db PATH" in result.stdout
