@@ -1,5 +1,6 @@
 """Exports and VACUUM on a small filesystem this test mounts itself: clear error, store intact, no partial files."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -109,3 +110,47 @@ def test_read_only_store_and_folder(small_fs):
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], capture_output=True)
     assert file_hash(db) == before
+
+
+def _copy_wal_store(folder: Path, name: str, with_shm: bool) -> None:
+    """A store whose last commit lives only in its -wal, copied as a live one would be (with -shm or without)."""
+    import sqlite3
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        built = Path(tmp) / "state.db"
+        with StoreBuilder(built) as b:
+            for n in range(5):
+                b.session(f"s{n}", age=200, messages=3)
+        keep = sqlite3.connect(built)  # holds the WAL open: its frames are not checkpointed away
+        keep.execute("PRAGMA wal_autocheckpoint=0")
+        keep.execute("INSERT INTO sessions (id, source, started_at) VALUES ('only_in_wal', 'cli', 1)")
+        keep.commit()
+        for suffix in ("", "-wal") + (("-shm",) if with_shm else ()):
+            shutil.copy(f"{built}{suffix}", folder / f"{name}{suffix}")
+        keep.close()
+
+
+def test_read_only_folder_still_reads_a_wal_store(small_fs):
+    """In a folder we cannot write, stats, list and export still read the store, its WAL included."""
+    _copy_wal_store(small_fs, "live.db", with_shm=True)
+    _copy_wal_store(small_fs, "noshm.db", with_shm=False)
+    plain = small_fs / "plain"
+    plain.mkdir()
+    _store(plain / "state.db", sessions=4, messages=2)  # checkpointed: no -wal, no -shm
+    remount = subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], capture_output=True, text=True)
+    if remount.returncode != 0:
+        pytest.skip(f"this machine forbids remounting read-only: {remount.stderr.strip()}")
+    try:
+        stats = run_subprocess("stats", "--db", small_fs / "live.db", "--json")
+        assert stats.returncode == 0, stats.stderr
+        assert json.loads(stats.stdout)["sessions"] == 6  # the five, and the one only the WAL holds
+        assert run_subprocess("list", "--db", small_fs / "live.db").returncode == 0
+        exported = run_subprocess("export", "-", "--db", small_fs / "live.db")
+        assert exported.returncode == 0 and "only_in_wal" in exported.stdout
+        plain_stats = run_subprocess("stats", "--db", plain / "state.db", "--json")
+        assert plain_stats.returncode == 0 and json.loads(plain_stats.stdout)["sessions"] == 4
+        refused = run_subprocess("stats", "--db", small_fs / "noshm.db")
+        assert refused.returncode == 1 and "its -wal holds commits but the folder is read-only" in refused.stderr
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], capture_output=True)

@@ -7,7 +7,7 @@ import typer
 
 from maint.commands.options import DryRunOpt, JsonOpt, YesOpt
 from maint.commands.output import confirm_or_refuse, emit_json
-from maint.errors import UsageError
+from maint.errors import MaintError, UsageError
 
 
 class LegacyMain(StrEnum):
@@ -49,8 +49,12 @@ def repair_profiles(
         raise UsageError("--apply and --dry-run contradict each other (use one)")
     stores, findings = scan(legacy_main=legacy_main.value if legacy_main else None)
     actionable = [f for f in findings if f.action in ("move", "rekey")]
+    unreadable = [f for f in findings if f.kind == "unreadable_store"]
     report = {"stores": {k: str(v) for k, v in stores.items()}, "findings": [f.as_dict() for f in findings],
               "apply": apply, "snapshot": None, "applied": []}
+    if apply and actionable and unreadable:
+        raise MaintError(f"refusing to apply while a store cannot be read ({unreadable[0].reason}); "
+                         "nothing was changed")
     if apply and actionable:
         for path in stores.values():
             refuse_if_held(path, force=force, doing="repair", advice=STOP_HERMES)
@@ -77,6 +81,8 @@ def repair_profiles(
 
 
 def _line(f: dict) -> str:
+    if f["kind"] == "unreadable_store":
+        return f"  [unreadable_store] {f['reason']} (the other stores were scanned)"
     what = f"{len(f['session_ids'])} session(s)" + (f", {len(f['routing_keys'])} routing row(s)"
                                                      if f["routing_keys"] else "")
     return f"  [{f['kind']}] in {f['store']}'s store, belonging to {f['owner']}: {what} -> {f['action']}"

@@ -49,7 +49,10 @@ def _render(r: dict) -> None:
     if not r["swept"]:
         typer.echo(f"Sweep skipped: {r['skipped_reason']}")
         return
-    typer.echo(f"Swept: reaped {len(r['reaped_ids'])} open orphan(s), pruned {len(r['pruned_ids'])} sessions "
+    how = "Resumed an unfinished sweep" if r.get("resumed") else "Swept"
+    typer.echo(f"{how}: reaped {len(r['reaped_ids'])} open orphan(s), pruned {len(r['pruned_ids'])} sessions "
                f"({r['pruned_messages']} messages) past {r['retention_days']} days")
+    if r.get("cancelled"):
+        typer.echo("  cancelled part-way: the next run inside the interval resumes it")
     typer.echo(f"  VACUUM: {'done' if r['vacuumed'] else 'not run'} ({r['vacuum_reason']}); "
                f"{r['bytes_freed']} bytes freed in {r['seconds']}s")

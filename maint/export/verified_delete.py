@@ -70,6 +70,7 @@ def verify_files(entries: list[dict], rerender: Callable[[dict], str]) -> None:
 
 
 def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str]) -> None:
+    store.refuse_unknown_references()
     with store.write() as conn:
         now_family = family(store, ids[0])
         if sorted(now_family) != sorted(ids):

@@ -21,6 +21,7 @@ from maint.selection.filters import implicit_prune_filters
 from maint.ops.prune import plan_prune, stored_bytes
 from maint.ops.sweep import validate_retention
 from maint.store.connection import Store, open_store
+from maint.store.runlock import RunLockHeld
 
 GB = 10**9
 PROMPT_KEY = "hermes_maint.autoprune_prompt"
@@ -109,7 +110,11 @@ def answer(cfg: Config, store: Store | None, choice: str, now: float | None = No
 def low_disk_notice(db: Path, cfg: Config, now: float | None = None) -> list[str]:
     """The low-disk question's lines, once per store (recorded as asked); [] when not due."""
     now = time.time() if now is None else now
-    with open_store(db) as store:
+    try:
+        store = open_store(db)
+    except RunLockHeld:  # another run of ours has the store; it asks, or the next run will
+        return []
+    with store:
         figures = disk_figures(db.parent)
         if not should_ask(cfg, store, figures, now):
             return []

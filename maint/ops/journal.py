@@ -20,7 +20,8 @@ import apsw
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError
 from maint.store.holders import HeldStore, find_holders, refuse_if_held
-from maint.store.connection import WAL_RESET_FIXED, _check_header, has_wal_reset_bug, header_bytes, header_journal_mode
+from maint.store.connection import (NEWEST_KNOWN_SCHEMA, WAL_RESET_FIXED, _check_header, has_wal_reset_bug,
+                                    header_bytes, header_journal_mode)
 
 MODES = ("wal", "delete")
 WAL_UNSAFE_FS = ("virtiofs", "9p")
@@ -66,6 +67,19 @@ def stdlib_wal_warning() -> str | None:
     return None
 
 
+def _refuse_newer_schema(path: Path) -> None:
+    """Any SQLite store may be switched, but not a Hermes store newer than we know."""
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        has = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_version'").fetchone()
+        version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] if has else None
+    finally:
+        conn.close()
+    if isinstance(version, int) and version > NEWEST_KNOWN_SCHEMA:
+        raise StoreError(f"{path}: schema version {version} is newer than this hermes-maint knows "
+                         f"({NEWEST_KNOWN_SCHEMA}); refusing to switch its journal mode")
+
+
 def set_journal_mode(path: Path, mode: str, *, force: bool = False,
                      holders=find_holders) -> SwitchResult:
     path = Path(path).expanduser()
@@ -74,6 +88,7 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
     if not path.exists():
         raise StoreError(f"{path}: no such store (expected an existing SQLite database)")
     _check_header(path)
+    _refuse_newer_schema(path)
     warnings: list[str] = []
     if mode == "wal":
         fs = filesystem_type(path.parent)

@@ -32,7 +32,7 @@ from typing import Any
 
 import apsw
 
-from maint.errors import MaintError
+from maint.errors import MaintError, StoreError
 from maint.store.targets import hermes_home
 from maint.ops.prune import delete_sessions
 from maint.store.sqlutil import chunks, ph
@@ -86,10 +86,11 @@ class Finding:
     session_ids: list[str] = field(default_factory=list)
     routing_keys: list[list[str]] = field(default_factory=list)  # [scope, session_key]
     action: str = "report"  # move | rekey | report
+    reason: str | None = None  # why, for findings that are only reported
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "store": self.store, "owner": self.owner, "session_ids": self.session_ids,
-                "routing_keys": self.routing_keys, "action": self.action}
+                "routing_keys": self.routing_keys, "action": self.action, "reason": self.reason}
 
 
 def _owner(row: dict[str, Any]) -> str | None:
@@ -167,8 +168,11 @@ def scan(home: Path | None = None, legacy_main: str | None = None) -> tuple[dict
     known = existing_profiles(home)
     out: list[Finding] = []
     for profile, path in stores.items():
-        with open_store(path, readonly=True) as store:
-            out.extend(scan_store(store, profile, known, legacy_main))
+        try:
+            with open_store(path, readonly=True) as store:
+                out.extend(scan_store(store, profile, known, legacy_main))
+        except StoreError as exc:  # reported; the other stores are still scanned
+            out.append(Finding("unreadable_store", profile, None, reason=str(exc)))
     return stores, out
 
 
@@ -291,6 +295,7 @@ def apply(stores: dict[str, Path], findings: list[Finding]) -> list[dict[str, An
                                            "(Hermes creates it on first use); nothing moved"})
                     continue
                 if f.session_ids:
+                    src.refuse_unknown_references()
                     _copy_sessions(src, dst, f.session_ids)
                     if not _complete_copy(src, dst, f.session_ids):
                         raise MaintError(f"copy of {f.session_ids[:3]} into {dst_path} is incomplete; "

@@ -68,6 +68,7 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
                now: float | None = None, keep: frozenset[str] = frozenset()) -> PrunePlan:
     """Choose what goes. ``filters`` empty/None = the bare rule: inactive >= 90 days."""
     now = time.time() if now is None else now
+    store.refuse_unknown_references()  # before planning, so --dry-run says it too
     implicit = None
     if filters is None or filters.is_empty:
         filters, implicit = implicit_prune_filters(now), DEFAULT_PRUNE_DAYS

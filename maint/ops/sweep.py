@@ -19,8 +19,10 @@ from collections.abc import Callable
 
 from maint.config import Config
 from maint.selection.filters import implicit_prune_filters
+from maint.store import batching
 from maint.store.holders import HolderReport, find_holders
 from maint.store.locks import LockHeld, maintenance_lock
+from maint.store.runlock import RunLockHeld
 from maint.ops.prune import execute_prune, plan_prune
 from maint.ops.reap import reap, reap_candidates
 from maint.store.connection import Store, open_store
@@ -31,6 +33,8 @@ log = logging.getLogger("hermes_maint.sweep")
 MARKER_KEY = "last_auto_prune"  # Hermes's own key: shared with every Hermes process
 VACUUM_KEY = "last_vacuum"  # Hermes's own key: written only after a successful VACUUM
 REPORT_KEY = "hermes_maint.last_sweep_report"
+# Ours: which claim of the marker was a sweep of ours, and whether that sweep ran to the end.
+RUN_KEY = "hermes_maint.sweep_run"
 MIN_FREELIST_RATIO = 0.25
 
 
@@ -49,18 +53,52 @@ def _number(cfg: Config, key: str, default: float) -> float:
     return float(value)
 
 
-def claim_marker(store: Store, interval_s: float, now: float, force: bool) -> tuple[bool, float | None]:
-    """Read-compare-write of the shared marker in one write transaction. Returns (claimed, previous)."""
+@dataclass
+class Claim:
+    claimed: bool
+    previous: float | None  # the marker before this claim
+    resumed: bool = False  # the marker's last claim was a sweep of ours that did not finish
+
+
+def _unfinished_run_of_ours(conn, marker: str | None) -> bool:
+    row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (RUN_KEY,)).fetchone()
+    try:
+        run = json.loads(row[0]) if row and row[0] else {}
+    except ValueError:
+        return False
+    return isinstance(run, dict) and run.get("marker") == marker and run.get("completed") is False
+
+
+def claim_marker(store: Store, interval_s: float, now: float, force: bool) -> Claim:
+    """Read-compare-write of the shared marker in one write transaction.
+
+    The marker is claimed at the start, as Hermes does, so concurrent starters never both sweep.
+    Our own record beside it says whether that claim's sweep finished: a sweep that was killed or
+    cancelled part-way is resumed by the next run inside the interval instead of being skipped.
+    """
     with store.write() as conn:
         row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (MARKER_KEY,)).fetchone()
+        marker = row[0] if row else None
         try:
-            previous = float(row[0]) if row and row[0] is not None else None
+            previous = float(marker) if marker is not None else None
         except (TypeError, ValueError):
             previous = None  # a corrupt marker counts as no earlier run
-        if previous is not None and not force and 0 <= now - previous < interval_s:
-            return False, previous
+        resumed = _unfinished_run_of_ours(conn, marker)
+        if previous is not None and not force and not resumed and 0 <= now - previous < interval_s:
+            return Claim(False, previous)
         conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)", (MARKER_KEY, str(now)))
-        return True, previous
+        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
+                     (RUN_KEY, json.dumps({"marker": str(now), "completed": False})))
+        return Claim(True, previous, resumed)
+
+
+def record_finished(store: Store, report: dict[str, Any]) -> None:
+    """The report and our run record in one transaction: a finished sweep is never left looking unfinished."""
+    with store.write() as conn:
+        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)", (REPORT_KEY, json.dumps(report)))
+        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
+                     (RUN_KEY, json.dumps({"marker": str(report["started_at"]),
+                                           "completed": report["completed"]})))
 
 
 @dataclass
@@ -103,7 +141,7 @@ def empty_report(db: Path) -> dict[str, Any]:
     return {"store": str(db), "swept": False, "skipped_reason": None, "reaped_ids": [], "pruned_ids": [],
             "pruned_messages": 0, "bytes_before": None, "bytes_after": None, "bytes_freed": 0,
             "vacuumed": False, "vacuum_reason": None, "retention_days": None, "seconds": 0.0,
-            "started_at": None}
+            "started_at": None, "completed": False, "cancelled": False, "resumed": False}
 
 
 def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None = None,
@@ -131,15 +169,20 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
                     "(expected an integer >= 0)")
     report["retention_days"] = retention
     interval_s = _number(cfg, "min_interval_hours", 24) * 3600
-    with open_store(db) as store:
+    try:
+        store = open_store(db)
+    except RunLockHeld as exc:  # a sweep of ours (or a prune) is running: like Hermes's lock, skip
+        return skip(f"another hermes-maint is working on this store ({str(exc).split(': ', 1)[-1]})")
+    with store:
         try:
             with maintenance_lock(store.path):
-                claimed, previous = claim_marker(store, interval_s, now, force)
-                if not claimed:
-                    hours = (now - previous) / 3600
+                claim = claim_marker(store, interval_s, now, force)
+                if not claim.claimed:
+                    hours = (now - claim.previous) / 3600
                     return skip(f"already swept {hours:.1f} h ago (min_interval_hours "
                                 f"{interval_s / 3600:g}; --force to run anyway)")
                 report["swept"] = True
+                report["resumed"] = claim.resumed
                 report["bytes_before"] = sum(store.file_sizes().values())
                 report["reaped_ids"] = reap(store, reap_candidates(store, retention, now), now)
                 plan = plan_prune(store, implicit_prune_filters(now, retention), now=now,
@@ -147,7 +190,8 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
                 result = execute_prune(store, plan)
                 report["pruned_ids"] = result.deleted_ids
                 report["pruned_messages"] = result.messages
-                decision = decide_vacuum(
+                report["cancelled"] = batching.CANCEL.is_set()
+                decision = VacuumDecision(False, "the sweep was cancelled") if report["cancelled"] else decide_vacuum(
                     store, deleted=len(result.deleted_ids), enabled=bool(cfg.session("vacuum_after_prune")),
                     min_interval_days=_number(cfg, "min_vacuum_interval_days", 30), now=now, holders=holders,
                     disk_usage=disk_usage)
@@ -159,7 +203,8 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
                 report["bytes_after"] = sum(store.file_sizes().values())
                 report["bytes_freed"] = max(0, report["bytes_before"] - report["bytes_after"])
                 report["seconds"] = round(time.monotonic() - started, 3)
-                store.set_meta(REPORT_KEY, json.dumps(report))
+                report["completed"] = not report["cancelled"]
+                record_finished(store, report)
         except LockHeld as exc:
             return skip(f"another process is sweeping ({exc})")
     log.info("sweep of %s: reaped %d, pruned %d sessions (%d messages), vacuum: %s (%s), %.1fs",

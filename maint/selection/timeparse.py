@@ -15,22 +15,34 @@ _NUMBER = re.compile(r"^\s*\d+(?:\.\d+)?\s*$")
 TIME_FORMS = "a duration (30m, 5h, 2d, 1w), a number of days (30) or an ISO date/time (2026-07-05, 2026-07-05 14:30)"
 
 
+# Moments a filter can name: from the Unix epoch to the end of year 9999 (what datetime can print).
+EARLIEST, LATEST = 0.0, 253402300799.0
+
+
 def parse_moment(flag: str, value: str, now: float | None = None) -> float:
-    """An epoch time: durations and bare days count back from *now*; ISO values are local time."""
+    """An epoch time: durations and bare days count back from *now*; ISO values are local time.
+
+    The result lies between 1970 and 9999: further back than the epoch or past year 9999 is a
+    usage error naming the value, never an overflow deep inside a command.
+    """
     now = time.time() if now is None else now
     text = str(value).strip()
-    m = _DURATION.match(text)
-    if m:
-        return now - float(m.group(1)) * UNITS[m.group(2).lower()]
-    if _NUMBER.match(text):
-        return now - float(text) * 86400
     try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
+        m = _DURATION.match(text)
+        if m:
+            moment = now - float(m.group(1)) * UNITS[m.group(2).lower()]
+        elif _NUMBER.match(text):
+            moment = now - float(text) * 86400
+        else:
+            dt = datetime.fromisoformat(text)
+            if dt.tzinfo is None:
+                dt = dt.astimezone()  # interpret as local time
+            moment = dt.timestamp()
+    except (ValueError, OverflowError, OSError):
         raise UsageError(f"{flag}: bad value {value!r} (expected {TIME_FORMS})") from None
-    if dt.tzinfo is None:
-        dt = dt.astimezone()  # interpret as local time
-    return dt.timestamp()
+    if not (math.isfinite(moment) and EARLIEST <= moment <= LATEST):
+        raise UsageError(f"{flag}: {value!r} is out of range (expected a time between 1970 and 9999: {TIME_FORMS})")
+    return moment
 
 
 def parse_count(flag: str, value: str | int) -> int:

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
+import stat
 import struct
 import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +30,14 @@ import apsw
 from maint.crashpoints import crash_point
 from maint.errors import StoreError
 
+log = logging.getLogger("hermes_maint.store")
+
 DEFAULT_BUSY_TIMEOUT_MS = 5000
+# The newest schema_version whose layout this release knows (upstream's v31: pins, hidden,
+# auto_archived, content-addressed prompts, turn leases). A newer store is read, never written.
+NEWEST_KNOWN_SCHEMA = 31
+# Tables our deletes clear themselves (prune.delete_sessions) or that need no clearing.
+HANDLED_REFERENCES = {"sessions", "messages", "session_model_usage", "compression_locks"}
 # Tables every Hermes state.db has had since long before v22.
 REQUIRED_TABLES = ("sessions", "messages", "state_meta")
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -65,11 +75,32 @@ class WriteStats:
         self.longest_hold_s = max(self.longest_hold_s, held)
 
 
+def check_regular_file(path: Path) -> os.stat_result:
+    """The store must be a regular file (a link to one is fine): a FIFO would hang every open, a device worse."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise StoreError(f"{path}: no such store (expected an existing Hermes state.db)") from None
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the store ({exc.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"{path}: is a directory (expected the state.db file)")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or \
+            stat.S_ISBLK(st.st_mode) else "a socket or special file"
+        raise StoreError(f"{path}: is {kind}, not a store file; refusing to open it")
+    return st
+
+
 def _check_header(path: Path) -> None:
-    """Refuse non-SQLite and truncated files without opening them through SQLite."""
+    """Refuse special, non-SQLite and truncated files without opening them through SQLite."""
+    check_regular_file(path)
     try:
         size = path.stat().st_size
-        with open(path, "rb") as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks, even if swapped for a FIFO meanwhile
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise StoreError(f"{path}: is not a regular file; refusing to open it")
             header = fh.read(100)
     except PermissionError:
         raise StoreError(f"{path}: permission denied (cannot read the store)") from None
@@ -114,6 +145,8 @@ class Store:
         self.write_stats = WriteStats()
         self._columns: dict[str, list[str]] = {}
         self._tables: set[str] | None = None
+        self.note: str | None = None  # how a read-only store was opened, when not the usual way
+        self.run_lock: Any = None  # our run lock, released on close (writable opens only)
 
     # -- introspection -------------------------------------------------
     @property
@@ -152,6 +185,27 @@ class Store:
             return None
         row = self.conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
         return row[0] if row else None
+
+    def unknown_references(self) -> list[str]:
+        """Tables we do not know whose foreign keys would stop (or be broken by) deleting sessions.
+
+        A key to sessions or messages with ON DELETE CASCADE or SET NULL is harmless; any other key
+        from a table outside :data:`HANDLED_REFERENCES` makes a delete fail part-way (or, with keys
+        off, leave dangling rows), so callers refuse before the first delete.
+        """
+        found = []
+        for table in sorted(self.tables - HANDLED_REFERENCES):
+            for row in self.conn.execute(f"PRAGMA foreign_key_list({quote_ident(table)})"):
+                target, on_delete = row[2], (row[6] or "").upper()
+                if target in ("sessions", "messages") and on_delete not in ("CASCADE", "SET NULL"):
+                    found.append(f"{table}.{row[3]} -> {target}")
+        return found
+
+    def refuse_unknown_references(self) -> None:
+        found = self.unknown_references()
+        if found:
+            raise StoreError(f"{self.path}: refusing to delete sessions: tables this hermes-maint does not know "
+                             f"reference them ({', '.join(found)}); nothing was changed")
 
     @property
     def fts_tables(self) -> list[str]:
@@ -250,6 +304,9 @@ class Store:
     def close(self) -> None:
         with contextlib.suppress(apsw.Error):
             self.conn.close()
+        if self.run_lock is not None:
+            self.run_lock.release()
+            self.run_lock = None
 
     def __enter__(self) -> Store:
         return self
@@ -293,30 +350,65 @@ def polling_busy_handler(timeout_ms: int):
     return handler
 
 
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def busy_timeout_from_env() -> int:
     """HERMES_MAINT_BUSY_MS overrides how long we wait for Hermes's write lock."""
     raw = os.environ.get("HERMES_MAINT_BUSY_MS", "")
     return int(raw) if raw.isdigit() else DEFAULT_BUSY_TIMEOUT_MS
 
 
+def _connect(path: Path, readonly: bool) -> tuple[apsw.Connection, str | None]:
+    """A connection, and a note when a read-only store had to be opened another way.
+
+    In a folder we cannot write, a WAL store opens read-only as long as its ``-shm`` exists.
+    Without one, SQLite cannot build the WAL index: when there is no ``-wal`` (or an empty one)
+    nothing lives outside the main file and ``immutable=1`` reads it exactly; a ``-wal`` that holds
+    commits cannot be read there, so that case is refused with what to do.
+    """
+    flags = (apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE) | apsw.SQLITE_OPEN_URI
+    try:
+        conn = apsw.Connection(str(path), flags=flags)
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn, None
+    except (apsw.ReadOnlyError, apsw.CantOpenError):
+        if not readonly or os.access(path.parent, os.W_OK):
+            raise
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise StoreError(f"{path}: its -wal holds commits but the folder is read-only and has no -shm, so SQLite "
+                         "cannot read them; copy the store with its -wal somewhere writable and point --db there")
+    conn = apsw.Connection("file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1", flags=flags)
+    conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    return conn, "read-only folder without -shm: read as immutable (there is no WAL to miss)"
+
+
 def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int | None = None) -> Store:
-    """Open an existing Hermes store or raise :class:`StoreError` with a one-line reason."""
+    """Open an existing Hermes store or raise :class:`StoreError` with a one-line reason.
+
+    Writable opens also take our own run lock (:mod:`maint.store.runlock`), so two hermes-maint
+    processes never work on one store at once, and refuse a schema newer than we know.
+    """
+    from maint.store.runlock import run_lock
+
     busy_timeout_ms = busy_timeout_from_env() if busy_timeout_ms is None else busy_timeout_ms
     path = Path(path).expanduser()
-    if not path.exists():
-        raise StoreError(f"{path}: no such store (expected an existing Hermes state.db)")
-    if path.is_dir():
-        raise StoreError(f"{path}: is a directory (expected the state.db file)")
     _check_header(path)
     if not readonly and not os.access(path, os.W_OK):
         raise StoreError(f"{path}: store is read-only (no write permission); nothing was changed")
-    flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE
+    lock = None if readonly else run_lock(path)
     try:
-        conn = apsw.Connection(str(path), flags=flags | apsw.SQLITE_OPEN_URI)
+        conn, note = _connect(path, readonly)
     except apsw.Error as exc:
+        if lock is not None:
+            lock.release()
         raise StoreError(f"{path}: cannot open store ({exc})") from None
     conn.set_busy_handler(polling_busy_handler(busy_timeout_ms))
     store = Store(path, conn)
+    store.note = note
+    store.run_lock = lock
     try:
         _persist_wal(conn)
         tables = store.tables
@@ -329,6 +421,14 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
         if not needed <= set(store.columns("sessions")):
             lacking = ", ".join(sorted(needed - set(store.columns("sessions"))))
             raise StoreError(f"{path}: not a Hermes session store (sessions table lacks {lacking}); refusing")
+        version = store.schema_version
+        if isinstance(version, int) and version > NEWEST_KNOWN_SCHEMA:
+            if not readonly:
+                raise StoreError(f"{path}: schema version {version} is newer than this hermes-maint knows "
+                                 f"({NEWEST_KNOWN_SCHEMA}); refusing to write it (read-only commands still work; "
+                                 "upgrade hermes-maint)")
+            log.warning("%s: schema version %s is newer than this hermes-maint knows (%s); reading only",
+                        path, version, NEWEST_KNOWN_SCHEMA)
         conn.execute("PRAGMA foreign_keys=ON")
         # Bulk deletes touch many FTS pages; read-only work streams and needs little cache.
         conn.execute("PRAGMA cache_size=-8192" if readonly else "PRAGMA cache_size=-65536")

@@ -43,7 +43,7 @@ class HolderReport:
 
     def describe(self) -> str:
         if self.holders:
-            return "; ".join(f"pid {h.pid} ({h.cmdline or '?'})" for h in self.holders)
+            return "; ".join(f"pid {h.pid} ({one_line(h.cmdline) or '?'})" for h in self.holders)
         if self.unknown:
             return "holder check incomplete: " + "; ".join(self.unknown[:3])
         return "no other process holds the store"
@@ -101,6 +101,12 @@ def _root_visible(pid: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """A command line as one printable line: control characters (newlines too) escaped, long ones cut."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return shown if len(shown) <= limit else shown[:limit - 1] + "…"
 
 
 def find_holders(db: Path) -> HolderReport:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from pathlib import Path
 from collections.abc import Iterator
 
@@ -27,7 +28,13 @@ def lock_path(db: Path) -> Path:
 @contextlib.contextmanager
 def maintenance_lock(db: Path) -> Iterator[Path]:
     path = lock_path(db)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # Hermes creates it 0644; never through a link someone planted there
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise MaintError(f"{path}: cannot open the auto-maintenance lock ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise MaintError(f"{path}: is not a regular file; refusing to use it as the auto-maintenance lock")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,0 +1,76 @@
+"""Our own run lock: one hermes-maint process at a time may change a store.
+
+Separate from Hermes's ``<db>.auto-maintenance.lock`` (that one only says who sweeps). Two
+``prune --yes`` on one store would otherwise plan the same sessions, both report them deleted,
+and take turns holding the write lock far past the budget. A non-blocking ``flock`` on
+``<db>.hermes-maint.lock`` (0600, created without following links) is held while a writable
+Store is open; a second process is refused, naming the holder's pid. The kernel drops the lock
+when its process dies, so a killed run never leaves a stale lock. Within one process the lock
+is counted, so nested opens of the same store share it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from maint.errors import StoreError
+
+class RunLockHeld(StoreError):
+    """Another hermes-maint process is changing this store right now."""
+
+
+_held: dict[str, RunLock] = {}
+_guard = threading.Lock()
+
+
+def lock_path(db: Path) -> Path:
+    return Path(f"{db}.hermes-maint.lock")
+
+
+@dataclass
+class RunLock:
+    key: str
+    fd: int
+    count: int = 1
+
+    def release(self) -> None:
+        with _guard:
+            self.count -= 1
+            if self.count > 0:
+                return
+            _held.pop(self.key, None)
+            os.close(self.fd)  # closing the descriptor drops the flock
+
+
+def run_lock(db: Path) -> RunLock:
+    """Take the run lock for *db* or raise :class:`StoreError` naming the process that has it."""
+    key = os.path.realpath(db)
+    with _guard:
+        if key in _held:
+            _held[key].count += 1
+            return _held[key]
+        path = lock_path(Path(key))
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot create our run lock ({exc.strerror}); it keeps two hermes-maint "
+                             "runs apart, so nothing was changed") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise StoreError(f"{path}: is not a regular file; refusing to use it as our run lock")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise RunLockHeld(f"{db}: another hermes-maint (pid {holder}) is working on this store; nothing was "
+                             "changed, run again when it has finished") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        lock = _held[key] = RunLock(key, fd)
+        return lock

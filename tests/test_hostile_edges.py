@@ -1,0 +1,341 @@
+"""Findings of a hostile try (issue 18), each reproduced: links, special files, races, unknown schemas.
+
+Every test here failed on the code before its fix.
+"""
+
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tests.conftest import REPO, file_hash, query, run_subprocess, session_ids
+from tests.storegen import StoreBuilder
+
+
+def _store(path, n=3, layout="v22"):
+    with StoreBuilder(path, layout=layout) as b:
+        for i in range(n):
+            b.session(f"old{i}", age=200, messages=3)
+        b.session("recent", age=1)
+    return path
+
+
+# -- 1, 2: files we write ------------------------------------------------------------------------
+
+def test_planted_links_never_redirect_a_verified_export(tmp_path):
+    store = _store(tmp_path / "state.db")
+    out, outside = tmp_path / "shared", tmp_path / "victim.txt"
+    out.mkdir()
+    outside.write_text("precious\n")
+    os.chmod(outside, 0o644)
+    os.symlink(outside, out / ".old0.jsonl.partial")  # the old, guessable temporary name
+    os.symlink(outside, out / "old0.jsonl")  # and the final name
+    result = run_subprocess("export", out, "--db", store, "--session-id", "old0", "--delete-after-verified", "--yes")
+    assert result.returncode == 1 and "is a symbolic link" in result.stderr
+    assert outside.read_text() == "precious\n" and stat.S_IMODE(outside.stat().st_mode) == 0o644
+    assert "old0" in session_ids(store)  # the only copy was not deleted
+    assert os.path.islink(out / "old0.jsonl") and os.path.islink(out / ".old0.jsonl.partial")
+
+
+def test_old_temporary_name_link_is_not_followed(tmp_path):
+    store = _store(tmp_path / "state.db")
+    out, outside = tmp_path / "shared", tmp_path / "victim.txt"
+    out.mkdir()
+    outside.write_text("precious\n")
+    os.symlink(outside, out / ".old0.jsonl.partial")
+    result = run_subprocess("export", out, "--db", store, "--session-id", "old0", "--delete-after-verified", "--yes",
+                            "--json")
+    assert result.returncode == 0, result.stderr
+    assert outside.read_text() == "precious\n"
+    assert (out / "old0.jsonl").is_file() and not (out / "old0.jsonl").is_symlink()
+    assert stat.S_IMODE((out / "old0.jsonl").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("kind", ["fifo", "chardev", "dir"])
+def test_export_refuses_special_destinations(kind, tmp_path):
+    store = _store(tmp_path / "state.db")
+    if kind == "fifo":
+        target = tmp_path / "pipe"
+        os.mkfifo(target)
+    elif kind == "chardev":
+        target = "/dev/full"
+    else:
+        target = tmp_path / "dir.jsonl"
+        target.mkdir()
+        target = str(target) + "/../dir.jsonl/../dir.jsonl"  # a path that names the folder without a slash
+    result = run_subprocess("export", target, "--db", store, timeout=30)
+    if kind == "dir":  # a folder is a folder: the file is named inside it
+        assert result.returncode == 0, result.stderr
+        return
+    assert result.returncode == 1, result.stderr
+    assert ("a FIFO" if kind == "fifo" else "a device") in result.stderr and "nothing was written" in result.stderr
+
+
+def test_replacing_an_existing_export_says_so_and_keeps_a_narrower_mode(tmp_path):
+    store = _store(tmp_path / "state.db")
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text("yesterday\n")
+    os.chmod(backup, 0o640)
+    result = run_subprocess("export", backup, "--db", store)
+    assert result.returncode == 0 and "replaced the existing file" in result.stderr
+    assert stat.S_IMODE(backup.stat().st_mode) == 0o600 & 0o640
+    assert len(backup.read_text().splitlines()) == 4
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_manifest_that_is_not_ours_refuses_before_writing(tmp_path):
+    store = _store(tmp_path / "state.db")
+    out = tmp_path / "md"
+    out.mkdir()
+    (out / "manifest.jsonl").write_text("this is not json\n")
+    result = run_subprocess("export", out, "--db", store, "--format", "md", "--source", "cli")
+    assert result.returncode == 1 and "manifest.jsonl:1: not a manifest entry" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.jsonl"]
+
+
+# -- 4: snapshots --------------------------------------------------------------------------------
+
+def test_repair_profiles_snapshots_are_private(hermes_home):
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("c1", session_key="agent:coder:telegram:dm:1", messages=2, age=1)
+    with StoreBuilder(hermes_home / "profiles" / "coder" / "state.db") as b:
+        b.session("own", age=1)
+    result = run_subprocess("repair-profiles", "--apply", "--yes", "--json", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    folder = json.loads(result.stdout)["snapshot"]
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    files = os.listdir(folder)
+    assert files and all(stat.S_IMODE(os.stat(os.path.join(folder, f)).st_mode) == 0o600 for f in files)
+
+
+# -- 5: a FIFO as the store ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [["stats"], ["list"], ["prune", "--dry-run"], ["export", "-"],
+                                  ["set-journal-mode", "delete"], ["repair-prompts"], ["optimize"]])
+def test_a_fifo_as_the_store_is_refused_at_once(args, tmp_path):
+    fifo = tmp_path / "state.db"
+    os.mkfifo(fifo)
+    result = run_subprocess(*args, "--db", fifo, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"hermes-maint: error: {fifo}: is a FIFO, not a store file; refusing to open it"
+
+
+# -- 7: values at the edge -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["0001-01-01", "9999999999d", "1e400", "nan"])
+def test_out_of_range_times_are_one_line_errors(value, tmp_path):
+    store = _store(tmp_path / "state.db")
+    result = run_subprocess("prune", "--db", store, "--before", value, "--dry-run")
+    assert result.returncode == 2 and result.stderr.startswith("hermes-maint: error: --before:")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+# -- 8: repair-profiles over a bad store ---------------------------------------------------------
+
+def test_report_only_repair_profiles_goes_on_past_a_bad_store(hermes_home):
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("c1", session_key="agent:coder:telegram:dm:1", messages=2, age=1)
+    (hermes_home / "profiles" / "broken").mkdir(parents=True)
+    (hermes_home / "profiles" / "broken" / "state.db").write_text("not sqlite\n")
+    with StoreBuilder(hermes_home / "profiles" / "coder" / "state.db") as b:
+        b.session("own", age=1)
+    env = {"HERMES_HOME": str(hermes_home)}
+    result = run_subprocess("repair-profiles", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    kinds = {f["kind"] for f in json.loads(result.stdout)["findings"]}
+    assert kinds == {"unreadable_store", "stray_sessions"}
+    before = file_hash(hermes_home / "state.db")
+    applied = run_subprocess("repair-profiles", "--apply", "--yes", env=env)
+    assert applied.returncode == 1 and "cannot be read" in applied.stderr
+    assert file_hash(hermes_home / "state.db") == before
+
+
+# -- 9: two of us at once ------------------------------------------------------------------------
+
+def test_a_second_writer_of_ours_is_refused_naming_the_first(tmp_path):
+    store = _store(tmp_path / "state.db")
+    code = ("import sys; from maint.store.runlock import run_lock; lock = run_lock(sys.argv[1]);"
+            "print('held', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=REPO)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = file_hash(store)
+        for args in (["prune", "--yes"], ["archive", "--source", "cli", "--yes"], ["optimize"]):
+            result = run_subprocess(*args, "--db", store)
+            assert result.returncode == 1
+            assert f"another hermes-maint (pid {holder.pid}) is working on this store" in result.stderr
+        assert file_hash(store) == before
+        assert run_subprocess("stats", "--db", store).returncode == 0  # readers are never refused
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert run_subprocess("prune", "--db", store, "--yes").returncode == 0
+
+
+def test_two_prunes_at_once_never_report_the_same_session(tmp_path):
+    store = tmp_path / "state.db"
+    with StoreBuilder(store) as b:
+        for i in range(300):
+            b.session(f"s{i}", age=200, messages=4)
+    results = []
+
+    def prune():
+        results.append(run_subprocess("prune", "--db", store, "--yes", "--json"))
+
+    threads = [threading.Thread(target=prune) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reported = [set(json.loads(r.stdout)["session_ids"]) for r in results if r.returncode == 0]
+    refused = [r for r in results if r.returncode == 1]
+    assert all("another hermes-maint" in r.stderr for r in refused)
+    assert len(reported) + len(refused) == 2
+    assert set.union(*reported) == {f"s{i}" for i in range(300)}
+    assert len(reported) == 1 or not (reported[0] & reported[1])
+    assert session_ids(store) == set()
+
+
+def test_our_lock_file_is_never_followed(tmp_path):
+    store = _store(tmp_path / "state.db")
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    os.symlink(victim, f"{store}.hermes-maint.lock")
+    result = run_subprocess("prune", "--db", store, "--yes")
+    assert result.returncode == 1 and "cannot create our run lock" in result.stderr
+    assert victim.read_text() == "keep\n"
+
+
+# -- 10: schemas we do not know ------------------------------------------------------------------
+
+def test_a_newer_schema_is_read_but_never_written(tmp_path):
+    store = _store(tmp_path / "state.db", layout="v30")
+    conn = sqlite3.connect(store)
+    conn.execute("INSERT INTO schema_version(version) VALUES (99)")
+    conn.execute("CREATE TABLE future_things (id INTEGER PRIMARY KEY)")
+    conn.commit()
+    conn.close()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    before = file_hash(store)
+    for args in (["prune", "--yes"], ["prune", "--dry-run"], ["optimize"], ["sweep", "--force"],
+                 ["autoprune", "later"], ["archive", "--source", "cli", "--yes"]):
+        result = run_subprocess(*args, "--db", store, env={"HERMES_HOME": str(home)})
+        assert result.returncode == 1, (args, result.stderr)
+        assert "schema version 99 is newer than this hermes-maint knows" in result.stderr
+    assert file_hash(store) == before
+    stats = run_subprocess("stats", "--db", store, "--json")
+    assert stats.returncode == 0 and json.loads(stats.stdout)["schema_version"] == 99
+    assert "newer than this hermes-maint knows" in stats.stderr
+
+
+def test_set_journal_mode_refuses_a_newer_schema(tmp_path):
+    store = _store(tmp_path / "state.db", layout="v30")
+    conn = sqlite3.connect(store)
+    conn.execute("INSERT INTO schema_version(version) VALUES (99)")
+    conn.commit()
+    conn.close()
+    result = run_subprocess("set-journal-mode", "delete", "--db", store)
+    assert result.returncode == 1 and "schema version 99" in result.stderr
+    assert query(store, "PRAGMA journal_mode") == [("wal",)]
+
+
+def test_a_foreign_key_from_an_unknown_table_is_reported_before_any_delete(tmp_path):
+    store = _store(tmp_path / "state.db", layout="v30")
+    conn = sqlite3.connect(store)
+    conn.execute("CREATE TABLE session_notes (id INTEGER PRIMARY KEY, session_id TEXT REFERENCES sessions(id))")
+    conn.execute("INSERT INTO session_notes(session_id) VALUES ('old1')")
+    conn.commit()
+    conn.close()
+    before = file_hash(store)
+    for args in (["prune", "--yes"], ["prune", "--dry-run"]):
+        result = run_subprocess(*args, "--db", store)
+        assert result.returncode == 1
+        assert "session_notes.session_id -> sessions" in result.stderr and str(store) in result.stderr
+    assert file_hash(store) == before
+    assert session_ids(store) == {"old0", "old1", "old2", "recent"}
+
+
+# -- 15: holder refusal on one line --------------------------------------------------------------
+
+def test_a_holder_with_a_multi_line_command_line_is_named_on_one_line(tmp_path):
+    store = _store(tmp_path / "state.db")
+    code = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('select 1'); print('ok', flush=True); " \
+           "sys.stdin.read()"
+    holder = subprocess.Popen([sys.executable, "-c", code, str(store), "line one\nline two"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        result = run_subprocess("set-journal-mode", "delete", "--db", store)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert result.returncode == 1 and f"pid {holder.pid}" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "line one\\nline two" in result.stderr
+
+
+# -- 12: a sweep that did not finish -------------------------------------------------------------
+
+def _sweep_home(tmp_path, n=40):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    with StoreBuilder(home / "state.db") as b:
+        for i in range(n):
+            b.session(f"old{i}", age=200, messages=3)
+        b.session("recent", age=1)
+    return home
+
+
+def test_a_killed_sweep_is_resumed_by_the_next_run_not_skipped(tmp_path):
+    home = _sweep_home(tmp_path)
+    env = {"HERMES_HOME": str(home), "HERMES_MAINT_BATCH_MS": "1", "HERMES_MAINT_CRASH_AT": "tx_committed:3"}
+    killed = run_subprocess("sweep", "--json", env=env)
+    assert killed.returncode == -9
+    left = session_ids(home / "state.db")
+    assert "recent" in left and len(left) > 1  # part-way
+    again = run_subprocess("sweep", "--json", env={"HERMES_HOME": str(home)})
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["swept"] and report["resumed"] and report["completed"] and not report["cancelled"]
+    assert session_ids(home / "state.db") == {"recent"}
+    third = json.loads(run_subprocess("sweep", "--json", env={"HERMES_HOME": str(home)}).stdout)
+    assert third["swept"] is False and "already swept" in third["skipped_reason"]
+
+
+def test_a_cancelled_sweep_says_so_and_is_resumed(tmp_path, monkeypatch):
+    from maint.config import load_config
+    from maint.ops.sweep import run_sweep
+    from maint.store import batching
+
+    home = _sweep_home(tmp_path)
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    batching.CANCEL.set()  # SIGTERM reached the job loop before the first batch
+    try:
+        report = run_sweep(home / "state.db", load_config())
+    finally:
+        batching.CANCEL.clear()
+    assert report["swept"] and report["cancelled"] and not report["completed"]
+    assert report["pruned_ids"] == [] and report["vacuumed"] is False
+    resumed = run_sweep(home / "state.db", load_config())
+    assert resumed["resumed"] and resumed["completed"] and len(resumed["pruned_ids"]) == 40
+
+
+def test_a_hermes_claim_inside_the_interval_is_still_respected(tmp_path):
+    import time
+
+    home = _sweep_home(tmp_path)
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('last_auto_prune', ?)", (str(time.time()),))
+    conn.commit()
+    conn.close()
+    report = json.loads(run_subprocess("sweep", "--json", env={"HERMES_HOME": str(home)}).stdout)
+    assert report["swept"] is False and "already swept" in report["skipped_reason"]
