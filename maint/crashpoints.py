@@ -13,6 +13,7 @@ import signal
 
 _SPEC = os.environ.get("HERMES_MAINT_CRASH_AT", "")
 _NAME, _, _NTH = _SPEC.partition(":")
+_NTH = _NTH if _NTH.isascii() and _NTH.isdigit() else "1"  # a test seam: a malformed count means the first
 _HITS: dict[str, int] = {}
 
 

@@ -9,6 +9,7 @@ sessions) and the skew of a real store: most conversations short, a few very lon
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -16,7 +17,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from maint.errors import UsageError
+from maint.errors import MaintError, UsageError
 
 DAY = 86400.0
 
@@ -102,6 +103,16 @@ def build_demo(path: Path, *, now: float | None = None, seed: int = 7) -> dict[s
     if not path.parent.is_dir():
         path.parent.mkdir(mode=0o700, parents=True)
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    try:
+        return _fill(path, now, seed)
+    except (sqlite3.Error, OSError) as exc:  # a full disk, say: leave nothing half-built behind
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                os.unlink(f"{path}{suffix}")
+        raise MaintError(f"{path}: could not build the demo store ({exc}); nothing was left behind") from None
+
+
+def _fill(path: Path, now: float | None, seed: int) -> dict[str, int]:
     now = time.time() if now is None else now
     conn = sqlite3.connect(path, isolation_level=None)
     try:

@@ -30,6 +30,10 @@ class StoreError(MaintError):
     """The store cannot be used (missing, corrupt, not a Hermes store, busy)."""
 
 
+class OutputError(MaintError):
+    """Where an export was asked to write cannot take it (a link, a device, the store itself, a full disk)."""
+
+
 class SessionNotFound(MaintError):
     """A session id or prefix that matches no session, or more than one."""
 

@@ -154,3 +154,17 @@ def test_read_only_folder_still_reads_a_wal_store(small_fs):
         assert refused.returncode == 1 and "its -wal holds commits but the folder is read-only" in refused.stderr
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], capture_output=True)
+
+
+def test_a_dry_run_works_on_a_read_only_store(small_fs):
+    db = _store(small_fs / "state.db", sessions=5, messages=3)
+    remount = subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], capture_output=True, text=True)
+    if remount.returncode != 0:
+        pytest.skip(f"this machine forbids remounting read-only: {remount.stderr.strip()}")
+    try:
+        for argv in (["prune", "--dry-run"], ["archive", "--source", "cli", "--dry-run"]):
+            result = run_subprocess(*argv, "--db", db, "--json")
+            assert result.returncode == 0, (argv, result.stderr)
+            assert json.loads(result.stdout)["matched"] == 5
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], capture_output=True)

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -226,11 +227,13 @@ def test_a_newer_schema_is_read_but_never_written(tmp_path):
     home.mkdir()
     (home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
     before = file_hash(store)
-    for args in (["prune", "--yes"], ["prune", "--dry-run"], ["optimize"], ["sweep", "--force"],
-                 ["autoprune", "later"], ["archive", "--source", "cli", "--yes"]):
+    for args in (["prune", "--yes"], ["optimize"], ["sweep", "--force"], ["autoprune", "later"],
+                 ["archive", "--source", "cli", "--yes"]):
         result = run_subprocess(*args, "--db", store, env={"HERMES_HOME": str(home)})
         assert result.returncode == 1, (args, result.stderr)
         assert "schema version 99 is newer than this hermes-maint knows" in result.stderr
+    preview = run_subprocess("prune", "--dry-run", "--db", store)  # a preview only reads: it runs, warned
+    assert preview.returncode == 0 and "newer than this hermes-maint knows (31); reading only" in preview.stderr
     assert file_hash(store) == before
     stats = run_subprocess("stats", "--db", store, "--json")
     assert stats.returncode == 0 and json.loads(stats.stdout)["schema_version"] == 99
@@ -339,3 +342,121 @@ def test_a_hermes_claim_inside_the_interval_is_still_respected(tmp_path):
     conn.close()
     report = json.loads(run_subprocess("sweep", "--json", env={"HERMES_HOME": str(home)}).stdout)
     assert report["swept"] is False and "already swept" in report["skipped_reason"]
+
+
+# -- a second hostile try, on the reworked command layer -----------------------------------------
+
+@pytest.mark.parametrize("suffix", ["", "-wal"])
+def test_export_never_replaces_a_store_or_its_wal(suffix, tmp_path):
+    store = _store(tmp_path / "state.db")
+    keep = sqlite3.connect(store)
+    keep.execute("PRAGMA wal_autocheckpoint=0")
+    keep.execute("INSERT INTO sessions (id, source, started_at) VALUES ('in_wal', 'cli', 1)")
+    keep.commit()
+    target = Path(f"{store}{suffix}")
+    before = target.read_bytes()
+    result = run_subprocess("export", target, "--db", store)
+    assert result.returncode == 1 and "is a SQLite database or its journal" in result.stderr
+    assert target.read_bytes() == before
+    keep.close()
+    assert "in_wal" in session_ids(store)
+
+
+def test_export_into_another_profiles_store_is_refused(tmp_path):
+    store, other = _store(tmp_path / "state.db"), _store(tmp_path / "other.db")
+    before = file_hash(other)
+    result = run_subprocess("export", other, "--db", store)
+    assert result.returncode == 1 and str(other) in result.stderr and file_hash(other) == before
+
+
+def test_ids_that_sanitize_alike_never_share_a_file(tmp_path):
+    store = tmp_path / "state.db"
+    ids = ["a/b", "a_b", "a:b", "..", "...", "日本", "中国", "x" * 300]
+    with StoreBuilder(store) as b:
+        for sid in ids:
+            b.session(sid, age=200, messages=2)
+    out = tmp_path / "out"
+    result = run_subprocess("export", out, "--format", "md", "--end-reason", "done", "--db", store, "--json")
+    assert result.returncode == 0, result.stderr
+    files = sorted(p.name for p in out.iterdir() if p.name != "manifest.jsonl")
+    assert len(files) == len(ids) and all(len(f.encode()) < 200 for f in files)
+    manifest = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert sorted(m["lineage_ids"][0] for m in manifest) == sorted(ids)
+
+
+def test_trace_upload_without_output_goes_through_a_private_temporary_file(tmp_path):
+    from tests.hf_fake import Hub
+
+    store = _store(tmp_path / "state.db")
+    with Hub() as hub:
+        result = run_subprocess("export", "--format", "trace", "--session-id", "old0", "--upload", "--db", store,
+                                "--json", env={"HF_TOKEN": "hf_test_token", "HF_ENDPOINT": hub.url})
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["files"] == [] and len(report["uploaded"]) == 1
+    assert not list(tmp_path.glob("**/*.trace.jsonl"))
+
+
+def test_all_profiles_reports_what_it_cannot_look_at(hermes_home):
+    _store(hermes_home / "profiles" / "good" / "state.db")
+    os.symlink(hermes_home / "nowhere", hermes_home / "state.db")  # a dangling default store
+    os.symlink("loop", hermes_home / "profiles" / "loop")  # a profile folder that is a link loop
+    result = run_subprocess("stats", "--all-profiles", "--json", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 1
+    reports = {r["profile"]: r for r in map(json.loads, result.stdout.splitlines())}
+    assert set(reports) == {None, "good", "loop"}
+    assert "error" in reports[None] and "broken or looping link" in reports["loop"]["error"]
+    assert reports["good"]["sessions"] == 4
+
+
+def test_list_never_sends_stored_escape_sequences_to_the_terminal(tmp_path):
+    store = tmp_path / "state.db"
+    with StoreBuilder(store) as b:
+        b.session("evil", age=1, title="\x1b[2J\x1b]0;pwned\x07\nsecond line")
+    result = run_subprocess("list", "--db", store)
+    assert result.returncode == 0 and "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "\\x1b[2J" in result.stdout and len(result.stdout.strip().splitlines()) == 3
+
+
+def test_an_output_problem_names_the_output_not_the_store(tmp_path):
+    store = _store(tmp_path / "state.db")
+    os.symlink(tmp_path / "elsewhere", tmp_path / "link.jsonl")
+    result = run_subprocess("export", tmp_path / "link.jsonl", "--db", store)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"hermes-maint: error: {tmp_path / 'link.jsonl'}: is a symbolic link")
+
+
+def test_verified_delete_refuses_to_split_a_compression_lineage(tmp_path):
+    store = tmp_path / "state.db"
+    with StoreBuilder(store) as b:
+        b.session("seg1", age=200, end_reason="compression", messages=3)
+        b.session("seg2", age=100, parent="seg1", messages=3)
+    before = file_hash(store)
+    result = run_subprocess("export", tmp_path / "bk", "--db", store, "--session-id", "seg1",
+                            "--delete-after-verified", "--yes")
+    assert result.returncode == 1 and "segments of a compression lineage (seg1 -> seg2)" in result.stderr
+    assert file_hash(store) == before and not (tmp_path / "bk").exists()
+
+
+@pytest.mark.parametrize("args", [["repair-prompts", ""], ["repair-prompts", "", "--apply", "--yes"],
+                                  ["export", "--session-id", ""]])
+def test_an_empty_session_id_names_no_session(args, tmp_path):
+    store = _store(tmp_path / "state.db")
+    before = file_hash(store)
+    result = run_subprocess(*args, "--db", store)
+    assert result.returncode == 1 and "empty session id" in result.stderr
+    assert file_hash(store) == before
+
+
+def test_session_prefixes_are_case_sensitive(tmp_path):
+    store = _store(tmp_path / "state.db")
+    result = run_subprocess("export", "--session-id", "OLD0", "--db", store)
+    assert result.returncode == 1 and "no session matches 'OLD0'" in result.stderr
+    assert run_subprocess("export", "--session-id", "old0", "--db", store).returncode == 0
+
+
+@pytest.mark.parametrize("env", [{"HERMES_MAINT_BUSY_MS": "²"}, {"HERMES_MAINT_CRASH_AT": "tx_begun:x"}])
+def test_malformed_tuning_variables_do_not_crash(env, tmp_path):
+    store = _store(tmp_path / "state.db")
+    result = run_subprocess("stats", "--db", store, env=env)
+    assert result.returncode == 0 and "Traceback" not in result.stderr

@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt, filter_options
-from maint.commands.output import confirm_or_refuse, progress
+from maint.commands.output import confirm_or_refuse, printable, progress
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
 from maint.selection.filters import Filters
@@ -36,7 +36,7 @@ def archive(
                          "e.g. --newer-than 5h or --title 'dry run'")
 
     def run(target) -> dict:
-        with open_store(target.path) as store:
+        with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
             plan = plan_archive(store, filters, include_open=include_open)
             ids = plan.session_ids
             report = {"store": str(target.path), "dry_run": dry_run, "matched": len(ids), "session_ids": ids,
@@ -60,7 +60,7 @@ def _render(r: dict) -> None:
     typer.echo(f"{verb} {r['matched']} sessions in {r['lineages']} conversations")
     if r["dry_run"]:
         for sid in r["session_ids"][:20]:
-            typer.echo(f"    {sid}")
+            typer.echo(f"    {printable(sid)}")
     typer.echo(f"  skipped {r['skipped_open']} matching conversation(s) still open"
                + ("" if r["include_open"] else " (use --include-open to archive them)"))
     if r["skipped_pinned"]:

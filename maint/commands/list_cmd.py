@@ -5,6 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, ProfileOpt
+from maint.commands.output import printable
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
 from maint.selection.timeparse import parse_count
@@ -47,9 +48,11 @@ def _render(r: dict) -> None:
     typer.echo("─" * 96)
     for row in rows:
         when = relative_time(row["last_active"])
+        title, preview = printable(row["title"] or "—"), printable(row["preview"])
+        sid, source = printable(row["id"]), printable(row["source"])
         if titled:
-            typer.echo(f"{(row['title'] or '—')[:22]:<22} {row['preview'][:40]:<40} {when:<13} {row['id']}")
+            typer.echo(f"{title[:22]:<22} {preview[:40]:<40} {when:<13} {sid}")
         else:
-            typer.echo(f"{row['preview'][:50]:<50} {when:<13} {row['source'][:6]:<6} {row['id']}")
+            typer.echo(f"{preview[:50]:<50} {when:<13} {source[:6]:<6} {sid}")
     if r["total"] > r["shown"]:
         typer.echo(f"… {r['total'] - r['shown']} more not shown (use --limit N to see more)")

@@ -17,6 +17,11 @@ def emit_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
+def printable(text: object) -> str:
+    """Stored text as one safe terminal line: escape sequences and line breaks shown, never obeyed."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def fmt_time(ts: float | None) -> str:
     if ts is None:
         return "-"

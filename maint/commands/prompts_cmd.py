@@ -42,7 +42,7 @@ def repair_prompts(
 
     def run(target) -> dict:
         with open_store(target.path, readonly=not apply) as store:
-            result = targeted(store, session_id) if session_id else scan(store)
+            result = targeted(store, session_id) if session_id is not None else scan(store)
         ids = [v["id"] for v in result.verified]
         cleared: list[str] = []
         if apply and ids:

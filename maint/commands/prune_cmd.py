@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt, filter_options
-from maint.commands.output import confirm_or_refuse, fmt_bytes, fmt_time, progress
+from maint.commands.output import confirm_or_refuse, fmt_bytes, fmt_time, printable, progress
 from maint.commands.runner import for_each_store
 from maint.selection.filters import Filters
 from maint.store.targets import resolve_targets
@@ -33,7 +33,7 @@ def prune(
     from maint.store.connection import open_store
 
     def run(target) -> dict:
-        with open_store(target.path) as store:
+        with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
             plan = plan_prune(store, filters, include_archived=include_archived)
             ids = plan.session_ids
             report = {
@@ -81,11 +81,11 @@ def _render(r: dict) -> None:
     if r.get("bytes") is not None and r["dry_run"]:
         typer.echo(f"  stored text: {fmt_bytes(r['bytes'])}")
     if r["oldest"]:
-        typer.echo(f"  oldest: {r['oldest']['id']} (last active {fmt_time(r['oldest']['last_active'])})")
-        typer.echo(f"  newest: {r['newest']['id']} (last active {fmt_time(r['newest']['last_active'])})")
+        typer.echo(f"  oldest: {printable(r['oldest']['id'])} (last active {fmt_time(r['oldest']['last_active'])})")
+        typer.echo(f"  newest: {printable(r['newest']['id'])} (last active {fmt_time(r['newest']['last_active'])})")
     if r["dry_run"]:
         for sid in r["session_ids"][:20]:
-            typer.echo(f"    {sid}")
+            typer.echo(f"    {printable(sid)}")
         if len(r["session_ids"]) > 20:
             typer.echo(f"    … {len(r['session_ids']) - 20} more")
     for reason, n in sorted(r["held_back"].items()):

@@ -15,7 +15,7 @@ from typing import Any
 import typer
 
 from maint.errors import (EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Declined, Interrupted,
-                          MaintError, UsageError)
+                          MaintError, OutputError, UsageError)
 from maint.store.targets import StoreTarget
 
 from maint.app import PROG
@@ -108,8 +108,8 @@ def naming_store(path: Any) -> Iterator[None]:
     """Re-raise any failure (but a usage error or Ctrl-C) as a MaintError whose message names *path*."""
     try:
         yield
-    except (UsageError, Interrupted, KeyboardInterrupt, BrokenPipeError):
-        raise
+    except (UsageError, Interrupted, KeyboardInterrupt, BrokenPipeError, OutputError):
+        raise  # an output problem names its own path, not the store's
     except MaintError as exc:
         if str(path) not in str(exc):
             exc.args = (f"{path}: {exc}",)
@@ -139,6 +139,11 @@ def for_each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[
     for target in targets:
         if len(targets) > 1 and not as_json:
             typer.echo(f"== {target.profile or 'default'}: {target.path}")
+        if target.problem:
+            failed += 1
+            emit_json({"store": str(target.path), "profile": target.profile, "error": target.problem,
+                       "declined": False}) if as_json else typer.echo(f"{PROG}: error: {target.problem}", err=True)
+            continue
         if target.missing:
             note = f"{target.path}: profile has no state.db yet; skipped"
             emit_json({"store": str(target.path), "profile": target.profile, "skipped": note}) if as_json \

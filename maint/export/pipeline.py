@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from maint.errors import MaintError, UsageError
+from maint.errors import MaintError, OutputError, UsageError
 from maint.export.files import atomic_text, check_destination, inside, safe_name
 from maint.export.selection import select_sessions
 from maint.selection.filters import Filters
@@ -96,6 +96,7 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
     if req.delete_after_verified:
         from maint.export.verified_delete import family, refuse_if_busy
 
+        _refuse_splitting_a_lineage(catalog, chosen[0].id)
         members = family(store, chosen[0].id, catalog)  # the named session first, then its delegates
         refuse_if_busy(catalog, members)
         chosen = [catalog[sid] for sid in members]
@@ -110,14 +111,29 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
                                  "(0 = no cap) or export it as md/qmd")
     single = bool(req.session_id) or req.latest_trace
     entries, folder = _entries(catalog, chosen, req, single)
+    paths = [e["path"] for e in entries if e["path"] not in (None, STDOUT)]
+    if len(set(paths)) != len(paths):  # safe_name keeps ids apart; this is the last guard
+        raise OutputError("two sessions would share one output file; nothing was written")
     for entry in entries:
-        if entry["path"] != STDOUT:
+        if entry["path"] not in (None, STDOUT):
             entry["replaces"] = check_destination(Path(entry["path"]))
     manifest, kept = None, []
     if req.fmt in ("md", "qmd") and folder is not None:
         manifest = folder / "manifest.jsonl"
         kept = _kept_manifest_lines(manifest, {Path(e["path"]).name for e in entries})
     return ExportPlan(req, catalog, chosen, entries, folder, manifest, kept)
+
+
+def _refuse_splitting_a_lineage(catalog: dict, session_id: str) -> None:
+    """One segment of a compression lineage is not a conversation: deleting it would cut the others loose."""
+    from maint.store import lineage as lin
+
+    tree = lin.build(catalog)
+    segments = tree.chains[tree.chain_of[session_id]].ids
+    if len(segments) > 1:
+        raise MaintError(f"session {session_id} is one of {len(segments)} segments of a compression lineage "
+                         f"({' -> '.join(segments)}); deleting it alone would split the conversation, so nothing "
+                         "was exported or deleted (prune takes whole lineages)")
 
 
 def _default_folder() -> Path:

@@ -124,12 +124,13 @@ def locked_session_ids(store: Store, now: float) -> set[str]:
 
 
 def resolve_session(store: Store, ref: str) -> str:
-    """An id or a unique prefix of one."""
+    """An id or a unique prefix of one (case-sensitive, as ids are)."""
+    if not ref:
+        raise SessionNotFound("empty session id (expected a session id or a unique prefix)")
     if store.scalar("SELECT 1 FROM sessions WHERE id = ?", (ref,)):
         return ref
-    pattern = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     matches = [r[0] for r in store.conn.execute(
-        "SELECT id FROM sessions WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (pattern,))]
+        "SELECT id FROM sessions WHERE id > ?1 AND substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT 3", (ref,))]
     if not matches:
         raise SessionNotFound(f"no session matches {ref!r} (expected a session id or a unique prefix)")
     if len(matches) > 1:

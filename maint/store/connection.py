@@ -357,7 +357,7 @@ def quote_ident(name: str) -> str:
 def busy_timeout_from_env() -> int:
     """HERMES_MAINT_BUSY_MS overrides how long we wait for Hermes's write lock."""
     raw = os.environ.get("HERMES_MAINT_BUSY_MS", "")
-    return int(raw) if raw.isdigit() else DEFAULT_BUSY_TIMEOUT_MS
+    return int(raw) if raw.isascii() and raw.isdigit() else DEFAULT_BUSY_TIMEOUT_MS
 
 
 def _connect(path: Path, readonly: bool) -> tuple[apsw.Connection, str | None]:

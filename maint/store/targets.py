@@ -21,6 +21,7 @@ class StoreTarget:
     path: Path
     profile: str | None  # None = the default store (or an explicit --db)
     missing: bool = False  # a profile folder without a state.db yet (--all-profiles reports it, skipped)
+    problem: str | None = None  # why this entry cannot even be looked at (reported as a failed store)
 
 
 def profile_store(name: str) -> Path:
@@ -47,13 +48,39 @@ def resolve_targets(db: str | Path | None, profile: str | None, all_profiles: bo
     home = hermes_home()
     targets = [StoreTarget(home / "state.db", None)]
     if all_profiles:
-        targets = [t for t in targets if t.path.exists()]
-        pdir = home / "profiles"
-        if pdir.is_dir():
-            for child in sorted(pdir.iterdir()):
-                if child.is_dir():
-                    db_path = child / "state.db"
-                    targets.append(StoreTarget(db_path, child.name, missing=not os.path.lexists(db_path)))
+        # A dangling or looping link at the default store is kept: opening it reports the problem.
+        targets = [t for t in targets if os.path.lexists(t.path)]
+        targets += _profile_targets(home / "profiles")
         if not targets:
             raise UsageError(f"--all-profiles: no state.db found under {home}")
     return targets
+
+
+def _profile_targets(pdir: Path) -> list[StoreTarget]:
+    """Every entry of profiles/ that is (or links to) a folder, or that cannot be told apart from one."""
+    if not os.path.lexists(pdir):
+        return []
+    try:
+        children = sorted(os.scandir(pdir), key=lambda e: e.name)
+    except OSError as exc:
+        return [StoreTarget(pdir, "*", problem=f"{pdir}: cannot list the profiles ({exc.strerror})")]
+    out = []
+    for child in children:
+        try:
+            is_folder = child.is_dir()  # follows a link
+        except OSError:
+            is_folder = False
+        if not is_folder and not child.is_symlink():
+            continue  # a stray file in profiles/ is not a profile
+        db_path = Path(child.path) / "state.db"
+        if not is_folder:
+            out.append(StoreTarget(db_path, child.name, problem=f"{child.path}: is a broken or looping link"))
+            continue
+        try:
+            os.lstat(db_path)
+            out.append(StoreTarget(db_path, child.name))
+        except FileNotFoundError:
+            out.append(StoreTarget(db_path, child.name, missing=True))
+        except OSError as exc:
+            out.append(StoreTarget(db_path, child.name, problem=f"{db_path}: cannot be looked at ({exc.strerror})"))
+    return out

@@ -45,6 +45,17 @@ def make_store(path: Path, n=30, layout="v22"):
     return path
 
 
+def make_family_store(path: Path, n=3):
+    """Delegate families without compression: a verified delete takes a session with its children."""
+    with StoreBuilder(path) as b:
+        for i in range(n):
+            b.session(f"f{i}_b", age=200, messages=6)
+            b.session(f"f{i}_sub", source="subagent", age=200, parent=f"f{i}_b",
+                      model_config={"_delegate_from": f"f{i}_b"}, messages=4)
+        b.session("keep_recent", age=1, messages=3)
+    return path
+
+
 def run(args, crash=None, env=None, timeout=120):
     full = dict(os.environ, HERMES_MAINT_BATCH_MS="1", **(env or {}))
     if crash:
@@ -226,19 +237,19 @@ def export_seconds(tmp_path_factory):
     folder = tmp_path_factory.mktemp("timing")
     db = folder / "state.db"
     return work_seconds(["export", folder / "bk", "--db", db, "--session-id", "f1_b", "--delete-after-verified",
-                         "--yes", "--json"], db, lambda: make_store(db, n=3))
+                         "--yes", "--json"], db, lambda: make_family_store(db))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["file_written:1", "file_written:2", "tx_begun:1", "tx_before_commit:1",
                                    "tx_committed:1"] + [f"delay:{seed}" for seed in range(5)])
 def test_export_delete_killed(tmp_path, point, export_seconds):
-    db = make_store(tmp_path / "state.db", n=3)
+    db = make_family_store(tmp_path / "state.db")
     out = tmp_path / "bk"
     args = ["export", out, "--db", db, "--session-id", "f1_b", "--delete-after-verified", "--yes", "--json"]
     if point.startswith("delay:"):
         run_killed_during(args, db, int(point.split(":")[1]), export_seconds,
-                          rebuilt(db, lambda p: make_store(p, n=3)))
+                          rebuilt(db, make_family_store))
     else:
         result = run(args, crash=point)
         assert result.returncode == -9, result.stderr
