@@ -57,7 +57,7 @@ def load_config(path: Path | None = None) -> Config:
     if not path.exists():
         return Config(path=path, exists=False)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_regular(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read config ({exc.__class__.__name__}: {exc})") from None
     try:
@@ -80,6 +80,15 @@ def load_config(path: Path | None = None) -> Config:
     journal = database.get("journal_mode") if isinstance(database, dict) else None
     return Config(path=path, exists=True, raw=data, sessions=dict(sessions),
                   journal_mode=str(journal).lower() if journal is not None else None)
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of *path* (a symlink is followed), refusing a FIFO or device, which would block or never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise UsageError(f"{path}: not a regular file; refusing to read it as the config")
+        return fh.read()
 
 
 def set_session_key(path: Path, key: str, value: bool | int) -> None:

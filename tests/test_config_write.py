@@ -146,3 +146,12 @@ def test_file_changed_during_the_edit_is_not_overwritten(tmp_path):
     with pytest.raises(MaintError, match="changed while"):
         config._replace_file(path, b"sessions:\n  auto_prune: true\n", before, path)
     assert "edited meanwhile" in path.read_text() and os.listdir(tmp_path) == ["config.yaml"]
+
+
+def test_config_that_is_a_fifo_is_refused_not_waited_on(hermes_home):
+    """Reading a FIFO as config.yaml used to block every command that loads the config."""
+    from maint.errors import UsageError
+
+    os.mkfifo(hermes_home / "config.yaml")
+    with pytest.raises(UsageError, match="not a regular file"):
+        load_config()
