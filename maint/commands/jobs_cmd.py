@@ -100,7 +100,7 @@ def _store_flags(db: Optional[str], all_profiles: bool) -> None:
 @guard
 def run(ctx: typer.Context, jobs_dir: JobsDirOpt = None, all_profiles: AllProfilesOpt = False,
         db: DbOpt = None) -> None:
-    """Run the job loop in the foreground until SIGTERM or Ctrl-C."""
+    """Run the job loop in the foreground until SIGTERM or Ctrl-C (exit 1 if a job outlived the stop grace)."""
     from maint.jobs.scheduler import load_catalogue, run_loop
 
     _store_flags(db, all_profiles)
