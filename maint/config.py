@@ -1,19 +1,26 @@
 """Hermes's config.yaml: read with defaults for missing keys; one key written back by ``autoprune on|off``.
 
-A round-trip loader is used so that write-back keeps the user's comments and layout.
+The file holds the user's API keys and is often a symlink into a dotfiles repository, so the
+write-back is a targeted edit of one line (see :func:`set_session_key`), not a YAML re-dump.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
+import secrets
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from maint.errors import UsageError
+from maint.errors import MaintError, UsageError
 from maint.store.targets import hermes_home
 
 SESSION_DEFAULTS: dict[str, Any] = {
@@ -50,7 +57,7 @@ def load_config(path: Path | None = None) -> Config:
     if not path.exists():
         return Config(path=path, exists=False)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_regular(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read config ({exc.__class__.__name__}: {exc})") from None
     try:
@@ -75,32 +82,297 @@ def load_config(path: Path | None = None) -> Config:
                   journal_mode=str(journal).lower() if journal is not None else None)
 
 
-def set_session_key(path: Path, key: str, value: Any) -> None:
-    """Write ``sessions.<key>`` into config.yaml, keeping the user's comments and other keys.
+def _read_regular(path: Path) -> bytes:
+    """The bytes of *path* (a symlink is followed), refusing a FIFO or device, which would block or never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise UsageError(f"{path}: not a regular file; refusing to read it as the config")
+        return fh.read()
 
-    The new text goes to a temporary file beside it and replaces the old one
-    atomically, so a crash never leaves a half-written config.
+
+def set_session_key(path: Path, key: str, value: bool | int) -> None:
+    """Write ``sessions.<key>: <value>`` into config.yaml by editing one line (or adding one or two).
+
+    A YAML re-dump would re-indent the file, drop quotes, the BOM and CRLF line endings, and write
+    into an anchored mapping so that every alias of it gains the key. Instead the one line that
+    holds the key is rewritten (or a line is inserted under ``sessions:``), every other byte is
+    kept, and the result is parsed again and must differ from the original in that key alone.
+    The file is replaced atomically at its real location (a symlink stays a symlink and its target
+    is updated), keeping its mode and owner.
     """
-    yaml = yaml_loader()
-    data = None
-    if path.exists():
+    literal = _literal(value)
+    target = _real_target(path)
+    if target is None:
+        _create_config(path, f"sessions:\n  {key}: {literal}\n")
+        return
+    fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        before = os.fstat(fh.fileno())
+        raw = fh.read()
+    bom = b"\xef\xbb\xbf" if raw.startswith(b"\xef\xbb\xbf") else b""
+    try:
+        text = raw[len(bom):].decode("utf-8")
+    except UnicodeDecodeError:
+        raise MaintError(f"{path}: not UTF-8 text; not rewriting it (add sessions.{key}: {literal} by hand)") \
+            from None
+    new_text = edit_session_key(text, key, value, path)
+    _replace_file(target, bom + new_text.encode("utf-8"), before, path)
+
+
+def _literal(value: bool | int) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    raise TypeError(f"only booleans and integers are written back, not {type(value).__name__}")
+
+
+def _real_target(path: Path) -> Path | None:
+    """The regular file behind *path* (following symlinks), or None when nothing is there yet."""
+    if not os.path.lexists(path):
+        return None
+    real = Path(os.path.realpath(path))
+    try:
+        st = os.lstat(real)
+    except FileNotFoundError:
+        raise MaintError(f"{path}: is a symbolic link to a missing file ({real}); not creating it "
+                         "(fix the link, or remove it to start a new config)") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise MaintError(f"{path}: is not a regular file; refusing to rewrite it")
+    if st.st_nlink > 1:
+        raise MaintError(f"{path}: has {st.st_nlink} hard links; replacing it would split them, so it is "
+                         "not rewritten (edit it by hand)")
+    return real
+
+
+def _create_config(path: Path, text: str) -> None:
+    """A new config.yaml: 0600 (Hermes keeps API keys in it), created exclusively, never through a link."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(text.encode("utf-8"))
+        fh.flush()
+        os.fsync(fh.fileno())
+    _sync_folder(path.parent)
+
+
+def _replace_file(target: Path, data: bytes, before: os.stat_result, shown: Path) -> None:
+    """Atomically replace *target* with *data*, keeping its mode and owner; refuse if it changed meanwhile."""
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            made = os.fstat(fh.fileno())
+            if (made.st_uid, made.st_gid) != (before.st_uid, before.st_gid):
+                try:
+                    os.fchown(fh.fileno(), before.st_uid, before.st_gid)
+                except PermissionError:
+                    raise MaintError(f"{shown}: cannot keep its owner ({before.st_uid}:{before.st_gid}) when "
+                                     "rewriting it; not rewritten (edit it by hand)") from None
+            os.fchmod(fh.fileno(), stat.S_IMODE(before.st_mode))  # after chown, which may clear set-id bits
+            os.fsync(fh.fileno())
+        now = os.lstat(target)
+        if (now.st_ino, now.st_size, now.st_mtime_ns) != (before.st_ino, before.st_size, before.st_mtime_ns):
+            raise MaintError(f"{shown}: changed while it was being edited; not rewritten (run the command again)")
+        os.rename(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _sync_folder(target.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            data = yaml.load(path.read_text(encoding="utf-8"))
-        except YAMLError as exc:
-            raise UsageError(f"{path}: malformed config, not rewriting it ({str(exc).splitlines()[0]})") from None
-    if data is None:
-        from ruamel.yaml.comments import CommentedMap
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
-        data = CommentedMap()
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}:1: malformed config: top level must be a mapping")
-    if not isinstance(data.get("sessions"), dict):
-        from ruamel.yaml.comments import CommentedMap
 
-        data["sessions"] = CommentedMap()
-    data["sessions"][key] = value
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        yaml.dump(data, fh)
-    os.replace(tmp, path)
+# -- the one-line edit ---------------------------------------------------------------------------
+
+_NULLS = {"", "~", "null", "Null", "NULL"}
+
+
+def edit_session_key(text: str, key: str, value: bool | int, shown: Path | str = "config.yaml") -> str:
+    """*text* with ``sessions.<key>`` set to *value*, every other line kept byte for byte.
+
+    Refuses (MaintError, one line) what a line edit cannot do safely: ``sessions`` anchored or an
+    alias (the change would reach every alias), a value that is itself an anchor, a multi-line
+    value, or several YAML documents. Whatever the edit, the result must parse to the original
+    plus this one key, or nothing is written.
+    """
+    literal = _literal(value)
+    by_hand = f"add `{key}: {literal}` under `sessions:` by hand"
+    try:
+        data = yaml_loader().load(text)
+    except YAMLError as exc:
+        raise MaintError(f"{shown}: malformed config, not rewriting it ({str(exc).splitlines()[0]})") from None
+    lines = text.splitlines(keepends=True)
+    nl = next((ln[len(ln.rstrip("\r\n")):] for ln in lines if ln.endswith("\n")), "\n")
+    if data is not None and not isinstance(data, CommentedMap):
+        raise MaintError(f"{shown}:1: malformed config: top level must be a mapping; not rewriting it")
+    if any(re.match(r"(---|\.\.\.)(\s|$)", ln) for ln in lines[1:]):
+        raise MaintError(f"{shown}: has a YAML document marker (--- or ...) after the start; {by_hand}")
+    if data is not None and data.fa.flow_style():
+        raise MaintError(f"{shown}: the top level is a flow mapping {{...}}; {by_hand}")
+    indent = _indent_step(data) if data is not None else 2
+    if data is None or "sessions" not in data.lc.data:  # absent (a merged-in `sessions` is not ours to edit)
+        out = list(lines)
+        if out and not out[-1].endswith("\n"):
+            out[-1] += nl
+        out.append(f"sessions:{nl}{' ' * indent}{key}: {literal}{nl}")
+        return _verified(text, "".join(out), key, value, shown, by_hand)
+    kline, kcol = data.lc.key("sessions")
+    head, after = _split_value(lines[kline], kcol)
+    token = _strip_comment(after, flow=False).strip()
+    sessions = data["sessions"]
+    anchored = getattr(getattr(sessions, "anchor", None), "value", None)
+    if token[:1] in ("&", "*") or anchored:
+        raise MaintError(f"{shown}:{kline + 1}: `sessions` is a YAML anchor or alias; setting {key} there would "
+                         f"change every mapping that shares it, so it is not rewritten; {by_hand} "
+                         "(as its own mapping)")
+    if token.startswith("!"):
+        raise MaintError(f"{shown}:{kline + 1}: `sessions` carries a YAML tag; {by_hand}")
+    out = list(lines)
+    if sessions is None:
+        if token not in _NULLS:
+            raise MaintError(f"{shown}:{kline + 1}: unexpected value for `sessions`; {by_hand}")
+        eol = lines[kline][len(lines[kline].rstrip("\r\n")):] or nl
+        if token:  # an explicit null goes; an empty value's line stays as it is
+            comment = _comment_of(after)
+            out[kline] = head + (f" {comment}" if comment else "") + eol
+        elif not lines[kline].endswith("\n"):
+            out[kline] += eol
+        out.insert(kline + 1, f"{' ' * (kcol + indent)}{key}: {literal}{eol}")
+        return _verified(text, "".join(out), key, value, shown, by_hand)
+    if not isinstance(sessions, dict):
+        raise MaintError(f"{shown}:{kline + 1}: `sessions` must be a mapping; not rewriting it")
+    own = sessions.lc.data or {}
+    flow = bool(sessions.fa.flow_style()) or token.startswith("{")
+    if key in own:
+        line_no, col = own[key][0], own[key][1]
+        k_head, k_after = _split_value(lines[line_no], col)
+        stripped = k_after.lstrip(" ")
+        lead = k_after[:len(k_after) - len(stripped)]
+        if stripped[:1] in ("&", "!"):
+            raise MaintError(f"{shown}:{line_no + 1}: sessions.{key} carries a YAML anchor or tag; {by_hand}")
+        end = _scalar_end(stripped, flow)
+        if end is None:
+            raise MaintError(f"{shown}:{line_no + 1}: sessions.{key} is not a one-line value; {by_hand}")
+        out[line_no] = k_head + lead + literal + stripped[end:]
+        return _verified(text, "".join(out), key, value, shown, by_hand)
+    if flow:
+        brace = lines[kline].find("{", kcol)
+        if brace < 0:
+            raise MaintError(f"{shown}:{kline + 1}: `sessions` is a flow mapping spread over lines; {by_hand}")
+        rest = lines[kline][brace + 1:]
+        pad = rest[:len(rest) - len(rest.lstrip(" "))]
+        empty = rest.lstrip(" ").startswith("}")
+        out[kline] = lines[kline][:brace + 1] + pad + f"{key}: {literal}" + ("" if empty else ", ") + rest.lstrip(" ")
+        return _verified(text, "".join(out), key, value, shown, by_hand)
+    child_col = next((len(ln) - len(ln.lstrip(" ")) for ln in lines[kline + 1:]
+                      if ln.strip() and not ln.lstrip(" ").startswith("#")), kcol + indent)
+    eol = lines[kline][len(lines[kline].rstrip("\r\n")):] or nl
+    if not lines[kline].endswith("\n"):
+        out[kline] += nl
+        eol = nl
+    out.insert(kline + 1, f"{' ' * child_col}{key}: {literal}{eol}")
+    return _verified(text, "".join(out), key, value, shown, by_hand)
+
+
+def _indent_step(data: Any) -> int:
+    """The indentation the file already uses for nested mappings (2 when none shows it)."""
+    for k, v in data.items():
+        if isinstance(v, dict) and hasattr(v, "lc") and v.lc.data and not v.fa.flow_style():
+            first = min(pos[1] for pos in v.lc.data.values())
+            step = first - data.lc.key(k)[1]
+            if step > 0:
+                return step
+    return 2
+
+
+def _split_value(line: str, key_col: int) -> tuple[str, str]:
+    """(everything up to and including the key's colon, everything after it) for a ``key: value`` line."""
+    i = key_col
+    if line[i:i + 1] in ("'", '"'):
+        i = _quoted_end(line, i)
+    colon = line.find(":", i)
+    while colon >= 0 and line[colon + 1:colon + 2] not in ("", " ", "\t", "\r", "\n"):
+        colon = line.find(":", colon + 1)
+    if colon < 0:
+        raise MaintError(f"cannot find the key's colon in line {line.rstrip()!r}")
+    return line[:colon + 1], line[colon + 1:]
+
+
+def _quoted_end(text: str, start: int) -> int:
+    """Index just past the quoted scalar starting at *start* (YAML single or double quotes)."""
+    q = text[start]
+    i = start + 1
+    while i < len(text):
+        if q == '"' and text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == q:
+            if q == "'" and text[i + 1:i + 2] == "'":
+                i += 2
+                continue
+            return i + 1
+        i += 1
+    return len(text)
+
+
+def _scalar_end(text: str, flow: bool) -> int | None:
+    """Where the one-line scalar at the start of *text* ends, or None if it is not one."""
+    body = text.rstrip("\r\n")
+    if not _strip_comment(body, flow).strip() or body[:1] in ("|", ">", "[", "{"):
+        return None  # empty (the value is on the next lines), a block scalar or a collection
+    if body[:1] in ("'", '"'):
+        end = _quoted_end(body, 0)
+        return end if end <= len(body) and body[end - 1] == body[0] else None
+    value = _strip_comment(body, flow)
+    return len(value.rstrip())
+
+
+def _strip_comment(text: str, flow: bool) -> str:
+    """*text* up to a comment (``#`` after a space), or in flow context up to ``,`` or ``}``."""
+    body = text.rstrip("\r\n")
+    for i, ch in enumerate(body):
+        if ch == "#" and (i == 0 or body[i - 1] in " \t"):
+            return body[:i]
+        if flow and ch in ",}":
+            return body[:i]
+    return body
+
+
+def _comment_of(text: str) -> str:
+    body = text.rstrip("\r\n")
+    for i, ch in enumerate(body):
+        if ch == "#" and (i == 0 or body[i - 1] in " \t"):
+            return body[i:]
+    return ""
+
+
+def _plain(text: str) -> Any:
+    """The document as plain JSON-able data, aliases expanded into independent copies."""
+    return json.loads(json.dumps(YAML(typ="safe", pure=True).load(text), default=repr))
+
+
+def _verified(old: str, new: str, key: str, value: Any, shown: Path | str, by_hand: str) -> str:
+    try:
+        after = _plain(new)
+    except YAMLError:
+        after = None
+    expected = _plain(old) or {}
+    if not isinstance(expected.get("sessions"), dict):
+        expected["sessions"] = {}
+    expected["sessions"][key] = value
+    if after != expected:
+        raise MaintError(f"{shown}: a one-line edit would change more than sessions.{key} (shared or merged "
+                         f"mappings); not rewriting it; {by_hand}")
+    return new

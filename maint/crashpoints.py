@@ -23,3 +23,15 @@ def crash_point(name: str) -> None:
     _HITS[name] = _HITS.get(name, 0) + 1
     if _HITS[name] >= int(_NTH or 1):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hang_point(name: str) -> None:
+    """``HERMES_MAINT_HANG_AT=name`` blocks the calling thread for good at point ``name``.
+
+    A test seam for the job loop's stop grace: it stands for a job stuck in a system call that
+    no cancel flag reaches (a FIFO or a hung network mount given as the store).
+    """
+    if os.environ.get("HERMES_MAINT_HANG_AT") == name:
+        import threading
+
+        threading.Event().wait()

@@ -6,7 +6,9 @@ repo was created private and the file landed with the expected bytes.
 """
 
 import base64
+import contextlib
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -14,10 +16,14 @@ USER = "tester"
 
 
 class Hub:
-    def __init__(self):
+    """*refuse*: repo paths whose commit is answered 422; *stall*: repo paths whose commit is never answered."""
+
+    def __init__(self, refuse=(), stall=()):
         self.repos: dict[str, dict] = {}  # repo_id -> {"private": bool, "files": {path: bytes}}
         self.requests: list[tuple[str, str, dict]] = []
         self.token_seen: set[str] = set()
+        self.refuse, self.stall = set(refuse), set(stall)
+        self.release = threading.Event()  # set at exit: stalled handlers end
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -30,6 +36,7 @@ class Hub:
         return self
 
     def __exit__(self, *exc):
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -96,15 +103,53 @@ class Hub:
                         return self._send(200, {"files": [{"path": f["path"], "uploadMode": "regular",
                                                            "shouldIgnore": False} for f in files]})
                     if action == "commit":
+                        files = {}
                         for line in body.decode().splitlines():
                             if not line.strip():
                                 continue
                             item = json.loads(line)
                             if item.get("key") == "file":
                                 value = item["value"]
-                                hub.repos[repo_id]["files"][value["path"]] = base64.b64decode(value["content"])
+                                files[value["path"]] = base64.b64decode(value["content"])
+                        if set(files) & hub.stall:
+                            hub.release.wait(120)
+                            return
+                        if set(files) & hub.refuse:
+                            return self._send(422, {"error": "Invalid path in repo"})
+                        hub.repos[repo_id]["files"].update(files)
                         return self._send(200, {"commitUrl": f"{hub.url}/datasets/{repo_id}/commit/1",
                                                 "commitOid": "1" * 40, "success": True})
                 return self._send(404, {"error": "not found"})
 
         return Handler
+
+
+class Silent:
+    """An endpoint that accepts connections and reads requests but never answers."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.conns: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()

@@ -9,7 +9,7 @@ import typer
 from maint.commands.options import DbOpt, DryRunOpt, JsonOpt, ProfileOpt, filter_options
 from maint.commands.output import emit_json, progress
 from maint.commands.runner import naming_store
-from maint.errors import UsageError
+from maint.errors import MaintError, UsageError
 from maint.selection.filters import Filters
 from maint.store.targets import resolve_targets
 
@@ -71,6 +71,10 @@ def export(
     req = ExportRequest(fmt=fmt.value, output=output, session_id=session_id, filters=filters,
                         only=only.value if only else None, lineage=lineage.value, redact=redact, upload=upload,
                         public=public, delete_after_verified=delete_after_verified)
+    if upload:
+        from maint.export.hf_upload import http_timeout
+
+        http_timeout()  # a bad HERMES_MAINT_HTTP_TIMEOUT_S is refused before anything is written
     target = resolve_targets(db, profile, False)[0]
     cap = load_config().session("max_export_messages")
     with naming_store(target.path), open_store(target.path, readonly=not delete_after_verified) as store:
@@ -91,9 +95,11 @@ def export(
         with progress(len(plan.entries), "Exporting", as_json or len(plan.entries) < 2) as tick:
             report = run_export(store, plan, on_progress=tick)
     report["store"] = str(target.path)
+    failed = [u for u in report["uploaded"] if not u["ok"]]
     if as_json:
         to_stdout = any(w["path"] == "-" for w in report["written"])
         typer.echo(json.dumps(report, default=str, ensure_ascii=False), err=to_stdout)  # never inside a document
+        _refuse_failed_uploads(report, failed)
         return
     for w in report["written"]:
         where = "stdout" if w["path"] == "-" else w["path"]
@@ -101,7 +107,19 @@ def export(
             replaced = " (replaced the existing file)" if w["path"] in report["replaced"] else ""
             typer.echo(f"wrote {where}{replaced}  ({w['messages']} messages, sha256 {w['sha256'][:12]}…)", err=True)
     for u in report["uploaded"]:
-        typer.echo(f"uploaded {u}", err=True)
+        if u["ok"]:
+            typer.echo(f"uploaded {u['repo']}/{u['path_in_repo']}", err=True)
+        else:
+            typer.echo(f"not uploaded: {u['file'] or u['path_in_repo']}: {u['error']}", err=True)
+    _refuse_failed_uploads(report, failed)
     if report["deleted"]:
         typer.echo(f"verified and deleted {len(report['deleted'])} session(s): {', '.join(report['deleted'])}",
                    err=True)
+
+
+def _refuse_failed_uploads(report: dict, failed: list[dict]) -> None:
+    """Exit 1 after the report when any file did not go up (each one is listed in the report)."""
+    if failed:
+        done = len(report["uploaded"]) - len(failed)
+        raise MaintError(f"{len(failed)} of {len(report['uploaded'])} uploads failed ({done} went up); "
+                         "the local files were kept")

@@ -10,6 +10,7 @@ import typer
 from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt
 from maint.commands.output import emit_json
 from maint.commands.runner import guard, run as run_command
+from maint.errors import UsageError
 
 jobs_app = typer.Typer(help="Scheduled maintenance: the job catalogue and its loop.", no_args_is_help=True)
 
@@ -24,20 +25,69 @@ def setup_logging() -> None:
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 
+def job_args(command: list[str], all_profiles: bool, db: Optional[str]) -> list[str]:
+    """The command line a job runs: its own, plus the loop's store flags, plus --yes where one is needed."""
+    args = list(command)
+    if all_profiles:
+        args.append("--all-profiles")
+    elif db is not None:
+        args += ["--db", str(db)]
+    if args[0] in ("prune", "archive"):
+        args.append("--yes")
+    return args
+
+
 def executor(root: Any, all_profiles: bool, db: Optional[str]):
     """Run each job as the same command line an operator would type, through the app's own root command."""
 
     def execute(job) -> int:
-        args = list(job.command)
-        if all_profiles:
-            args.append("--all-profiles")
-        elif db is not None:
-            args += ["--db", str(db)]
-        if args[0] in ("prune", "archive"):
-            args.append("--yes")
-        return run_command(root, args)
+        return run_command(root, job_args(job.command, all_profiles, db))
 
     return execute
+
+
+def dry_parse(root: Any, args: list[str]) -> dict[str, Any]:
+    """Parse *args* exactly as the CLI would, without running the command; its parameters.
+
+    Options, their types and choices are checked by click (``make_context`` on the subcommand
+    looked up from the root, never ``invoke``); filter values and the store flags, which the
+    commands check in their bodies, are checked here with the same functions.
+    """
+    from typer._click import exceptions as click_exc
+
+    from maint.app import PROG
+    from maint.commands.options import FILTER_FLAGS
+
+    shown = " ".join(args)
+    if "--help" in args:
+        raise UsageError(f"`{PROG} {shown}`: --help only prints help; it is not a job")
+    try:
+        with root.make_context(PROG, args[:1]) as ctx:
+            cmd = root.get_command(ctx, args[0])
+            if cmd is None:
+                raise UsageError(f"`{PROG} {shown}`: no such command {args[0]!r}")
+            with cmd.make_context(args[0], list(args[1:]), parent=ctx) as sub:
+                params = dict(sub.params)
+    except click_exc.UsageError as exc:
+        raise UsageError(f"`{PROG} {shown}` does not parse: {exc.format_message()}") from None
+    except click_exc.Exit:
+        raise UsageError(f"`{PROG} {shown}` only prints and exits; it is not a job") from None
+    if (params.get("db") is not None) + (params.get("profile") is not None) + bool(params.get("all_profiles")) > 1:
+        raise UsageError(f"`{PROG} {shown}`: --db, --profile and --all-profiles are mutually exclusive "
+                         "(the loop adds its own --db/--all-profiles to every job)")
+    if set(FILTER_FLAGS) <= set(params):
+        from maint.selection.filters import parse_filters
+
+        try:
+            parse_filters({name: params[name] for name in FILTER_FLAGS})
+        except UsageError as exc:
+            raise UsageError(f"`{PROG} {shown}`: {exc}") from None
+    return params
+
+
+def command_check(root: Any, all_profiles: bool, db: Optional[str]):
+    """The check :func:`maint.jobs.scheduler.load_job` applies to each job's command line."""
+    return lambda command: dry_parse(root, job_args(command, all_profiles, db))
 
 
 def _store_flags(db: Optional[str], all_profiles: bool) -> None:
@@ -50,24 +100,27 @@ def _store_flags(db: Optional[str], all_profiles: bool) -> None:
 @guard
 def run(ctx: typer.Context, jobs_dir: JobsDirOpt = None, all_profiles: AllProfilesOpt = False,
         db: DbOpt = None) -> None:
-    """Run the job loop in the foreground until SIGTERM or Ctrl-C."""
+    """Run the job loop in the foreground until SIGTERM or Ctrl-C (exit 1 if a job outlived the stop grace)."""
     from maint.jobs.scheduler import load_catalogue, run_loop
 
     _store_flags(db, all_profiles)
     setup_logging()
-    jobs = load_catalogue(jobs_dir)  # a bad file stops us here, before anything is scheduled
-    run_loop(jobs, executor(ctx.find_root().command, all_profiles, db))
+    root = ctx.find_root().command
+    jobs = load_catalogue(jobs_dir, command_check(root, all_profiles, db))  # a bad file stops us before anything runs
+    code = run_loop(jobs, executor(root, all_profiles, db))
+    if code:
+        raise typer.Exit(code)
 
 
 @jobs_app.command("list")
 @guard
-def list_jobs(jobs_dir: JobsDirOpt = None, as_json: JsonOpt = False) -> None:
+def list_jobs(ctx: typer.Context, jobs_dir: JobsDirOpt = None, as_json: JsonOpt = False) -> None:
     """Each job with its trigger and next run time."""
     from maint.jobs.scheduler import load_catalogue, next_runs
 
     rows = [{"name": j.name, "command": j.command, "trigger": j.trigger_text, "enabled": j.enabled,
              "next_run": when.isoformat() if when else None, "file": str(j.source)}
-            for j, when in next_runs(load_catalogue(jobs_dir))]
+            for j, when in next_runs(load_catalogue(jobs_dir, command_check(ctx.find_root().command, False, None)))]
     if as_json:
         emit_json({"jobs": rows})
         return
@@ -85,5 +138,6 @@ def run_once(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Job n
 
     _store_flags(db, all_profiles)
     setup_logging()
-    job = find_job(load_catalogue(jobs_dir), name)
-    raise typer.Exit(executor(ctx.find_root().command, all_profiles, db)(job))
+    root = ctx.find_root().command
+    job = find_job(load_catalogue(jobs_dir, command_check(root, all_profiles, db)), name)
+    raise typer.Exit(executor(root, all_profiles, db)(job))

@@ -319,6 +319,9 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
 
             report["uploaded"] = upload_traces([(safe_name(w["ids"][0], ""), Path(w["path"])) for w in written],
                                                public=req.public)
+            for result, w in zip(report["uploaded"], written):
+                if w["temporary"]:
+                    result["file"] = None  # the private temporary file is gone when the command ends
         if req.delete_after_verified:
             report["deleted"] = _verified_delete(store, renderer, written)
         return report

@@ -1,39 +1,51 @@
-"""The job loop: a foreground APScheduler BlockingScheduler over the job catalogue.
+"""The job loop: a foreground APScheduler loop over the job catalogue.
 
-Each job is one small YAML file (name, command, cron or interval trigger,
-enabled). A bad file stops the loop before it starts, naming file and field.
-Jobs run coalesced, one instance at a time, with an hour of misfire grace so
-a host that slept through 03:30 still sweeps when it wakes. SIGTERM/SIGINT
-let the running batch finish, then exit.
+Each job is one small YAML file (name, command, cron or interval trigger, enabled). A file is
+checked whole before the loop starts, naming file and field (YAML errors: file and line): the
+trigger must fire within the next year and the command line must parse as the CLI would parse
+it. Jobs run coalesced, one instance at a time, with an hour of misfire grace so a host that
+slept through 03:30 still sweeps when it wakes. SIGTERM/SIGINT cancel the running job at its
+next batch boundary and stop the loop; a job that has not stopped within the grace period
+(``HERMES_MAINT_STOP_GRACE_S``, default 30 s) is reported and the loop exits anyway (exit 1).
 """
 
 from __future__ import annotations
 
 import logging
-from importlib import resources
+import math
+import os
 import signal
+import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from importlib import resources
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
-from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.executors.base import BaseExecutor, run_job
+from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+from maint.crashpoints import hang_point
+from maint.errors import EXIT_FAILED, UsageError
 from maint.store import batching
-from maint.errors import UsageError
 
 log = logging.getLogger("hermes_maint.jobs")
 
 CATALOGUE = "maint.jobs.catalogue"  # package data: the top-level jobs/ folder
 RUNNABLE = {"sweep", "optimize", "prune", "archive", "stats"}
-INTERVAL_UNITS = ("weeks", "days", "hours", "minutes", "seconds")
+UNIT_SECONDS = {"weeks": 604800, "days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}
+INTERVAL_UNITS = tuple(UNIT_SECONDS)
 MISFIRE_GRACE_S = 3600
+HORIZON = timedelta(days=366)  # every trigger must fire within this of now
+STOP_GRACE_ENV = "HERMES_MAINT_STOP_GRACE_S"
+DEFAULT_STOP_GRACE_S = 30.0
 
 
 @dataclass
@@ -50,11 +62,23 @@ def _bad(path: Path, field: str, problem: str) -> UsageError:
     return UsageError(f"{path}: field '{field}': {problem}")
 
 
-def load_job(path: Path) -> Job:
+def load_job(path: Path, check_command: Callable[[list[str]], None] | None = None,
+             now: datetime | None = None) -> Job:
+    """One job file, checked whole: a job that could never run, or never run right, is refused here.
+
+    *check_command* dry-parses the command line (the CLI passes its own parser, so a job is held
+    to exactly the options an operator could type); it raises :class:`UsageError` with the reason.
+    """
     try:
         data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read job file ({exc})") from None
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = (exc.problem or exc.context or "malformed YAML").strip()
+        if exc.problem and exc.context and exc.context_mark is not None:
+            problem += f" ({exc.context.strip()} at line {exc.context_mark.line + 1})"
+        raise UsageError(f"{path}:{mark.line + 1 if mark else '?'}: malformed YAML: {problem}") from None
     except YAMLError as exc:
         raise UsageError(f"{path}: malformed YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -79,6 +103,7 @@ def load_job(path: Path) -> Job:
     if not isinstance(trig, dict) or len(trig) != 1 or next(iter(trig)) not in ("cron", "interval"):
         raise _bad(path, "trigger", "must be {cron: '<m h dom mon dow>'} or {interval: {hours: N}}")
     kind, spec = next(iter(trig.items()))
+    now = now or datetime.now().astimezone()
     if kind == "cron":
         if not isinstance(spec, str):
             raise _bad(path, "trigger.cron", "must be a crontab string like '30 3 * * *'")
@@ -88,19 +113,41 @@ def load_job(path: Path) -> Job:
             raise _bad(path, "trigger.cron", f"bad crontab {spec!r} ({exc})") from None
         text = f"cron {spec}"
     else:
-        if not isinstance(spec, dict) or not spec or set(spec) - set(INTERVAL_UNITS) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in spec.values()):
-            raise _bad(path, "trigger.interval", f"must map {', '.join(INTERVAL_UNITS)} to positive numbers")
-        trigger = IntervalTrigger(**spec)
-        text = "every " + ", ".join(f"{v} {k}" for k, v in spec.items())
+        trigger, text = _interval(path, spec)
+    first = trigger.get_next_fire_time(None, now)
+    if first is None or first - now > HORIZON:
+        raise _bad(path, f"trigger.{kind}", f"{spec!r} does not fire within the next {HORIZON.days} days "
+                                            "(a date that does not exist, such as 31 February?)")
+    if check_command is not None:
+        try:
+            check_command(command)
+        except UsageError as exc:
+            raise _bad(path, "command", str(exc)) from None
     return Job(name=name, command=command, trigger=trigger, trigger_text=text, enabled=enabled, source=path)
 
 
-def load_catalogue(directory: Path | None = None) -> list[Job]:
+def _interval(path: Path, spec: Any) -> tuple[IntervalTrigger, str]:
+    shape = f"must map {', '.join(INTERVAL_UNITS)} to positive numbers, e.g. {{hours: 6}}"
+    if not isinstance(spec, dict) or not spec or set(spec) - set(INTERVAL_UNITS):
+        raise _bad(path, "trigger.interval", shape)
+    total = 0.0
+    for unit, value in spec.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or \
+                isinstance(value, float) and not math.isfinite(value):
+            raise _bad(path, "trigger.interval", f"{unit}: {value!r} is not a positive finite number ({shape})")
+        total += float(min(value, 1e300)) * UNIT_SECONDS[unit]
+    if not 1 <= total <= HORIZON.total_seconds():
+        raise _bad(path, "trigger.interval", f"{total:g} seconds is out of range (from 1 second to "
+                                             f"{HORIZON.days} days)")
+    return IntervalTrigger(**spec), "every " + ", ".join(f"{v} {k}" for k, v in spec.items())
+
+
+def load_catalogue(directory: Path | None = None,
+                   check_command: Callable[[list[str]], None] | None = None) -> list[Job]:
     directory = Path(directory) if directory else Path(resources.files(CATALOGUE))
     if not directory.is_dir():
         raise UsageError(f"{directory}: no such job directory")
-    jobs = [load_job(p) for p in sorted(directory.iterdir()) if p.suffix in (".yaml", ".yml")]
+    jobs = [load_job(p, check_command) for p in sorted(directory.iterdir()) if p.suffix in (".yaml", ".yml")]
     names = [j.name for j in jobs]
     dupes = {n for n in names if names.count(n) > 1}
     if dupes:
@@ -120,41 +167,123 @@ def next_runs(jobs: list[Job], now: datetime | None = None) -> list[tuple[Job, d
     return [(j, j.trigger.get_next_fire_time(None, now) if j.enabled else None) for j in jobs]
 
 
-def run_loop(jobs: list[Job], execute: Callable[[Job], int]) -> None:
-    """Block running *jobs* until SIGTERM/SIGINT; the running batch finishes first."""
+def stop_grace() -> float:
+    """Seconds a running job gets to stop after SIGTERM/SIGINT (``HERMES_MAINT_STOP_GRACE_S``)."""
+    raw = os.environ.get(STOP_GRACE_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_STOP_GRACE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 <= value <= 86400:
+        raise UsageError(f"{STOP_GRACE_ENV}={raw!r}: expected a number of seconds from 0 to 86400")
+    return value
+
+
+class _Running:
+    """The jobs running now, so that shutdown can wait for them and name the ones that do not stop."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.started: dict[str, float] = {}
+
+    def start(self, name: str) -> None:
+        with self.cond:
+            self.started[name] = time.monotonic()
+
+    def finish(self, name: str) -> None:
+        with self.cond:
+            self.started.pop(name, None)
+            self.cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> dict[str, float]:
+        """Wait up to *timeout* s for every job to finish; the ones still running, with their age in s."""
+        with self.cond:
+            self.cond.wait_for(lambda: not self.started, timeout)
+            now = time.monotonic()
+            return {name: now - t for name, t in self.started.items()}
+
+
+class DaemonThreadExecutor(BaseExecutor):
+    """Runs each job in a daemon thread of its own.
+
+    A pool's worker threads are joined when the interpreter exits, so one job stuck in a system
+    call (a FIFO given as the store) would keep the process alive after the loop gave up on it.
+    """
+
+    def _do_submit_job(self, job, run_times):
+        def target() -> None:
+            try:
+                events = run_job(job, job._jobstore_alias, run_times, self._logger.name)
+            except BaseException:  # noqa: BLE001 - reported through the scheduler's own events
+                self._run_job_error(job.id, *sys.exc_info()[1:])
+            else:
+                self._run_job_success(job.id, events)
+
+        threading.Thread(target=target, name=f"hermes-maint-job-{job.id}", daemon=True).start()
+
+
+def run_loop(jobs: list[Job], execute: Callable[[Job], int], grace: float | None = None) -> int:
+    """Run *jobs* until SIGTERM/SIGINT; returns the exit code (0, or 1 when a job did not stop in time).
+
+    The first signal sets the cancel flag (a prune or sweep stops at its next batch boundary) and
+    stops scheduling; the running job then has *grace* seconds. Later signals only say that the
+    loop is already stopping.
+    """
+    grace = stop_grace() if grace is None else grace
     enabled = [j for j in jobs if j.enabled]
     if not enabled:
         raise UsageError("no enabled job in the catalogue; nothing to run")
-    scheduler = BlockingScheduler(job_defaults={"coalesce": True, "max_instances": 1,
-                                                "misfire_grace_time": MISFIRE_GRACE_S})
+    running = _Running()
+    scheduler = BackgroundScheduler(executors={"default": DaemonThreadExecutor()},
+                                    job_defaults={"coalesce": True, "max_instances": 1,
+                                                  "misfire_grace_time": MISFIRE_GRACE_S})
     for job in enabled:
-        scheduler.add_job(_guarded(execute, job), job.trigger, id=job.name, name=job.name)
+        scheduler.add_job(_guarded(execute, job, running), job.trigger, id=job.name, name=job.name)
     batching.CANCEL.clear()
+    stop = threading.Event()
 
     def on_signal(signum, frame):  # noqa: ARG001
-        log.info("received %s: finishing the current batch, then stopping", signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            log.info("received %s again: already stopping", name)
+            return
+        log.info("received %s: cancelling at the next batch boundary, stopping within %g s", name, grace)
         batching.CANCEL.set()
-        threading.Thread(target=scheduler.shutdown, kwargs={"wait": True}, daemon=True).start()
+        stop.set()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
+        scheduler.start()
         for job, when in next_runs(enabled):
             log.info("job %s (%s): next run %s", job.name, job.trigger_text, when.isoformat() if when else "-")
-        scheduler.start()
+        while not stop.wait(1.0):
+            pass
+        scheduler.shutdown(wait=False)  # no new runs; the running job is waited for below
+        stuck = running.wait_idle(grace)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+    for name, age in stuck.items():
+        log.error("job %s did not stop within %g s of the signal (running for %.0f s); exiting anyway: "
+                  "its unfinished transaction is rolled back, committed ones stay", name, grace, age)
     log.info("job loop stopped")
+    return EXIT_FAILED if stuck else 0
 
 
-def _guarded(execute: Callable[[Job], int], job: Job) -> Callable[[], None]:
+def _guarded(execute: Callable[[Job], int], job: Job, running: _Running) -> Callable[[], None]:
     def run() -> None:
         log.info("job %s starting: hermes-maint %s", job.name, " ".join(job.command))
+        running.start(job.name)
         try:
+            hang_point("job_started")
             code = execute(job)
         except Exception:  # noqa: BLE001 - one failing job must not stop the loop
             log.exception("job %s crashed", job.name)
             return
+        finally:
+            running.finish(job.name)
         log.log(logging.INFO if code == 0 else logging.ERROR, "job %s finished with exit code %s", job.name, code)
 
     return run

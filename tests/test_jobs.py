@@ -1,0 +1,136 @@
+"""Job files that could never work are refused at load, and the loop always stops (issue 18: 5, 7, 13)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO, run_subprocess
+from tests.storegen import StoreBuilder
+
+GOOD_TRIGGER = "trigger: {cron: '30 3 * * *'}\n"
+
+
+@pytest.mark.parametrize("body,needle", [
+    # finding 7: numbers a timedelta cannot hold used to end in an OverflowError traceback
+    ("name: x\ncommand: [sweep]\ntrigger: {interval: {weeks: 1e300}}\n", "field 'trigger.interval'"),
+    ("name: x\ncommand: [sweep]\ntrigger: {interval: {seconds: .inf}}\n", "field 'trigger.interval'"),
+    ("name: x\ncommand: [sweep]\ntrigger: {interval: {seconds: .nan}}\n", "field 'trigger.interval'"),
+    ("name: x\ncommand: [sweep]\ntrigger: {interval: {days: 400}}\n", "field 'trigger.interval'"),
+    # finding 13: accepted, but could never run (or never run right)
+    ("name: x\ncommand: [sweep]\ntrigger: {cron: '30 3 31 2 *'}\n", "does not fire within the next 366 days"),
+    ("name: x\ncommand: [sweep, --bogus]\n" + GOOD_TRIGGER, "No such option: --bogus"),
+    ("name: x\ncommand: [prune, --older-than, fortnight]\n" + GOOD_TRIGGER, "--older-than: bad value 'fortnight'"),
+    ("name: x\ncommand: [list]\n" + GOOD_TRIGGER, "unknown command 'list'"),
+    ("name: x\ncommand: [stats, --help]\n" + GOOD_TRIGGER, "only prints help"),
+    ("name: x\ncommand: [stats, extra]\n" + GOOD_TRIGGER, "does not parse"),
+])
+def test_unworkable_job_file_is_refused_at_load(tmp_path, cli, body, needle):
+    (tmp_path / "job.yaml").write_text(body)
+    result = cli("jobs", "list", "--jobs-dir", tmp_path)
+    assert result.exit_code == 2, (result.output, result.exception)
+    line, = result.stderr.strip().splitlines()
+    assert str(tmp_path / "job.yaml") in line and needle in line
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path, cli):
+    (tmp_path / "job.yaml").write_text("name: x\ncommand: [sweep\n" + GOOD_TRIGGER)
+    result = cli("jobs", "list", "--jobs-dir", tmp_path)
+    assert result.exit_code == 2
+    assert f"{tmp_path / 'job.yaml'}:3: malformed YAML" in result.stderr and "line 2" in result.stderr
+
+
+def test_job_command_is_checked_with_the_loops_store_flags(tmp_path, cli):
+    """The loop appends --db or --all-profiles to every job: a job naming its own store cannot run under it."""
+    (tmp_path / "job.yaml").write_text("name: x\ncommand: [stats, --profile, work]\n" + GOOD_TRIGGER)
+    assert cli("jobs", "list", "--jobs-dir", tmp_path).exit_code == 0
+    result = cli("jobs", "run-once", "x", "--jobs-dir", tmp_path, "--db", tmp_path / "state.db")
+    assert result.exit_code == 2 and "mutually exclusive" in result.stderr
+
+
+def test_valid_options_pass_the_dry_parse_without_running(tmp_path, cli):
+    db = tmp_path / "missing" / "state.db"  # parsing never opens the store
+    (tmp_path / "job.yaml").write_text("name: x\ncommand: [prune, --older-than, 30d, --source, cli, --json]\n"
+                                       + GOOD_TRIGGER)
+    result = cli("jobs", "list", "--jobs-dir", tmp_path, "--json")
+    assert result.exit_code == 0, result.output
+    assert not db.parent.exists()
+
+
+def test_shipped_catalogue_passes_every_check(cli):
+    assert cli("jobs", "list").exit_code == 0
+
+
+def test_bad_stop_grace_is_a_one_line_error(tmp_path):
+    (tmp_path / "tick.yaml").write_text("name: tick\ncommand: [stats]\ntrigger: {interval: {seconds: 1}}\n")
+    result = run_subprocess("jobs", "run", "--jobs-dir", tmp_path, "--db", tmp_path / "x.db",
+                            env={"HERMES_MAINT_STOP_GRACE_S": "inf"}, timeout=60)
+    assert result.returncode == 2 and "HERMES_MAINT_STOP_GRACE_S='inf'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _start_loop(tmp_path, env=None):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("x")
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "tick.yaml").write_text("name: tick\ncommand: [stats]\ntrigger: {interval: {seconds: 1}}\n")
+    errlog = tmp_path / "loop.log"
+    with open(errlog, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "maint", "jobs", "run", "--jobs-dir", str(jobs),
+                                 "--db", str(db)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
+                                env={**os.environ, **(env or {})})
+    return proc, errlog
+
+
+def _wait_for(errlog, text, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline and text not in errlog.read_text():
+        time.sleep(0.05)
+    assert text in errlog.read_text(), errlog.read_text()
+
+
+def test_stuck_job_is_reported_and_the_loop_exits_anyway(tmp_path):
+    """Finding 5: a job stuck in a system call (a FIFO as the store) used to keep the loop alive past SIGTERM.
+
+    HERMES_MAINT_HANG_AT=job_started is a test seam (maint.crashpoints.hang_point): the job thread
+    blocks for good, deaf to the cancel flag, as one blocked opening a FIFO does.
+    """
+    proc, errlog = _start_loop(tmp_path, {"HERMES_MAINT_HANG_AT": "job_started", "HERMES_MAINT_STOP_GRACE_S": "2"})
+    try:
+        _wait_for(errlog, "job tick starting")
+        proc.send_signal(signal.SIGTERM)
+        _wait_for(errlog, "received SIGTERM")
+        proc.send_signal(signal.SIGTERM)  # a second signal during shutdown changes nothing
+        started = time.monotonic()
+        proc.wait(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = errlog.read_text()
+    assert proc.returncode == 1, log
+    assert "job tick did not stop within 2 s" in log and "exiting anyway" in log and "job loop stopped" in log
+    assert "already stopping" in log and "Traceback" not in log
+    assert took < 10, took  # the 2 s grace and process exit, not a hang
+
+
+def test_second_signal_while_stopping_is_idempotent(tmp_path):
+    """Finding 7: a second SIGTERM during shutdown used to raise SchedulerNotRunningError with a traceback."""
+    proc, errlog = _start_loop(tmp_path)
+    try:
+        _wait_for(errlog, "job tick finished with exit code 0")
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = errlog.read_text()
+    assert proc.returncode == 0, log
+    assert "Traceback" not in log and "SchedulerNotRunningError" not in log and "job loop stopped" in log

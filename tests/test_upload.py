@@ -1,0 +1,124 @@
+"""Trace upload against hostile endpoints (issue 18: 6 and 11): every request times out, every repo path is
+checked before the first request, and the result is reported per file."""
+
+import json
+import time
+
+import pytest
+
+from maint.errors import MaintError
+from maint.export.hf_upload import repo_paths, upload_traces
+from tests.conftest import run_subprocess
+from tests.hf_fake import Hub, Silent
+from tests.storegen import StoreBuilder
+
+TOKEN = "hf_localtesttoken_abcdefghijklmnop"
+
+
+@pytest.fixture
+def store(tmp_path):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        for sid in ("a1", "a2", "a3"):
+            b.session(sid, age=30, messages=2)
+        b.session("/etc/abs_id", age=30, messages=2, source="cron")
+    return db
+
+
+def _env(url, timeout="60"):
+    return {"HF_ENDPOINT": url, "HF_TOKEN": TOKEN, "HERMES_MAINT_HTTP_TIMEOUT_S": timeout}
+
+
+def test_hung_endpoint_times_out_naming_it(store, tmp_path):
+    """Finding 6: an endpoint that accepts and never answers used to hang the export forever."""
+    out = tmp_path / "t.trace.jsonl"
+    with Silent() as hub:
+        started = time.monotonic()
+        r = run_subprocess("export", out, "--db", store, "--format", "trace", "--session-id", "a1", "--upload",
+                           env=_env(hub.url, "1"), timeout=90)
+        took = time.monotonic() - started
+    assert r.returncode == 1, r.stderr
+    line, = r.stderr.strip().splitlines()
+    assert hub.url in line and "did not answer" in line and "HERMES_MAINT_HTTP_TIMEOUT_S" in line
+    assert "Traceback" not in r.stderr and TOKEN not in r.stderr and out.exists()
+    assert took < 20, took  # one 1 s timeout, not huggingface_hub's five retries with back-off, nor forever
+
+
+def test_endpoint_stalling_mid_run_reports_each_file(store, tmp_path):
+    out = tmp_path / "traces"
+    with Hub(stall={"sessions/a2.jsonl"}) as hub:
+        r = run_subprocess("export", out, "--db", store, "--format", "trace", "--source", "cli", "--upload", "--json",
+                           env=_env(hub.url, "1"), timeout=90)
+        landed = set(hub.repos["tester/hermes-traces"]["files"])
+    assert r.returncode == 1, r.stderr
+    report = json.loads(r.stdout)
+    status = {u["path_in_repo"]: (u["ok"], u["error"] or "") for u in report["uploaded"]}
+    assert status["sessions/a1.jsonl"] == (True, "")
+    assert status["sessions/a2.jsonl"][0] is False and "stopped answering" in status["sessions/a2.jsonl"][1]
+    assert status["sessions/a3.jsonl"][0] is False and status["sessions/a3.jsonl"][1].startswith("not attempted")
+    assert landed == {"sessions/a1.jsonl"}
+    assert "1 of 3 uploads" not in r.stderr and "2 of 3 uploads failed (1 went up)" in r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["a1.trace.jsonl", "a2.trace.jsonl", "a3.trace.jsonl"]
+
+
+def test_file_refused_by_the_hub_is_reported_and_the_rest_go_up(store, tmp_path):
+    """Finding 11: a bulk upload used to stop at the first failing file, without saying what went up."""
+    out = tmp_path / "traces"
+    with Hub(refuse={"sessions/a2.jsonl"}) as hub:
+        r = run_subprocess("export", out, "--db", store, "--format", "trace", "--source", "cli", "--upload", "--json",
+                           env=_env(hub.url))
+        landed = set(hub.repos["tester/hermes-traces"]["files"])
+    assert r.returncode == 1, r.stderr
+    report = json.loads(r.stdout)
+    assert [(u["path_in_repo"], u["ok"]) for u in report["uploaded"]] == [
+        ("sessions/a1.jsonl", True), ("sessions/a2.jsonl", False), ("sessions/a3.jsonl", True)]
+    assert landed == {"sessions/a1.jsonl", "sessions/a3.jsonl"}
+    assert all(u["file"] and u["file"].startswith(str(out)) for u in report["uploaded"])
+    assert "1 of 3 uploads failed (2 went up)" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_session_id_with_slashes_uploads_under_its_sanitised_name(store, tmp_path):
+    """Finding 11 as reported: the id `/etc/abs_id` became the repo path `sessions//etc/abs_id.jsonl`."""
+    out = tmp_path / "traces"
+    with Hub() as hub:
+        r = run_subprocess("export", out, "--db", store, "--format", "trace", "--source", "cron", "--upload", "--json",
+                           env=_env(hub.url))
+        landed = set(hub.repos["tester/hermes-traces"]["files"])
+    assert r.returncode == 0, r.stderr
+    assert landed == {"sessions/_etc_abs_id.jsonl"}
+    assert json.loads(r.stdout)["uploaded"][0]["ok"] is True
+
+
+@pytest.mark.parametrize("names,needle", [
+    (["ok", "/etc/abs_id"], "not a valid file name"),
+    (["ok", ".hidden"], "not a valid file name"),
+    (["ok", ".."], "not a valid file name"),
+    (["ok", "x" * 300], "not a valid file name"),
+    (["same", "same"], "would both upload to sessions/same.jsonl"),
+])
+def test_every_repo_path_is_checked_before_the_first_request(tmp_path, monkeypatch, names, needle):
+    files = []
+    for i, name in enumerate(names):
+        path = tmp_path / f"{i}.jsonl"
+        path.write_text("{}\n")
+        files.append((name, path))
+    with Hub() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setenv("HF_TOKEN", TOKEN)
+        with pytest.raises(MaintError, match=needle):
+            upload_traces(files)
+        assert hub.requests == []  # refused before anything was sent, the valid file included
+
+
+def test_repo_paths_of_sanitised_names():
+    assert repo_paths([("20250305_091523_a1b2", None), ("_etc_abs_id", None)]) == [
+        "sessions/20250305_091523_a1b2.jsonl", "sessions/_etc_abs_id.jsonl"]
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "inf", "nan", "soon", "7200"])
+def test_bad_timeout_setting_refused_before_anything_is_written(store, tmp_path, value):
+    out = tmp_path / "t.trace.jsonl"
+    r = run_subprocess("export", out, "--db", store, "--format", "trace", "--session-id", "a1", "--upload",
+                       env=_env("http://127.0.0.1:9", value))
+    assert r.returncode == 2 and f"HERMES_MAINT_HTTP_TIMEOUT_S={value!r}" in r.stderr, r.stderr
+    assert not out.exists() and "Traceback" not in r.stderr
