@@ -185,7 +185,9 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
                 report["resumed"] = claim.resumed
                 report["bytes_before"] = sum(store.file_sizes().values())
                 report["reaped_ids"] = reap(store, reap_candidates(store, retention, now), now)
-                plan = plan_prune(store, implicit_prune_filters(now, retention), now=now,
+                # Archived sessions age out like any other (Hermes's own sweep does too): archiving
+                # hides, only a pin keeps.
+                plan = plan_prune(store, implicit_prune_filters(now, retention), now=now, include_archived=True,
                                   keep=frozenset(report["reaped_ids"]))
                 result = execute_prune(store, plan)
                 report["pruned_ids"] = result.deleted_ids
