@@ -23,13 +23,11 @@ from dataclasses import dataclass, field
 
 from maint.store import lineage as lin
 from maint.store.batching import pacer_for, run_batched
-from maint.store.catalog import load_sessions, locked_session_ids
+from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, load_sessions, locked_session_ids
 from maint.store.connection import Store
 from maint.store.sqlutil import ph
 
 MARKER_KEY = "last_auto_archive"  # Hermes's own key: one idle sweep per interval among all processes
-DEFAULT_IDLE_DAYS = 3
-CANONICAL_BOT_CHAT_TITLE = "Bot Chat"
 
 
 def claim_idle_marker(store: Store, interval_s: float, now: float, force: bool) -> tuple[bool, float | None]:

@@ -15,6 +15,8 @@ from maint.store.connection import Store
 
 
 ORPHAN_REAP_REASON = "startup_orphan_reap"
+# Bot Mode finds its chat by this exact title on a hidden row: it stays hidden and keeps its name.
+CANONICAL_BOT_CHAT_TITLE = "Bot Chat"
 
 
 @dataclass
