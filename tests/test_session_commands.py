@@ -164,3 +164,16 @@ def test_pin_unpin_pinned(make_store, cli):
     cli.json("unpin", "20250306", "--db", b.path)
     assert [p["id"] for p in cli.json("pinned", "--db", b.path)["pinned"]] == ["20250307_solo", "bot"]
     assert "proj" not in cli("pinned", "--db", b.path).stdout
+
+
+def test_delete_refused_when_an_unknown_table_points_at_sessions(family, cli):
+    import sqlite3
+
+    conn = sqlite3.connect(family.path)
+    conn.execute("CREATE TABLE plugin_notes (sid TEXT REFERENCES sessions(id), note TEXT)")
+    conn.commit()
+    conn.close()
+    before = file_hash(family.path)
+    result = cli("delete", P, "--db", family.path, "--yes")
+    assert result.exit_code == 1 and "plugin_notes.sid -> sessions" in result.stderr
+    assert file_hash(family.path) == before

@@ -81,6 +81,7 @@ def _busy_refusal(session_id: str, busy: list[str]) -> MaintError:
 def plan_delete(store: Store, ref: str, now: float | None = None) -> DeletePlan:
     """What ``delete`` removes, or a refusal (exit 1) while a turn lease or compression lock is live."""
     now = time.time() if now is None else now
+    store.refuse_unknown_references()  # a table we do not know pointing at sessions: before the confirmation
     with store.snapshot():
         sid = resolve_session(store, ref)
         ids = [sid, *delegate_children(store, sid)]
