@@ -3,8 +3,9 @@
 import sys
 
 from maint.app import app
-from maint.commands import (archive_cmd, autoprune_cmd, demo_cmd, export_cmd, jobs_cmd, journal_cmd, list_cmd,
-                            optimize_cmd, profiles_cmd, prompts_cmd, prune_cmd, stats_cmd, sweep_cmd)
+from maint.commands import (archive_cmd, autoprune_cmd, delete_cmd, demo_cmd, export_cmd, jobs_cmd, journal_cmd,
+                            list_cmd, optimize_cmd, pin_cmd, profiles_cmd, prompts_cmd, prune_cmd, rename_cmd,
+                            routing_cmd, stats_cmd, sweep_cmd)
 from maint.commands.runner import guard, run
 
 COMMANDS = {
@@ -12,6 +13,11 @@ COMMANDS = {
     "archive": archive_cmd.archive,
     "stats": stats_cmd.stats,
     "list": list_cmd.list_sessions,
+    "delete": delete_cmd.delete,
+    "rename": rename_cmd.rename,
+    "pin": pin_cmd.pin,
+    "unpin": pin_cmd.unpin,
+    "pinned": pin_cmd.pinned,
     "export": export_cmd.export,
     "optimize": optimize_cmd.optimize,
     "sweep": sweep_cmd.sweep,
@@ -19,6 +25,7 @@ COMMANDS = {
     "set-journal-mode": journal_cmd.set_journal_mode,
     "repair-prompts": prompts_cmd.repair_prompts,
     "repair-profiles": profiles_cmd.repair_profiles,
+    "repair-routing": routing_cmd.repair_routing,
     "demo": demo_cmd.demo,
 }
 for name, fn in COMMANDS.items():

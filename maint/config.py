@@ -25,6 +25,8 @@ from maint.store.targets import hermes_home
 
 SESSION_DEFAULTS: dict[str, Any] = {
     "auto_prune": False,
+    "auto_archive": False,
+    "auto_archive_days": 3,
     "retention_days": 90,
     "vacuum_after_prune": True,
     "min_vacuum_interval_days": 30,

@@ -20,6 +20,12 @@ from maint.demo import V30_SCHEMA
 
 DAY = 86400.0
 
+# Upstream's schema 31 adds the idle sweep's provenance flag; the demo (v30) predates it.
+V31_ADDITIONS = """
+ALTER TABLE sessions ADD COLUMN auto_archived INTEGER NOT NULL DEFAULT 0;
+UPDATE schema_version SET version = 31;
+"""
+
 SESSION_COLUMNS_SET_LATER = (
     "started_at", "ended_at", "end_reason", "title", "billing_provider", "input_tokens", "output_tokens",
     "actual_cost_usd", "estimated_cost_usd", "tool_call_count", "git_branch", "archived", "pinned", "hidden",
@@ -31,7 +37,8 @@ class StoreBuilder:
     """Adds sessions with chosen ages and attributes to a store.
 
     ``layout="v22"`` writes through hermes-agent's SessionDB; ``"v30"`` uses
-    the upstream layout above. Ages are in days before ``now``.
+    the upstream layout above, ``"v31"`` the same plus upstream's ``auto_archived``
+    column. Ages are in days before ``now``.
     """
 
     def __init__(self, path: Path, layout: str = "v22", now: float | None = None):
@@ -48,6 +55,8 @@ class StoreBuilder:
             conn = sqlite3.connect(self.path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(V30_SCHEMA)
+            if layout == "v31":
+                conn.executescript(V31_ADDITIONS)
             conn.close()
         self.raw = sqlite3.connect(self.path, isolation_level=None, timeout=30)
 

@@ -53,6 +53,13 @@ CASES = [
     (["stats", "--profile", "../evil"], 2, "--profile"),
     (["prune", "--db", S, "--yes", "--bogus"], 2, "--bogus"),
     (["jobs", "run-once", "nope"], 2, "no job named"),
+    (["list", "--db", S, "--workspace", ""], 2, "--workspace"),
+    (["archive", "--db", S, "--idle", "--source", "cli", "--yes"], 2, "--idle"),
+    (["delete", "nope", "--db", S, "--yes"], 1, "'nope'"),
+    (["rename", "old", "\u200b", "--db", S], 2, "title:"),
+    (["rename", "old", "x" * 101, "--db", S], 2, "at most 100"),
+    (["pin", "old", "--db", S], 1, "version 22"),
+    (["repair-routing", "--db", S, "--max-gap-seconds", "15m"], 2, "--max-gap-seconds"),
 ]
 
 

@@ -1,5 +1,6 @@
 """hermes-maint list: options and output; the rows come from :mod:`maint.ops.listing`."""
 
+import os
 from typing import Annotated, Optional
 
 import typer
@@ -14,45 +15,63 @@ from maint.store.targets import resolve_targets
 
 def list_sessions(
     source: Annotated[Optional[str], typer.Option("--source", help="Only this platform.")] = None,
-    limit: Annotated[str, typer.Option("--limit", help="How many to show (0 = all).")] = "20",
+    limit: Annotated[str, typer.Option("--limit", help="How many to show (0 = all); pinned ones always show.")] = "20",
+    workspace: Annotated[Optional[str], typer.Option(
+        "--workspace", metavar="NEEDLE",
+        help="Only one workspace (git repo root, else working directory): a path substring or the exact "
+             "directory name.")] = None,
     as_json: JsonOpt = False,
     db: DbOpt = None,
     profile: ProfileOpt = None,
     all_profiles: AllProfilesOpt = False,
 ) -> None:
-    """Recent conversations: title, preview, last active, id."""
+    """Recent conversations: title, preview, last active, id. Pinned ones are always listed.
+
+    Example: hermes-maint list --workspace my-project --limit 50
+    """
     from maint.ops.listing import list_conversations
     from maint.store.connection import open_store
 
     n = parse_count("--limit", limit)
     if source is not None and not source.strip():
         raise UsageError("--source: empty value (expected a platform name, e.g. cli or telegram)")
+    needle = None
+    if workspace is not None:
+        needle = os.path.expanduser(workspace.strip())
+        needle = needle.rstrip("/\\") or needle
+        if not needle:
+            raise UsageError("--workspace: empty value (expected a path substring or a directory name, "
+                             "e.g. my-project or ~/code/hermes-agent)")
 
     def run(target) -> dict:
         with open_store(target.path, readonly=True) as store:
-            rows, total = list_conversations(store, source=source, limit=n)
+            rows, total = list_conversations(store, source=source, limit=n, workspace=needle)
         return {"sessions": rows, "total": total, "shown": len(rows)}
 
     for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
 
 
 def _render(r: dict) -> None:
-    from maint.ops.listing import relative_time
+    from maint.ops.listing import relative_time, source_label
 
     rows = r["sessions"]
+    if not rows:
+        typer.echo("No sessions found.")
+        return
     titled = any(row["title"] for row in rows)
     if titled:
         typer.echo(f"{'Title':<22} {'Preview':<40} {'Last Active':<13} ID")
+        typer.echo("─" * 96)
     else:
         typer.echo(f"{'Preview':<50} {'Last Active':<13} {'Src':<6} ID")
-    typer.echo("─" * 96)
+        typer.echo("─" * 86)
     for row in rows:
         when = relative_time(row["last_active"])
         title, preview = printable(row["title"] or "—"), printable(row["preview"])
-        sid, source = printable(row["id"]), printable(row["source"])
+        sid = printable(row["id"])
         if titled:
             typer.echo(f"{title[:22]:<22} {preview[:40]:<40} {when:<13} {sid}")
         else:
-            typer.echo(f"{preview[:50]:<50} {when:<13} {source[:6]:<6} {sid}")
+            typer.echo(f"{preview[:50]:<50} {when:<13} {printable(source_label(row['source'])):<6} {sid}")
     if r["total"] > r["shown"]:
         typer.echo(f"… {r['total'] - r['shown']} more not shown (use --limit N to see more)")

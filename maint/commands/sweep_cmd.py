@@ -21,6 +21,10 @@ def sweep(
 
     Runs only while sessions.auto_prune is true, at most once per
     sessions.min_interval_hours across every Hermes process sharing the store.
+    With sessions.auto_archive: true it first archives conversations idle for
+    sessions.auto_archive_days (pinned and busy ones exempt).
+
+    Example: hermes-maint sweep --force --json
     """
     import logging
 
@@ -46,6 +50,10 @@ def sweep(
 
 
 def _render(r: dict) -> None:
+    if r["auto_archived_ids"]:
+        typer.echo(f"Idle sweep: archived {len(r['auto_archived_ids'])} session(s) (they come back when resumed)")
+    elif r["auto_archive_skipped_reason"] != "sessions.auto_archive is off":
+        typer.echo(f"Idle sweep: {r['auto_archive_skipped_reason'] or 'nothing idle to archive'}")
     if not r["swept"]:
         typer.echo(f"Sweep skipped: {r['skipped_reason']}")
         return

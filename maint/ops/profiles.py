@@ -176,10 +176,10 @@ def scan(home: Path | None = None, legacy_main: str | None = None) -> tuple[dict
     return stores, out
 
 
-def snapshot(stores: dict[str, Path], home: Path | None = None) -> Path:
-    """Copies of every store through SQLite's backup API, in a timestamped folder."""
+def snapshot(stores: dict[str, Path], home: Path | None = None, label: str = "repair-profiles") -> Path:
+    """Copies of every store through SQLite's backup API, in a timestamped folder named for *label*."""
     home = home or hermes_home()
-    base = home / "state-snapshots" / time.strftime("repair-profiles-%Y%m%d-%H%M%S")
+    base = home / "state-snapshots" / time.strftime(f"{label}-%Y%m%d-%H%M%S")
     folder, n = base, 1
     base.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     while True:  # two runs within one second get two folders; a snapshot is never overwritten

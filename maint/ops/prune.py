@@ -64,6 +64,15 @@ def _hold_reason(s: SessionInfo, include_archived: bool) -> str | None:
     return None
 
 
+def _old_enough(s: SessionInfo, filters: Filters) -> bool:
+    """A delegate child is activity of its family: with an age bound, the whole family must be past it.
+
+    Its last activity counts a reap at its ``ended_at`` (see :func:`load_sessions`), so a child
+    reaped by one sweep keeps its old parent for a whole further retention period.
+    """
+    return filters.active_before is None or s.last_active <= filters.active_before
+
+
 def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool = False,
                now: float | None = None, keep: frozenset[str] = frozenset()) -> PrunePlan:
     """Choose what goes. ``filters`` empty/None = the bare rule: inactive >= 90 days."""
@@ -98,6 +107,9 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
                 for sid in tree.chains[k].ids:
                     if sid in keep or _hold_reason(sessions[sid], include_archived=True):
                         held["delegate_child_busy"] = held.get("delegate_child_busy", 0) + 1
+                        return False
+                    if not _old_enough(sessions[sid], filters):
+                        held["delegate_child_active"] = held.get("delegate_child_active", 0) + 1
                         return False
             return True
 

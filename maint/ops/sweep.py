@@ -1,4 +1,4 @@
-"""The nightly sweep: reap orphans, prune past retention, VACUUM when it pays.
+"""The nightly sweep: hide idle conversations (when asked), reap orphans, prune past retention, VACUUM when it pays.
 
 Hermes processes run the same sweep at start-up. Two things keep exactly one
 sweeper per interval: the non-blocking flock Hermes takes beside the store,
@@ -23,6 +23,7 @@ from maint.store import batching
 from maint.store.holders import HolderReport, find_holders
 from maint.store.locks import LockHeld, maintenance_lock
 from maint.store.runlock import RunLockHeld
+from maint.ops.auto_archive import claim_idle_marker, execute_idle_archive, missing_column, plan_idle_archive
 from maint.ops.prune import execute_prune, plan_prune
 from maint.ops.reap import reap, reap_candidates
 from maint.store.connection import Store, open_store
@@ -141,7 +142,37 @@ def empty_report(db: Path) -> dict[str, Any]:
     return {"store": str(db), "swept": False, "skipped_reason": None, "reaped_ids": [], "pruned_ids": [],
             "pruned_messages": 0, "bytes_before": None, "bytes_after": None, "bytes_freed": 0,
             "vacuumed": False, "vacuum_reason": None, "retention_days": None, "seconds": 0.0,
-            "started_at": None, "completed": False, "cancelled": False, "resumed": False}
+            "started_at": None, "completed": False, "cancelled": False, "resumed": False,
+            "auto_archived_ids": [], "auto_archive_skipped_reason": None}
+
+
+def auto_archive_step(db: Path, cfg: Config, interval_s: float, now: float,
+                      force: bool) -> tuple[list[str], str | None]:
+    """sessions.auto_archive: before pruning and independent of auto_prune, as Hermes runs it, with
+    Hermes's own ``last_auto_archive`` marker. Returns (archived ids, why it did not run)."""
+    if cfg.session("auto_archive") is not True:
+        return [], "sessions.auto_archive is off"
+    days = cfg.session("auto_archive_days")
+    if isinstance(days, bool) or not isinstance(days, (int, float)) or days < 0:
+        log.warning("sessions.auto_archive_days=%r is invalid: it must be a number of days >= 0; "
+                    "skipping the idle sweep", days)
+        return [], f"invalid sessions.auto_archive_days {days!r} (expected a number of days >= 0)"
+    try:
+        store = open_store(db)
+    except RunLockHeld as exc:
+        return [], f"another hermes-maint is working on this store ({str(exc).split(': ', 1)[-1]})"
+    with store:
+        reason = missing_column(store)
+        if reason:
+            log.warning("idle sweep of %s skipped: %s", db, reason)
+            return [], reason
+        claimed, previous = claim_idle_marker(store, interval_s, now, force)
+        if not claimed:
+            return [], (f"idle sweep already ran {(now - previous) / 3600:.1f} h ago (min_interval_hours "
+                        f"{interval_s / 3600:g}; --force to run anyway)")
+        ids = execute_idle_archive(store, plan_idle_archive(store, float(days), now))
+    log.info("idle sweep of %s: archived %d session(s) idle >= %g days", db, len(ids), days)
+    return ids, None
 
 
 def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None = None,
@@ -159,6 +190,9 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
         log.info("sweep of %s skipped: %s", db, reason)
         return report
 
+    interval_s = _number(cfg, "min_interval_hours", 24) * 3600
+    report["auto_archived_ids"], report["auto_archive_skipped_reason"] = auto_archive_step(
+        db, cfg, interval_s, now, force)
     if cfg.session("auto_prune") is not True:
         return skip("sessions.auto_prune is off (set it to true, or run `hermes-maint autoprune on`)")
     retention = validate_retention(cfg.session("retention_days"))
@@ -168,7 +202,6 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
         return skip(f"invalid sessions.retention_days {cfg.session('retention_days')!r} "
                     "(expected an integer >= 0)")
     report["retention_days"] = retention
-    interval_s = _number(cfg, "min_interval_hours", 24) * 3600
     try:
         store = open_store(db)
     except RunLockHeld as exc:  # a sweep of ours (or a prune) is running: like Hermes's lock, skip
@@ -185,7 +218,9 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
                 report["resumed"] = claim.resumed
                 report["bytes_before"] = sum(store.file_sizes().values())
                 report["reaped_ids"] = reap(store, reap_candidates(store, retention, now), now)
-                plan = plan_prune(store, implicit_prune_filters(now, retention), now=now,
+                # Archived sessions age out like any other (Hermes's own sweep does too): archiving
+                # hides, only a pin keeps.
+                plan = plan_prune(store, implicit_prune_filters(now, retention), now=now, include_archived=True,
                                   keep=frozenset(report["reaped_ids"]))
                 result = execute_prune(store, plan)
                 report["pruned_ids"] = result.deleted_ids

@@ -15,6 +15,8 @@ from maint.store.connection import Store
 
 
 ORPHAN_REAP_REASON = "startup_orphan_reap"
+# Bot Mode finds its chat by this exact title on a hidden row: it stays hidden and keeps its name.
+CANONICAL_BOT_CHAT_TITLE = "Bot Chat"
 
 
 @dataclass
@@ -41,8 +43,10 @@ class SessionInfo:
     tokens: int = 0
     cost: float = 0.0
     archived: bool = False
+    auto_archived: bool = False  # hidden by the idle sweep (sessions.auto_archive), not by hand
     pinned: bool = False
     hidden: bool = False
+    git_repo_root: str | None = None
     branched_from: str | None = None
     delegate_from: str | None = None
     reset_from: str | None = None
@@ -81,6 +85,8 @@ def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionIn
                COALESCE({_opt(store, 'input_tokens')}, 0) + COALESCE({_opt(store, 'output_tokens')}, 0) AS tokens,
                COALESCE({_opt(store, 'actual_cost_usd')}, {_opt(store, 'estimated_cost_usd')}, 0) AS cost,
                COALESCE({_opt(store, 'archived', '0')}, 0) AS archived,
+               COALESCE({_opt(store, 'auto_archived', '0')}, 0) AS auto_archived,
+               {_opt(store, 'git_repo_root')} AS git_repo_root,
                COALESCE({_opt(store, 'pinned', '0')}, 0) AS pinned,
                COALESCE({_opt(store, 'hidden', '0')}, 0) AS hidden,
                {_marker(mc, '_branched_from')} AS branched_from,
@@ -99,7 +105,7 @@ def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionIn
             # A reaped orphan counts again from its closing time: only a later sweep may delete it.
             row["last_active"] = max(row["last_active"], row["ended_at"])
         row.pop("last_activity_at")
-        for flag in ("archived", "pinned", "hidden"):
+        for flag in ("archived", "auto_archived", "pinned", "hidden"):
             row[flag] = bool(row[flag])
         for marker in ("branched_from", "delegate_from", "reset_from"):
             if row[marker] is not None:

@@ -1,0 +1,139 @@
+"""repair-routing: gateway conversations stranded in rows that lost their routing identity.
+
+A gateway row whose ``session_key`` was never written (a crashed write path) holds messages that
+restart recovery cannot find, so the chat resumes an older session instead. Each such *orphan* is
+adopted by the routed row it continues, and only on unambiguous evidence (upstream Hermes,
+``find_orphaned_gateway_sessions`` / ``adopt_orphaned_gateway_session`` in hermes_state_gateway.py,
+and ``_cmd_repair_routing`` in hermes_cli/sessions_cmd.py):
+
+* lineage: the orphan's ``parent_session_id`` is a routed row of the same platform (a recorded fact,
+  no time window);
+* contiguity: exactly one routed row of the same platform (same user, when both name one) went
+  quiet within ``max_gap_s`` of the orphan's start, and before the orphan's last activity.
+
+Ambiguity (two candidates, or two orphans claiming one predecessor) is reported with its reason and
+never applied. Both rows must belong to the same profile (a missing ``profile_name`` reads as the
+store's own). Adoption copies the routing identity onto the orphan (filling only its empty columns)
+and retires the predecessor with ``end_reason = 'superseded_by_repair'``, a reason restart recovery
+does not resume. Branch, delegate and ``tool`` rows are unrouted by design and never reported.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from maint.store.catalog import SessionInfo, load_sessions
+from maint.store.connection import Store
+from maint.store.targets import hermes_home
+
+DEFAULT_MAX_GAP_S = 900.0
+REPAIR_END_REASON = "superseded_by_repair"
+# Platforms the gateway routes. A source that has any routed row in the store counts as one too.
+GATEWAY_SOURCES = frozenset({
+    "telegram", "discord", "slack", "whatsapp", "signal", "matrix", "teams", "mattermost", "email", "sms",
+    "homeassistant", "dingtalk", "feishu", "wecom", "weixin", "line", "bluebubbles", "qqbot", "webhook",
+})
+IDENTITY_COLUMNS = ("chat_id", "chat_type", "thread_id", "user_id", "origin_json", "display_name")
+
+
+def store_owner(path: Path) -> str | None:
+    """The profile a store belongs to, from its place under HERMES_HOME; None outside that tree."""
+    home = hermes_home().resolve()
+    parent = Path(path).resolve().parent
+    if parent == home:
+        return "default"
+    if parent.parent == home / "profiles":
+        return parent.name
+    return None
+
+
+def _profiles(store: Store) -> dict[str, str | None]:
+    if not store.has_column("sessions", "profile_name"):
+        return {}
+    return dict(store.conn.execute("SELECT id, profile_name FROM sessions"))
+
+
+def find_orphans(store: Store, max_gap_s: float = DEFAULT_MAX_GAP_S, owner: str | None = None,
+                 now: float | None = None) -> list[dict[str, Any]]:
+    """Every orphaned gateway row with the proposed adoption and its evidence, or why there is none."""
+    if not store.has_column("sessions", "session_key"):
+        return []
+    with store.snapshot():
+        sessions = load_sessions(store, now)
+        profiles = _profiles(store)
+        counts = dict(store.conn.execute("SELECT session_id, COUNT(*) FROM messages GROUP BY session_id"))
+
+    def profile_of(s: SessionInfo) -> str | None:
+        return profiles.get(s.id) or owner
+
+    keyed = [s for s in sessions.values() if s.session_key and s.end_reason != REPAIR_END_REASON]
+    routed_sources = {s.source for s in keyed}
+    orphans = sorted((s for s in sessions.values()
+                      if not s.session_key and counts.get(s.id) and s.source != "tool"
+                      and not s.branched_from and not s.delegate_from
+                      and (s.source in GATEWAY_SOURCES or s.source in routed_sources)),
+                     key=lambda s: (s.started_at, s.id))
+    records = []
+    for o in orphans:
+        donor, reason = None, ""
+        mine = profile_of(o)
+        if o.parent_id:
+            evidence = "lineage"
+            parent = sessions.get(o.parent_id)
+            if parent and parent.session_key and parent.source == o.source and (
+                    owner is None or profile_of(parent) == mine):
+                donor = parent
+            else:
+                reason = "its parent session carries no routing identity of this platform"
+        else:
+            evidence = "contiguity"
+            candidates = [d for d in keyed if d.id != o.id and d.source == o.source
+                          and (not d.user_id or not o.user_id or d.user_id == o.user_id)
+                          and o.started_at - max_gap_s <= d.last_active <= o.started_at + max_gap_s
+                          and d.last_active < o.last_active
+                          and (owner is None or profile_of(d) == mine)]
+            if not candidates:
+                reason = f"no routed session of this platform went quiet within {max_gap_s:g}s of its start"
+            elif len(candidates) > 1:
+                reason = ("ambiguous: " + " and ".join(sorted(d.id for d in candidates)[:2])
+                          + " both went quiet within the window")
+            else:
+                donor = candidates[0]
+        records.append({"orphan_id": o.id, "source": o.source, "message_count": counts.get(o.id, 0),
+                        "started_at": o.started_at, "last_active": o.last_active,
+                        "donor_id": donor.id if donor else None, "session_key": donor.session_key if donor else None,
+                        "evidence": evidence, "adoptable": donor is not None, "reason": reason})
+    claims: dict[str, int] = {}
+    for r in records:
+        if r["adoptable"]:
+            claims[r["donor_id"]] = claims.get(r["donor_id"], 0) + 1
+    for r in records:
+        if r["adoptable"] and claims[r["donor_id"]] > 1:
+            r.update(adoptable=False, reason=f"ambiguous: more than one unrouted session claims {r['donor_id']}")
+    return records
+
+
+def adopt(store: Store, orphan_id: str, donor_id: str, owner: str | None = None) -> str | None:
+    """One adoption in one transaction, re-checked inside it. Returns None when done, else why not."""
+    cols = [c for c in IDENTITY_COLUMNS if store.has_column("sessions", c)]
+    profile = "profile_name" if store.has_column("sessions", "profile_name") else "NULL"
+    with store.write() as conn:
+        rows = {r[0]: r[1:] for r in conn.execute(
+            f"SELECT id, session_key, source, {profile}, EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) "
+            f"FROM sessions s WHERE id IN (?, ?)", (orphan_id, donor_id))}
+        if orphan_id not in rows or donor_id not in rows:
+            return "one of the two sessions is gone"
+        (o_key, o_src, o_prof, o_msgs), (d_key, d_src, d_prof, _) = rows[orphan_id], rows[donor_id]
+        if o_key or not d_key or o_src != d_src or not o_msgs:
+            return "the sessions changed since they were reported (a running gateway?)"
+        if owner is not None and (o_prof or owner) != (d_prof or owner):
+            return "the two sessions belong to different profiles"
+        fill = "".join(f", {c} = COALESCE({c}, (SELECT {c} FROM sessions WHERE id = ?))" for c in cols)
+        conn.execute(f"UPDATE sessions SET session_key = ?{fill}, parent_session_id = COALESCE(parent_session_id, ?) "
+                     "WHERE id = ? AND session_key IS NULL", [d_key, *[donor_id] * len(cols), donor_id, orphan_id])
+        conn.execute("UPDATE sessions SET ended_at = COALESCE(ended_at, ?), end_reason = ? WHERE id = ?",
+                     (time.time(), REPAIR_END_REASON, donor_id))
+    return None
+

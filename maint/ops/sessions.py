@@ -1,0 +1,250 @@
+"""One session at a time: delete, rename, pin / unpin and the pinned list, as ``hermes sessions`` does them.
+
+Follows upstream Hermes where the Sessions docs are silent: ``delete_session`` and
+``_collect_delegate_child_ids`` (hermes_state_sessions.py: delegate children go with the session,
+branch and compression children are unlinked and kept), ``sanitize_title`` and ``_set_session_title``
+(hermes_state_titles.py: at most 100 characters after removing control, zero-width and bidi-override
+characters; unique, except that a compression ancestor's title moves to its continuation; the hidden
+canonical Bot Chat keeps its name), ``set_session_pinned`` (a pin covers the whole compression lineage
+and un-hides it) and ``_cmd_pinned`` (hermes_cli/sessions_cmd.py).
+
+Every write is one short ``BEGIN IMMEDIATE`` transaction that re-reads what it relies on.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from maint.errors import MaintError, UsageError
+from maint.ops.prune import delete_sessions, message_counts
+from maint.store import lineage as lin
+from maint.store.catalog import (CANONICAL_BOT_CHAT_TITLE, SessionInfo, load_sessions, locked_session_ids,
+                                 resolve_session)
+from maint.store.connection import Store
+from maint.store.sqlutil import ph
+
+MAX_TITLE_LENGTH = 100
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_INVISIBLE = re.compile(r"[\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufffc\ufff9-\ufffb]")
+
+
+# -- delete -------------------------------------------------------------------
+
+def _marker_sql(store: Store, key: str, alias: str = "") -> str:
+    col = f"{alias}model_config"
+    if not store.has_column("sessions", "model_config"):
+        return "NULL"
+    return f"json_extract(CASE WHEN json_valid({col}) THEN {col} ELSE '{{}}' END, '$.{key}')"
+
+
+def delegate_children(store: Store, session_id: str) -> list[str]:
+    """Every delegate (subagent) descendant of *session_id*, found by the ``_delegate_from`` marker (or a
+    parent link on a marked row), walked recursively; never the session itself, whatever loops the
+    markers form."""
+    marker = _marker_sql(store, "_delegate_from")
+    found = {session_id}
+    frontier = [session_id]
+    while frontier:
+        rows = store.conn.execute(
+            f"SELECT id FROM sessions WHERE {marker} IN ({ph(frontier)}) "
+            f"OR (parent_session_id IN ({ph(frontier)}) AND {marker} IS NOT NULL)", frontier + frontier)
+        frontier = [r[0] for r in rows if r[0] not in found]
+        found.update(frontier)
+    found.discard(session_id)
+    return sorted(found)
+
+
+@dataclass
+class DeletePlan:
+    session_id: str
+    ids: list[str]  # the session, then its delegate children
+    sessions: dict[str, SessionInfo]
+    messages: int
+    warnings: list[str]
+    last_message_at: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def children(self) -> list[str]:
+        return self.ids[1:]
+
+
+def _busy_refusal(session_id: str, busy: list[str]) -> MaintError:
+    which = "it" if busy == [session_id] else ", ".join(busy)
+    return MaintError(f"refusing to delete {session_id}: a turn or compression is in progress on {which} "
+                      "(deleting would lose the transcript under a running agent); wait until it finishes; "
+                      "nothing was deleted")
+
+
+def plan_delete(store: Store, ref: str, now: float | None = None) -> DeletePlan:
+    """What ``delete`` removes, or a refusal (exit 1) while a turn lease or compression lock is live."""
+    now = time.time() if now is None else now
+    store.refuse_unknown_references()  # a table we do not know pointing at sessions: before the confirmation
+    with store.snapshot():
+        sid = resolve_session(store, ref)
+        ids = [sid, *delegate_children(store, sid)]
+        sessions = {k: v for k, v in load_sessions(store, now).items() if k in ids}
+        counts = message_counts(store, ids)
+    busy = [i for i in ids if sessions[i].locked]
+    if busy:
+        raise _busy_refusal(sid, busy)
+    warnings = []
+    for i in ids:
+        s = sessions[i]
+        if s.is_open:
+            warnings.append(f"{i} is open: a chat still running it will recreate it (same id, its whole transcript) "
+                            "at its next save; close that chat first")
+        if s.pinned:
+            warnings.append(f"{i} is pinned (a pin means keep)")
+    return DeletePlan(session_id=sid, ids=ids, sessions=sessions, messages=sum(n for n, _ in counts.values()),
+                      warnings=warnings, last_message_at={i: sessions[i].last_message_at for i in ids})
+
+
+def execute_delete(store: Store, plan: DeletePlan) -> list[str]:
+    """Delete the planned rows in one transaction, after checking nothing changed since the plan."""
+    with store.write() as conn:
+        if not conn.execute("SELECT 1 FROM sessions WHERE id = ?", (plan.session_id,)).fetchone():
+            raise MaintError(f"{plan.session_id} was deleted by another process meanwhile; nothing more to do")
+        ids = [plan.session_id, *delegate_children(store, plan.session_id)]
+        busy = sorted(locked_session_ids(store, time.time()).intersection(ids))
+        if busy:
+            raise _busy_refusal(plan.session_id, busy)
+        last = dict(conn.execute(
+            f"SELECT id, (SELECT MAX(timestamp) FROM messages m WHERE m.session_id = s.id) FROM sessions s "
+            f"WHERE id IN ({ph(ids)})", ids))
+        if sorted(ids) != sorted(plan.ids) or last != plan.last_message_at:
+            raise MaintError(f"{plan.session_id} or its delegate children changed since they were shown (new "
+                             "messages or children); nothing was deleted, run delete again to see what goes now")
+        delete_sessions(store, conn, ids)
+    return ids
+
+
+# -- rename -------------------------------------------------------------------
+
+def sanitize_title(raw: str) -> str:
+    """Hermes's title rules; bad input is a usage error naming the rule."""
+    if "\n" in raw or "\r" in raw:
+        raise UsageError("title: contains a line break (expected one line of text)")
+    cleaned = re.sub(r"\s+", " ", _INVISIBLE.sub("", _CONTROL.sub("", raw))).strip()
+    if not cleaned:
+        raise UsageError(f"title: {raw!r} is empty once control and invisible characters are removed "
+                         "(expected some text, e.g. debugging auth flow)")
+    if len(cleaned) > MAX_TITLE_LENGTH:
+        raise UsageError(f"title: {len(cleaned)} characters (expected at most {MAX_TITLE_LENGTH})")
+    return cleaned
+
+
+def _compression_ancestor(store: Store, ancestor: str, session_id: str) -> bool:
+    """Is *ancestor* an earlier segment of *session_id*'s compression lineage?"""
+    seen, current = {session_id}, session_id
+    cols = ", ".join(f"{_marker_sql(store, k)}" for k in ("_branched_from", "_delegate_from", "_reset_from"))
+    while True:
+        row = store.conn.execute(f"SELECT parent_session_id, source, {cols} FROM sessions WHERE id = ?",
+                                 (current,)).fetchone()
+        if row is None or row[0] is None or row[0] in seen:
+            return False
+        parent, source, *markers = row
+        end = store.scalar("SELECT end_reason FROM sessions WHERE id = ?", (parent,))
+        if end != "compression" or parent in markers or source == "tool":
+            return False
+        if parent == ancestor:
+            return True
+        seen.add(parent)
+        current = parent
+
+
+def rename(store: Store, ref: str, raw_title: str) -> dict[str, Any]:
+    title = sanitize_title(raw_title)
+    hidden = "COALESCE(hidden, 0)" if store.has_column("sessions", "hidden") else "0"
+    has_source = store.has_column("sessions", "title_source")
+    transferred_from = None
+    with store.write() as conn:
+        sid = resolve_session(store, ref)
+        previous, is_hidden = conn.execute(f"SELECT title, {hidden} FROM sessions WHERE id = ?", (sid,)).fetchone()
+        if previous == CANONICAL_BOT_CHAT_TITLE and is_hidden and title != previous:
+            raise MaintError(f"{sid} is a bot's canonical Bot Chat: Bot Mode finds it by this name, so renaming it "
+                             "would orphan the conversation; nothing was changed")
+        conflict = conn.execute(f"SELECT id, COALESCE(archived, 0), {hidden} FROM sessions WHERE title = ? AND id != ?",
+                                (title, sid)).fetchone()
+        if conflict:
+            other, archived, other_hidden = conflict
+            if _compression_ancestor(store, other, sid) or (
+                    title == CANONICAL_BOT_CHAT_TITLE and archived and other_hidden):
+                # An earlier segment (or a retired Bot Chat) cannot be renamed by hand: its title moves here.
+                conn.execute("UPDATE sessions SET title = NULL WHERE id = ?", (other,))
+                transferred_from = other
+            else:
+                raise MaintError(f"title {title!r} is already used by session {other}; titles are unique "
+                                 "(choose another, or rename that session first); nothing was changed")
+        conn.execute(f"UPDATE sessions SET title = ?{', title_source = ?' if has_source else ''} WHERE id = ?",
+                     (title, "user", sid) if has_source else (title, sid))
+    return {"session_id": sid, "title": title, "previous_title": previous, "transferred_from": transferred_from}
+
+
+# -- pin / unpin / pinned ------------------------------------------------------
+
+def require_pins(store: Store) -> None:
+    if not store.has_column("sessions", "pinned"):
+        raise MaintError(f"{store.path}: pins need the sessions.pinned column, which this store's schema "
+                         f"(version {store.schema_version}) does not have; upgrade Hermes first; nothing was changed")
+
+
+# A session's compression lineage, as upstream's _LINEAGE_CTE_SQL: ancestors through compression-ended
+# parents and every continuation after it. Bound twice: (id, id).
+_LINEAGE_CTE = """
+WITH RECURSIVE
+  ancestors(id) AS (
+    SELECT ? UNION
+    SELECT parent.id FROM ancestors a JOIN sessions child ON child.id = a.id
+    JOIN sessions parent ON parent.id = child.parent_session_id WHERE parent.end_reason = 'compression'),
+  descendants(id) AS (
+    SELECT ? UNION
+    SELECT child.id FROM descendants d JOIN sessions parent ON parent.id = d.id
+    JOIN sessions child ON child.parent_session_id = parent.id WHERE parent.end_reason = 'compression'),
+  lineage(id) AS (SELECT id FROM ancestors UNION SELECT id FROM descendants)
+"""
+
+
+def set_pinned(store: Store, refs: list[str], pinned: bool) -> list[dict[str, Any]]:
+    """Pin or unpin each session's whole lineage in one transaction; every reference resolves first."""
+    require_pins(store)
+    with store.snapshot():
+        ids = list(dict.fromkeys(resolve_session(store, ref) for ref in refs))
+    hidden = store.has_column("sessions", "hidden")
+    out = []
+    with store.write() as conn:
+        for sid in ids:
+            lineage = [r[0] for r in conn.execute(_LINEAGE_CTE + "SELECT id FROM lineage ORDER BY id", (sid, sid))]
+            conn.execute(f"UPDATE sessions SET pinned = ? WHERE id IN ({ph(lineage)})", [int(pinned), *lineage])
+            title, is_hidden = conn.execute(
+                f"SELECT title, {'COALESCE(hidden, 0)' if hidden else '0'} FROM sessions WHERE id = ?",
+                (sid,)).fetchone()
+            unhidden = []
+            if pinned and hidden and not (is_hidden and title == CANONICAL_BOT_CHAT_TITLE):
+                # A pin means "keep this visible": a pinned row that stayed hidden would be listed nowhere.
+                unhidden = [r[0] for r in conn.execute(
+                    f"SELECT id FROM sessions WHERE hidden <> 0 AND id IN ({ph(lineage)})", lineage)]
+                conn.execute(f"UPDATE sessions SET hidden = 0 WHERE id IN ({ph(lineage)})", lineage)
+            out.append({"id": sid, "title": title, "lineage": lineage, "unhidden": unhidden})
+    return out
+
+
+def pinned_sessions(store: Store, now: float | None = None) -> list[dict[str, Any]]:
+    """One entry per pinned conversation (compression lineage), sorted by id so the list is stable."""
+    require_pins(store)
+    with store.snapshot():
+        sessions = load_sessions(store, now)
+    tree = lin.build(sessions)
+    out = []
+    for chain in tree.chains.values():
+        members = [sessions[s] for s in chain.ids]
+        if not any(m.pinned for m in members):
+            continue
+        tip, root = sessions[chain.tip], members[0]
+        out.append({"id": tip.id, "title": tip.title or root.title, "source": root.source,
+                    "last_active": max(m.last_active for m in members), "message_count": tip.message_count,
+                    "archived": any(m.archived for m in members),
+                    "session_ids": sorted(m.id for m in members if m.pinned)})
+    return sorted(out, key=lambda r: r["id"])

@@ -1,0 +1,79 @@
+"""list as the Sessions docs describe it: pinned always listed, --workspace, the two layouts."""
+
+import json
+
+
+def ids(cli, path, *args):
+    result = cli("list", "--db", path, "--json", *args)
+    assert result.exit_code == 0, result.output
+    return [row["id"] for row in json.loads(result.stdout)["sessions"]]
+
+
+def test_pinned_sessions_always_listed(make_store, cli):
+    b = make_store("v30")
+    b.session("pinned_arch", age=40, pinned=1, archived=1, title="keep me")
+    b.session("arch", age=1, archived=1)
+    b.session("pinned_hidden", age=41, pinned=1, hidden=1)
+    b.session("bot", age=2, pinned=1, hidden=1, title="Bot Chat")  # Bot Mode's own: stays hidden
+    b.session("orch", age=3)
+    b.session("pinned_sub", source="subagent", age=3, parent="orch", pinned=1,
+              model_config={"_delegate_from": "orch"})
+    for n in range(6):
+        b.session(f"new{n}", age=0.1 + n / 100)
+    b.close()
+    listed = ids(cli, b.path, "--limit", "0")
+    assert "pinned_arch" in listed and "pinned_hidden" in listed and "pinned_sub" in listed
+    assert "arch" not in listed and "bot" not in listed
+    r = cli.json("list", "--db", b.path, "--limit", "3")
+    shown = [row["id"] for row in r["sessions"]]
+    # The three newest, then every pinned one the limit cut off.
+    assert shown == ["new0", "new1", "new2", "pinned_sub", "pinned_arch", "pinned_hidden"]
+    assert r["total"] == 10 and r["shown"] == 6
+    row = next(x for x in r["sessions"] if x["id"] == "pinned_arch")
+    assert row["pinned"] is True and row["archived"] is True
+    assert "… 4 more not shown" in cli("list", "--db", b.path, "--limit", "3").stdout
+
+
+def test_workspace_filter(make_store, cli, layout, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    b = make_store(layout)
+    b.session("repo_sub", age=1, cwd="/srv/code/my-project/sub", git_repo_root="/srv/code/my-project")
+    b.session("repo_old", age=2, cwd="/tmp/my-project-old")
+    b.session("other", age=3, cwd="/srv/Other")
+    b.session("nowhere", age=4)
+    b.session("home_x", age=5, cwd=str(tmp_path / "home" / "x" / "y"))
+    b.close()
+    assert ids(cli, b.path, "--workspace", "my-project") == ["repo_sub", "repo_old"]  # substring
+    assert ids(cli, b.path, "--workspace", "code/my-project/") == ["repo_sub"]  # the repo root, not the cwd
+    assert ids(cli, b.path, "--workspace", "other") == ["other"]  # case-insensitive
+    assert ids(cli, b.path, "--workspace", "~/x") == ["home_x"]
+    assert ids(cli, b.path, "--workspace", "sub") == []  # repo_sub: the key is the repo root, not its cwd
+    r = cli.json("list", "--db", b.path, "--workspace", "my-project")
+    assert r["sessions"][0]["workspace"] == "/srv/code/my-project"
+    bad = cli("list", "--db", b.path, "--workspace", "  ")
+    assert bad.exit_code == 2 and "--workspace" in bad.stderr and "Traceback" not in bad.output
+
+
+def test_layouts_relative_times_and_source_names(make_store, cli, layout):
+    b = make_store(layout)
+    b.session("tg", source="telegram", age=2 / 24)
+    b.session("dc", source="discord", age=1.2)
+    b.session("cl", source="cli", age=3.5)
+    b.close()
+    lines = cli("list", "--db", b.path).stdout.splitlines()
+    assert lines[0].split() == ["Preview", "Last", "Active", "Src", "ID"]
+    assert lines[0].index("Last Active") == 51 and lines[0].index("Src") == 65
+    assert set(lines[1]) == {"─"}
+    by_id = {line.split()[-1]: line for line in lines[2:]}
+    assert by_id["tg"][51:].split() == ["2h", "ago", "tele", "tg"]
+    assert by_id["dc"][51:].split() == ["yesterday", "disc", "dc"]
+    assert by_id["cl"][51:].split() == ["3d", "ago", "cli", "cl"]
+
+    b2 = make_store(layout, name="titled.db")
+    b2.session("t1", age=2 / 24, title="refactoring auth")
+    b2.session("t2", age=3.5)
+    b2.close()
+    lines = cli("list", "--db", b2.path).stdout.splitlines()
+    assert lines[0].split() == ["Title", "Preview", "Last", "Active", "ID"] and lines[0].index("Preview") == 23
+    assert lines[2].startswith("refactoring auth ") and lines[2].split()[-3:] == ["2h", "ago", "t1"]
+    assert lines[3].startswith("— ") and lines[3].split()[-3:] == ["3d", "ago", "t2"]

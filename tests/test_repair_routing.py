@@ -1,0 +1,98 @@
+"""repair-routing: orphaned gateway rows, the evidence, the ambiguous cases, and --apply's guards."""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import LockHolder, file_hash, query
+from tests.storegen import DAY, StoreBuilder
+
+M = 60 / DAY  # a minute, in days
+
+
+def build(path, layout):
+    with StoreBuilder(path, layout=layout) as b:
+        tg = dict(source="telegram", user_id="42", chat_id="42", chat_type="dm", ended=False)
+        b.session("tg_donor", age=1, started_age=2, session_key="agent:main:telegram:dm:42", **tg)
+        b.session("tg_orphan", age=0.5, started_age=1 - M, messages=4, **tg)  # began a minute after
+        b.session("dc_parent", source="discord", age=3, end_reason="compression",
+                  session_key="agent:main:discord:group:7", chat_id="7", chat_type="group")
+        b.session("dc_child", source="discord", age=2, started_age=2.9, parent="dc_parent")
+        b.session("sl_a", source="slack", age=5, session_key="agent:main:slack:c:1")
+        b.session("sl_b", source="slack", age=5 - 2 * M, session_key="agent:main:slack:c:2")
+        b.session("sl_orphan", source="slack", age=4, started_age=5 - M)
+        b.session("tg99", source="telegram", user_id="99", age=8, session_key="agent:main:telegram:dm:99")
+        b.session("tg99_a", source="telegram", user_id="99", age=7.5, started_age=8 - M / 2)
+        b.session("tg99_b", source="telegram", user_id="99", age=7.4, started_age=8 - M)
+        b.session("wa_orphan", source="whatsapp", age=9.9, started_age=10)
+        b.session("mx_donor", source="matrix", age=12, session_key="agent:coder:matrix:room:1", profile_name="coder")
+        b.session("mx_orphan", source="matrix", age=11.5, started_age=12 - M, profile_name="default")
+        b.session("cli_plain", source="cli", age=1)  # never routed: not a gateway row
+        b.session("tg_branch", source="telegram", user_id="42", age=0.4, started_age=1 - M,
+                  model_config={"_branched_from": "tg_donor"})
+    return path
+
+
+def report(cli, path, *args):
+    result = cli("repair-routing", "--db", path, "--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_report_names_the_evidence_and_the_ambiguity(hermes_home, cli, layout):
+    path = build(hermes_home / "state.db", layout)
+    before = file_hash(path)
+    r = report(cli, path)
+    by_id = {f["orphan_id"]: f for f in r["findings"]}
+    assert set(by_id) == {"tg_orphan", "dc_child", "sl_orphan", "tg99_a", "tg99_b", "wa_orphan", "mx_orphan"}
+    assert (by_id["tg_orphan"]["donor_id"], by_id["tg_orphan"]["evidence"]) == ("tg_donor", "contiguity")
+    assert by_id["tg_orphan"]["session_key"] == "agent:main:telegram:dm:42" and by_id["tg_orphan"]["message_count"] == 4
+    assert (by_id["dc_child"]["donor_id"], by_id["dc_child"]["evidence"]) == ("dc_parent", "lineage")
+    assert "sl_a and sl_b both went quiet" in by_id["sl_orphan"]["reason"]
+    assert all("more than one unrouted session claims tg99" in by_id[o]["reason"] for o in ("tg99_a", "tg99_b"))
+    assert "no routed session" in by_id["wa_orphan"]["reason"]
+    assert "no routed session" in by_id["mx_orphan"]["reason"]  # another profile's row never adopts
+    assert r["adoptable"] == 2 and not any(by_id[o]["adoptable"] for o in ("sl_orphan", "tg99_a", "wa_orphan"))
+    assert file_hash(path) == before
+    # 30 s: the orphans that began a minute after their predecessor drop out, and tg99_a (30 s) is alone.
+    narrow = report(cli, path, "--max-gap-seconds", "30")
+    assert {f["orphan_id"] for f in narrow["findings"] if f["adoptable"]} == {"dc_child", "tg99_a"}
+    assert report(cli, path, "--dry-run")["findings"] == r["findings"]
+    text = cli("repair-routing", "--db", path).stdout
+    assert "tg_orphan  (telegram, 4 messages)" in text and "-> adopt into agent:main:telegram:dm:42" in text
+
+
+def test_apply_guards_snapshot_and_idempotence(hermes_home, cli, layout):
+    path = build(hermes_home / "state.db", layout)
+    before = file_hash(path)
+    assert cli("repair-routing", "--db", path, "--apply").exit_code == 2  # no terminal, no --yes
+    with LockHolder(path):
+        held = cli("repair-routing", "--db", path, "--apply", "--yes")
+        assert held.exit_code == 1 and "stop the gateway first" in held.stderr
+    assert file_hash(path) == before and not (hermes_home / "state-snapshots").exists()
+    r = report(cli, path, "--apply", "--yes")
+    assert sorted(a["orphan_id"] for a in r["adopted"]) == ["dc_child", "tg_orphan"] and r["not_adopted"] == []
+    assert query(path, "SELECT id, session_key, chat_id, parent_session_id FROM sessions "
+                       "WHERE id IN ('tg_orphan', 'dc_child') ORDER BY id") == [
+        ("dc_child", "agent:main:discord:group:7", "7", "dc_parent"),
+        ("tg_orphan", "agent:main:telegram:dm:42", "42", "tg_donor")]
+    assert query(path, "SELECT id, end_reason FROM sessions WHERE id IN ('tg_donor', 'dc_parent') ORDER BY id") == [
+        ("dc_parent", "superseded_by_repair"), ("tg_donor", "superseded_by_repair")]
+    assert query(path, "SELECT session_key FROM sessions WHERE id = 'sl_orphan'") == [(None,)]  # ambiguous: kept
+    snap = Path(r["snapshot"]) / "default.state.db"
+    assert snap.parent.parent == hermes_home / "state-snapshots" and stat.S_IMODE(os.stat(snap).st_mode) == 0o600
+    assert query(snap, "SELECT session_key FROM sessions WHERE id = 'tg_orphan'") == [(None,)]
+    again = report(cli, path, "--apply", "--yes")
+    assert again["adoptable"] == 0 and again["adopted"] == [] and again["snapshot"] is None
+    assert {f["orphan_id"] for f in again["findings"]} == {"sl_orphan", "tg99_a", "tg99_b", "wa_orphan", "mx_orphan"}
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "nan", "inf"])
+def test_bad_gap_and_contradicting_flags(hermes_home, cli, value):
+    path = build(hermes_home / "state.db", "v30")
+    result = cli("repair-routing", "--db", path, "--max-gap-seconds", value)
+    assert result.exit_code == 2 and "--max-gap-seconds" in result.stderr and "Traceback" not in result.output
+    assert cli("repair-routing", "--db", path, "--apply", "--dry-run").exit_code == 2

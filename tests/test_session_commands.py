@@ -1,0 +1,179 @@
+"""delete, rename, pin / unpin / pinned through the real CLI, on both layouts."""
+
+import json
+
+import pytest
+
+from tests.conftest import file_hash, query, session_ids
+from tests.test_cli_process import _run_on_pty
+
+P = "20250305_091523_a1b2c3d4"  # a parent with delegate children, a branch child and a neighbour
+
+
+@pytest.fixture
+def family(make_store, layout):
+    b = make_store(layout)
+    b.session(P, age=5, messages=4, title="orchestrator")
+    b.session("20250305_100000_c1", source="subagent", age=5, parent=P, model_config={"_delegate_from": P})
+    b.session("20250305_100500_c1a", source="subagent", age=5, parent="20250305_100000_c1",
+              model_config={"_delegate_from": "20250305_100000_c1"})
+    b.session("20250306_080000_br", age=1, parent=P, model_config={"_branched_from": P})
+    b.session("20250307_080000_x", age=1)
+    b.close()
+    return b
+
+
+KIDS = ["20250305_100000_c1", "20250305_100500_c1a"]
+
+
+def test_delete_takes_delegate_children_in_one_go(family, cli):
+    path = family.path
+    before = file_hash(path)
+    preview = cli.json("delete", "20250305_0915", "--db", path, "--dry-run")
+    assert preview["session_ids"] == [P, *KIDS] and preview["messages"] == 8 and preview["deleted"] == []
+    assert file_hash(path) == before
+    refused = cli("delete", P, "--db", path)  # no terminal, no --yes
+    assert refused.exit_code == 2 and "--yes" in refused.stderr and file_hash(path) == before
+    report = cli.json("delete", "20250305_0915", "--db", path, "--yes")
+    assert report["deleted"] == [P, *KIDS]
+    assert session_ids(path) == {"20250306_080000_br", "20250307_080000_x"}
+    assert query(path, "SELECT parent_session_id FROM sessions WHERE id = '20250306_080000_br'") == [(None,)]
+    assert query(path, f"SELECT COUNT(*) FROM messages WHERE session_id IN ('{P}', '{KIDS[0]}', '{KIDS[1]}')") == [(0,)]
+    assert query(path, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'orchestrator'") == [(0,)]
+
+
+def test_delete_refused_while_a_child_is_busy(family, cli):
+    import sqlite3
+
+    conn = sqlite3.connect(family.path)
+    conn.execute("INSERT INTO compression_locks VALUES (?, 'test', strftime('%s','now'), strftime('%s','now') + 600)",
+                 (KIDS[1],))
+    conn.commit()
+    conn.close()
+    before = file_hash(family.path)
+    result = cli("delete", P, "--db", family.path, "--yes")
+    assert result.exit_code == 1 and KIDS[1] in result.stderr and "in progress" in result.stderr
+    assert file_hash(family.path) == before
+
+
+def test_delete_refused_under_a_turn_lease(make_store, cli):
+    b = make_store("v30")
+    b.session("busy", age=0.01, ended=False)
+    b.raw.execute("INSERT INTO session_turn_leases VALUES ('busy', 'gw', strftime('%s','now'), "
+                  "strftime('%s','now') + 600)")
+    b.close()
+    result = cli("delete", "busy", "--db", b.path, "--yes")
+    assert result.exit_code == 1 and "in progress" in result.stderr and session_ids(b.path) == {"busy"}
+
+
+def test_delete_open_session_warns(make_store, cli, layout):
+    b = make_store(layout)
+    b.session("live", age=0.01, ended=False)
+    b.close()
+    result = cli("delete", "live", "--db", b.path, "--yes", "--json")
+    assert result.exit_code == 0
+    assert "warning: live is open" in result.stderr and "recreate" in result.stderr
+    assert json.loads(result.stdout)["warnings"][0].startswith("live is open")
+    assert session_ids(b.path) == set()
+
+
+def test_delete_bad_ids(family, cli):
+    before = file_hash(family.path)
+    missing = cli("delete", "nope", "--db", family.path, "--yes")
+    assert missing.exit_code == 1 and "'nope'" in missing.stderr and "unique prefix" in missing.stderr
+    ambiguous = cli("delete", "2025030", "--db", family.path, "--yes")
+    assert ambiguous.exit_code == 1 and "ambiguous" in ambiguous.stderr
+    assert cli("delete", P, "--all-profiles", "--yes").exit_code == 2
+    assert file_hash(family.path) == before
+
+
+def test_delete_confirmation_on_a_terminal_shows_what_goes(family):
+    code, screen = _run_on_pty(["delete", P, "--db", family.path], b"n\n")
+    assert code == 1 and f"{P}  orchestrator" in screen
+    assert f"+ delegate child {KIDS[0]}" in screen and f"+ delegate child {KIDS[1]}" in screen
+    assert "Delete 3 session(s), 8 messages?" in screen and "nothing was changed" in screen
+    assert P in session_ids(family.path)
+
+
+def test_rename(make_store, cli, layout):
+    b = make_store(layout)
+    b.session("20250305_091523_a1b2", age=1, title="old name")
+    b.session("taken", age=1, title="debugging auth flow")
+    b.session("k1", age=3, end_reason="compression", title="proj")
+    b.session("k2", age=2, parent="k1")
+    b.close()
+    r = cli.json("rename", "20250305_09", "fixing", "the", "login", "--db", b.path)
+    assert r["title"] == "fixing the login" and r["previous_title"] == "old name"
+    assert query(b.path, "SELECT title FROM sessions WHERE id = '20250305_091523_a1b2'") == [("fixing the login",)]
+    cleaned = cli.json("rename", "20250305_09", "tidy\u200b\x07  up\u202e", "now", "--db", b.path)
+    assert cleaned["title"] == "tidy up now"
+    before = file_hash(b.path)
+    clash = cli("rename", "20250305_09", "debugging", "auth", "flow", "--db", b.path)
+    assert clash.exit_code == 1 and "already used by session taken" in clash.stderr
+    for bad in (["x" * 101], ["\u200b"], ["two\nlines"]):
+        result = cli("rename", "20250305_09", *bad, "--db", b.path)
+        assert result.exit_code == 2 and result.stderr.startswith("hermes-maint: error: title:"), result.stderr
+    assert file_hash(b.path) == before
+    assert cli.json("rename", "20250305_09", "y" * 100, "--db", b.path)["title"] == "y" * 100
+    moved = cli.json("rename", "k2", "proj", "--db", b.path)  # the title moves off its compressed ancestor
+    assert moved["transferred_from"] == "k1"
+    assert query(b.path, "SELECT id, title FROM sessions WHERE id IN ('k1', 'k2') ORDER BY id") == [
+        ("k1", None), ("k2", "proj")]
+
+
+def test_rename_keeps_the_canonical_bot_chat_and_records_a_user_title(make_store, cli):
+    b = make_store("v30")
+    b.session("bot", age=1, hidden=1, title="Bot Chat")
+    b.session("s", age=1)
+    b.close()
+    result = cli("rename", "bot", "something", "else", "--db", b.path)
+    assert result.exit_code == 1 and "Bot Chat" in result.stderr
+    cli.json("rename", "s", "mine", "--db", b.path)
+    assert query(b.path, "SELECT title, title_source FROM sessions WHERE id = 's'") == [("mine", "user")]
+
+
+def test_pins_refused_on_a_schema_without_them(make_store, cli):
+    b = make_store("v22")
+    b.session("s", age=1)
+    b.close()
+    before = file_hash(b.path)
+    for args in (["pin", "s"], ["unpin", "s"], ["pinned"]):
+        result = cli(*args, "--db", b.path)
+        assert result.exit_code == 1 and "version 22" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert file_hash(b.path) == before
+
+
+def test_pin_unpin_pinned(make_store, cli):
+    b = make_store("v30")
+    b.session("20250305_k1", age=30, end_reason="compression", title="proj")
+    b.session("20250306_k2", age=2, parent="20250305_k1", hidden=1, title="proj #2")
+    b.session("20250307_solo", age=1, title="solo")
+    b.session("bot", age=1, hidden=1, title="Bot Chat")
+    b.close()
+    before = file_hash(b.path)
+    bad = cli("pin", "20250307", "nope", "--db", b.path)
+    assert bad.exit_code == 1 and "'nope'" in bad.stderr and file_hash(b.path) == before  # all or nothing
+    r = cli.json("pin", "20250305", "20250307", "bot", "--db", b.path)
+    assert [s["lineage"] for s in r["sessions"]] == [["20250305_k1", "20250306_k2"], ["20250307_solo"], ["bot"]]
+    assert query(b.path, "SELECT id, pinned, hidden FROM sessions ORDER BY id") == [
+        ("20250305_k1", 1, 0), ("20250306_k2", 1, 0), ("20250307_solo", 1, 0), ("bot", 1, 1)]
+    listed = cli.json("pinned", "--db", b.path)
+    assert [p["id"] for p in listed["pinned"]] == ["20250306_k2", "20250307_solo", "bot"]  # sorted by id
+    assert listed["pinned"][0]["session_ids"] == ["20250305_k1", "20250306_k2"]
+    assert cli("pinned", "--db", b.path, "--json").stdout == cli("pinned", "--db", b.path, "--json").stdout
+    cli.json("unpin", "20250306", "--db", b.path)
+    assert [p["id"] for p in cli.json("pinned", "--db", b.path)["pinned"]] == ["20250307_solo", "bot"]
+    assert "proj" not in cli("pinned", "--db", b.path).stdout
+
+
+def test_delete_refused_when_an_unknown_table_points_at_sessions(family, cli):
+    import sqlite3
+
+    conn = sqlite3.connect(family.path)
+    conn.execute("CREATE TABLE plugin_notes (sid TEXT REFERENCES sessions(id), note TEXT)")
+    conn.commit()
+    conn.close()
+    before = file_hash(family.path)
+    result = cli("delete", P, "--db", family.path, "--yes")
+    assert result.exit_code == 1 and "plugin_notes.sid -> sessions" in result.stderr
+    assert file_hash(family.path) == before
