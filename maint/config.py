@@ -20,6 +20,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+from maint.export.files import sync_folder
 from maint.errors import MaintError, UsageError
 from maint.store.targets import hermes_home
 
@@ -156,7 +157,7 @@ def _create_config(path: Path, text: str) -> None:
         fh.write(text.encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())
-    _sync_folder(path.parent)
+    sync_folder(path.parent)
 
 
 def _replace_file(target: Path, data: bytes, before: os.stat_result, shown: Path) -> None:
@@ -184,16 +185,7 @@ def _replace_file(target: Path, data: bytes, before: os.stat_result, shown: Path
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _sync_folder(target.parent)
-
-
-def _sync_folder(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    sync_folder(target.parent)
 
 
 # -- the one-line edit ---------------------------------------------------------------------------

@@ -138,7 +138,7 @@ def atomic_text(path: Path | str) -> Iterator[Sink]:
         crash_point("file_written")
         check_destination(path)  # nothing was planted there while we wrote
         os.rename(tmp, path)
-        _sync_folder(path.parent)
+        sync_folder(path.parent)
     except OSError as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -150,7 +150,8 @@ def atomic_text(path: Path | str) -> Iterator[Sink]:
         raise
 
 
-def _sync_folder(folder: Path) -> None:
+def sync_folder(folder: Path) -> None:
+    """Make a rename in *folder* durable (best effort: some filesystems refuse to sync a folder)."""
     with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
