@@ -52,7 +52,26 @@ class Config:
 
 
 def yaml_loader() -> YAML:
-    return YAML(typ="rt")
+    """YAML 1.1, as Hermes reads its config with PyYAML: ``yes``/``no``/``on``/``off`` are booleans."""
+    yaml = YAML(typ="rt")
+    yaml.version = (1, 1)
+    return yaml
+
+
+def config_path_for(store: Path | None, profile: str | None = None) -> Path:
+    """The config.yaml Hermes itself uses for a store: a profile is a HERMES_HOME of its own.
+
+    The default store reads $HERMES_HOME/config.yaml, a profile's store
+    $HERMES_HOME/profiles/NAME/config.yaml; a store given with --db reads the config.yaml beside
+    it when there is one (that folder is its Hermes home), else $HERMES_HOME/config.yaml.
+    """
+    if profile is not None:
+        return hermes_home() / "profiles" / profile / "config.yaml"
+    if store is not None:
+        beside = Path(store).expanduser().parent / "config.yaml"
+        if os.path.lexists(beside):
+            return beside
+    return hermes_home() / "config.yaml"
 
 
 def load_config(path: Path | None = None) -> Config:

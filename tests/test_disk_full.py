@@ -166,5 +166,7 @@ def test_a_dry_run_works_on_a_read_only_store(small_fs):
             result = run_subprocess(*argv, "--db", db, "--json")
             assert result.returncode == 0, (argv, result.stderr)
             assert json.loads(result.stdout)["matched"] == 5
+        preview = run_subprocess("delete", "s0", "--dry-run", "--db", db, "--json")
+        assert preview.returncode == 0 and json.loads(preview.stdout)["session_ids"] == ["s0"]
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], capture_output=True)

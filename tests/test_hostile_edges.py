@@ -460,3 +460,25 @@ def test_malformed_tuning_variables_do_not_crash(env, tmp_path):
     store = _store(tmp_path / "state.db")
     result = run_subprocess("stats", "--db", store, env=env)
     assert result.returncode == 0 and "Traceback" not in result.stderr
+
+
+def test_arguments_that_are_not_utf8_are_usage_errors(tmp_path):
+    store = _store(tmp_path / "state.db")
+    bad = os.fsdecode(b"a\xffb")
+    for args in (["delete", bad, "--dry-run"], ["export", "-", "--session-id", bad], ["repair-prompts", bad]):
+        result = run_subprocess(*args, "--db", store)
+        assert result.returncode == 2 and "not valid UTF-8" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_nan_idle_threshold_archives_nothing(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("sessions:\n  auto_archive: true\n  auto_archive_days: .nan\n")
+    with StoreBuilder(home / "state.db", layout="v31") as b:
+        b.session("fresh", age=1)
+    result = run_subprocess("sweep", "--json", env={"HERMES_HOME": str(home)})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["auto_archived_ids"] == []
+    assert query(home / "state.db", "SELECT archived FROM sessions WHERE id = 'fresh'") == [(0,)]
+    idle = run_subprocess("archive", "--idle", "--dry-run", env={"HERMES_HOME": str(home)})
+    assert idle.returncode == 2 and "auto_archive_days: bad value" in idle.stderr

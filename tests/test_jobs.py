@@ -134,3 +134,44 @@ def test_second_signal_while_stopping_is_idempotent(tmp_path):
     log = errlog.read_text()
     assert proc.returncode == 0, log
     assert "Traceback" not in log and "SchedulerNotRunningError" not in log and "job loop stopped" in log
+
+
+@pytest.mark.parametrize(("dow", "weekdays"), [
+    ("0", {"Sun"}), ("7", {"Sun"}), ("1-5", {"Mon", "Tue", "Wed", "Thu", "Fri"}), ("5-7", {"Fri", "Sat", "Sun"}),
+    ("sat,sun", {"Sat", "Sun"})])
+def test_cron_weekdays_count_from_sunday_as_cron_does(dow, weekdays):
+    """APScheduler's own crontab reader counts Monday = 0: the shipped Sunday job would run on Mondays."""
+    from datetime import datetime, timedelta
+
+    from maint.jobs.scheduler import cron_trigger
+
+    trigger, when, seen = cron_trigger(f"0 4 * * {dow}"), datetime(2026, 12, 3, 12).astimezone(), set()
+    for _ in range(14):
+        when = trigger.get_next_fire_time(None, when + timedelta(minutes=1))
+        seen.add(when.strftime("%a"))
+    assert seen == weekdays
+
+
+def test_shipped_weekly_job_runs_on_sunday(tmp_path, cli):
+    import json
+
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "w.yaml").write_text("name: w\ncommand: [optimize]\ntrigger: {cron: '0 4 * * 0'}\nenabled: true\n")
+    result = cli("jobs", "list", "--jobs-dir", jobs, "--json")
+    assert result.exit_code == 0, result.output
+    from datetime import datetime
+
+    assert datetime.fromisoformat(json.loads(result.stdout)["jobs"][0]["next_run"]).strftime("%a") == "Sun"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_job_file_that_is_not_a_regular_file_is_refused(kind, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    if kind == "fifo":
+        os.mkfifo(jobs / "f.yaml")
+    else:
+        os.symlink("/dev/zero", jobs / "z.yaml")
+    result = run_subprocess("jobs", "list", "--jobs-dir", jobs, timeout=30)
+    assert result.returncode == 2 and "not a regular file" in result.stderr

@@ -79,8 +79,12 @@ def test_apply_guards_snapshot_and_idempotence(hermes_home, cli, layout):
                        "WHERE id IN ('tg_orphan', 'dc_child') ORDER BY id") == [
         ("dc_child", "agent:main:discord:group:7", "7", "dc_parent"),
         ("tg_orphan", "agent:main:telegram:dm:42", "42", "tg_donor")]
+    # The contiguity donor is retired; the lineage donor keeps the compression that makes the two one
+    # conversation (retiring it would split the lineage, and prune would take the first segment alone).
     assert query(path, "SELECT id, end_reason FROM sessions WHERE id IN ('tg_donor', 'dc_parent') ORDER BY id") == [
-        ("dc_parent", "superseded_by_repair"), ("tg_donor", "superseded_by_repair")]
+        ("dc_parent", "compression"), ("tg_donor", "superseded_by_repair")]
+    listed = json.loads(cli("list", "--db", path, "--json", "--source", "discord").stdout)["sessions"]
+    assert [(row["root_id"], row["id"], row["segments"]) for row in listed] == [("dc_parent", "dc_child", 2)]
     assert query(path, "SELECT session_key FROM sessions WHERE id = 'sl_orphan'") == [(None,)]  # ambiguous: kept
     snap = Path(r["snapshot"]) / "default.state.db"
     assert snap.parent.parent == hermes_home / "state-snapshots" and stat.S_IMODE(os.stat(snap).st_mode) == 0o600

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_subprocess
+from tests.conftest import run_subprocess, session_ids
 from tests.storegen import StoreBuilder
 
 # command line (without store flags) -> a key every per-store report carries
@@ -90,8 +90,6 @@ def test_bad_store_in_text_mode_names_it_and_goes_on(hermes_home):
     ["export", "-", "--all-profiles", "--format", "md", "--session-id", "s0"],
     ["repair-profiles", "--db", "x.db"],
     ["repair-prompts", "s0", "--all-profiles"],
-    ["autoprune", "on", "--db", "x.db"],
-    ["autoprune", "off", "--all-profiles"],
     ["stats", "--db", "x.db", "--profile", "a"],
     ["stats", "--profile", "a", "--all-profiles"],
     ["jobs", "run", "--db", "x.db", "--all-profiles"],
@@ -113,3 +111,31 @@ def test_empty_db_path_is_a_usage_error(hermes_home):
 def test_db_help_does_not_claim_to_override():
     result = run_subprocess("stats", "--help")
     assert "overrides" not in result.stdout and "--db PATH" in result.stdout
+
+
+def test_each_profile_sweeps_by_its_own_config(hermes_home):
+    """A profile is a Hermes home of its own: its config.yaml, not the default one, sets its retention."""
+    paths = _stores(hermes_home)
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n  retention_days: 30\n")
+    (hermes_home / "profiles" / "a" / "config.yaml").write_text("sessions:\n  auto_prune: false\n")
+    (hermes_home / "profiles" / "b" / "config.yaml").write_text("sessions:\n  auto_prune: yes\n"
+                                                                "  retention_days: 3650\n")
+    result = run_subprocess("sweep", "--all-profiles", "--json", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["config"] for r in reports] == [str(hermes_home / "config.yaml"),
+                                              str(hermes_home / "profiles/a/config.yaml"),
+                                              str(hermes_home / "profiles/b/config.yaml")]
+    assert reports[0]["pruned_ids"] == ["s0"]
+    assert reports[1]["swept"] is False and "auto_prune is off" in reports[1]["skipped_reason"]
+    assert reports[2]["swept"] is True and reports[2]["pruned_ids"] == []  # YAML 1.1 "yes", 10 years kept
+    assert session_ids(paths[1]) == {"s1"} and session_ids(paths[2]) == {"s2"}
+
+
+def test_autoprune_on_edits_the_profiles_own_config(hermes_home):
+    _stores(hermes_home)
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: false\n")
+    result = run_subprocess("autoprune", "on", "--profile", "a", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    assert "auto_prune: true" in (hermes_home / "profiles" / "a" / "config.yaml").read_text()
+    assert (hermes_home / "config.yaml").read_text() == "sessions:\n  auto_prune: false\n"

@@ -37,12 +37,10 @@ def archive(
     from maint.ops.archive import execute_archive, plan_archive
     from maint.store.connection import open_store
 
-    days = None
     if idle:
         if not filters.is_empty or include_open:
             raise UsageError("--idle is a selection of its own (idle for sessions.auto_archive_days, open ones "
                              "included); drop the filters and --include-open")
-        days = _idle_days()
     elif filters.is_empty:
         raise UsageError("archive needs at least one filter (refusing to archive the whole history); "
                          "e.g. --newer-than 5h or --title 'dry run'")
@@ -50,7 +48,8 @@ def archive(
     def run(target) -> dict:
         with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
             if idle:
-                return _run_idle(store, target, days, dry_run=dry_run, yes=yes, as_json=as_json)
+                return _run_idle(store, target, _idle_days(target, db is not None), dry_run=dry_run, yes=yes,
+                                 as_json=as_json)
             plan = plan_archive(store, filters, include_open=include_open)
             ids = plan.session_ids
             report = {"store": str(target.path), "dry_run": dry_run, "matched": len(ids), "session_ids": ids,
@@ -70,12 +69,15 @@ def archive(
     for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
 
 
-def _idle_days() -> float:
-    """sessions.auto_archive_days from config.yaml (default 3), the idle sweep's threshold."""
-    from maint.config import load_config
+def _idle_days(target, explicit_db: bool) -> float:
+    """sessions.auto_archive_days from the store's own config.yaml (default 3), the idle sweep's threshold."""
+    import math
 
-    days = load_config().session("auto_archive_days")
-    if isinstance(days, bool) or not isinstance(days, (int, float)) or days < 0:
+    from maint.config import config_path_for, load_config
+
+    days = load_config(config_path_for(target.path if explicit_db else None, target.profile)).session(
+        "auto_archive_days")
+    if isinstance(days, bool) or not isinstance(days, (int, float)) or not math.isfinite(days) or days < 0:
         raise UsageError(f"sessions.auto_archive_days: bad value {days!r} in config.yaml "
                          "(expected a number of days >= 0, e.g. 3)")
     return float(days)

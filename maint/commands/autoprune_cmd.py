@@ -6,9 +6,7 @@ from typing import Annotated
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, ProfileOpt
-from maint.commands.output import emit_json
 from maint.commands.runner import for_each_store
-from maint.errors import UsageError
 from maint.store.targets import resolve_targets
 
 
@@ -29,23 +27,17 @@ def autoprune(
 ) -> None:
     """Turn sessions.auto_prune on or off in config.yaml (comments kept), postpone the question, or show it.
 
-    on/off edit $HERMES_HOME/config.yaml, which every store shares, so the store options do not
-    apply to them; later and status act on each chosen store.
+    Each Hermes home has its own config.yaml: on/off edit the one of each chosen store ($HERMES_HOME's,
+    or profiles/NAME/'s with --profile; --all-profiles edits each); later and status act on each store.
     """
-    from maint.config import load_config
+    from maint.config import config_path_for, load_config
     from maint.ops.diskcheck import answer, disk_figures, prompt_state
     from maint.store.connection import open_store
 
-    cfg = load_config()
-    if choice in (Choice.on, Choice.off):
-        if db is not None or profile is not None or all_profiles:
-            raise UsageError(f"autoprune {choice.value}: --db/--profile/--all-profiles do not apply "
-                             f"(it edits {cfg.path}, shared by every store)")
-        message = answer(cfg, None, choice.value)
-        emit_json({"choice": choice.value, "message": message}) if as_json else typer.echo(message)
-        return
-
     def run(target) -> dict:
+        cfg = load_config(config_path_for(target.path if db is not None else None, target.profile))
+        if choice in (Choice.on, Choice.off):  # each Hermes home has its own config.yaml
+            return {"choice": choice.value, "config": str(cfg.path), "message": answer(cfg, None, choice.value)}
         if choice is Choice.later:
             with open_store(target.path) as store:
                 return {"choice": "later", "message": answer(cfg, store, "later")}

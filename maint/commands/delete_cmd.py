@@ -36,7 +36,7 @@ def delete(
         raise UsageError("--all-profiles: an ID names one session in one store (use --db or --profile)")
 
     def run(target) -> dict:
-        with open_store(target.path) as store:
+        with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
             plan = plan_delete(store, session_id)
             s = plan.sessions[plan.session_id]
             report = {"store": str(target.path), "dry_run": dry_run, "session_id": plan.session_id,

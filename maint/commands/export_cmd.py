@@ -60,7 +60,7 @@ def export(
     Bulk filters take ended sessions (pinned and archived included); no filter exports everything.
     --format trace alone traces the most recent session to stdout.
     """
-    from maint.config import load_config
+    from maint.config import config_path_for, load_config
     from maint.export.pipeline import ExportRequest, plan_export, run_export
     from maint.store.connection import open_store
 
@@ -76,7 +76,8 @@ def export(
 
         http_timeout()  # a bad HERMES_MAINT_HTTP_TIMEOUT_S is refused before anything is written
     target = resolve_targets(db, profile, False)[0]
-    cap = load_config().session("max_export_messages")
+    cap = load_config(config_path_for(target.path if db is not None else None, target.profile)).session(
+        "max_export_messages")
     with naming_store(target.path), open_store(target.path, readonly=not delete_after_verified) as store:
         plan = plan_export(store, req, cap)
         if dry_run:

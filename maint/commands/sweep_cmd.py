@@ -28,15 +28,16 @@ def sweep(
     """
     import logging
 
-    from maint.config import load_config
+    from maint.config import config_path_for, load_config
     from maint.ops.diskcheck import low_disk_notice
     from maint.ops.sweep import run_sweep
 
-    cfg = load_config()
     interactive = sys.stdin.isatty() and not as_json
 
     def run(target) -> dict:
+        cfg = load_config(config_path_for(target.path if db is not None else None, target.profile))
         report = run_sweep(target.path, cfg, force=force)
+        report["config"] = str(cfg.path)
         lines = low_disk_notice(target.path, cfg)
         if lines and interactive:
             for line in lines:

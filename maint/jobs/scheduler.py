@@ -58,8 +58,75 @@ class Job:
     source: Path
 
 
+DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+def cron_trigger(spec: str) -> CronTrigger:
+    """A crontab line read as cron reads it.
+
+    APScheduler's ``from_crontab`` numbers weekdays from Monday = 0, so ``0 4 * * 0`` would fire on
+    Mondays and ``1-5`` on Tuesday to Saturday. Standard cron counts Sunday = 0 (and 7); the weekday
+    field is turned into day names first, which APScheduler reads unambiguously.
+    """
+    fields = spec.split()
+    if len(fields) != 5:
+        raise ValueError(f"expected 5 fields (minute hour day month weekday), got {len(fields)}")
+    minute, hour, day, month, weekday = fields
+    return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=_weekday_names(weekday))
+
+
+def _weekday_names(field: str) -> str:
+    days: set[int] = set()
+    for part in field.lower().split(","):
+        base, _, step_text = part.partition("/")
+        step = int(step_text) if step_text.isdigit() and int(step_text) > 0 else None
+        if step_text and step is None:
+            raise ValueError(f"bad weekday step {part!r}")
+        if base == "*":
+            lo, hi = 0, 6
+        elif "-" in base:
+            lo_text, hi_text = base.split("-", 1)
+            lo, hi = _weekday(lo_text), _weekday(hi_text, end=True)
+            if lo > hi:
+                raise ValueError(f"bad weekday range {part!r}")
+        else:
+            lo = hi = _weekday(base)
+            if step:
+                hi = 6
+        days.update(d % 7 for d in range(lo, hi + 1, step or 1))
+    if days == set(range(7)):
+        return "*"
+    return ",".join(DAY_NAMES[d] for d in sorted(days))
+
+
+def _weekday(text: str, end: bool = False) -> int:
+    """0-7 (0 and 7 = Sunday) or a day name; a range may end on 7 (Sunday)."""
+    if text.isdigit() and 0 <= int(text) <= 7:
+        n = int(text)
+        return n if end or n != 7 else 0
+    if text[:3] in DAY_NAMES:
+        return DAY_NAMES.index(text[:3])
+    raise ValueError(f"bad weekday {text!r} (expected 0-7 or sun..sat)")
+
+
 def _bad(path: Path, field: str, problem: str) -> UsageError:
     return UsageError(f"{path}: field '{field}': {problem}")
+
+
+MAX_JOB_FILE = 64 * 1024
+
+
+def _read_job_file(path: Path) -> str:
+    """A job file's text: a regular file of reasonable size (a FIFO would hang the loader, /dev/zero fill memory)."""
+    import stat as stat_mod
+
+    st = os.stat(path)
+    if not stat_mod.S_ISREG(st.st_mode):
+        raise UsageError(f"{path}: not a regular file; a job file must be one")
+    if st.st_size > MAX_JOB_FILE:
+        raise UsageError(f"{path}: {st.st_size} bytes; a job file is at most {MAX_JOB_FILE} bytes")
+    with open(path, "rb") as fh:
+        return fh.read(MAX_JOB_FILE + 1).decode("utf-8")
 
 
 def load_job(path: Path, check_command: Callable[[list[str]], None] | None = None,
@@ -70,7 +137,7 @@ def load_job(path: Path, check_command: Callable[[list[str]], None] | None = Non
     to exactly the options an operator could type); it raises :class:`UsageError` with the reason.
     """
     try:
-        data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+        data = YAML(typ="safe").load(_read_job_file(path))
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read job file ({exc})") from None
     except MarkedYAMLError as exc:
@@ -108,7 +175,7 @@ def load_job(path: Path, check_command: Callable[[list[str]], None] | None = Non
         if not isinstance(spec, str):
             raise _bad(path, "trigger.cron", "must be a crontab string like '30 3 * * *'")
         try:
-            trigger = CronTrigger.from_crontab(spec)
+            trigger = cron_trigger(spec)
         except ValueError as exc:
             raise _bad(path, "trigger.cron", f"bad crontab {spec!r} ({exc})") from None
         text = f"cron {spec}"

@@ -133,7 +133,11 @@ def adopt(store: Store, orphan_id: str, donor_id: str, owner: str | None = None)
         fill = "".join(f", {c} = COALESCE({c}, (SELECT {c} FROM sessions WHERE id = ?))" for c in cols)
         conn.execute(f"UPDATE sessions SET session_key = ?{fill}, parent_session_id = COALESCE(parent_session_id, ?) "
                      "WHERE id = ? AND session_key IS NULL", [d_key, *[donor_id] * len(cols), donor_id, orphan_id])
-        conn.execute("UPDATE sessions SET ended_at = COALESCE(ended_at, ?), end_reason = ? WHERE id = ?",
+        # A donor that ended in a compression stays marked so: its end_reason is what makes the orphan
+        # its continuation, and overwriting it would split the conversation (and expose the earlier
+        # segment to prune on its own).
+        conn.execute("UPDATE sessions SET ended_at = COALESCE(ended_at, ?), end_reason = CASE WHEN end_reason = "
+                     "'compression' THEN end_reason ELSE ? END WHERE id = ?",
                      (time.time(), REPAIR_END_REASON, donor_id))
     return None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import time
 from dataclasses import dataclass
@@ -46,9 +47,14 @@ def validate_retention(value: Any) -> int | None:
     return value
 
 
+def _finite_non_negative(value: Any) -> bool:
+    """A config number we can compare with: NaN would make every comparison false (and archive everything)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+
+
 def _number(cfg: Config, key: str, default: float) -> float:
     value = cfg.session(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if not _finite_non_negative(value):
         log.warning("sessions.%s=%r is not a number >= 0; using %s", key, value, default)
         return default
     return float(value)
@@ -153,7 +159,7 @@ def auto_archive_step(db: Path, cfg: Config, interval_s: float, now: float,
     if cfg.session("auto_archive") is not True:
         return [], "sessions.auto_archive is off"
     days = cfg.session("auto_archive_days")
-    if isinstance(days, bool) or not isinstance(days, (int, float)) or days < 0:
+    if not _finite_non_negative(days):
         log.warning("sessions.auto_archive_days=%r is invalid: it must be a number of days >= 0; "
                     "skipping the idle sweep", days)
         return [], f"invalid sessions.auto_archive_days {days!r} (expected a number of days >= 0)"
