@@ -1,13 +1,22 @@
-"""--redact: mask secrets in exported text.
+"""--redact: mask credentials in exported text, keeping ids, hashes and the text's structure intact.
 
-Detection is Yelp's detect-secrets (maintained, plugin per credential type:
-AWS, GitHub, GitLab, Slack, Stripe, JWT, private keys, basic-auth URLs,
-password-style assignments ...), with its high-entropy plugins left out
-because they flag ordinary hex ids, hashes and UUIDs. A few formats it does
-not know (OpenAI/Anthropic/Hugging Face keys, bearer headers, whole PEM
-blocks) are added as patterns. A detector often reports only part of a token
-(a prefix, a JWT without its signature), so the whole token around each hit
-is masked.
+Best-effort by nature: a secret with no documented shape and no telling name beside it cannot be
+told from an id. Three kinds of evidence are used, each only where a cheap literal check says it
+can apply, so text without any of them costs one lower-casing, a few substring tests and one
+byte translation:
+
+* **shape**: credentials with a documented prefix or structure (``sk-``, ``ghp_``, ``AKIA``, JWTs,
+  Slack/Discord webhooks ...), found inside runs of token characters of 16 or more. Prefixes that
+  ordinary identifiers also use (``sk_``, ``am_``, ``fc-`` ...) need a random-looking body.
+* **name**: ``NAME=value``, ``name: value``, ``"name": "value"``, ``--name value``, ``?name=value``,
+  HTTP headers, where the name says secret (``*_KEY``, ``*_TOKEN``, ``PASSWORD``, ``X-Api-Key`` ...)
+  and its last part is not a harmless qualifier (``token_count``, ``KEY_PATH``, ``MAX_TOKENS``).
+* **place**: URL userinfo (``scheme://user:PASSWORD@host``), the body of PEM/OpenSSH private key
+  blocks, ``curl -u user:PASS``, ``.netrc`` passwords, E.164 phone numbers (as Hermes does).
+
+Only the secret itself becomes ``[REDACTED]``: names, schemes, hosts and the key block's BEGIN/END
+lines stay. Every mask lies inside a quoted value or a token, never across a quote or backslash, so
+JSON text stays JSON.
 """
 
 from __future__ import annotations
@@ -17,79 +26,462 @@ from functools import lru_cache
 from typing import Any
 
 MASK = "[REDACTED]"
-PLUGINS = ("AWSKeyDetector", "ArtifactoryDetector", "AzureStorageKeyDetector", "BasicAuthDetector",
-           "CloudantDetector", "DiscordBotTokenDetector", "GitHubTokenDetector", "GitLabTokenDetector",
-           "IbmCloudIamDetector", "JwtTokenDetector", "KeywordDetector", "MailchimpDetector", "NpmDetector",
-           "OpenAIDetector", "PrivateKeyDetector", "PypiTokenDetector", "SendGridDetector", "SlackDetector",
-           "SoftlayerDetector", "SquareOAuthDetector", "StripeDetector", "TelegramBotTokenDetector",
-           "TwilioKeyDetector")
-EXTRA = [
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S),
-    re.compile(r"\b(?:sk|rk|pk)-(?:proj-|ant-(?:api\d{2}-)?)?[A-Za-z0-9_\-]{20,}"),
-    re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"),
-    re.compile(r"(?i)(?<=\bbearer )[A-Za-z0-9._~+/=\-]{16,}"),
-    re.compile(r"(?i)(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),
+
+# -- shapes ---------------------------------------------------------------------------------------
+# (family, pattern); each pattern starts where the token starts.
+_FAMILIES: list[tuple[str, str]] = [
+    # AI providers
+    ("openai/anthropic/openrouter/deepseek", r"sk-[A-Za-z0-9_\-]{16,}"),
+    ("groq", r"gsk_[A-Za-z0-9]{20,}"),
+    ("perplexity", r"pplx-[A-Za-z0-9]{20,}"),
+    ("together", r"tgp_v1_[A-Za-z0-9_\-]{20,}"),
+    ("fireworks", r"f(?:w|pk)[_\-][A-Za-z0-9]{20,}"),
+    ("xai", r"xai-[A-Za-z0-9]{20,}"),
+    ("huggingface", r"(?:hf_|api_org_)[A-Za-z0-9]{20,}"),
+    ("replicate", r"r8_[A-Za-z0-9]{20,}"),
+    ("langsmith", r"lsv2_(?:pt|sk)_[A-Za-z0-9_]{20,}"),
+    ("pinecone", r"pcsk_[A-Za-z0-9_]{20,}"),
+    ("tavily", r"tvly-(?:dev-|prod-)?[A-Za-z0-9]{16,}"),
+    ("hermes-tools", r"(?:fal_|fc-|bb_live_|am_|exa_|syt_|retaindb_|hsk-|mem0_|brv_)[A-Za-z0-9_\-]{10,}"),
+    ("elevenlabs", r"sk_[A-Za-z0-9_]{16,}"),
+    ("fernet/codex", r"gAAAA[A-Za-z0-9_=\-]{20,}"),
+    # Google
+    ("google-api-key", r"AIza[A-Za-z0-9_\-]{30,}"),
+    ("google-oauth-secret", r"GOCSPX-[A-Za-z0-9_\-]{20,}"),
+    ("google-oauth-token", r"ya29\.[A-Za-z0-9_\-]{20,}"),
+    ("google-refresh-token", r"1//0[A-Za-z0-9_\-]{30,}"),
+    # clouds and platforms
+    ("aws-access-key-id", r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    ("azure-ad-client-secret", r"[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}"),
+    ("github", r"gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{50,}"),
+    ("gitlab", r"gl(?:pat|dt|rt|ptt|cbt|ft|soat|oas|imt|agent|ffct)-[A-Za-z0-9_\-]{20,}|GR1348941[A-Za-z0-9_\-]{20}"),
+    ("atlassian/bitbucket", r"AT(?:ATT|CTT|OAT)3[A-Za-z0-9_=\-]{50,}|ATBB[A-Za-z0-9_=.\-]{28,}"),
+    ("npm", r"npm_[A-Za-z0-9]{30,}"),
+    ("pypi", r"pypi-[A-Za-z0-9_\-]{40,}"),
+    ("rubygems", r"rubygems_[a-f0-9]{40,}"),
+    ("docker-hub", r"dckr_(?:pat|oat)_[A-Za-z0-9_\-]{20,}"),
+    ("digitalocean", r"do[opr]_v1_[a-f0-9]{40,}"),
+    ("heroku", r"HRKU-[A-Za-z0-9_\-]{40,}"),
+    ("cloudflare-origin-ca", r"v1\.0-[a-f0-9]{24}-[a-f0-9]{100,}"),
+    ("vercel", r"vc[piakr]_[A-Za-z0-9]{24,}"),
+    ("netlify", r"nf[pcoa]_[A-Za-z0-9]{30,}"),
+    ("shopify", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
+    ("stripe", r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{20,}|whsec_[A-Za-z0-9]{24,}"),
+    ("twilio", r"(?:SK[0-9a-fA-F]{32}|AC[0-9a-f]{32})(?![A-Za-z0-9])"),
+    ("sendgrid", r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{30,}"),
+    ("mailgun", r"key-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}(?![A-Za-z0-9])"),
+    ("mailchimp", r"[0-9a-f]{32}-us\d{1,2}(?![A-Za-z0-9])"),
+    ("slack", r"xox[abposer]-[A-Za-z0-9\-]{10,}|xoxe\.xox[bp]-\d-[A-Za-z0-9\-]{20,}|xapp-\d-[A-Za-z0-9\-]{10,}"),
+    ("discord-bot", r"[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}"),
+    ("telegram-bot", r"(?:bot)?\d{8,10}:[A-Za-z0-9_\-]{30,}"),
+    ("linear", r"lin_(?:api|oauth)_[A-Za-z0-9]{32,}"),
+    ("notion", r"secret_[A-Za-z0-9]{40,}|ntn_[A-Za-z0-9]{30,}"),
+    ("sentry-token", r"sntry[su]_[A-Za-z0-9+/=_]{40,}"),
+    ("jwt", r"eyJ[A-Za-z0-9_=\-]{10,}(?:\.[A-Za-z0-9_=\-]{2,}){0,2}"),
+    ("postman", r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}"),
+    ("terraform", r"[a-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=\-]{60,}"),
+    ("vault", r"hv[sbr]\.[A-Za-z0-9_\-]{24,}"),
+    ("1password", r"ops_eyJ[A-Za-z0-9_=\-]{50,}"),
+    ("grafana", r"gl(?:c|sa)_[A-Za-z0-9_=\-]{30,}"),
+    ("newrelic", r"NRAK-[A-Z0-9]{27}"),
+    ("planetscale", r"pscale_(?:tkn|pw|oauth)_[A-Za-z0-9_.\-]{30,}"),
+    ("supabase", r"sbp_[a-f0-9]{40}"),
+    ("doppler", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}"),
+    ("age", r"AGE-SECRET-KEY-1[0-9A-Z]{58}"),
+    ("figma", r"figd_[A-Za-z0-9_\-]{40,}"),
+    ("square", r"sq0(?:atp|csp|idp)-[A-Za-z0-9_\-]{22,}|EAAA[A-Za-z0-9_\-]{60,}"),
+    ("databricks", r"dapi[a-f0-9]{32}(?:-\d)?"),
+    ("artifactory", r"AKCp[A-Za-z0-9]{60,}"),
+    ("pulumi", r"pul-[a-f0-9]{40}"),
+    ("prefect", r"pnu_[A-Za-z0-9]{36}"),
+    ("contentful", r"CFPAT-[A-Za-z0-9_\-]{40,}"),
+    # webhooks: the secret is the path; the host stays readable
+    ("slack-webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{20,}"),
+    ("discord-webhook", r"discord(?:app)?\.com/api/webhooks/\d{16,20}/[A-Za-z0-9_\-]{40,}"),
 ]
-TOKEN_CHARS = r"A-Za-z0-9_\-.+/=~"
+# One alternation behind one token-boundary check, without groups (each group costs in every attempt).
+_SHAPES = re.compile(r"(?<![A-Za-z0-9_\-])(?:" + "|".join(p for _, p in _FAMILIES) + ")")
+# Prefixes that identifiers also use: the body after them must look random.
+_LOOSE_PREFIXES = ("sk-", "sk_", "fw", "fpk_", "tvly-", "fal_", "fc-", "bb_live_", "am_", "exa_", "syt_", "retaindb_",
+                   "hsk-", "mem0_", "brv_", "gAAAA", "vc", "nf", "xox", "xapp-", "eyJ")
+_RUN_CHARS = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.+/=~:")
+# Token characters become "a", everything else (UTF-8 lead and continuation bytes too) a space:
+# a shape can only be present where 16 of them stand in a row.
+_RUN_TABLE = bytes(ord("a") if b in _RUN_CHARS else ord(" ") for b in range(256))
+_RUN = re.compile(b"a" * 15 + b"a+")
 
 
-@lru_cache(maxsize=1)
-def _settings() -> dict:
-    return {"plugins_used": [{"name": name} for name in PLUGINS]}
+def _looks_random(token: str) -> bool:
+    """Generated credentials mix digits with letters or both cases; identifiers (sk_learn_model) do not."""
+    has_digit = any(c.isdigit() for c in token)
+    has_alpha = any(c.isalpha() for c in token)
+    if has_digit and has_alpha:
+        return True
+    return not has_digit and any(c.isupper() for c in token) and any(c.islower() for c in token) and len(token) >= 24
 
 
-def _spread(line: str, value: str) -> list[tuple[int, int]]:
-    """Every occurrence of *value* in *line*, widened to the whole token around it."""
-    spans = []
-    start = line.find(value)
-    while start >= 0 and value:
-        lo, hi = start, start + len(value)
-        while lo > 0 and re.match(f"[{TOKEN_CHARS}]", line[lo - 1]):
-            lo -= 1
-        while hi < len(line) and re.match(f"[{TOKEN_CHARS}]", line[hi]):
-            hi += 1
-        spans.append((lo, hi))
-        start = line.find(value, start + 1)
-    return spans
+_SNAKE = re.compile(r"[a-z]+(?:[_\-][a-z0-9]+)*")
+
+
+def _random_body(token: str) -> bool:
+    """The part after the prefix is random, not snake_case words (sk_learn_model_v2, am_pm_format)."""
+    body = re.split(r"[_\-.]", token, maxsplit=1)[-1]
+    if _SNAKE.fullmatch(body) and max(len(s) for s in re.split(r"[_\-]", body)) < 16:
+        return False
+    return len(body) >= 10 and _looks_random(body)
+
+
+# -- names ----------------------------------------------------------------------------------------
+# A name is found at a keyword inside it; the regex is only run on text whose lower-cased form holds
+# one of _NAME_TRIGGERS.
+_NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pwd", "dsn", "cookie", "jwt", "bearer")
+_KEYWORD_ANYCASE = re.compile("(?i)" + "|".join(_NAME_TRIGGERS))
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_NAME_TAIL = re.compile(r"(?P<name>[\w\-]*(?:\.[\w\-]+)*)(?P<q>\\?[\"'])?")
+_SEP = re.compile(r"[ \t]*(?::=|=>|=(?!=)|:(?![/:=]))[ \t]*")
+_CLI_SEP = re.compile(r"[ \t]+")
+_VALUE = re.compile(
+    r"\\\"(?P<eq>.*?)\\\""                      # \"value\" inside a JSON-encoded string
+    r"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\""           # "value"
+    r"|'(?P<sq>[^'\n]*)'"                        # 'value'
+    r"|(?P<uq>[^\s\"'`\\;&,<>(){}\[\]|]+)")      # bare value
+_LINE_VALUE = re.compile(r"[^\n\"'\\]*")
+_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+_PASSWORD_WORDS = {"password", "passwd", "pass", "pwd", "pw", "passphrase", "secret", "secrets", "credential",
+                   "credentials", "creds", "privatekey", "secretkey"}
+_TOKEN_WORDS = {"token", "apikey", "accesskey", "authtoken", "accesstoken", "refreshtoken", "signature", "sig",
+                "dsn", "bearer", "jwt", "sas", "pat"}
+_FUSED = ("password", "passwd", "secret", "token", "apikey", "credential", "credentials")
+_FUSED_NOT = {"tokens", "tokenizer", "tokenize", "secretary", "secrets"}
+# A last part that makes the whole name harmless: token_count, KEY_PATH, password_reset ...
+_NEUTRAL_LAST = {
+    "count", "counts", "type", "types", "length", "len", "limit", "limits", "max", "min", "path", "paths", "file",
+    "files", "filename", "dir", "directory", "url", "uri", "endpoint", "host", "name", "names", "id", "ids", "size",
+    "ttl", "expiry", "expires", "expiration", "expire", "at", "prefix", "suffix", "header", "env", "var", "field",
+    "hint", "policy", "reset", "version", "enabled", "disabled", "required", "format", "usage", "used", "total",
+    "budget", "rate", "index", "idx", "provider", "method", "mode", "scheme", "source", "kind", "location",
+    "algorithm", "alg", "store", "cache", "manager", "helper", "label", "description", "desc", "help", "prompt",
+    "stdin", "command", "cmd", "regex", "pattern", "rule", "rules", "class", "module", "func", "function", "handler",
+    "style", "input", "placeholder", "hash", "hashed", "digest", "salt", "strength", "valid", "validation", "confirm",
+    "changed", "updated", "created", "rotation", "rotated", "estimate", "estimated", "remaining", "window", "per",
+    "spent", "ref", "reference", "arn", "fingerprint", "kid", "number", "num", "list", "map", "set", "check",
+    "error", "errors", "status", "state", "exists", "missing", "mask", "masked", "redacted", "fn", "dict", "keys",
+    "bytes", "bits", "secs", "seconds", "ms", "timeout", "count_", "limit_", "exchange", "flow", "grant", "request",
+    "response", "server", "service", "scope", "scopes", "audience", "issuer", "user", "username",
+    "login", "email", "account", "lifetime", "duration", "age",
+}
+# key alone is a secret only beside a qualifier that is not one of these (sort_key, session_key ...).
+_KEY_NOT = {"sort", "primary", "foreign", "cache", "partition", "idempotency", "dict", "hot", "shortcut", "map",
+            "lookup", "row", "unique", "composite", "index", "group", "routing", "dedup", "dedupe", "object",
+            "public", "pub", "search", "order", "join", "shard", "sharding", "entry", "message", "translation",
+            "label", "field", "column", "table", "hash", "sequence", "session", "host", "known", "dns", "rsa",
+            "idempotent", "natural", "surrogate", "candidate", "range", "hash_", "react", "list", "bucket", "prefix",
+            "item", "record", "element", "media", "keyboard", "press", "hotkey", "i18n", "config", "metadata",
+            "matching", "registry", "cursor", "continuation", "pagination", "page", "next", "dedupe_", "custom",
+            "api_key_", "encoded", "serialization", "the", "a", "this", "that", "my", "your", "to", "of"}
+_AUTH_HEADERS = {"authorization", "proxy-authorization"}
+_LINE_HEADERS = {"cookie", "set-cookie"}
+_SCHEMES = {"bearer", "basic", "token", "digest", "bot", "apikey", "api-key", "ssws", "negotiate", "ntlm", "hmac",
+            "aws4-hmac-sha256", "key", "sharedkey", "sharedaccesssignature", "oauth", "dpop"}
+
+_NOT_VALUES = {
+    "true", "false", "yes", "no", "on", "off", "null", "none", "nil", "undefined", "nan", "string", "str", "int",
+    "bytes", "bool", "boolean", "number", "any", "object", "optional", "required", "secretstr", "reset", "expired",
+    "invalid", "incorrect", "wrong", "missing", "empty", "hidden", "changed", "updated", "the", "a", "an", "is",
+    "was", "are", "be", "not", "must", "should", "will", "can", "please", "see", "use", "enter", "your", "my", "this",
+    "that", "it", "from", "for", "in", "to", "of", "and", "or", "with", "here", "there", "below", "above",
+    "set", "unset", "provided", "ok", "redacted", "masked", "xxx", "***", "...", "…", "todo", "tbd", "changeme_",
+    "if", "when", "then", "else", "env", "environment", "value", "values", "default", "example", "sample", "stored",
+    "saved", "rotated", "revoked", "valid", "used", "type", "text", "file", "secret", "password", "token", "key",
+}
+_CODE_ROOTS = {"self", "this", "os", "process", "config", "settings", "cfg", "env", "args", "opts", "options",
+               "params", "request", "req", "ctx", "context", "app", "conf", "data", "payload", "body", "response",
+               "resp", "module", "window", "secrets", "vars", "inputs", "props", "state", "client", "creds",
+               "credentials", "auth", "user", "account", "kwargs", "st", "flask", "django", "import"}
+_IDENT = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
+
+
+@lru_cache(maxsize=4096)
+def name_kind(name: str) -> str | None:
+    """How a name that says secret is treated: "password" (any value), "token", "random" (only a
+    random-looking value), "auth"/"line" (HTTP headers), or None for a harmless name."""
+    low = name.lower().lstrip("-_@$")
+    if low in _AUTH_HEADERS:
+        return "auth"
+    if low in _LINE_HEADERS:
+        return "line"
+    parts = [p.lower() for p in _PARTS.findall(name)]
+    parts = [p for p in parts if not p.isdigit()] or parts
+    if not parts or parts[-1] in _NEUTRAL_LAST:
+        return None
+    kind = None
+    for i, part in enumerate(parts):
+        if part in _PASSWORD_WORDS:
+            return "password"
+        if part in _TOKEN_WORDS or (part not in _FUSED_NOT and part.endswith(_FUSED)):
+            if part.endswith(("password", "passwd", "secret", "credential", "credentials")):
+                return "password"
+            kind = "token"
+        elif part == "key":
+            qualifier = parts[i - 1] if i else ""
+            if qualifier and qualifier not in _KEY_NOT and i == len(parts) - 1:
+                kind = kind or "token"
+            elif not qualifier and len(parts) == 1:
+                kind = kind or "random"
+        elif part in ("auth", "authorization") and kind is None:
+            kind = "random"
+    return kind
+
+
+def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> bool:
+    v = value.strip()
+    if not v or MASK in v or len(v) < 3:
+        return False
+    low = v.lower()
+    if low in _NOT_VALUES or low.strip("*.x…") == "":
+        return False
+    if v[0] in "$<{" or v.startswith(("-", "%(", "[", "(")) or v.endswith(">"):
+        return False  # placeholders, templates, variables, flags
+    if low.startswith(("your_", "your-", "<your", "os.getenv", "os.environ", "process.env", "getenv(", "env(",
+                       "secrets.", "vars.")):
+        return False
+    if "://" in v:
+        return False  # a URL: its userinfo and query are judged as URL parts
+    if v.startswith(("/", "~/", "./", "../")) and " " not in v:
+        return False  # a file path
+    if not quoted and _IDENT.fullmatch(v):
+        segs = low.split(".")
+        if len(segs) > 1 and (segs[0] in _CODE_ROOTS or name_kind(segs[-1])):
+            return False  # config.api_key, process.env.X: a reference, not a value
+        if low == name.lower().lstrip("-") or (name and low.endswith(name.lower().split("_")[-1])
+                                                and "_" in low):
+            return False  # api_key=api_key
+    if v.replace(".", "", 1).isdigit():
+        return kind == "password" and len(v) >= 4
+    if kind == "random":
+        return len(v) >= 16 and _looks_random(v)
+    return True
+
+
+# -- places ---------------------------------------------------------------------------------------
+_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]{1,20}://(?P<user>[^\s/?#@:\"'\\<>]*)(?::(?P<pw>[^\s/?#@\"'\\<>]*))?@")
+_PEM_BEGIN = re.compile(r"-----BEGIN (?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----")
+_PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=\s:,.\-]|\\[nrt])*")
+_BEARER = re.compile(r"(?i)\bbearer\s+(?P<v>[A-Za-z0-9._~+/=\-]{16,})")
+_CURL_USER = re.compile(r"(?:\s-u|--user|--proxy-user)[ \t=]+([\"']?)[^\s:\"']+:(?P<v>[^\s\"'@]+)\1")
+_MYSQL_P = re.compile(r"\b(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]*?\s-p(?P<v>[^\s\"']+)")
+_SSHPASS = re.compile(r"\bsshpass\s+-p\s*([\"']?)(?P<v>[^\s\"']+)\1")
+_NETRC = re.compile(r"\bmachine\s+\S+\s+login\s+\S+\s+password\s+(?P<v>\S+)")
+_PHONE = re.compile(r"(?<![\w+])\+[1-9]\d{6,14}(?![A-Za-z0-9])")
+_FORM = re.compile(r"[A-Za-z_][\w.\-]*=[^&\s]*(?:&[A-Za-z_][\w.\-]*=[^&\s]*)+")
+_FORM_KEYS = {"access_token", "refresh_token", "id_token", "token", "api_key", "apikey", "client_secret", "password",
+              "auth", "jwt", "session", "secret", "key", "code", "signature", "x-amz-signature"}
+
+
+def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    """Shapes, searched only inside runs of 16+ token characters (found on a byte translation)."""
+    raw = text.encode("utf-8", "surrogatepass")
+    runs = list(_RUN.finditer(raw.translate(_RUN_TABLE)))
+    if not runs:
+        return
+    ascii_text = len(raw) == len(text)
+    for run in runs:
+        start, end = run.span()
+        if not ascii_text:  # byte offsets to character offsets
+            start = len(raw[:start].decode("utf-8", "surrogatepass"))
+            end = start + len(raw[run.start():end].decode("utf-8", "surrogatepass"))
+        for m in _SHAPES.finditer(text, start, end):
+            token = m.group()
+            if token.startswith(_LOOSE_PREFIXES) and not _random_body(token):
+                continue
+            lo = m.start()
+            if token.startswith(("hooks.", "discord")):  # keep the host and route, mask the path
+                lo += token.index("/", token.index("/") + 1) + 1
+            spans.append((lo, m.end()))
+
+
+def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, int]]) -> None:
+    """``NAME=value`` and its kin, found from each keyword occurrence outwards."""
+    if len(low) != len(text):  # a few characters change length when lower-cased: positions differ
+        hits = [m.start() for m in _KEYWORD_ANYCASE.finditer(text)]
+    else:
+        hits = []
+        for word in words:
+            i = low.find(word)
+            while i >= 0:
+                hits.append(i)
+                i = low.find(word, i + 1)
+        hits.sort()
+    done = -1
+    for hit in hits:
+        if hit < done:
+            continue  # a second keyword inside a name already judged (auth_token)
+        start = hit
+        while start and text[start - 1] in _NAME_CHARS:
+            start -= 1
+        while start < hit and not (text[start].isalpha() or text[start] == "_"):
+            start += 1  # names start with a letter or _
+        dash = text[max(0, start - 2):start]
+        before = text[start - 1:start] if start else ""
+        if before == "$":
+            continue
+        tail = _NAME_TAIL.match(text, hit)
+        done = tail.end("name")
+        pos = tail.end()
+        sep = _SEP.match(text, pos)
+        if sep is None:
+            if not dash.endswith("-") or tail.group("q"):
+                continue
+            sep = _CLI_SEP.match(text, pos)  # --password VALUE
+            if sep is None:
+                continue
+        name = text[start:done]
+        kind = name_kind(name)
+        if kind is None:
+            continue
+        pos = sep.end()
+        if kind in ("auth", "line"):
+            _header_span(text, pos, kind, spans)
+            continue
+        v = _VALUE.match(text, pos)
+        if v is None:
+            continue
+        group = v.lastgroup
+        value = v.group(group)
+        if group == "uq" and text[v.end():v.end() + 1] in ("(", "["):
+            continue  # a call or subscript: code, not a value
+        if kind in ("token", "random") and group != "uq" and " " in value \
+                and value.split(" ", 1)[0].lower() in _SCHEMES:
+            # "Authorization"-like value under another name: keep the scheme word
+            spans.append((v.start(group) + value.index(" ") + 1, v.end(group)))
+            continue
+        if _value_is_secret(value, kind, group != "uq", name):
+            spans.append(v.span(group))
+
+
+def _header_span(text: str, pos: int, kind: str, spans: list[tuple[int, int]]) -> None:
+    """Authorization: keep the scheme word, mask the credential; Cookie: mask the whole value."""
+    quoted = False
+    if text.startswith('\\"', pos):
+        quoted, pos = True, pos + 2
+    elif text[pos:pos + 1] in ("\"", "'"):
+        quoted, pos = True, pos + 1
+    value = _LINE_VALUE.match(text, pos).group().rstrip()
+    if not value.strip():
+        return
+    end = pos + len(value)
+    if kind == "auth":
+        first, _, rest = value.partition(" ")
+        if first.lower() in _SCHEMES and rest.strip():
+            pos += len(first) + 1 + (len(rest) - len(rest.lstrip()))
+            value = rest.strip()
+        elif not quoted:
+            end, value = pos + len(first), first  # one bare credential
+        if not _value_is_secret(value.split(" ", 1)[0], "token", True):
+            return
+    if end > pos and MASK not in text[pos:end] and text[pos] not in "$<{":
+        spans.append((pos, end))
+
+
+def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, int]]) -> None:
+    if "://" in text and "@" in text:
+        for m in _USERINFO.finditer(text):
+            pw = m.group("pw")
+            if pw is not None:
+                if pw and pw[0] not in "{$<*" and MASK not in pw:
+                    spans.append(m.span("pw"))
+            elif len(m.group("user")) >= 8 and (_looks_random(m.group("user")) or len(m.group("user")) >= 20):
+                spans.append(m.span("user"))  # https://TOKEN@host
+    if "key" in words and "PRIVATE KEY" in text:
+        for m in _PEM_BEGIN.finditer(text):
+            end_marker = text.find(f"-----END {m.group('kind')}-----", m.end())
+            end = end_marker if end_marker >= 0 else _PEM_BODY.match(text, m.end()).end()
+            if end > m.end():
+                spans.append((m.end(), end))
+    if "bearer" in words:
+        spans.extend(m.span("v") for m in _BEARER.finditer(text) if MASK not in m.group("v"))
+    if ":" in text and ("-u" in text or "--user" in text or "--proxy-user" in text):
+        spans.extend(m.span("v") for m in _CURL_USER.finditer(text))
+    if "-p" in text and ("mysql" in low or "mariadb" in low):
+        spans.extend(m.span("v") for m in _MYSQL_P.finditer(text))
+    if "pass" in words and "sshpass" in text:
+        spans.extend(m.span("v") for m in _SSHPASS.finditer(text))
+    if "pass" in words and "machine" in text:
+        spans.extend(m.span("v") for m in _NETRC.finditer(text))
+    if "+" in text:
+        spans.extend(m.span() for m in _PHONE.finditer(text))
+    if "&" in text and "\n" not in text:
+        body = text.strip()
+        if _FORM.fullmatch(body):
+            offset = text.index(body)
+            pos = 0
+            for pair in body.split("&"):
+                key, _, value = pair.partition("=")
+                if key.lower() in _FORM_KEYS and value:
+                    start = offset + pos + len(key) + 1
+                    spans.append((start, start + len(value)))
+                pos += len(pair) + 1
+
+
+def find_secrets(text: str) -> list[tuple[int, int]]:
+    """The spans of *text* to mask, sorted and merged."""
+    spans: list[tuple[int, int]] = []
+    low = text.lower()
+    words = [word for word in _NAME_TRIGGERS if word in low]
+    if words:
+        _name_spans(text, low, words, spans)
+    _place_spans(text, low, words, spans)
+    _shape_spans(text, spans)
+    if not spans:
+        return spans
+    spans.sort()
+    merged = [spans[0]]
+    for start, end in spans[1:]:
+        if start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def redact_text(text: str) -> str:
-    if not text:
+    """*text* with every secret found replaced by ``[REDACTED]``; the same object when nothing is."""
+    if not text or len(text) < 8:
         return text
-    from detect_secrets.core.scan import scan_line
-    from detect_secrets.settings import transient_settings
-
-    for pattern in EXTRA:
-        text = pattern.sub(MASK, text)
-    out = []
-    with transient_settings(_settings()):
-        for line in text.split("\n"):
-            spans = []
-            for secret in scan_line(line):
-                if secret.secret_value and secret.secret_value != MASK:
-                    spans += _spread(line, secret.secret_value)
-            for lo, hi in sorted(spans, reverse=True):
-                if MASK in line[lo:hi] and len(line[lo:hi]) == len(MASK):
-                    continue
-                line = line[:lo] + MASK + line[hi:]
-            out.append(line)
-    return "\n".join(out)
+    spans = find_secrets(text)
+    if not spans:
+        return text
+    out, pos = [], 0
+    for start, end in spans:
+        out.append(text[pos:start])
+        out.append(MASK)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
 
 
-def redact_value(value: Any) -> Any:
-    """Strings are redacted; lists and dicts recursively; everything else passes through."""
+def redact_value(value: Any, name: str | None = None) -> Any:
+    """Strings are redacted; lists and dicts recursively, a dict key that says secret masking its value."""
     if isinstance(value, str):
+        if name is not None:
+            kind = name_kind(name)
+            if kind in ("auth", "line"):
+                return redact_text(f"{name}: {value}")[len(name) + 2:]
+            if kind is not None and _value_is_secret(value, kind, True, name):
+                return MASK
         return redact_text(value)
     if isinstance(value, list):
         return [redact_value(v) for v in value]
     if isinstance(value, dict):
-        return {k: redact_value(v) for k, v in value.items()}
+        return {k: redact_value(v, k if isinstance(k, str) else None) for k, v in value.items()}
     return value
 
 
-TEXT_FIELDS = ("content", "tool_calls", "reasoning", "reasoning_content", "api_content", "system_prompt",
-               "reasoning_details", "codex_reasoning_items", "codex_message_items", "title")
+# Columns that link rows (ids, content hashes) are never touched; every other text column is.
+KEEP_COLUMNS = frozenset({"id", "session_id", "parent_session_id", "tool_call_id", "system_prompt_hash"})
 
 
 def redact_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (redact_text(v) if k in TEXT_FIELDS and isinstance(v, str) else v) for k, v in row.items()}
+    return {k: (redact_text(v) if v.__class__ is str and k not in KEEP_COLUMNS else v) for k, v in row.items()}
