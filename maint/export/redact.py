@@ -73,7 +73,7 @@ _FAMILIES: list[tuple[str, str]] = [
     ("mailchimp", r"[0-9a-f]{32}-us\d{1,2}(?![A-Za-z0-9])"),
     ("slack", r"xox[abposer]-[A-Za-z0-9\-]{10,}|xoxe\.xox[bp]-\d-[A-Za-z0-9\-]{20,}|xapp-\d-[A-Za-z0-9\-]{10,}"),
     ("discord-bot", r"[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}"),
-    ("telegram-bot", r"(?:bot)?\d{8,10}:[A-Za-z0-9_\-]{30,}"),
+    ("telegram-bot", r"(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30,}"),
     ("linear", r"lin_(?:api|oauth)_[A-Za-z0-9]{32,}"),
     ("notion", r"secret_[A-Za-z0-9]{40,}|ntn_[A-Za-z0-9]{30,}"),
     ("sentry-token", r"sntry[su]_[A-Za-z0-9+/=_]{40,}"),
@@ -112,12 +112,14 @@ _RUN = re.compile(b"a" * 15 + b"a+")
 
 
 def _looks_random(token: str) -> bool:
-    """Generated credentials mix digits with letters or both cases; identifiers (sk_learn_model) do not."""
+    """Generated credentials mix digits with letters, or both cases throughout (base64); words and
+    identifiers (sk_learn_model, AuthenticationProvider) do not."""
     has_digit = any(c.isdigit() for c in token)
-    has_alpha = any(c.isalpha() for c in token)
-    if has_digit and has_alpha:
+    upper = sum(c.isupper() for c in token)
+    lower = sum(c.islower() for c in token)
+    if has_digit and upper + lower:
         return True
-    return not has_digit and any(c.isupper() for c in token) and any(c.islower() for c in token) and len(token) >= 24
+    return len(token) >= 12 and upper >= 3 and lower >= 3 and 0.2 <= upper / (upper + lower) <= 0.8
 
 
 _SNAKE = re.compile(r"[a-z]+(?:[_\-][a-z0-9]+)*")
@@ -140,6 +142,8 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 _NAME_TAIL = re.compile(r"(?P<name>[\w\-]*(?:\.[\w\-]+)*)(?P<q>\\?[\"'])?")
 _SEP = re.compile(r"[ \t]*(?::=|=>|=(?!=)|:(?![/:=]))[ \t]*")
 _CLI_SEP = re.compile(r"[ \t]+")
+_PROSE_SEP = re.compile(r"[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?")
+_PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
 _VALUE = re.compile(
     r"\\\"(?P<eq>.*?)\\\""                      # \"value\" inside a JSON-encoded string
     r"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\""           # "value"
@@ -163,11 +167,11 @@ _NEUTRAL_LAST = {
     "budget", "rate", "index", "idx", "provider", "method", "mode", "scheme", "source", "kind", "location",
     "algorithm", "alg", "store", "cache", "manager", "helper", "label", "description", "desc", "help", "prompt",
     "stdin", "command", "cmd", "regex", "pattern", "rule", "rules", "class", "module", "func", "function", "handler",
-    "style", "input", "placeholder", "hash", "hashed", "digest", "salt", "strength", "valid", "validation", "confirm",
+    "style", "placeholder", "hash", "hashed", "digest", "salt", "strength", "valid", "validation", "confirm",
     "changed", "updated", "created", "rotation", "rotated", "estimate", "estimated", "remaining", "window", "per",
     "spent", "ref", "reference", "arn", "fingerprint", "kid", "number", "num", "list", "map", "set", "check",
     "error", "errors", "status", "state", "exists", "missing", "mask", "masked", "redacted", "fn", "dict", "keys",
-    "bytes", "bits", "secs", "seconds", "ms", "timeout", "count_", "limit_", "exchange", "flow", "grant", "request",
+    "bits", "secs", "seconds", "ms", "timeout", "count_", "limit_", "exchange", "flow", "grant", "request",
     "response", "server", "service", "scope", "scopes", "audience", "issuer", "user", "username",
     "login", "email", "account", "lifetime", "duration", "age",
 }
@@ -180,6 +184,9 @@ _KEY_NOT = {"sort", "primary", "foreign", "cache", "partition", "idempotency", "
             "item", "record", "element", "media", "keyboard", "press", "hotkey", "i18n", "config", "metadata",
             "matching", "registry", "cursor", "continuation", "pagination", "page", "next", "dedupe_", "custom",
             "api_key_", "encoded", "serialization", "the", "a", "this", "that", "my", "your", "to", "of"}
+# key_material, KEY_VALUE: the key itself
+_KEY_MATERIAL = {"material", "value", "data", "content", "contents", "string", "str", "text", "b64", "base64", "hex",
+                 "pem", "bytes", "blob", "raw", "secret"}
 _AUTH_HEADERS = {"authorization", "proxy-authorization"}
 _LINE_HEADERS = {"cookie", "set-cookie"}
 _SCHEMES = {"bearer", "basic", "token", "digest", "bot", "apikey", "api-key", "ssws", "negotiate", "ntlm", "hmac",
@@ -225,12 +232,13 @@ def name_kind(name: str) -> str | None:
             kind = "token"
         elif part == "key":
             qualifier = parts[i - 1] if i else ""
-            if qualifier and qualifier not in _KEY_NOT and i == len(parts) - 1:
+            following = parts[i + 1] if i + 1 < len(parts) else ""
+            if following in _KEY_MATERIAL or (qualifier and qualifier not in _KEY_NOT and not following):
                 kind = kind or "token"
             elif not qualifier and len(parts) == 1:
                 kind = kind or "random"
         elif part in ("auth", "authorization") and kind is None:
-            kind = "random"
+            kind = "token" if i and i == len(parts) - 1 else "random"  # NPM_AUTH, BASIC_AUTH; auth alone
     return kind
 
 
@@ -258,7 +266,7 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
                                                 and "_" in low):
             return False  # api_key=api_key
     if v.replace(".", "", 1).isdigit():
-        return kind == "password" and len(v) >= 4
+        return len(v) >= (4 if kind == "password" else 12)
     if kind == "random":
         return len(v) >= 16 and _looks_random(v)
     return True
@@ -271,7 +279,7 @@ _PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=\s:,.\-]|\\[nrt])*")
 _BEARER = re.compile(r"(?i)\bbearer\s+(?P<v>[A-Za-z0-9._~+/=\-]{16,})")
 _CURL_USER = re.compile(r"(?:\s-u|--user|--proxy-user)[ \t=]+([\"']?)[^\s:\"']+:(?P<v>[^\s\"'@]+)\1")
 _MYSQL_P = re.compile(r"\b(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]*?\s-p(?P<v>[^\s\"']+)")
-_SSHPASS = re.compile(r"\bsshpass\s+-p\s*([\"']?)(?P<v>[^\s\"']+)\1")
+_SSHPASS = re.compile(r"\b(?:sshpass\s+-p|redis-cli\b[^\n]*?\s-a)\s*([\"']?)(?P<v>[^\s\"']+)\1")
 _NETRC = re.compile(r"\bmachine\s+\S+\s+login\s+\S+\s+password\s+(?P<v>\S+)")
 _PHONE = re.compile(r"(?<![\w+])\+[1-9]\d{6,14}(?![A-Za-z0-9])")
 _FORM = re.compile(r"[A-Za-z_][\w.\-]*=[^&\s]*(?:&[A-Za-z_][\w.\-]*=[^&\s]*)+")
@@ -330,10 +338,13 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         done = tail.end("name")
         pos = tail.end()
         sep = _SEP.match(text, pos)
+        prose = False
         if sep is None:
-            if not dash.endswith("-") or tail.group("q"):
-                continue
-            sep = _CLI_SEP.match(text, pos)  # --password VALUE
+            if dash.endswith("-") and not tail.group("q"):
+                sep = _CLI_SEP.match(text, pos)  # --password VALUE
+            else:
+                sep = _PROSE_SEP.match(text, pos)  # my password is hunter2
+                prose = True
             if sep is None:
                 continue
         name = text[start:done]
@@ -341,6 +352,12 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         if kind is None:
             continue
         pos = sep.end()
+        if prose:
+            v = _PROSE_VALUE.match(text, pos)
+            if v and kind in ("password", "token") and _value_is_secret(v.group(), kind, False, name) \
+                    and _looks_random(v.group()) | any(c in "!#$%^&*_-+=~.@?" for c in v.group()[1:]):
+                spans.append(v.span())
+            continue
         if kind in ("auth", "line"):
             _header_span(text, pos, kind, spans)
             continue
@@ -405,7 +422,7 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span("v") for m in _CURL_USER.finditer(text))
     if "-p" in text and ("mysql" in low or "mariadb" in low):
         spans.extend(m.span("v") for m in _MYSQL_P.finditer(text))
-    if "pass" in words and "sshpass" in text:
+    if "sshpass" in text or "redis-cli" in text:
         spans.extend(m.span("v") for m in _SSHPASS.finditer(text))
     if "pass" in words and "machine" in text:
         spans.extend(m.span("v") for m in _NETRC.finditer(text))

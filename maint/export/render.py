@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from jinja2 import Environment, FunctionLoader, select_autoescape
 
 from maint.store.catalog import SessionInfo
-from maint.export.redact import redact_row, redact_text
+from maint.export.redact import redact_row, redact_text, redact_value
 from maint.store.connection import Store
 from maint.export.transcript import Timings, iter_messages
 
@@ -152,7 +152,7 @@ class _Counter:
 
 # -- Claude Code trace --------------------------------------------------------------------------
 
-def _blocks(content: Any, redact: bool) -> list[dict[str, Any]]:
+def _blocks(content: Any) -> list[dict[str, Any]]:
     if content is None or content == "":
         return []
     if isinstance(content, str):
@@ -163,17 +163,15 @@ def _blocks(content: Any, redact: bool) -> list[dict[str, Any]]:
         if isinstance(parsed, list):
             content = parsed
         else:
-            return [{"type": "text", "text": redact_text(content) if redact else content}]
+            return [{"type": "text", "text": content}]
     out = []
     for part in content if isinstance(content, list) else [content]:
         if isinstance(part, dict) and part.get("type") == "text":
-            text = part.get("text", "")
-            out.append({"type": "text", "text": redact_text(text) if redact else text})
+            out.append({"type": "text", "text": part.get("text", "")})
         elif isinstance(part, dict) and part.get("type") in ("image_url", "image"):
             out.append({"type": "text", "text": "[image omitted]"})
         else:
-            text = _dumps(part)
-            out.append({"type": "text", "text": redact_text(text) if redact else text})
+            out.append({"type": "text", "text": _dumps(part)})
     return out
 
 
@@ -182,7 +180,7 @@ def _stable_id(call: dict[str, Any]) -> str:
     return hashlib.sha256(_dumps(call).encode("utf-8")).hexdigest()[:16]
 
 
-def _tool_uses(raw: Any, redact: bool) -> list[dict[str, Any]]:
+def _tool_uses(raw: Any) -> list[dict[str, Any]]:
     try:
         calls = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
@@ -197,17 +195,25 @@ def _tool_uses(raw: Any, redact: bool) -> list[dict[str, Any]]:
             parsed = json.loads(args) if isinstance(args, str) and args.strip() else (args or {})
         except ValueError:
             parsed = {"_raw": args}
-        if redact:
-            parsed = json.loads(redact_text(_dumps(parsed))) if parsed else parsed
         out.append({"type": "tool_use", "id": call.get("id") or f"toolu_{_stable_id(call)}",
                     "name": fn.get("name") or call.get("name") or "tool", "input": parsed})
     return out
+
+
+# Trace fields we generate ourselves; every other string the trace carries is redacted.
+_TRACE_OWN = frozenset({"parentUuid", "uuid", "timestamp", "type", "userType", "isSidechain", "version"})
+
+
+def _redact_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v if k in _TRACE_OWN else redact_value(v, k)) for k, v in entry.items()}
 
 
 def write_trace(store: Store, session: SessionInfo, write: Callable[[str], None], redact: bool) -> int:
     """Claude Code JSONL, the shape the Hugging Face Agent Trace Viewer detects.
 
     uuids are derived from the session and message ids, so the same store renders the same trace.
+    With *redact*, every string field is redacted (text, tool input and output, cwd, branch, model,
+    ids), tool input key by key so ``{"password": ...}`` is masked by its name.
     """
     parent = None
     n = 0
@@ -220,20 +226,19 @@ def write_trace(store: Store, session: SessionInfo, write: Callable[[str], None]
         turn = str(uuid.uuid5(uuid.NAMESPACE_URL, f"hermes:{session.id}:{msg.get('id')}"))
         entry = {"parentUuid": parent, **common, "uuid": turn, "timestamp": iso_time(msg.get("timestamp"))}
         if role == "assistant":
-            blocks = _blocks(msg.get("content"), redact) + _tool_uses(msg.get("tool_calls"), redact)
+            blocks = _blocks(msg.get("content")) + _tool_uses(msg.get("tool_calls"))
             entry.update(type="assistant", message={"role": "assistant", "model": session.model or "unknown",
                                                     "content": blocks or [{"type": "text", "text": ""}]})
         elif role == "tool":
             content = msg.get("content") if isinstance(msg.get("content"), str) else _dumps(msg.get("content"))
             entry.update(type="user", message={"role": "user", "content": [{
                 "type": "tool_result", "tool_use_id": msg.get("tool_call_id") or msg.get("tool_name") or "tool",
-                "content": redact_text(content) if redact else content}]})
+                "content": content}]})
         else:
             content = msg.get("content")
-            body: Any = (redact_text(content) if redact else content) if isinstance(content, str) \
-                else _blocks(content, redact)
+            body: Any = content if isinstance(content, str) else _blocks(content)
             entry.update(type="user", message={"role": "user", "content": body})
-        write(_dumps(entry) + "\n")
+        write(_dumps(_redact_entry(entry) if redact else entry) + "\n")
         parent = turn
         n += 1
     return n

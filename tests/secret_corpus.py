@@ -1,0 +1,347 @@
+"""A corpus for the redactor: credentials generated in their documented formats, and clean look-alikes.
+
+Every secret comes from a seeded RNG in the shape its provider documents (prefix, alphabet,
+length), so none is real and the corpus is the same on every run. Each sits in a context it is
+met in (an env line, a JSON tool result, a curl command, a config file, a sentence ...). The
+clean look-alikes are things a transcript is full of and a redactor must not touch: git SHAs,
+UUIDs, digests, base64 image data, session and call ids, versions, paths, URLs with numeric ids
+and ordinary words that contain secret-ish fragments.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import random
+import string
+import uuid
+from dataclasses import dataclass
+
+B62 = string.ascii_letters + string.digits
+B64URL = B62 + "-_"
+B64 = B62 + "+/"
+HEX = "0123456789abcdef"
+UPPER_ALNUM = string.ascii_uppercase + string.digits
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str
+    text: str
+    secret: str  # the part that must not survive (for PEM blocks: the first body line)
+
+
+class Gen:
+    def __init__(self, seed: int = 14):
+        self.rng = random.Random(seed)
+
+    def s(self, alphabet: str, n: int) -> str:
+        return "".join(self.rng.choice(alphabet) for _ in range(n))
+
+    def b62(self, n: int) -> str:
+        # generated keys of this length always mix digits and both cases; keep the draw honest
+        while True:
+            out = self.s(B62, n)
+            if any(c.isdigit() for c in out) and any(c.isupper() for c in out) and any(c.islower() for c in out):
+                return out
+
+    def password(self, n: int | None = None, symbols: str = "!#%^*_-+") -> str:
+        n = n or self.rng.randint(10, 18)
+        while True:
+            out = self.s(string.ascii_letters + string.digits + symbols, n)
+            if any(c.isdigit() for c in out) and out[0] not in "-+":
+                return out
+
+    def b64(self, nbytes: int) -> str:
+        return base64.b64encode(self.rng.randbytes(nbytes)).decode()
+
+    def b64url(self, nbytes: int) -> str:
+        return base64.urlsafe_b64encode(self.rng.randbytes(nbytes)).decode().rstrip("=")
+
+    def jwt(self) -> str:
+        head = {"alg": self.rng.choice(["HS256", "RS256", "ES256"]), "typ": "JWT"}
+        body = {"sub": str(self.rng.randint(10**8, 10**9)), "iat": self.rng.randint(1.6e9, 1.8e9),
+                "scope": self.rng.choice(["read", "read write", "admin"])}
+        enc = [base64.urlsafe_b64encode(json.dumps(x, separators=(",", ":")).encode()).decode().rstrip("=")
+               for x in (head, body)]
+        return ".".join(enc + [self.b64url(32)])
+
+    def pem(self, kind: str) -> tuple[str, str]:
+        lines = [self.b64(48) for _ in range(self.rng.randint(4, 8))]
+        block = f"-----BEGIN {kind}-----\n" + "\n".join(lines) + f"\n-----END {kind}-----"
+        return block, lines[0]
+
+
+# family -> list of generators; each returns the secret
+def _secrets(g: Gen) -> dict[str, list]:
+    return {
+        "openai": [lambda: "sk-" + g.b62(20) + "T3BlbkFJ" + g.b62(20),
+                   lambda: "sk-proj-" + g.b64url(117),
+                   lambda: "sk-svcacct-" + g.b64url(90),
+                   lambda: "sk-admin-" + g.b64url(90)],
+        "anthropic": [lambda: "sk-ant-api03-" + g.b64url(70)[:93] + "AA",
+                      lambda: "sk-ant-admin01-" + g.b64url(70)[:93] + "AA",
+                      lambda: "sk-ant-oat01-" + g.b64url(70)[:93] + "AA"],
+        "openrouter": [lambda: "sk-or-v1-" + g.s(HEX, 64)],
+        "groq": [lambda: "gsk_" + g.b62(52)],
+        "perplexity": [lambda: "pplx-" + g.b62(48)],
+        "together": [lambda: "tgp_v1_" + g.b64url(32)],
+        "fireworks": [lambda: "fw_" + g.b62(24), lambda: "fpk_" + g.b62(32)],
+        "deepseek": [lambda: "sk-" + g.s(HEX, 32)],
+        "xai": [lambda: "xai-" + g.b62(80)],
+        "huggingface": [lambda: "hf_" + g.b62(34), lambda: "api_org_" + g.b62(34)],
+        "replicate": [lambda: "r8_" + g.b62(37)],
+        "google-api-key": [lambda: "AIza" + g.s(B64URL, 35)],
+        "google-oauth": [lambda: "GOCSPX-" + g.s(B64URL, 28), lambda: "ya29.a0" + g.s(B64URL, 150),
+                         lambda: "1//0" + g.s(B64URL, 100)],
+        "aws-access-key-id": [lambda: "AKIA" + g.s(UPPER_ALNUM, 16), lambda: "ASIA" + g.s(UPPER_ALNUM, 16)],
+        "azure-ad": [lambda: g.s(B62, 3) + str(g.rng.randint(0, 9)) + "Q~" + g.s(B62 + "_~.-", 34)],
+        "github": [lambda: "ghp_" + g.b62(36), lambda: "gho_" + g.b62(36), lambda: "ghu_" + g.b62(36),
+                   lambda: "ghs_" + g.b62(36), lambda: "ghr_" + g.b62(76),
+                   lambda: "github_pat_11" + g.s(UPPER_ALNUM, 20) + "_" + g.b62(59)],
+        "gitlab": [lambda: "glpat-" + g.s(B64URL, 20), lambda: "gldt-" + g.s(B64URL, 20),
+                   lambda: "glrt-" + g.s(B64URL, 20)],
+        "bitbucket": [lambda: "ATBB" + g.b62(32) + g.s(HEX.upper(), 8)],
+        "atlassian": [lambda: "ATATT3xFfGF0" + g.s(B64URL, 180) + "=" + g.s(HEX.upper(), 8)],
+        "npm": [lambda: "npm_" + g.b62(36)],
+        "pypi": [lambda: "pypi-AgEIcHlwaS5vcmc" + g.s(B64URL, 120)],
+        "docker-hub": [lambda: "dckr_pat_" + g.s(B64URL, 27)],
+        "digitalocean": [lambda: "dop_v1_" + g.s(HEX, 64), lambda: "doo_v1_" + g.s(HEX, 64)],
+        "heroku": [lambda: "HRKU-AA" + g.s(B64URL, 58)],
+        "cloudflare": [lambda: "v1.0-" + g.s(HEX, 24) + "-" + g.s(HEX, 146)],
+        "vercel": [lambda: "vcp_" + g.b62(56)],
+        "netlify": [lambda: "nfp_" + g.b62(36)],
+        "shopify": [lambda: "shpat_" + g.s(HEX, 32), lambda: "shpss_" + g.s(HEX, 32)],
+        "stripe": [lambda: "sk_live_51" + g.b62(97), lambda: "rk_live_51" + g.b62(97),
+                   lambda: "sk_test_51" + g.b62(97), lambda: "whsec_" + g.b62(32)],
+        "twilio": [lambda: "SK" + g.s(HEX, 32)],
+        "sendgrid": [lambda: "SG." + g.s(B64URL, 22) + "." + g.s(B64URL, 43)],
+        "mailgun": [lambda: "key-" + g.s(HEX, 32), lambda: g.s(HEX, 32) + "-" + g.s(HEX, 8) + "-" + g.s(HEX, 8)],
+        "mailchimp": [lambda: g.s(HEX, 32) + "-us" + str(g.rng.randint(1, 21))],
+        "slack": [lambda: f"xoxb-{g.s(string.digits, 12)}-{g.s(string.digits, 13)}-{g.b62(24)}",
+                  lambda: f"xoxp-{g.s(string.digits, 12)}-{g.s(string.digits, 12)}-{g.s(string.digits, 13)}-"
+                          f"{g.s(HEX, 32)}",
+                  lambda: f"xapp-1-A{g.s(UPPER_ALNUM, 10)}-{g.s(string.digits, 13)}-{g.s(HEX, 64)}"],
+        "discord": [lambda: base64.b64encode(str(g.rng.randint(10**17, 10**19)).encode()).decode().rstrip("=")
+                    + "." + g.s(B64URL, 6) + "." + g.s(B64URL, 38)],
+        "telegram": [lambda: f"{g.rng.randint(10**8, 10**10 - 1)}:AA{g.s(B64URL, 33)}"],
+        "linear": [lambda: "lin_api_" + g.b62(40)],
+        "notion": [lambda: "ntn_" + g.b62(46), lambda: "secret_" + g.b62(43)],
+        "sentry": [lambda: "sntrys_eyJpYXQiOjE3M" + g.s(B64, 120), lambda: "sntryu_" + g.s(HEX, 64)],
+        "jwt": [g.jwt],
+        "langsmith": [lambda: f"lsv2_pt_{g.s(HEX, 32)}_{g.s(HEX, 10)}"],
+        "pinecone": [lambda: "pcsk_" + g.b62(6) + "_" + g.b62(60)],
+        "hermes-tools": [lambda: "tvly-" + g.b62(32), lambda: "fc-" + g.s(HEX, 32), lambda: "exa_" + g.b62(30),
+                         lambda: "sk_" + g.s(HEX, 48), lambda: "syt_" + g.b62(10) + "_" + g.b62(20),
+                         lambda: "mem0_" + g.b62(40), lambda: "brv_" + g.b62(32), lambda: "hsk-" + g.b62(32),
+                         lambda: "bb_live_" + g.b64url(24), lambda: "gAAAAAB" + g.s(B64URL, 100)],
+        "vault": [lambda: "hvs." + g.s(B64URL, 90)],
+        "doppler": [lambda: "dp.pt." + g.b62(43)],
+        "age": [lambda: "AGE-SECRET-KEY-1" + g.s("QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L".upper(), 58)],
+        "grafana": [lambda: "glsa_" + g.b62(32) + "_" + g.s(HEX, 8)],
+        "newrelic": [lambda: "NRAK-" + g.s(UPPER_ALNUM, 27)],
+        "planetscale": [lambda: "pscale_tkn_" + g.s(B64URL, 43)],
+        "supabase": [lambda: "sbp_" + g.s(HEX, 40)],
+        "figma": [lambda: "figd_" + g.s(B64URL, 40)],
+        "square": [lambda: "sq0atp-" + g.s(B64URL, 22), lambda: "EAAA" + g.s(B64URL, 60)],
+        "databricks": [lambda: "dapi" + g.s(HEX, 32)],
+        "postman": [lambda: f"PMAK-{g.s(HEX, 24)}-{g.s(HEX, 34)}"],
+        "pulumi": [lambda: "pul-" + g.s(HEX, 40)],
+    }
+
+
+# Contexts a bare credential is met in. {s} is the secret.
+BARE_CONTEXTS = [
+    "here is the key: {s}",
+    "export API_CREDENTIAL={s}",
+    "{s}",
+    "curl -H 'Authorization: Bearer {s}' https://api.example.com/v1/models",
+    'client = Client(api_key="{s}")',
+    "token={s}",
+    "TOOL_OUTPUT",  # the sentence below, JSON-encoded as a Hermes tool result
+    "- value `{s}` was printed by the script",
+    "I rotated it, the old one was {s}.",
+    "settings:\n  provider_key: {s}\n  timeout: 30",
+    "see https://example.com/callback?state=xyz&token={s}&page=2",
+]
+
+
+def _bare(g: Gen, family: str, secret: str) -> Case:
+    ctx = g.rng.choice(BARE_CONTEXTS)
+    if ctx == "TOOL_OUTPUT":
+        text = json.dumps({"output": f"$ cat .env\nNODE_ENV=production\nPROVIDER={secret}\n", "exit_code": 0})
+    else:
+        text = ctx.format(s=secret)
+    return Case(family, text, secret)
+
+
+def _named(g: Gen) -> list[Case]:
+    """Credentials without a shape of their own: found by the name or the place beside them."""
+    cases = []
+    pw = g.password
+    for name in ("DB_PASSWORD", "MYSQL_ROOT_PASSWORD", "PGPASSWORD", "REDIS_PASS", "SMTP_PASSWD", "ADMIN_PWD"):
+        s = pw()
+        cases.append(Case("env-password", g.rng.choice([f"{name}={s}", f"export {name}='{s}'", f'{name}="{s}"']), s))
+    for name, s in (("MISTRAL_API_KEY", g.b62(32)), ("COHERE_API_KEY", g.b62(40)),
+                    ("TOGETHER_API_KEY", g.s(HEX, 64)), ("DD_API_KEY", g.s(HEX, 32)),
+                    ("DD_APP_KEY", g.s(HEX, 40)), ("CLOUDFLARE_API_TOKEN", g.s(B64URL, 40)),
+                    ("CF_API_KEY", g.s(HEX, 37)), ("VERCEL_TOKEN", g.b62(24)),
+                    ("HEROKU_API_KEY", str(uuid.UUID(int=g.rng.getrandbits(128), version=4))),
+                    ("TWILIO_AUTH_TOKEN", g.s(HEX, 32)), ("SECRET_KEY_BASE", g.s(HEX, 128)),
+                    ("JWT_SECRET", pw(32)), ("ENCRYPTION_KEY", g.b64(32)), ("SESSION_SECRET", pw(24)),
+                    ("ASSEMBLYAI_API_KEY", g.s(HEX, 32)), ("DEEPGRAM_API_KEY", g.s(HEX, 40)),
+                    ("ELEVENLABS_API_KEY", g.s(HEX, 32)), ("JIRA_API_TOKEN", g.b62(24)),
+                    ("WANDB_API_KEY", g.s(HEX, 40)), ("OPENAI_API_KEY", g.b62(40))):
+        ctx = g.rng.choice(["{n}={s}", "export {n}={s}", '{n}="{s}"', "{n}: {s}", "  {n}: '{s}'"])
+        cases.append(Case("env-named-key", ctx.format(n=name, s=s), s))
+    aws = g.s(B64, 40)
+    cases += [
+        Case("aws-secret", f"[default]\naws_access_key_id = AKIA{g.s(UPPER_ALNUM, 16)}\naws_secret_access_key = {aws}",
+             aws),
+        Case("aws-secret", f"AWS_SECRET_ACCESS_KEY={(s := g.s(B64, 40))}", s),
+        Case("aws-secret", json.dumps({"AccessKeyId": "ASIA" + g.s(UPPER_ALNUM, 16), "SecretAccessKey": (s2 := g.s(
+            B64, 40)), "SessionToken": (s3 := g.s(B64, 300))}), s2),
+        Case("aws-session-token", f"aws_session_token = {s3}", s3),
+    ]
+    acct = g.b64(64)
+    cases.append(Case("azure-storage", f"DefaultEndpointsProtocol=https;AccountName=prodlogs;AccountKey={acct};"
+                                       "EndpointSuffix=core.windows.net", acct))
+    sig = g.b64(32).replace("+", "%2B").replace("/", "%2F").replace("=", "%3D")
+    cases.append(Case("azure-sas", f"https://prodlogs.blob.core.windows.net/c/app.log?sv=2022-11-02&ss=b&srt=o&sp=r"
+                                   f"&se=2026-12-31T00:00:00Z&spr=https&sig={sig}", sig))
+    sak = g.b64(32)
+    cases.append(Case("azure-servicebus", f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName="
+                                          f"RootManageSharedAccessKey;SharedAccessKey={sak}", sak))
+    block, first = g.pem("PRIVATE KEY")
+    sa = {"type": "service_account", "project_id": "demo-proj", "private_key_id": g.s(HEX, 40),
+          "private_key": block + "\n", "client_email": "bot@demo-proj.iam.gserviceaccount.com"}
+    cases.append(Case("google-service-account", json.dumps(sa, indent=2), first))
+    for kind in ("RSA PRIVATE KEY", "EC PRIVATE KEY", "OPENSSH PRIVATE KEY", "ENCRYPTED PRIVATE KEY",
+                 "PGP PRIVATE KEY BLOCK", "DSA PRIVATE KEY"):
+        block, first = g.pem(kind)
+        cases.append(Case("private-key-block", g.rng.choice([block, f"$ cat ~/.ssh/id\n{block}\n",
+                                                              json.dumps({"content": block})]), first))
+    for scheme, host in (("postgres", "db.internal:5432/app"), ("postgresql", "10.0.0.5/prod"),
+                         ("mysql", "mysql.local:3306/shop"), ("mongodb+srv", "cluster0.ab1cd.mongodb.net/test"),
+                         ("redis", "cache:6379/0"), ("amqp", "rabbit:5672/vhost"), ("https", "git.example.com/x.git"),
+                         ("ftp", "files.example.com/pub")):
+        s = g.password(symbols="_-.~")
+        cases.append(Case("url-userinfo", f"{scheme}://deploy:{s}@{host}", s))
+    tok = "ghp_" + g.b62(36)
+    cases.append(Case("url-userinfo", f"git remote set-url origin https://x-access-token:{tok}@github.com/o/r.git",
+                      tok))
+    tok = g.b62(40)
+    cases.append(Case("url-userinfo", f"git clone https://{tok}@github.com/org/private.git", tok))
+    dsn_key = g.s(HEX, 32)
+    cases.append(Case("sentry-dsn", f"SENTRY_DSN=https://{dsn_key}@o{g.rng.randint(10**5, 10**7)}.ingest.sentry.io/"
+                                    f"{g.rng.randint(10**5, 10**7)}", dsn_key))
+    for param in ("access_token", "api_key", "apikey", "key", "token", "sig", "signature", "client_secret",
+                  "X-Amz-Signature", "X-Amz-Security-Token", "auth"):
+        s = g.b62(32) if param != "X-Amz-Signature" else g.s(HEX, 64)
+        cases.append(Case("url-query-token", f"GET https://api.example.com/v2/items/42?{param}={s}&format=json", s))
+    for header, s in (("Authorization: Bearer", g.b64url(40)), ("Authorization: Token", g.s(HEX, 40)),
+                      ("Authorization: Basic", base64.b64encode(f"admin:{g.password()}".encode()).decode()),
+                      ("Proxy-Authorization: Basic", base64.b64encode(f"u:{g.password()}".encode()).decode()),
+                      ("X-Api-Key:", g.b62(32)), ("x-api-key:", g.b62(40)), ("api-key:", g.s(HEX, 32)),
+                      ("X-Auth-Token:", g.b62(32)), ("PRIVATE-TOKEN:", g.s(B64URL, 20)),
+                      ("DD-API-KEY:", g.s(HEX, 32)), ("X-Auth-Key:", g.s(HEX, 37)),
+                      ("Ocp-Apim-Subscription-Key:", g.s(HEX, 32))):
+        ctx = g.rng.choice(["{h} {s}", "curl -s -H '{h} {s}' https://api.example.com", '-H "{h} {s}"'])
+        cases.append(Case("http-header", ctx.format(h=header, s=s), s))
+    hdr = g.b64url(40)
+    cases.append(Case("http-header", json.dumps({"headers": {"Authorization": f"Bearer {hdr}",
+                                                             "Content-Type": "application/json"}}), hdr))
+    for fmt in ('{{"password": "{s}", "user": "admin"}}', "password: {s}", "db:\n  password: \"{s}\"",
+                'client_secret = "{s}"', "[auth]\npasswd = {s}", "spring.datasource.password={s}",
+                "mysql -u root -p{s} shop", "psql --password {s}", "deploy --api-key={s} --env prod",
+                "docker login -u bot --password {s} registry.example.com", "sshpass -p '{s}' ssh root@host",
+                "machine api.example.com login bot password {s}", "curl -u admin:{s} https://ci.example.com",
+                "//registry.npmjs.org/:_authToken={s}", '{{"apiKey": "{s}"}}', "const token = '{s}';",
+                "api_token = \"{s}\"  # TOML", "grant_type=refresh_token&refresh_token={s}&client_id=abc",
+                "redis-cli -a {s} ping", "AUTH_TOKEN={s}"):
+        s = g.password(symbols="_-.~") if "{s}@" in fmt or "-u admin" in fmt else g.password(symbols="_-.~!%^")
+        cases.append(Case("assignment", fmt.format(s=s), s))
+    return cases
+
+
+def secret_cases(seed: int = 14) -> list[Case]:
+    g = Gen(seed)
+    cases = []
+    for family, makers in _secrets(g).items():
+        for maker in makers:
+            for _ in range(2):
+                cases.append(_bare(g, family, maker()))
+    return cases + _named(g)
+
+
+def phone_cases(seed: int = 14) -> list[Case]:
+    """E.164 numbers: personal data, not credentials; Hermes masks them, so we do too."""
+    g = Gen(seed + 1)
+    return [Case("phone", f"signal user +{g.rng.choice(['1', '44', '49', '81'])}{g.s(string.digits, 9)} joined",
+                 "") for _ in range(6)]
+
+
+def clean_texts(seed: int = 14) -> list[str]:
+    g = Gen(seed + 2)
+    out = []
+    for _ in range(12):
+        sha = g.s(HEX, 40)
+        out.append(g.rng.choice([f"commit {sha}", f"git checkout {sha[:7]}", f"{sha} refs/heads/main",
+                                 f"Merge: {sha[:12]} {g.s(HEX, 12)}"]))
+    for _ in range(10):
+        u = str(uuid.UUID(int=g.rng.getrandbits(128), version=4))
+        out.append(g.rng.choice([f"request id {u}", f'{{"id": "{u}", "status": "ok"}}', f"/api/v1/jobs/{u}/logs",
+                                 f"trace_id={u}", u.upper()]))
+    for _ in range(8):
+        data = g.rng.randbytes(64)
+        out.append(g.rng.choice([f"sha256 {hashlib.sha256(data).hexdigest()}",
+                                 f"sha512:{hashlib.sha512(data).hexdigest()}",
+                                 f"image@sha256:{hashlib.sha256(data).hexdigest()}",
+                                 f"md5 {hashlib.md5(data).hexdigest()}  file.tar.gz",
+                                 f"sha1 {hashlib.sha1(data).hexdigest()}"]))
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + g.rng.randbytes(600)).decode()
+    jpg = base64.b64encode(b"\xff\xd8\xff\xe0" + g.rng.randbytes(900)).decode()
+    out += [f"data:image/png;base64,{png}", f'{{"type": "image_url", "image_url": {{"url": '
+                                            f'"data:image/jpeg;base64,{jpg}"}}}}', png[:300]]
+    for _ in range(8):
+        sid = f"2025{g.rng.randint(1, 12):02d}{g.rng.randint(1, 28):02d}_{g.s(string.digits, 6)}_{g.s(HEX, 6)}"
+        out.append(g.rng.choice([f"session {sid} started", f"hermes --resume {sid}",
+                                 f'{{"session_id": "{sid}", "parent_session_id": null}}', f"{sid}.trace.jsonl"]))
+    for _ in range(8):
+        out.append(g.rng.choice([f"call_{g.b62(24)}", f'"tool_call_id": "call_{g.b62(24)}"',
+                                 f"toolu_01{g.b62(22)}", f"msg_01{g.b62(22)}", f"chatcmpl-{g.b62(29)}",
+                                 f"run_{g.b62(24)}", f"req_{g.b62(24)}", f"resp_{g.s(HEX, 48)}"]))
+    out += ["v2.4.1", "hermes-agent 0.19.0", "Python 3.11.7+local", "1.0.0-rc.1+build.5", "node v20.11.1",
+            "SQLite 3.54.1", "ubuntu 24.04.1 LTS (GNU/Linux 6.8.0-45-generic x86_64)", "go1.23.4 linux/amd64"]
+    out += ["/home/alice/.hermes/profiles/work/state.db", "src/maint/export/redact.py",
+            r"C:\Users\bob\AppData\Local\hermes\config.yaml", "~/.ssh/id_ed25519.pub",
+            "/var/lib/docker/overlay2/3f9c2d1e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0/merged",
+            "tests/fixtures/secret_scanning/test_token_count.py", "/usr/lib/python3/dist-packages/keyring/backend.py"]
+    out += ["https://github.com/NousResearch/hermes-agent/issues/16413",
+            "https://example.com/api/v1/users/987654321/orders?page=2&limit=50",
+            "https://www.youtube.com/watch?v=dQw4w9WgXcQ&t=42s",
+            "https://stackoverflow.com/questions/12345678/how-to-parse-json",
+            "https://huggingface.co/datasets/tester/hermes-traces/blob/main/sessions/20250305_091523_a1b2c3.jsonl",
+            "https://docs.python.org/3/library/re.html#re.Pattern.finditer",
+            "https://maps.example.com/tiles/12/2048/1362.png?session_id=42"]
+    out += ["the token_count was 512", "sk8er boi", "Click password reset to continue", "MAX_TOKENS=4096",
+            "max_tokens: 4096", '{"max_tokens": 4096, "input_tokens": 1200, "output_tokens": 310}',
+            "token_count = len(tokens)", "The secret to good code is small functions.", "keyboard shortcut Ctrl+K",
+            "primary_key: id", "sort_key=created_at", "session_key: agent:main:telegram:dm:12345",
+            "api_key = os.environ[\"OPENAI_API_KEY\"]", "client = OpenAI(api_key=api_key)", "token = None",
+            "if password == confirm:", "apiKey: string;", "api_key: str = \"\"", "cache_key = f\"user:{uid}\"",
+            "password: ${DB_PASSWORD}", "OPENAI_API_KEY=$OPENAI_API_KEY", "token: <your token here>",
+            "Authorization header missing", "the bearer token expired", "PASSWORD_MIN_LENGTH=12",
+            "GOOGLE_APPLICATION_CREDENTIALS=/etc/gcp/sa.json", "SSH_KEY_PATH=~/.ssh/id_rsa",
+            "Token refresh failed: 401", "secret_santa_list.txt", "authorization: required",
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop",
+            "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----",
+            "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ\n-----END CERTIFICATE-----",
+            "sk_learn_model_v2 loaded", "am_pm_format = 12h", "fc-barcelona won 3-1", "skeleton_key_holder",
+            "2025-03-05T09:15:23+05:30", "order #1234567890123 shipped", "color: #ff00aa", "@types/node@20.11.5",
+            "pip install detect-secrets==1.5.0", "x = a+1234567", "expires_at: 1767225600",
+            "key: value pairs are separated by colons", "public_key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIF",
+            "GET /api/v1/tokens/42 HTTP/1.1", "monkey=banana", "author: Jane Doe", "passport number pending",
+            "I set the key to the new value", "passwordless login via magic link", "kid: 2024-05-rotation"]
+    return out
