@@ -6,7 +6,7 @@ can apply, so text without any of them costs one lower-casing, a few substring t
 byte translation:
 
 * **shape**: credentials with a documented prefix or structure (``sk-``, ``ghp_``, ``AKIA``, JWTs,
-  Slack/Discord webhooks ...), found inside runs of token characters of 16 or more. Prefixes that
+  Slack/Discord webhooks ...), found inside runs of 20 or more token characters. Prefixes that
   ordinary identifiers also use (``sk_``, ``am_``, ``fc-`` ...) need a random-looking body.
 * **name**: ``NAME=value``, ``name: value``, ``"name": "value"``, ``--name value``, ``?name=value``,
   HTTP headers, where the name says secret (``*_KEY``, ``*_TOKEN``, ``PASSWORD``, ``X-Api-Key`` ...)
@@ -106,9 +106,10 @@ _LOOSE_PREFIXES = ("sk-", "sk_", "fw", "fpk_", "tvly-", "fal_", "fc-", "bb_live_
                    "hsk-", "mem0_", "brv_", "gAAAA", "vc", "nf", "xox", "xapp-", "eyJ")
 _RUN_CHARS = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.+/=~:")
 # Token characters become "a", everything else (UTF-8 lead and continuation bytes too) a space:
-# a shape can only be present where 16 of them stand in a row.
+# a shape can only be present where 20 of them stand in a row (documented formats are all longer).
 _RUN_TABLE = bytes(ord("a") if b in _RUN_CHARS else ord(" ") for b in range(256))
-_RUN = re.compile(b"a" * 15 + b"a+")
+_RUN = re.compile(b"a" * 19 + b"a+")
+_HEX = b"0123456789abcdef-"
 
 
 def _looks_random(token: str) -> bool:
@@ -137,12 +138,14 @@ def _random_body(token: str) -> bool:
 # A name is found at a keyword inside it; the regex is only run on text whose lower-cased form holds
 # one of _NAME_TRIGGERS.
 _NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pwd", "dsn", "cookie", "jwt", "bearer")
+_COMMON_TRIGGERS = _NAME_TRIGGERS[:5]  # the rest are only looked for when a separator is present
+_RARE_TRIGGERS = _NAME_TRIGGERS[5:]
 _KEYWORD_ANYCASE = re.compile("(?i)" + "|".join(_NAME_TRIGGERS))
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-_NAME_TAIL = re.compile(r"(?P<name>[\w\-]*(?:\.[\w\-]+)*)(?P<q>\\?[\"'])?")
-_SEP = re.compile(r"[ \t]*(?::=|=>|=(?!=)|:(?![/:=]))[ \t]*")
+_NAME_TAIL = re.compile(r"(?P<name>[\w\-]*(?:\.[\w\-]+)*)(?P<q>\\?[\"'])?"
+                        r"(?:(?P<sep>[ \t]*(?::=|=>|=(?!=)|:(?![/:=]))[ \t]*)"
+                        r"|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?))?")
 _CLI_SEP = re.compile(r"[ \t]+")
-_PROSE_SEP = re.compile(r"[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?")
 _PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
 _VALUE = re.compile(
     r"\\\"(?P<eq>.*?)\\\""                      # \"value\" inside a JSON-encoded string
@@ -288,7 +291,7 @@ _FORM_KEYS = {"access_token", "refresh_token", "id_token", "token", "api_key", "
 
 
 def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
-    """Shapes, searched only inside runs of 16+ token characters (found on a byte translation)."""
+    """Shapes, searched only inside runs of 20+ token characters (found on a byte translation)."""
     raw = text.encode("utf-8", "surrogatepass")
     runs = list(_RUN.finditer(raw.translate(_RUN_TABLE)))
     if not runs:
@@ -296,6 +299,8 @@ def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
     ascii_text = len(raw) == len(text)
     for run in runs:
         start, end = run.span()
+        if not raw[start:end].strip(_HEX) and end - start != 50:
+            continue  # git SHAs, digests, UUIDs: of the shapes only a Mailgun key (50) is hex alone
         if not ascii_text:  # byte offsets to character offsets
             start = len(raw[:start].decode("utf-8", "surrogatepass"))
             end = start + len(raw[run.start():end].decode("utf-8", "surrogatepass"))
@@ -325,33 +330,34 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
     for hit in hits:
         if hit < done:
             continue  # a second keyword inside a name already judged (auth_token)
+        # the rest of the name and its separator in one match: in prose most keywords ("the key
+        # issue") have none, and stop here
+        tail = _NAME_TAIL.match(text, hit)
+        done = tail.end("name")
+        pos = tail.end()
+        prose = cli = False
+        if tail.group("sep") is None:
+            prose = tail.group("prose") is not None  # my password is hunter2
+            if not prose:
+                if tail.group("q") or "-" not in text[max(0, hit - 64):hit]:
+                    continue
+                sep = _CLI_SEP.match(text, pos)  # --password VALUE
+                if sep is None:
+                    continue
+                cli, pos = True, sep.end()
         start = hit
         while start and text[start - 1] in _NAME_CHARS:
             start -= 1
         while start < hit and not (text[start].isalpha() or text[start] == "_"):
             start += 1  # names start with a letter or _
-        dash = text[max(0, start - 2):start]
-        before = text[start - 1:start] if start else ""
-        if before == "$":
+        if start and text[start - 1] == "$":
+            continue  # $API_KEY: a variable, not an assignment
+        if cli and text[max(0, start - 2):start] != "--":
             continue
-        tail = _NAME_TAIL.match(text, hit)
-        done = tail.end("name")
-        pos = tail.end()
-        sep = _SEP.match(text, pos)
-        prose = False
-        if sep is None:
-            if dash.endswith("-") and not tail.group("q"):
-                sep = _CLI_SEP.match(text, pos)  # --password VALUE
-            else:
-                sep = _PROSE_SEP.match(text, pos)  # my password is hunter2
-                prose = True
-            if sep is None:
-                continue
         name = text[start:done]
         kind = name_kind(name)
         if kind is None:
             continue
-        pos = sep.end()
         if prose:
             v = _PROSE_VALUE.match(text, pos)
             if v and kind in ("password", "token") and _value_is_secret(v.group(), kind, False, name) \
@@ -418,12 +424,13 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
                 spans.append((m.end(), end))
     if "bearer" in words:
         spans.extend(m.span("v") for m in _BEARER.finditer(text) if MASK not in m.group("v"))
-    if ":" in text and ("-u" in text or "--user" in text or "--proxy-user" in text):
-        spans.extend(m.span("v") for m in _CURL_USER.finditer(text))
-    if "-p" in text and ("mysql" in low or "mariadb" in low):
-        spans.extend(m.span("v") for m in _MYSQL_P.finditer(text))
-    if "sshpass" in text or "redis-cli" in text:
-        spans.extend(m.span("v") for m in _SSHPASS.finditer(text))
+    if " -" in text:  # command-line flags
+        if ":" in text and ("-u" in text or "--user" in text or "--proxy-user" in text):
+            spans.extend(m.span("v") for m in _CURL_USER.finditer(text))
+        if "-p" in text and ("mysql" in low or "mariadb" in low):
+            spans.extend(m.span("v") for m in _MYSQL_P.finditer(text))
+        if "sshpass" in text or "redis-cli" in text:
+            spans.extend(m.span("v") for m in _SSHPASS.finditer(text))
     if "pass" in words and "machine" in text:
         spans.extend(m.span("v") for m in _NETRC.finditer(text))
     if "+" in text:
@@ -445,7 +452,9 @@ def find_secrets(text: str) -> list[tuple[int, int]]:
     """The spans of *text* to mask, sorted and merged."""
     spans: list[tuple[int, int]] = []
     low = text.lower()
-    words = [word for word in _NAME_TRIGGERS if word in low]
+    words = [word for word in _COMMON_TRIGGERS if word in low]
+    if "=" in text or ":" in text:
+        words += [word for word in _RARE_TRIGGERS if word in low]
     if words:
         _name_spans(text, low, words, spans)
     _place_spans(text, low, words, spans)
@@ -465,8 +474,18 @@ def find_secrets(text: str) -> list[tuple[int, int]]:
 
 def redact_text(text: str) -> str:
     """*text* with every secret found replaced by ``[REDACTED]``; the same object when nothing is."""
-    if not text or len(text) < 8:
-        return text
+    if len(text) <= 64:
+        # short values (tool names, paths, models, ids) repeat on every message: remember them
+        return text if len(text) < 8 else _redact_short(text)
+    return _redact(text)
+
+
+@lru_cache(maxsize=8192)
+def _redact_short(text: str) -> str:
+    return _redact(text)
+
+
+def _redact(text: str) -> str:
     spans = find_secrets(text)
     if not spans:
         return text
