@@ -110,6 +110,8 @@ _RUN_CHARS = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 _RUN_TABLE = bytes(ord("a") if b in _RUN_CHARS else ord(" ") for b in range(256))
 _RUN = re.compile(b"a" * 19 + b"a+")
 _HEX = b"0123456789abcdef-"
+_PLAIN = _HEX + b":.TZ+"
+_ID_RUN = re.compile(rb"(?:call|toolu|msg|chatcmpl|run|req|resp|asst|thread|batch)[_\-][A-Za-z0-9_\-]+")
 
 
 def _looks_random(token: str) -> bool:
@@ -140,12 +142,16 @@ def _random_body(token: str) -> bool:
 _NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pwd", "dsn", "cookie", "jwt", "bearer")
 _COMMON_TRIGGERS = _NAME_TRIGGERS[:5]  # the rest are only looked for when a separator is present
 _RARE_TRIGGERS = _NAME_TRIGGERS[5:]
-_KEYWORD_ANYCASE = re.compile("(?i)" + "|".join(_NAME_TRIGGERS))
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-_NAME_TAIL = re.compile(r"(?P<name>[\w\-]*(?:\.[\w\-]+)*)(?P<q>\\?[\"'])?"
-                        r"(?:(?P<sep>[ \t]*(?::=|=>|=(?!=)|:(?![/:=]))[ \t]*)"
-                        r"|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?))?")
-_CLI_SEP = re.compile(r"[ \t]+")
+_TAIL_SEP = (r"(?P<n>[\w\-]*(?:\.[\w\-]+)*)(?P<q>\\?[\"'])?"
+             r"(?:(?P<sep>[ \t]*(?::=|=>|=(?!=)|:(?![/:=]))[ \t]*)|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?))"
+             # a value follows on the same line, and not an obvious code reference
+             r"(?=[^\s])(?!os\.|process\.env|self\.|config\.|settings\.|getenv\(|env\(|args\.|none\b|null\b)")
+_KW_SEP = {word: re.compile(word + _TAIL_SEP) for word in _NAME_TRIGGERS}
+_KW_SEP_ANYCASE = {word: re.compile(word + _TAIL_SEP, re.IGNORECASE) for word in _NAME_TRIGGERS}
+# --password VALUE (the name starts after the dashes)
+_CLI_NAME = re.compile(r"(?<![\w\-])--(?P<n>(?=[a-z_])[\w\-]*?(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*)"
+                       r"[ \t]+(?=[^\s\-])", re.IGNORECASE)
+_NAME_BACK = re.compile(r"[A-Za-z0-9_.\-]*")
 _PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
 _VALUE = re.compile(
     r"\\\"(?P<eq>.*?)\\\""                      # \"value\" inside a JSON-encoded string
@@ -299,8 +305,10 @@ def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
     ascii_text = len(raw) == len(text)
     for run in runs:
         start, end = run.span()
-        if not raw[start:end].strip(_HEX) and end - start != 50:
-            continue  # git SHAs, digests, UUIDs: of the shapes only a Mailgun key (50) is hex alone
+        if not raw[start:end].strip(_PLAIN) and (end - start != 50 or raw[start:end].strip(_HEX)):
+            continue  # SHAs, digests, UUIDs, timestamps: of the shapes only a Mailgun key (50 hex) fits
+        if _ID_RUN.fullmatch(raw, start, end):
+            continue  # a provider's call/message id
         if not ascii_text:  # byte offsets to character offsets
             start = len(raw[:start].decode("utf-8", "surrogatepass"))
             end = start + len(raw[run.start():end].decode("utf-8", "surrogatepass"))
@@ -315,45 +323,33 @@ def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
 
 
 def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, int]]) -> None:
-    """``NAME=value`` and its kin, found from each keyword occurrence outwards."""
-    if len(low) != len(text):  # a few characters change length when lower-cased: positions differ
-        hits = [m.start() for m in _KEYWORD_ANYCASE.finditer(text)]
-    else:
-        hits = []
-        for word in words:
-            i = low.find(word)
-            while i >= 0:
-                hits.append(i)
-                i = low.find(word, i + 1)
-        hits.sort()
-    done = -1
-    for hit in hits:
-        if hit < done:
-            continue  # a second keyword inside a name already judged (auth_token)
-        # the rest of the name and its separator in one match: in prose most keywords ("the key
-        # issue") have none, and stop here
-        tail = _NAME_TAIL.match(text, hit)
-        done = tail.end("name")
-        pos = tail.end()
-        prose = cli = False
-        if tail.group("sep") is None:
-            prose = tail.group("prose") is not None  # my password is hunter2
-            if not prose:
-                if tail.group("q") or "-" not in text[max(0, hit - 64):hit]:
-                    continue
-                sep = _CLI_SEP.match(text, pos)  # --password VALUE
-                if sep is None:
-                    continue
-                cli, pos = True, sep.end()
-        start = hit
-        while start and text[start - 1] in _NAME_CHARS:
-            start -= 1
-        while start < hit and not (text[start].isalpha() or text[start] == "_"):
+    """``NAME=value`` and its kin, found from each keyword that a separator follows.
+
+    One search per keyword present, each starting with its literal (SRE's fast literal search), so
+    a keyword in prose with no separator after it ("the key issue") never reaches Python.
+    """
+    same = len(low) == len(text)  # a few characters change length when lower-cased
+    found = []
+    for word in words:
+        found.extend((_KW_SEP if same else _KW_SEP_ANYCASE)[word].finditer(low if same else text))
+    if "--" in text:
+        found.extend(_CLI_NAME.finditer(text))
+    seen = set()
+    for m in found:
+        done = m.end("n")
+        if done in seen:
+            continue  # auth_token=: found from "auth" and from "token"
+        seen.add(done)
+        pos = m.end()
+        cli = m.re is _CLI_NAME
+        prose = not cli and m.group("prose") is not None
+        start = m.start("n") if cli else m.start()
+        # back to the start of the name (a reversed window, so the scan runs in C)
+        start -= _NAME_BACK.match(text[max(0, start - 80):start][::-1]).end()
+        while start < done and not (text[start].isalpha() or text[start] == "_"):
             start += 1  # names start with a letter or _
         if start and text[start - 1] == "$":
             continue  # $API_KEY: a variable, not an assignment
-        if cli and text[max(0, start - 2):start] != "--":
-            continue
         name = text[start:done]
         kind = name_kind(name)
         if kind is None:
@@ -520,4 +516,8 @@ KEEP_COLUMNS = frozenset({"id", "session_id", "parent_session_id", "tool_call_id
 
 
 def redact_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (redact_text(v) if v.__class__ is str and k not in KEEP_COLUMNS else v) for k, v in row.items()}
+    out = row.copy()
+    for k, v in row.items():
+        if v.__class__ is str and len(v) >= 8 and k not in KEEP_COLUMNS:
+            out[k] = redact_text(v)
+    return out
