@@ -108,7 +108,8 @@ _RUN_CHARS = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 # Token characters become "a", everything else (UTF-8 lead and continuation bytes too) a space:
 # a shape can only be present where 20 of them stand in a row (documented formats are all longer).
 _RUN_TABLE = bytes(ord("a") if b in _RUN_CHARS else ord(" ") for b in range(256))
-_RUN = re.compile(b"a" * 19 + b"a+")
+_RUN_20 = b"a" * 20
+_RUN = re.compile(_RUN_20 + b"*")
 _HEX = b"0123456789abcdef-"
 _PLAIN = _HEX + b":.TZ+"
 _ID_RUN = re.compile(rb"(?:call|toolu|msg|chatcmpl|run|req|resp|asst|thread|batch)[_\-][A-Za-z0-9_\-]+")
@@ -149,9 +150,11 @@ _TAIL_SEP = (r"(?P<n>[\w\-]*(?:\.[\w\-]+)*)(?P<q>\\?[\"'])?"
 _KW_SEP = {word: re.compile(word + _TAIL_SEP) for word in _NAME_TRIGGERS}
 _KW_SEP_ANYCASE = {word: re.compile(word + _TAIL_SEP, re.IGNORECASE) for word in _NAME_TRIGGERS}
 # --password VALUE (the name starts after the dashes)
-_CLI_NAME = re.compile(r"(?<![\w\-])--(?P<n>(?=[a-z_])[\w\-]*?(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*)"
-                       r"[ \t]+(?=[^\s\-])", re.IGNORECASE)
+# (starts with its literal, so SRE jumps from "--" to "--"; the character before is checked after)
+_CLI_NAME = re.compile(r"--(?P<n>(?=[a-z_])[\w\-]*?(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*)"
+                       r"[ \t]+(?=[^\s\-])")
 _NAME_BACK = re.compile(r"[A-Za-z0-9_.\-]*")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
 _VALUE = re.compile(
     r"\\\"(?P<eq>.*?)\\\""                      # \"value\" inside a JSON-encoded string
@@ -299,9 +302,10 @@ _FORM_KEYS = {"access_token", "refresh_token", "id_token", "token", "api_key", "
 def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
     """Shapes, searched only inside runs of 20+ token characters (found on a byte translation)."""
     raw = text.encode("utf-8", "surrogatepass")
-    runs = list(_RUN.finditer(raw.translate(_RUN_TABLE)))
-    if not runs:
+    mapped = raw.translate(_RUN_TABLE)
+    if _RUN_20 not in mapped:
         return
+    runs = list(_RUN.finditer(mapped))
     ascii_text = len(raw) == len(text)
     for run in runs:
         start, end = run.span()
@@ -332,8 +336,8 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
     found = []
     for word in words:
         found.extend((_KW_SEP if same else _KW_SEP_ANYCASE)[word].finditer(low if same else text))
-    if "--" in text:
-        found.extend(_CLI_NAME.finditer(text))
+    if "--" in text and same:
+        found.extend(m for m in _CLI_NAME.finditer(low) if not m.start() or low[m.start() - 1] not in _NAME_CHARS)
     seen = set()
     for m in found:
         done = m.end("n")
@@ -404,7 +408,7 @@ def _header_span(text: str, pos: int, kind: str, spans: list[tuple[int, int]]) -
 
 
 def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, int]]) -> None:
-    if "://" in text and "@" in text:
+    if "@" in text and "://" in text:
         for m in _USERINFO.finditer(text):
             pw = m.group("pw")
             if pw is not None:

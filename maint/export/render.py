@@ -200,25 +200,42 @@ def _tool_uses(raw: Any) -> list[dict[str, Any]]:
     return out
 
 
-# Trace fields we generate ourselves; every other string the trace carries is redacted.
-_TRACE_OWN = frozenset({"parentUuid", "uuid", "timestamp", "type", "userType", "isSidechain", "version"})
+def _redact_message(message: dict[str, Any]) -> dict[str, Any]:
+    """Every string a trace message carries from the store: text, tool input (key by key, so
+    ``{"password": ...}`` is masked by its name), tool names and ids, tool output, model."""
+    content = message["content"]
+    out = {**message, "content": redact_value(content) if isinstance(content, str)
+           else [_redact_block(block) for block in content]}
+    if "model" in message:
+        out["model"] = redact_value(message["model"])
+    return out
 
 
-def _redact_entry(entry: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v if k in _TRACE_OWN else redact_value(v, k)) for k, v in entry.items()}
+def _redact_block(block: dict[str, Any]) -> dict[str, Any]:
+    kind = block["type"]
+    if kind == "text":
+        return {"type": "text", "text": redact_value(block["text"])}
+    if kind == "tool_use":
+        return {"type": "tool_use", "id": redact_value(block["id"]), "name": redact_value(block["name"]),
+                "input": redact_value(block["input"])}
+    return {"type": kind, "tool_use_id": redact_value(block["tool_use_id"]), "content": redact_value(block["content"])}
 
 
 def write_trace(store: Store, session: SessionInfo, write: Callable[[str], None], redact: bool) -> int:
     """Claude Code JSONL, the shape the Hugging Face Agent Trace Viewer detects.
 
     uuids are derived from the session and message ids, so the same store renders the same trace.
-    With *redact*, every string field is redacted (text, tool input and output, cwd, branch, model,
-    ids), tool input key by key so ``{"password": ...}`` is masked by its name.
+    With *redact*, every string field that comes from the store is redacted: text, tool input and
+    output, tool names and ids, model, cwd, branch and session id. The rest (uuids, timestamps,
+    types) we generate.
     """
     parent = None
     n = 0
     common = {"isSidechain": False, "userType": "external", "cwd": session.cwd or "", "sessionId": session.id,
               "version": "hermes-agent", "gitBranch": session.git_branch or ""}
+    if redact:
+        common.update(cwd=redact_text(common["cwd"]), sessionId=redact_text(session.id),
+                      gitBranch=redact_text(common["gitBranch"]))
     for msg in iter_messages(store, session.id, display=True):
         role = msg.get("role")
         if role == "system":
@@ -238,7 +255,9 @@ def write_trace(store: Store, session: SessionInfo, write: Callable[[str], None]
             content = msg.get("content")
             body: Any = content if isinstance(content, str) else _blocks(content)
             entry.update(type="user", message={"role": "user", "content": body})
-        write(_dumps(_redact_entry(entry) if redact else entry) + "\n")
+        if redact:
+            entry["message"] = _redact_message(entry["message"])
+        write(_dumps(entry) + "\n")
         parent = turn
         n += 1
     return n
