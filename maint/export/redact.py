@@ -141,8 +141,7 @@ def _random_body(token: str) -> bool:
 # A name is found at a keyword inside it; the regex is only run on text whose lower-cased form holds
 # one of _NAME_TRIGGERS.
 _NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pwd", "dsn", "cookie", "jwt", "bearer")
-_COMMON_TRIGGERS = _NAME_TRIGGERS[:5]  # the rest are only looked for when a separator is present
-_RARE_TRIGGERS = _NAME_TRIGGERS[5:]
+_PROSE_TRIGGERS = ("key", "token", "pass", "secret")
 _TAIL_SEP = (r"(?P<n>[\w\-]*(?:\.[\w\-]+)*)(?P<q>\\?[\"'])?"
              r"(?:(?P<sep>[ \t]*(?::=|=>|=(?!=)|:(?![/:=]))[ \t]*)|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?))"
              # a value follows on the same line, and not an obvious code reference
@@ -422,7 +421,7 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             end = end_marker if end_marker >= 0 else _PEM_BODY.match(text, m.end()).end()
             if end > m.end():
                 spans.append((m.end(), end))
-    if "bearer" in words:
+    if "earer" in text or "EARER" in text:
         spans.extend(m.span("v") for m in _BEARER.finditer(text) if MASK not in m.group("v"))
     if " -" in text:  # command-line flags
         if ":" in text and ("-u" in text or "--user" in text or "--proxy-user" in text):
@@ -431,7 +430,7 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             spans.extend(m.span("v") for m in _MYSQL_P.finditer(text))
         if "sshpass" in text or "redis-cli" in text:
             spans.extend(m.span("v") for m in _SSHPASS.finditer(text))
-    if "pass" in words and "machine" in text:
+    if "machine" in text:
         spans.extend(m.span("v") for m in _NETRC.finditer(text))
     if "+" in text:
         spans.extend(m.span() for m in _PHONE.finditer(text))
@@ -452,9 +451,12 @@ def find_secrets(text: str) -> list[tuple[int, int]]:
     """The spans of *text* to mask, sorted and merged."""
     spans: list[tuple[int, int]] = []
     low = text.lower()
-    words = [word for word in _COMMON_TRIGGERS if word in low]
-    if "=" in text or ":" in text:
-        words += [word for word in _RARE_TRIGGERS if word in low]
+    if "=" in text or ":" in text or "--" in text:
+        words = [word for word in _NAME_TRIGGERS if word in low]
+    elif " is " in low or " was " in low:  # only "my password is hunter2" can be here
+        words = [word for word in _PROSE_TRIGGERS if word in low]
+    else:
+        words = []
     if words:
         _name_spans(text, low, words, spans)
     _place_spans(text, low, words, spans)
@@ -519,9 +521,25 @@ def redact_value(value: Any, name: str | None = None) -> Any:
 KEEP_COLUMNS = frozenset({"id", "session_id", "parent_session_id", "tool_call_id", "system_prompt_hash"})
 
 
+# Columns Hermes stores numbers or flags in: not looked at (a text value there would still be).
+_NUMERIC_COLUMNS = frozenset({"timestamp", "token_count", "active", "compacted", "observed", "started_at", "ended_at",
+                              "message_count", "tool_call_count", "input_tokens", "output_tokens", "archived",
+                              "pinned", "hidden", "last_activity_at"})
+
+
+@lru_cache(maxsize=64)
+def _text_columns(columns: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(c for c in columns if c not in KEEP_COLUMNS and c not in _NUMERIC_COLUMNS)
+
+
 def redact_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a stored row with every text column redacted, except the linking ids and hashes."""
     out = row.copy()
-    for k, v in row.items():
-        if v.__class__ is str and len(v) >= 8 and k not in KEEP_COLUMNS:
+    for k in _text_columns(tuple(row)):
+        v = row[k]
+        if v.__class__ is str and len(v) >= 8:
             out[k] = redact_text(v)
+    for k in _NUMERIC_COLUMNS.intersection(row):
+        if row[k].__class__ is str:
+            out[k] = redact_text(row[k])
     return out
