@@ -61,7 +61,7 @@ class Gen:
 
     def jwt(self) -> str:
         head = {"alg": self.rng.choice(["HS256", "RS256", "ES256"]), "typ": "JWT"}
-        body = {"sub": str(self.rng.randint(10**8, 10**9)), "iat": self.rng.randint(1.6e9, 1.8e9),
+        body = {"sub": str(self.rng.randint(10**8, 10**9)), "iat": self.rng.randint(1_600_000_000, 1_800_000_000),
                 "scope": self.rng.choice(["read", "read write", "admin"])}
         enc = [base64.urlsafe_b64encode(json.dumps(x, separators=(",", ":")).encode()).decode().rstrip("=")
                for x in (head, body)]
@@ -278,8 +278,8 @@ def secret_cases(seed: int = 14) -> list[Case]:
 def phone_cases(seed: int = 14) -> list[Case]:
     """E.164 numbers: personal data, not credentials; Hermes masks them, so we do too."""
     g = Gen(seed + 1)
-    return [Case("phone", f"signal user +{g.rng.choice(['1', '44', '49', '81'])}{g.s(string.digits, 9)} joined",
-                 "") for _ in range(6)]
+    phones = [f"+{g.rng.choice(['1', '44', '49', '81'])}{g.rng.randint(1, 9)}{g.s(string.digits, 8)}" for _ in range(6)]
+    return [Case("phone", f"signal user {p} joined", p) for p in phones]
 
 
 def clean_texts(seed: int = 14) -> list[str]:

@@ -1,0 +1,213 @@
+"""Redaction: recall over generated credentials, no damage to look-alikes, Hermes's own redactor as an
+oracle, readable masks, and every export format masking what the store holds."""
+
+import json
+
+import pytest
+
+from maint.export.redact import MASK, name_kind, redact_row, redact_text, redact_value
+from tests.conftest import run_subprocess
+from tests.secret_corpus import clean_texts, phone_cases, secret_cases
+from tests.storegen import StoreBuilder
+
+CASES = secret_cases()
+CLEAN = clean_texts()
+
+
+def leaked(secret: str, text: str) -> bool:
+    """True if any 12-character stretch of *secret* (all of it when shorter) survives in *text*."""
+    width = min(len(secret), 12)
+    return any(secret[i:i + width] in text for i in range(len(secret) - width + 1))
+
+
+def test_corpus_is_broad_and_holds_its_secrets():
+    assert len(CASES) >= 150
+    assert len({c.family for c in CASES}) >= 40
+    assert len(CLEAN) >= 100
+    assert all(c.secret and c.secret in c.text for c in CASES)  # else "masked" would be vacuous
+
+
+def test_recall_at_least_98_percent():
+    missed = [c for c in CASES if leaked(c.secret, redact_text(c.text))]
+    assert len(missed) <= 0.02 * len(CASES), [(c.family, c.text[:100]) for c in missed]
+
+
+def test_clean_look_alikes_are_left_exactly_as_they_are():
+    damaged = [(t[:80], redact_text(t)[:80]) for t in CLEAN if redact_text(t) != t]
+    assert damaged == []
+
+
+def test_everything_hermes_masks_we_mask_too():
+    """The oracle: Hermes 0.19.0's redact_sensitive_text over the same texts. force=True makes it mask
+    whatever HERMES_REDACT_SECRETS says (the switch is read once, at import), as Hermes's own trace
+    upload and export --redact call it."""
+    from agent.redact import redact_sensitive_text
+
+    cases = CASES + phone_cases()
+    hermes_masked = [c for c in cases if c.secret not in redact_sensitive_text(c.text, force=True)]
+    assert len(hermes_masked) >= 100  # the oracle has teeth
+    ours_missed = [(c.family, c.text[:100]) for c in hermes_masked if leaked(c.secret, redact_text(c.text))]
+    assert ours_missed == []
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("OPENAI_API_KEY=sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z", "OPENAI_API_KEY=[REDACTED]"),
+    ("export GITHUB_TOKEN=ghp_1234567890abcdefghijklmnopqrstuvwxyzAB", "export GITHUB_TOKEN=[REDACTED]"),
+    ("postgres://admin:hunter2pass@db.local:5432/app", "postgres://admin:[REDACTED]@db.local:5432/app"),
+    ("Authorization: Bearer abcdefghijklmnop1234567890", "Authorization: Bearer [REDACTED]"),
+    ('{"password": "Sup3rS3cret!", "token_count": 5}', '{"password": "[REDACTED]", "token_count": 5}'),
+    ("db:\n  password: hunter2x\n  host: db", "db:\n  password: [REDACTED]\n  host: db"),
+    ("psql --password s3cr3t!x -h db", "psql --password [REDACTED] -h db"),
+    ("GET https://api.example.com/items/42?token=abc123XYZ456def789&page=2",
+     "GET https://api.example.com/items/42?token=[REDACTED]&page=2"),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\nxyz\n-----END RSA PRIVATE KEY-----",
+     "-----BEGIN RSA PRIVATE KEY-----[REDACTED]-----END RSA PRIVATE KEY-----"),
+    ("https://hooks.slack.com/services/T0A1B2C3D/B0A1B2C3D/aBcDeFgHiJkLmNoPqRsTuVwX",
+     "https://hooks.slack.com/services/[REDACTED]"),
+    ("my password is hunter2!", "my password is [REDACTED]!"),
+    ("AccountName=logs;AccountKey=abc+def/ghi012==;EndpointSuffix=core.windows.net",
+     "AccountName=logs;AccountKey=[REDACTED];EndpointSuffix=core.windows.net"),
+])
+def test_mask_keeps_the_structure_readable(text, expected):
+    assert redact_text(text) == expected
+
+
+def test_json_text_stays_json():
+    """Masks sit inside values, never across a quote or a backslash: stored JSON (tool calls whose
+    arguments are JSON in a JSON string, tool results) still parses, with the same keys."""
+    args = json.dumps({"command": "export OPENAI_API_KEY=sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z && run",
+                       "password": "hunter2!x", "headers": {"Authorization": "Bearer abcdefghijklmnop123456"}})
+    stored = json.dumps([{"id": "call_Ab3dEf6hIj9kLm2nOp5qRs8t", "type": "function",
+                          "function": {"name": "terminal", "arguments": args}}])
+    texts = [stored] + [c.text for c in CASES if _is_json(c.text)]
+    assert len(texts) > 5
+    for text in texts:
+        out = redact_text(text)
+        assert _shape(json.loads(out)) == _shape(json.loads(text))
+    out = json.loads(redact_text(stored))
+    inner = json.loads(out[0]["function"]["arguments"])
+    assert out[0]["id"] == "call_Ab3dEf6hIj9kLm2nOp5qRs8t"
+    assert inner == {"command": "export OPENAI_API_KEY=[REDACTED] && run", "password": MASK,
+                     "headers": {"Authorization": "Bearer [REDACTED]"}}
+
+
+def _is_json(text):
+    try:
+        return isinstance(json.loads(text), (dict, list))
+    except ValueError:
+        return False
+
+
+def _shape(value):
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    return type(value).__name__
+
+
+def test_redact_value_masks_by_key_name():
+    value = {"password": "hunter2x", "nested": [{"api_key": "abc123def456ghi"}], "token_count": 5,
+             "id": "call_abc", "Authorization": "Basic dXNlcjpwYXNzd29yZA==", "note": "uses ghp_" + "a1" * 18}
+    assert redact_value(value) == {"password": MASK, "nested": [{"api_key": MASK}], "token_count": 5,
+                                   "id": "call_abc", "Authorization": "Basic [REDACTED]", "note": "uses [REDACTED]"}
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("OPENAI_API_KEY", "token"), ("apiKey", "token"), ("x-api-key", "token"), ("PGPASSWORD", "password"),
+    ("client_secret", "password"), ("SECRET_KEY_BASE", "password"), ("_authToken", "token"), ("NPM_AUTH", "token"),
+    ("key", "random"), ("auth", "random"), ("Authorization", "auth"), ("Cookie", "line"), ("key_material", "token"),
+    ("token_count", None), ("MAX_TOKENS", None), ("KEY_PATH", None), ("password_reset", None), ("session_key", None),
+    ("primary_key", None), ("public_key", None), ("private_key_id", None), ("author", None), ("keyboard", None),
+])
+def test_name_kind(name, kind):
+    assert name_kind(name) == kind
+
+
+def test_redact_row_keeps_linking_ids_and_numbers():
+    secretish = "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"
+    row = {"id": 7, "session_id": secretish, "tool_call_id": secretish, "parent_session_id": secretish,
+           "content": f"key {secretish}", "title": f"deploy {secretish}", "timestamp": 1.5, "token_count": None,
+           "model_config": json.dumps({"api_key": "abc123def456ghi", "temperature": 0.2})}
+    out = redact_row(row)
+    assert {k: out[k] for k in ("id", "session_id", "tool_call_id", "parent_session_id", "timestamp",
+                                "token_count")} == {k: row[k] for k in ("id", "session_id", "tool_call_id",
+                                                                         "parent_session_id", "timestamp",
+                                                                         "token_count")}
+    assert out["content"] == "key [REDACTED]" and out["title"] == "deploy [REDACTED]"
+    assert json.loads(out["model_config"]) == {"api_key": MASK, "temperature": 0.2}
+    assert row["content"] == f"key {secretish}"  # the input row is not changed
+
+
+# -- every export format, through the real CLI --------------------------------------------------------
+
+GH = "ghp_" + "Zx9" * 12
+OPENAI = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" * 2
+AWS = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYz8Q2v4Lk1a"
+PW = "Hunter2!xq7"
+BEARER = "b3arerT0kenAbCdEfGhIjKlMn"
+PEM_LINE = "MIIEpAIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun"
+SECRETS = (GH, OPENAI, AWS, PW, BEARER, PEM_LINE)
+
+
+@pytest.fixture
+def secret_store(tmp_path, layout):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout=layout) as b:
+        b.session("leaky", messages=0, title=f"rotate {GH}", cwd=f"/home/u/{GH}",
+                  model_config={"api_key": OPENAI}, git_branch=f"fix/{GH}")
+        rows = [("user", f"export OPENAI_API_KEY={OPENAI}\nplease deploy", None, None),
+                ("assistant", "running it", json.dumps([{"id": "call_Q1w2E3r4T5y6U7i8O9p0", "type": "function",
+                                                         "function": {"name": "terminal", "arguments": json.dumps(
+                                                             {"command": f"curl -H 'Authorization: Bearer {BEARER}' "
+                                                                         "https://api.example.com",
+                                                              "password": PW})}}]), None),
+                ("tool", json.dumps({"output": f"aws_secret_access_key = {AWS}\n-----BEGIN PRIVATE KEY-----\n"
+                                               f"{PEM_LINE}\n-----END PRIVATE KEY-----\n", "exit_code": 0}),
+                 None, "call_Q1w2E3r4T5y6U7i8O9p0"),
+                ("assistant", f"done; the password is {PW}", None, None)]
+        for i, (role, content, calls, call_id) in enumerate(rows):
+            b.raw.execute("INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, tool_name, "
+                          "timestamp) VALUES (?,?,?,?,?,?,?)",
+                          ("leaky", role, content, calls, call_id, "terminal" if role == "tool" else None,
+                           b.now - 100 + i))
+    return db
+
+
+@pytest.mark.parametrize("args", [("--format", "jsonl"), ("--format", "md"), ("--format", "qmd"),
+                                  ("--format", "html"), ("--format", "trace"), ("--only", "user-prompts"),
+                                  ("--only", "user-prompts", "--format", "md")])
+def test_every_format_masks_what_the_store_holds(secret_store, tmp_path, args):
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "x.txt" if args[-1] in ("jsonl", "html", "trace", "user-prompts") else out
+    r = run_subprocess("export", target, "--db", secret_store, "--session-id", "leaky", "--redact", *args)
+    assert r.returncode == 0, r.stderr
+    text = "".join(p.read_text() for p in sorted(out.iterdir()))
+    assert MASK in text
+    assert [s for s in SECRETS if s in text] == []
+    raw = run_subprocess("export", "-", "--db", secret_store, "--session-id", "leaky", "--no-redact", *args)
+    if args[0] == "--format" and args[1] in ("jsonl", "trace"):
+        assert OPENAI in raw.stdout and PW in raw.stdout  # the test has teeth: unredacted, they are there
+
+
+def test_jsonl_redacted_keeps_ids_and_valid_json(secret_store):
+    r = run_subprocess("export", "-", "--db", secret_store, "--session-id", "leaky", "--redact")
+    (rec,) = [json.loads(line) for line in r.stdout.splitlines()]
+    assert rec["id"] == "leaky" and rec["title"] == "rotate [REDACTED]"
+    calls = json.loads(next(m["tool_calls"] for m in rec["messages"] if m["tool_calls"]))
+    assert calls[0]["id"] == "call_Q1w2E3r4T5y6U7i8O9p0"
+    assert json.loads(calls[0]["function"]["arguments"])["password"] == MASK
+    assert any(m["tool_call_id"] == "call_Q1w2E3r4T5y6U7i8O9p0" for m in rec["messages"])
+
+
+def test_trace_redacts_every_string_field_by_default(secret_store):
+    r = run_subprocess("export", "-", "--db", secret_store, "--session-id", "leaky", "--format", "trace")
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert lines and all(GH not in json.dumps(x) for x in lines)  # cwd and gitBranch included
+    assert lines[0]["cwd"] == "/home/u/[REDACTED]" and lines[0]["gitBranch"] == "fix/[REDACTED]"
+    assert all(x["sessionId"] == "leaky" for x in lines)
+    tool_use = next(b for x in lines for b in x["message"]["content"] if isinstance(b, dict)
+                    and b.get("type") == "tool_use")
+    assert tool_use["id"] == "call_Q1w2E3r4T5y6U7i8O9p0" and tool_use["input"]["password"] == MASK
+    assert lines[1]["parentUuid"] == lines[0]["uuid"]
