@@ -148,6 +148,8 @@ def _secrets(g: Gen) -> dict[str, list]:
         "databricks": [lambda: "dapi" + g.s(HEX, 32)],
         "postman": [lambda: f"PMAK-{g.s(HEX, 24)}-{g.s(HEX, 34)}"],
         "pulumi": [lambda: "pul-" + g.s(HEX, 40)],
+        "firebase-fcm": [lambda: "AAAA" + g.s(B64URL, 7) + ":APA91b" + g.s(B64URL, 134)],
+        "dropbox": [lambda: "sl.B" + g.s(B64URL, 135)],
     }
 
 
@@ -246,7 +248,7 @@ def _named(g: Gen) -> list[Case]:
                       ("X-Api-Key:", g.b62(32)), ("x-api-key:", g.b62(40)), ("api-key:", g.s(HEX, 32)),
                       ("X-Auth-Token:", g.b62(32)), ("PRIVATE-TOKEN:", g.s(B64URL, 20)),
                       ("DD-API-KEY:", g.s(HEX, 32)), ("X-Auth-Key:", g.s(HEX, 37)),
-                      ("Ocp-Apim-Subscription-Key:", g.s(HEX, 32))):
+                      ("Ocp-Apim-Subscription-Key:", g.s(HEX, 32)), ("Authorization: SSWS", "00" + g.s(B64URL, 40))):
         ctx = g.rng.choice(["{h} {s}", "curl -s -H '{h} {s}' https://api.example.com", '-H "{h} {s}"'])
         cases.append(Case("http-header", ctx.format(h=header, s=s), s))
     hdr = g.b64url(40)

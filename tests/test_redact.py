@@ -211,3 +211,24 @@ def test_trace_redacts_every_string_field_by_default(secret_store):
                     and b.get("type") == "tool_use")
     assert tool_use["id"] == "call_Q1w2E3r4T5y6U7i8O9p0" and tool_use["input"]["password"] == MASK
     assert lines[1]["parentUuid"] == lines[0]["uuid"]
+
+
+def test_positions_hold_in_text_that_changes_length_when_lower_cased():
+    """"İ" lower-cases to two characters: spans must still land on the secret, not beside it."""
+    token = "ghp_" + "Zx9" * 12
+    text = f"İİ İstanbul ログ: password=hunter2x と {token} 日本語"
+    assert redact_text(text) == "İİ İstanbul ログ: password=[REDACTED] と [REDACTED] 日本語"
+
+
+@pytest.mark.parametrize("text", [
+    "a" * 200_000 + "=value", "a." * 100_000 + "=value", "key" * 60_000, "keyKEY-" * 30_000, "token: " * 30_000,
+    "password=" + "x" * 200_000, "-----BEGIN RSA PRIVATE KEY-----" + "A" * 200_000, "https://" + "a" * 100_000 + "@",
+    "--password " * 20_000, "--a" * 60_000, "\\\"password\\\": \\\"" * 20_000, "sk-" * 60_000, "+1234567" * 20_000,
+])
+def test_adversarial_text_stays_linear(text):
+    """The redactor runs on every message of an export: no input may make it backtrack for long."""
+    import time
+
+    started = time.process_time()
+    redact_text(text)
+    assert time.process_time() - started < 2.0

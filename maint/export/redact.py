@@ -54,7 +54,8 @@ _FAMILIES: list[tuple[str, str]] = [
     ("aws-access-key-id", r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Za-z0-9])"),
     ("azure-ad-client-secret", r"[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}"),
     ("github", r"gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{50,}"),
-    ("gitlab", r"gl(?:pat|dt|rt|ptt|cbt|ft|soat|oas|imt|agent|ffct)-[A-Za-z0-9_\-]{20,}|GR1348941[A-Za-z0-9_\-]{20}"),
+    ("gitlab", r"gl(?:pat|dt|rtr|rt|ptt|cbt|ft|soat|oas|imt|agent|ffct|wt)-[A-Za-z0-9_\-]{16,}(?:\.[A-Za-z0-9_\-]+)*"
+               r"|GR1348941[A-Za-z0-9_\-]{20}"),
     ("atlassian/bitbucket", r"AT(?:ATT|CTT|OAT)3[A-Za-z0-9_=\-]{50,}|ATBB[A-Za-z0-9_=.\-]{28,}"),
     ("npm", r"npm_[A-Za-z0-9]{30,}"),
     ("pypi", r"pypi-[A-Za-z0-9_\-]{40,}"),
@@ -87,7 +88,7 @@ _FAMILIES: list[tuple[str, str]] = [
     ("planetscale", r"pscale_(?:tkn|pw|oauth)_[A-Za-z0-9_.\-]{30,}"),
     ("supabase", r"sbp_[a-f0-9]{40}"),
     ("doppler", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}"),
-    ("age", r"AGE-SECRET-KEY-1[0-9A-Z]{58}"),
+    ("age", r"(?:AGE-SECRET-KEY-1|age1)[02-9AC-HJ-NP-Zac-hj-np-z]{58}"),
     ("figma", r"figd_[A-Za-z0-9_\-]{40,}"),
     ("square", r"sq0(?:atp|csp|idp)-[A-Za-z0-9_\-]{22,}|EAAA[A-Za-z0-9_\-]{60,}"),
     ("databricks", r"dapi[a-f0-9]{32}(?:-\d)?"),
@@ -95,6 +96,9 @@ _FAMILIES: list[tuple[str, str]] = [
     ("pulumi", r"pul-[a-f0-9]{40}"),
     ("prefect", r"pnu_[A-Za-z0-9]{36}"),
     ("contentful", r"CFPAT-[A-Za-z0-9_\-]{40,}"),
+    ("openai-session", r"sess-[A-Za-z0-9]{40}"),
+    ("firebase-fcm", r"AAAA[A-Za-z0-9_\-]{7}:[A-Za-z0-9_\-]{100,}"),
+    ("dropbox", r"sl\.[A-Za-z0-9_\-]{100,}"),
     # webhooks: the secret is the path; the host stays readable
     ("slack-webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{20,}"),
     ("discord-webhook", r"discord(?:app)?\.com/api/webhooks/\d{16,20}/[A-Za-z0-9_\-]{40,}"),
@@ -102,7 +106,7 @@ _FAMILIES: list[tuple[str, str]] = [
 # One alternation behind one token-boundary check, without groups (each group costs in every attempt).
 _SHAPES = re.compile(r"(?<![A-Za-z0-9_\-])(?:" + "|".join(p for _, p in _FAMILIES) + ")")
 # Prefixes that identifiers also use: the body after them must look random.
-_LOOSE_PREFIXES = ("sk-", "sk_", "fw", "fpk_", "tvly-", "fal_", "fc-", "bb_live_", "am_", "exa_", "syt_", "retaindb_",
+_LOOSE_PREFIXES = ("sk_", "fw", "fpk_", "tvly-", "fal_", "fc-", "bb_live_", "am_", "exa_", "syt_", "retaindb_",
                    "hsk-", "mem0_", "brv_", "gAAAA", "vc", "nf", "xox", "xapp-", "eyJ")
 _RUN_CHARS = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.+/=~:")
 # Token characters become "a", everything else (UTF-8 lead and continuation bytes too) a space:
@@ -130,19 +134,21 @@ _SNAKE = re.compile(r"[a-z]+(?:[_\-][a-z0-9]+)*")
 
 
 def _random_body(token: str) -> bool:
-    """The part after the prefix is random, not snake_case words (sk_learn_model_v2, am_pm_format)."""
+    """The part after the prefix is random, not snake_case words (sk_learn_model_v2, am_pm_format);
+    a body of 30 or more that is not words counts as a key whatever its letters."""
     body = re.split(r"[_\-.]", token, maxsplit=1)[-1]
     if _SNAKE.fullmatch(body) and max(len(s) for s in re.split(r"[_\-]", body)) < 16:
         return False
-    return len(body) >= 10 and _looks_random(body)
+    return len(body) >= 30 or (len(body) >= 10 and _looks_random(body))
 
 
 # -- names ----------------------------------------------------------------------------------------
 # A name is found at a keyword inside it; the regex is only run on text whose lower-cased form holds
 # one of _NAME_TRIGGERS.
-_NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pwd", "dsn", "cookie", "jwt", "bearer")
+_NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pw", "dsn", "cookie", "jwt", "bearer")
 _PROSE_TRIGGERS = ("key", "token", "pass", "secret")
-_TAIL_SEP = (r"(?P<n>[\w\-]*(?:\.[\w\-]+)*)(?P<q>\\?[\"'])?"
+# Bounded repeats: a keyword inside a long run ("keykeykey...") costs at most ~100 steps, never the run.
+_TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\?[\"'])?"
              r"(?:(?P<sep>[ \t]*(?::=|=>|=(?!=)|:(?![/:=]))[ \t]*)|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?))"
              # a value follows on the same line, and not an obvious code reference
              r"(?=[^\s])(?!os\.|process\.env|self\.|config\.|settings\.|getenv\(|env\(|args\.|none\b|null\b)")
@@ -150,7 +156,7 @@ _KW_SEP = {word: re.compile(word + _TAIL_SEP) for word in _NAME_TRIGGERS}
 _KW_SEP_ANYCASE = {word: re.compile(word + _TAIL_SEP, re.IGNORECASE) for word in _NAME_TRIGGERS}
 # --password VALUE (the name starts after the dashes)
 # (starts with its literal, so SRE jumps from "--" to "--"; the character before is checked after)
-_CLI_NAME = re.compile(r"--(?P<n>(?=[a-z_])[\w\-]*?(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*)"
+_CLI_NAME = re.compile(r"--(?P<n>(?=[a-z_])[\w\-]{0,64}?(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]{0,64})"
                        r"[ \t]+(?=[^\s\-])")
 _NAME_BACK = re.compile(r"[A-Za-z0-9_.\-]*")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
@@ -184,7 +190,7 @@ _NEUTRAL_LAST = {
     "error", "errors", "status", "state", "exists", "missing", "mask", "masked", "redacted", "fn", "dict", "keys",
     "bits", "secs", "seconds", "ms", "timeout", "count_", "limit_", "exchange", "flow", "grant", "request",
     "response", "server", "service", "scope", "scopes", "audience", "issuer", "user", "username",
-    "login", "email", "account", "lifetime", "duration", "age",
+    "login", "email", "account", "lifetime", "duration", "age", "weight", "weights", "bias",
 }
 # key alone is a secret only beside a qualifier that is not one of these (sort_key, session_key ...).
 _KEY_NOT = {"sort", "primary", "foreign", "cache", "partition", "idempotency", "dict", "hot", "shortcut", "map",
@@ -260,10 +266,12 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
     low = v.lower()
     if low in _NOT_VALUES or low.strip("*.x…") == "":
         return False
-    if v[0] in "$<{" or v.startswith(("-", "%(", "[", "(")) or v.endswith(">"):
-        return False  # placeholders, templates, variables, flags
+    if v[0] in "$<{" or v.startswith("%(") or v.endswith(">"):
+        return False  # placeholders, templates, variables
+    if not quoted and v[0] in "-[(":
+        return False  # a flag or an expression
     if low.startswith(("your_", "your-", "<your", "os.getenv", "os.environ", "process.env", "getenv(", "env(",
-                       "secrets.", "vars.")):
+                       "secrets.", "vars.", "replace_", "insert_")) or "placeholder" in low:
         return False
     if "://" in v:
         return False  # a URL: its userinfo and query are judged as URL parts
