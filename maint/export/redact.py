@@ -429,7 +429,7 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             end = end_marker if end_marker >= 0 else _PEM_BODY.match(text, m.end()).end()
             if end > m.end():
                 spans.append((m.end(), end))
-    if "earer" in text or "EARER" in text:
+    if "bearer" in low:
         spans.extend(m.span("v") for m in _BEARER.finditer(text) if MASK not in m.group("v"))
     if " -" in text:  # command-line flags
         if ":" in text and ("-u" in text or "--user" in text or "--proxy-user" in text):
