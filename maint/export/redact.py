@@ -487,11 +487,18 @@ def redact_text(text: str) -> str:
     if len(text) <= 64:
         # short values (tool names, paths, models, ids) repeat on every message: remember them
         return text if len(text) < 8 else _redact_short(text)
+    if 4096 <= len(text) <= 65536:
+        return _redact_long(text)  # system prompts repeat on every session of a backup
     return _redact(text)
 
 
 @lru_cache(maxsize=8192)
 def _redact_short(text: str) -> str:
+    return _redact(text)
+
+
+@lru_cache(maxsize=32)
+def _redact_long(text: str) -> str:
     return _redact(text)
 
 
