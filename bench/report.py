@@ -10,7 +10,7 @@ import sys
 
 from common import RESULTS, ROOT, write_result
 
-BENCHES = ("prune_bench.py", "sweep_bench.py", "export_bench.py", "load_bench.py")
+BENCHES = ("prune_bench.py", "sweep_bench.py", "export_bench.py", "load_bench.py", "redact_bench.py")
 
 
 def latest(name):
@@ -21,7 +21,7 @@ def main():
     if "--no-run" not in sys.argv:
         for script in BENCHES:
             subprocess.run([sys.executable, str(ROOT / "bench" / script)], check=True, cwd=ROOT)
-    prune, sweep, export, load = (latest(n) for n in ("prune", "sweep", "export", "load"))
+    prune, sweep, export, load, redact = (latest(n) for n in ("prune", "sweep", "export", "load", "redact"))
     p = prune["results"]
     big = list(export["results"].values())[-1]
     rows = [
@@ -35,6 +35,9 @@ def main():
         ("export", big["ours"]["messages"] / big["ours"]["elapsed_s"], "msg/s",
          big["hermes"]["elapsed_s"] / big["ours"]["elapsed_s"], big["plain"]["elapsed_s"] / big["ours"]["elapsed_s"],
          big["ours"]["peak_rss_mb"], None, None),
+        # vs plain: throughput of export --redact against the unredacted export of the same store
+        *((f"redact {fmt}", r["redacted_msgs_per_s"], "msg/s", None, r["ratio"], None, None, None)
+          for fmt, r in redact["results"].items()),
         ("archive", load["results"]["archive"]["seconds"], "s", None, None, None,
          load["results"]["archive"]["writer_worst_ms"], None),
         ("optimize", load["results"]["optimize"]["seconds"], "s", None, None, None,
@@ -44,10 +47,10 @@ def main():
         width = int(spec.split(".")[0]) if spec[0].isdigit() else 0
         return "-".rjust(width) if value is None else format(value, spec)
 
-    print(f"\n{'job':<9}{'ours':>10} {'unit':<6}{'vs Hermes':>10}{'vs plain':>10}{'RSS MB':>8}"
+    print(f"\n{'job':<13}{'ours':>10} {'unit':<6}{'vs Hermes':>10}{'vs plain':>10}{'RSS MB':>8}"
           f"{'writer worst ms':>17}{'Hermes writer worst':>21}")
     for job, ours, unit, vh, vp, rss, worst, hworst in rows:
-        print(f"{job:<9}{fmt(ours, '10.1f')} {unit:<6}{fmt(vh, '10.2f')}{fmt(vp, '10.2f')}{fmt(rss, '8.0f')}"
+        print(f"{job:<13}{fmt(ours, '10.1f')} {unit:<6}{fmt(vh, '10.2f')}{fmt(vp, '10.2f')}{fmt(rss, '8.0f')}"
               f"{fmt(worst, '17.0f')}{fmt(hworst, '21.0f')}")
     failures = {k: (v["failed_appends"], v["lost_messages"]) for k, v in load["results"].items()}
     print(f"failed appends / lost messages under load: {failures}")
