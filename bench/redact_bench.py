@@ -106,39 +106,40 @@ def build_store(sessions: int, per: int):
 
 
 RUNNER = """
-import json, resource, sys, time
+import json, shutil, sys, time
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from maint.store.catalog import load_sessions
-from maint.commands.export_cmd import Render
-from maint.store.connection import open_store
+from maint.export.pipeline import ExportPlan, ExportRequest, run_export
 from maint.export.selection import select_sessions
 from maint.selection.filters import Filters
-DB, OUT, FMT, REDACT = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+from maint.store.catalog import load_sessions
+from maint.store.connection import open_store
+DB, OUT, FMT, REDACT = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+shutil.rmtree(OUT, ignore_errors=True)
+OUT.mkdir(parents=True)
 t, cpu = time.perf_counter(), time.process_time()
-n = 0
 with open_store(DB, readonly=True) as s:
     catalog = load_sessions(s)
     chosen = select_sessions(s, None, Filters(), catalog)
-    job = Render(s, catalog, FMT, None, REDACT, "")
-    if FMT == "jsonl":
-        n = job.write({{"path": OUT, "ids": [x.id for x in chosen]}})["messages"]
-    else:
-        for x in chosen:
-            n += job.write({{"path": OUT, "ids": [x.id]}})["messages"]
+    if FMT == "jsonl":  # one backup file, as `export all.jsonl --redact`
+        entries = [{{"path": str(OUT / "all.jsonl"), "ids": [x.id for x in chosen]}}]
+    else:  # one file per session, as a bulk trace export
+        entries = [{{"path": str(OUT / (x.id + ".trace.jsonl")), "ids": [x.id]}} for x in chosen]
+    plan = ExportPlan(ExportRequest(fmt=FMT, output=str(OUT), redact=REDACT), catalog, chosen, entries, None, None, [])
+    n = run_export(s, plan)["messages"]
 print(json.dumps({{"messages": n, "elapsed_s": time.perf_counter() - t, "cpu_s": time.process_time() - cpu}}))
+shutil.rmtree(OUT)
 """
 
 
 def run(db, fmt: str, redact: bool) -> dict:
-    out = CACHE / "run" / f"redact_{fmt}_{int(redact)}.jsonl"
+    out = CACHE / "run" / f"redact_{fmt}_{int(redact)}"
     out.parent.mkdir(parents=True, exist_ok=True)
     code = RUNNER.format(root=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(db), str(out), fmt, str(int(redact))],
                           capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         raise SystemExit(f"export {fmt} redact={redact} failed: {proc.stderr}")
-    out.unlink(missing_ok=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
