@@ -188,7 +188,7 @@ _NEUTRAL_LAST = {
     "changed", "updated", "created", "rotation", "rotated", "estimate", "estimated", "remaining", "window", "per",
     "spent", "ref", "reference", "arn", "fingerprint", "kid", "number", "num", "list", "map", "set", "check",
     "error", "errors", "status", "state", "exists", "missing", "mask", "masked", "redacted", "fn", "dict", "keys",
-    "bits", "secs", "seconds", "ms", "timeout", "count_", "limit_", "exchange", "flow", "grant", "request",
+    "bits", "secs", "seconds", "ms", "timeout", "exchange", "flow", "grant", "request",
     "response", "server", "service", "scope", "scopes", "audience", "issuer", "user", "username",
     "login", "email", "account", "lifetime", "duration", "age", "weight", "weights", "bias",
 }
@@ -196,11 +196,11 @@ _NEUTRAL_LAST = {
 _KEY_NOT = {"sort", "primary", "foreign", "cache", "partition", "idempotency", "dict", "hot", "shortcut", "map",
             "lookup", "row", "unique", "composite", "index", "group", "routing", "dedup", "dedupe", "object",
             "public", "pub", "search", "order", "join", "shard", "sharding", "entry", "message", "translation",
-            "label", "field", "column", "table", "hash", "sequence", "session", "host", "known", "dns", "rsa",
-            "idempotent", "natural", "surrogate", "candidate", "range", "hash_", "react", "list", "bucket", "prefix",
-            "item", "record", "element", "media", "keyboard", "press", "hotkey", "i18n", "config", "metadata",
-            "matching", "registry", "cursor", "continuation", "pagination", "page", "next", "dedupe_", "custom",
-            "api_key_", "encoded", "serialization", "the", "a", "this", "that", "my", "your", "to", "of"}
+            "label", "field", "column", "table", "hash", "sequence", "session", "host", "known", "idempotent",
+            "natural", "surrogate", "candidate", "range", "react", "list", "bucket", "prefix", "item", "record",
+            "element", "media", "keyboard", "press", "hotkey", "i18n", "config", "metadata", "matching",
+            "registry", "cursor", "continuation", "pagination", "page", "next", "custom", "encoded",
+            "serialization", "the", "a", "this", "that", "my", "your", "to", "of"}
 # key_material, KEY_VALUE: the key itself
 _KEY_MATERIAL = {"material", "value", "data", "content", "contents", "string", "str", "text", "b64", "base64", "hex",
                  "pem", "bytes", "blob", "raw", "secret"}
@@ -215,7 +215,7 @@ _NOT_VALUES = {
     "invalid", "incorrect", "wrong", "missing", "empty", "hidden", "changed", "updated", "the", "a", "an", "is",
     "was", "are", "be", "not", "must", "should", "will", "can", "please", "see", "use", "enter", "your", "my", "this",
     "that", "it", "from", "for", "in", "to", "of", "and", "or", "with", "here", "there", "below", "above",
-    "set", "unset", "provided", "ok", "redacted", "masked", "xxx", "***", "...", "…", "todo", "tbd", "changeme_",
+    "set", "unset", "provided", "ok", "redacted", "masked", "xxx", "***", "...", "…", "todo", "tbd",
     "if", "when", "then", "else", "env", "environment", "value", "values", "default", "example", "sample", "stored",
     "saved", "rotated", "revoked", "valid", "used", "type", "text", "file", "secret", "password", "token", "key",
 }
@@ -415,6 +415,8 @@ def _header_span(text: str, pos: int, kind: str, spans: list[tuple[int, int]]) -
 
 
 def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, int]]) -> None:
+    """Secrets found by where they stand: URL userinfo, key block bodies, bare bearer tokens,
+    command-line passwords, .netrc, phone numbers, form bodies (Hermes's keys)."""
     if "@" in text and "://" in text:
         for m in _USERINFO.finditer(text):
             pw = m.group("pw")
