@@ -122,7 +122,9 @@ def _secrets(g: Gen) -> dict[str, list]:
         "slack": [lambda: f"xoxb-{g.s(string.digits, 12)}-{g.s(string.digits, 13)}-{g.b62(24)}",
                   lambda: f"xoxp-{g.s(string.digits, 12)}-{g.s(string.digits, 12)}-{g.s(string.digits, 13)}-"
                           f"{g.s(HEX, 32)}",
-                  lambda: f"xapp-1-A{g.s(UPPER_ALNUM, 10)}-{g.s(string.digits, 13)}-{g.s(HEX, 64)}"],
+                  lambda: f"xapp-1-A{g.s(UPPER_ALNUM, 10)}-{g.s(string.digits, 13)}-{g.s(HEX, 64)}",
+                  lambda: f"xoxc-{g.s(string.digits, 12)}-{g.s(string.digits, 13)}-{g.s(string.digits, 13)}-"
+                          f"{g.s(HEX, 64)}"],
         "discord": [lambda: base64.b64encode(str(g.rng.randint(10**17, 10**19)).encode()).decode().rstrip("=")
                     + "." + g.s(B64URL, 6) + "." + g.s(B64URL, 38)],
         "telegram": [lambda: f"{g.rng.randint(10**8, 10**10 - 1)}:AA{g.s(B64URL, 33)}"],
@@ -136,7 +138,7 @@ def _secrets(g: Gen) -> dict[str, list]:
                          lambda: "sk_" + g.s(HEX, 48), lambda: "syt_" + g.b62(10) + "_" + g.b62(20),
                          lambda: "mem0_" + g.b62(40), lambda: "brv_" + g.b62(32), lambda: "hsk-" + g.b62(32),
                          lambda: "bb_live_" + g.b64url(24), lambda: "gAAAAAB" + g.s(B64URL, 100)],
-        "vault": [lambda: "hvs." + g.s(B64URL, 90)],
+        "vault": [lambda: "hvs." + g.s(B64URL, 90), lambda: "s." + g.b62(24)],
         "doppler": [lambda: "dp.pt." + g.b62(43)],
         "age": [lambda: "AGE-SECRET-KEY-1" + g.s("QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L".upper(), 58)],
         "grafana": [lambda: "glsa_" + g.b62(32) + "_" + g.s(HEX, 8)],
@@ -205,6 +207,10 @@ def _named(g: Gen) -> list[Case]:
         Case("aws-secret", json.dumps({"AccessKeyId": "ASIA" + g.s(UPPER_ALNUM, 16), "SecretAccessKey": (s2 := g.s(
             B64, 40)), "SessionToken": (s3 := g.s(B64, 300))}), s2),
         Case("aws-session-token", f"aws_session_token = {s3}", s3),
+        Case("aws-secret", f"AWS Access Key ID [None]: AKIA{g.s(UPPER_ALNUM, 16)}\n"
+                           f"AWS Secret Access Key [None]: {(s4 := g.s(B64, 40))}", s4),
+        Case("aws-secret", "User name,Password,Access key ID,Secret access key\n"
+                           f"deploy,,AKIA{g.s(UPPER_ALNUM, 16)},{(s5 := g.s(B64, 40))}", s5),
     ]
     acct = g.b64(64)
     cases.append(Case("azure-storage", f"DefaultEndpointsProtocol=https;AccountName=prodlogs;AccountKey={acct};"
@@ -261,7 +267,7 @@ def _named(g: Gen) -> list[Case]:
                 "machine api.example.com login bot password {s}", "curl -u admin:{s} https://ci.example.com",
                 "//registry.npmjs.org/:_authToken={s}", '{{"apiKey": "{s}"}}', "const token = '{s}';",
                 "api_token = \"{s}\"  # TOML", "grant_type=refresh_token&refresh_token={s}&client_id=abc",
-                "redis-cli -a {s} ping", "AUTH_TOKEN={s}"):
+                "redis-cli -a {s} ping", "AUTH_TOKEN={s}", "docker login -u ci -p {s} registry.example.com"):
         s = g.password(symbols="_-.~") if "{s}@" in fmt or "-u admin" in fmt else g.password(symbols="_-.~!%^")
         cases.append(Case("assignment", fmt.format(s=s), s))
     return cases

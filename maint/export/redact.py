@@ -52,6 +52,8 @@ _FAMILIES: list[tuple[str, str]] = [
     ("google-refresh-token", r"1//0[A-Za-z0-9_\-]{30,}"),
     # clouds and platforms
     ("aws-access-key-id", r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    # the secret beside its key id, as in credentials.csv or "AKIA…:secret"
+    ("aws-secret-beside-id", r"(?<=(?:AKIA|ASIA)[A-Z0-9]{16}[,:| \t])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"),
     ("azure-ad-client-secret", r"[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}"),
     ("github", r"gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{50,}"),
     ("gitlab", r"gl(?:pat|dt|rtr|rt|ptt|cbt|ft|soat|oas|imt|agent|ffct|wt)-[A-Za-z0-9_\-]{16,}(?:\.[A-Za-z0-9_\-]+)*"
@@ -72,7 +74,7 @@ _FAMILIES: list[tuple[str, str]] = [
     ("sendgrid", r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{30,}"),
     ("mailgun", r"key-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}(?![A-Za-z0-9])"),
     ("mailchimp", r"[0-9a-f]{32}-us\d{1,2}(?![A-Za-z0-9])"),
-    ("slack", r"xox[abposer]-[A-Za-z0-9\-]{10,}|xoxe\.xox[bp]-\d-[A-Za-z0-9\-]{20,}|xapp-\d-[A-Za-z0-9\-]{10,}"),
+    ("slack", r"xox[abcdeoprs]-[A-Za-z0-9\-]{10,}|xoxe\.xox[bp]-\d-[A-Za-z0-9\-]{20,}|xapp-\d-[A-Za-z0-9\-]{10,}"),
     ("discord-bot", r"[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}"),
     ("telegram-bot", r"(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30,}"),
     ("linear", r"lin_(?:api|oauth)_[A-Za-z0-9]{32,}"),
@@ -81,7 +83,7 @@ _FAMILIES: list[tuple[str, str]] = [
     ("jwt", r"eyJ[A-Za-z0-9_=\-]{10,}(?:\.[A-Za-z0-9_=\-]{2,}){0,2}"),
     ("postman", r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}"),
     ("terraform", r"[a-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=\-]{60,}"),
-    ("vault", r"hv[sbr]\.[A-Za-z0-9_\-]{24,}"),
+    ("vault", r"hv[sbr]\.[A-Za-z0-9_\-]{24,}|s\.[A-Za-z0-9]{24}(?![A-Za-z0-9])"),
     ("1password", r"ops_eyJ[A-Za-z0-9_=\-]{50,}"),
     ("grafana", r"gl(?:c|sa)_[A-Za-z0-9_=\-]{30,}"),
     ("newrelic", r"NRAK-[A-Z0-9]{27}"),
@@ -116,6 +118,7 @@ _RUN_20 = b"a" * 20
 _RUN = re.compile(_RUN_20 + b"*")
 _HEX = b"0123456789abcdef-"
 _PLAIN = _HEX + b":.TZ+"
+_HEX_SHAPES = re.compile(rb"fc-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}")
 _ID_RUN = re.compile(rb"(?:call|toolu|msg|chatcmpl|run|req|resp|asst|thread|batch)[_\-][A-Za-z0-9_\-]+")
 
 
@@ -149,7 +152,9 @@ _NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pw",
 _PROSE_TRIGGERS = ("key", "token", "pass", "secret")
 # Bounded repeats: a keyword inside a long run ("keykeykey...") costs at most ~100 steps, never the run.
 _TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\?[\"'])?"
-             r"(?:(?P<sep>[ \t]*(?::=|=>|=(?!=)|:(?![/:=]))[ \t]*)|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?))"
+             # "AWS Secret Access Key [None]: …" (aws configure) puts a bracket before the colon
+             r"(?:(?P<sep>(?:[ \t]+\[[^\]\n]{0,20}\])?[ \t]*(?::=|=>|=(?!=)|:(?![/:=]))[ \t]*)"
+             r"|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?))"
              # a value follows on the same line, and not an obvious code reference
              r"(?=[^\s])(?!os\.|process\.env|self\.|config\.|settings\.|getenv\(|env\(|args\.|none\b|null\b)")
 _KW_SEP = {word: re.compile(word + _TAIL_SEP) for word in _NAME_TRIGGERS}
@@ -224,6 +229,7 @@ _CODE_ROOTS = {"self", "this", "os", "process", "config", "settings", "cfg", "en
                "resp", "module", "window", "secrets", "vars", "inputs", "props", "state", "client", "creds",
                "credentials", "auth", "user", "account", "kwargs", "st", "flask", "django", "import"}
 _IDENT = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
+_PATH = re.compile(r"(?:~|\.\.?)?(?:/[\w.\-@]+)+/?")
 
 
 @lru_cache(maxsize=4096)
@@ -268,15 +274,15 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
         return False
     if v[0] in "$<{" or v.startswith("%(") or v.endswith(">"):
         return False  # placeholders, templates, variables
-    if not quoted and v[0] in "-[(":
-        return False  # a flag or an expression
+    if not quoted and v[0] in "[(":
+        return False  # an expression
     if low.startswith(("your_", "your-", "<your", "os.getenv", "os.environ", "process.env", "getenv(", "env(",
                        "secrets.", "vars.", "replace_", "insert_")) or "placeholder" in low:
         return False
     if "://" in v:
         return False  # a URL: its userinfo and query are judged as URL parts
-    if v.startswith(("/", "~/", "./", "../")) and " " not in v:
-        return False  # a file path
+    if _PATH.fullmatch(v) and not any(len(seg) >= 16 and _looks_random(seg) for seg in v.split("/")):
+        return False  # a file path (base64 may start with "/" too, but has + or = or a long random run)
     if not quoted and _IDENT.fullmatch(v):
         segs = low.split(".")
         if len(segs) > 1 and (segs[0] in _CODE_ROOTS or name_kind(segs[-1])):
@@ -298,7 +304,8 @@ _PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=\s:,.\-]|\\[nrt])*")
 _BEARER = re.compile(r"(?i)\bbearer\s+(?P<v>[A-Za-z0-9._~+/=\-]{16,})")
 _CURL_USER = re.compile(r"(?:\s-u|--user|--proxy-user)[ \t=]+([\"']?)[^\s:\"']+:(?P<v>[^\s\"'@]+)\1")
 _MYSQL_P = re.compile(r"\b(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]*?\s-p(?P<v>[^\s\"']+)")
-_SSHPASS = re.compile(r"\b(?:sshpass\s+-p|redis-cli\b[^\n]*?\s-a)\s*([\"']?)(?P<v>[^\s\"']+)\1")
+_SSHPASS = re.compile(r"\b(?:sshpass\s+-p|redis-cli\b[^\n]*?\s-a|(?:docker|podman|nerdctl|skopeo|helm registry|oc)"
+                      r"\s+login\b[^\n]*?\s-p)\s*([\"']?)(?P<v>[^\s\"']+)\1")
 _NETRC = re.compile(r"\bmachine\s+\S+\s+login\s+\S+\s+password\s+(?P<v>\S+)")
 _PHONE = re.compile(r"(?<![\w+])\+[1-9]\d{6,14}(?![A-Za-z0-9])")
 _FORM = re.compile(r"[A-Za-z_][\w.\-]*=[^&\s]*(?:&[A-Za-z_][\w.\-]*=[^&\s]*)+")
@@ -316,8 +323,8 @@ def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
     ascii_text = len(raw) == len(text)
     for run in runs:
         start, end = run.span()
-        if not raw[start:end].strip(_PLAIN) and (end - start != 50 or raw[start:end].strip(_HEX)):
-            continue  # SHAs, digests, UUIDs, timestamps: of the shapes only a Mailgun key (50 hex) fits
+        if not raw[start:end].strip(_PLAIN) and not _HEX_SHAPES.search(raw, start, end):
+            continue  # SHAs, digests, UUIDs, timestamps: only Firecrawl and Mailgun keys are hex alone
         if _ID_RUN.fullmatch(raw, start, end):
             continue  # a provider's call/message id
         if not ascii_text:  # byte offsets to character offsets
@@ -379,8 +386,8 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             continue
         group = v.lastgroup
         value = v.group(group)
-        if group == "uq" and text[v.end():v.end() + 1] in ("(", "["):
-            continue  # a call or subscript: code, not a value
+        if group == "uq" and (text[v.end():v.end() + 1] in ("(", "[") or cli and value.startswith("-")):
+            continue  # a call or subscript: code, not a value; or the next flag
         if kind in ("token", "random") and group != "uq" and " " in value \
                 and value.split(" ", 1)[0].lower() in _SCHEMES:
             # "Authorization"-like value under another name: keep the scheme word
@@ -438,7 +445,7 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             spans.extend(m.span("v") for m in _CURL_USER.finditer(text))
         if "-p" in text and ("mysql" in low or "mariadb" in low):
             spans.extend(m.span("v") for m in _MYSQL_P.finditer(text))
-        if "sshpass" in text or "redis-cli" in text:
+        if "sshpass" in text or "redis-cli" in text or "login" in text:
             spans.extend(m.span("v") for m in _SSHPASS.finditer(text))
     if "machine" in text:
         spans.extend(m.span("v") for m in _NETRC.finditer(text))
