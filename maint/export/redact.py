@@ -2,7 +2,7 @@
 
 Best-effort by nature: a secret with no documented shape and no telling name beside it cannot be
 told from an id. Three kinds of evidence are used, each only where a cheap literal check says it
-can apply, so text without any of them costs one lower-casing, a few substring tests and one
+can apply, so text without any of them costs one lower-casing, a dozen substring tests and one
 byte translation:
 
 * **shape**: credentials with a documented prefix or structure (``sk-``, ``ghp_``, ``AKIA``, JWTs,
