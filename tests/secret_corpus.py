@@ -241,6 +241,11 @@ def _named(g: Gen) -> list[Case]:
                       tok))
     tok = g.b62(40)
     cases.append(Case("url-userinfo", f"git clone https://{tok}@github.com/org/private.git", tok))
+    hook = f"T{g.s(UPPER_ALNUM, 10)}/B{g.s(UPPER_ALNUM, 10)}/{g.b62(24)}"
+    cases.append(Case("slack-webhook", f"curl -X POST -d '{{\"text\": \"hi\"}}' https://hooks.slack.com/services/{hook}",
+                      hook))
+    hook = f"{g.rng.randint(10**17, 10**19 - 1)}/{g.s(B64URL, 68)}"
+    cases.append(Case("discord-webhook", f"DISCORD_HOOK_URL=https://discord.com/api/webhooks/{hook}", hook))
     dsn_key = g.s(HEX, 32)
     cases.append(Case("sentry-dsn", f"SENTRY_DSN=https://{dsn_key}@o{g.rng.randint(10**5, 10**7)}.ingest.sentry.io/"
                                     f"{g.rng.randint(10**5, 10**7)}", dsn_key))
