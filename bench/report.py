@@ -35,8 +35,9 @@ def main():
         ("export", big["ours"]["messages"] / big["ours"]["elapsed_s"], "msg/s",
          big["hermes"]["elapsed_s"] / big["ours"]["elapsed_s"], big["plain"]["elapsed_s"] / big["ours"]["elapsed_s"],
          big["ours"]["peak_rss_mb"], None, None),
-        # vs plain: throughput of export --redact against the unredacted export of the same store
-        *((f"redact {fmt}", r["redacted_msgs_per_s"], "msg/s", None, r["ratio"], None, None, None)
+        # vs plain: export --redact against the unredacted export of the same store, by CPU time
+        # (the wall clock on a shared machine mostly measures the neighbours)
+        *((f"redact {fmt}", r["redacted_msgs_per_s_cpu"], "msg/s", None, r["ratio_cpu"], None, None, None)
           for fmt, r in redact["results"].items()),
         ("archive", load["results"]["archive"]["seconds"], "s", None, None, None,
          load["results"]["archive"]["writer_worst_ms"], None),
