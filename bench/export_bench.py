@@ -16,15 +16,13 @@ from common import store_args, CACHE, ROOT, base_store, store_mb, write_result
 
 SCRIPTS = {
     "ours": """
-        from maint.store.catalog import load_sessions
-        from maint.commands.export_cmd import Render
+        import os
+        from maint.export.pipeline import ExportRequest, plan_export, run_export
         from maint.store.connection import open_store
-        from maint.export.selection import select_sessions
-        from maint.selection.filters import Filters
+        if os.path.exists(OUT_PATH):
+            os.unlink(OUT_PATH)
         with open_store(DB, readonly=True) as s:
-            catalog = load_sessions(s)
-            chosen = select_sessions(s, None, Filters(), catalog)
-            r = Render(s, catalog, "jsonl", None, False, "").write({"path": OUT_PATH, "ids": [x.id for x in chosen]})
+            r = run_export(s, plan_export(s, ExportRequest(output=OUT_PATH)))
         OUT.update(messages=r["messages"])
     """,
     "hermes": """
