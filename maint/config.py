@@ -35,6 +35,9 @@ SESSION_DEFAULTS: dict[str, Any] = {
     "max_export_messages": 20000,
 }
 
+# Our own settings live in config.yaml's ``hermes_maint:`` mapping; Hermes ignores it.
+MAINT_SECTION = "hermes_maint"
+
 
 @dataclass
 class Config:
@@ -43,6 +46,16 @@ class Config:
     raw: Any = None
     sessions: dict[str, Any] = field(default_factory=dict)
     journal_mode: str | None = None
+    maint_section: Any = None  # the raw ``hermes_maint:`` value (validated where it is used)
+
+    def maint(self, key: str, default: Any = None) -> Any:
+        """``hermes_maint.<key>`` (dotted for nested mappings), or *default* when absent or not a mapping."""
+        node: Any = self.maint_section
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
 
     def session(self, key: str) -> Any:
         return self.sessions.get(key, SESSION_DEFAULTS.get(key))
@@ -101,7 +114,8 @@ def load_config(path: Path | None = None) -> Config:
     database = data.get("database") or {}
     journal = database.get("journal_mode") if isinstance(database, dict) else None
     return Config(path=path, exists=True, raw=data, sessions=dict(sessions),
-                  journal_mode=str(journal).lower() if journal is not None else None)
+                  journal_mode=str(journal).lower() if journal is not None else None,
+                  maint_section=data.get(MAINT_SECTION))
 
 
 def _read_regular(path: Path) -> bytes:

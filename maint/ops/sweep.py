@@ -28,7 +28,7 @@ from maint.ops.auto_archive import claim_idle_marker, execute_idle_archive, miss
 from maint.ops.prune import execute_prune, plan_prune
 from maint.ops.reap import reap, reap_candidates
 from maint.store.connection import Store, open_store
-from maint.ops.vacuum import space_shortfall, vacuum_in_place
+from maint.ops.vacuum import detect_replication, space_shortfall, vacuum_in_place
 
 log = logging.getLogger("hermes_maint.sweep")
 
@@ -115,7 +115,8 @@ class VacuumDecision:
 
 
 def decide_vacuum(store: Store, *, deleted: int, enabled: bool, min_interval_days: float, now: float,
-                  holders: Callable[[Path], HolderReport], disk_usage=shutil.disk_usage) -> VacuumDecision:
+                  holders: Callable[[Path], HolderReport], disk_usage=shutil.disk_usage,
+                  replicated: bool = False) -> VacuumDecision:
     if deleted <= 0:
         return VacuumDecision(False, "nothing was deleted")
     if not enabled:
@@ -134,6 +135,10 @@ def decide_vacuum(store: Store, *, deleted: int, enabled: bool, min_interval_day
     if ratio < MIN_FREELIST_RATIO:
         return VacuumDecision(False, f"only {ratio:.1%} of pages are free (needs {MIN_FREELIST_RATIO:.0%})")
     report = holders(store.path)
+    replica = detect_replication(store.path, configured=replicated, holders=report)
+    if replica:
+        return VacuumDecision(False, f"store is {replica.describe()}: in-place VACUUM refused "
+                                     "(use hermes-maint optimize --into PATH for a compacted copy)")
     if report.holders:
         return VacuumDecision(False, f"store held by {report.describe()}")
     if report.unknown:
@@ -235,7 +240,7 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
                 decision = VacuumDecision(False, "the sweep was cancelled") if report["cancelled"] else decide_vacuum(
                     store, deleted=len(result.deleted_ids), enabled=bool(cfg.session("vacuum_after_prune")),
                     min_interval_days=_number(cfg, "min_vacuum_interval_days", 30), now=now, holders=holders,
-                    disk_usage=disk_usage)
+                    disk_usage=disk_usage, replicated=cfg.maint("replicated") is True)
                 report["vacuum_reason"] = decision.reason
                 if decision.run:
                     vacuum_in_place(store)

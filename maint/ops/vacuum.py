@@ -1,24 +1,36 @@
-"""Giving space back: FTS optimize, WAL checkpoint and an in-place VACUUM.
+"""Giving space back: FTS optimize, WAL checkpoint and an in-place VACUUM, or a compacted copy.
 
 VACUUM rewrites the file through SQLite's own pager, so the store keeps its
 inode (Hermes halts its writers when the file is replaced) and its -wal/-shm.
 It needs roughly a full copy of free space; we refuse up front rather than
 fail half way.
+
+A replicated store (Litestream) is never rewritten in place: the rewrite of
+every page under a running replicator is how users lost replicated stores.
+``VACUUM INTO`` writes a compacted copy instead, read from one snapshot while
+Hermes keeps writing, for the operator to swap in their own way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import secrets
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
+import apsw
+
 from maint.crashpoints import crash_point
-from maint.errors import MaintError, StoreError
-from maint.store.connection import Store
+from maint.errors import MaintError, StoreError, UsageError
+from maint.store.connection import REQUIRED_TABLES, Store, header_journal_mode
+from maint.store.holders import Holder, HolderReport, find_holders
 
 MIN_MARGIN_BYTES = 64 * 2**20
 DiskUsage = Callable[[Path], Any]  # shutil.disk_usage, or a test's stand-in with .free
@@ -30,6 +42,56 @@ def space_shortfall(store: Store, disk_usage: DiskUsage = shutil.disk_usage) -> 
     free = disk_usage(store.path.parent).free
     need = size + max(MIN_MARGIN_BYTES, size // 10)
     return (free, need, size) if free < need else None
+
+
+LITESTREAM = "litestream"
+REPLICATED_ADVICE = ("an in-place VACUUM rewrites every page under the replicator and has corrupted replicated "
+                     "stores; `hermes-maint optimize --into PATH` writes a compacted copy to swap in your own way")
+
+
+@dataclass
+class Replication:
+    replicator: str
+    evidence: str
+
+    def describe(self) -> str:
+        return f"replicated by {self.replicator} ({self.evidence})"
+
+
+class ReplicatedStore(MaintError):
+    """An in-place rewrite refused because a replicator follows the store."""
+
+
+def litestream_dir(db: Path) -> Path:
+    """Litestream keeps its state for ``dir/state.db`` in ``dir/.state.db-litestream``."""
+    return db.parent / f".{db.name}-litestream"
+
+
+def is_litestream(holder: Holder) -> bool:
+    """The process is Litestream: its name, its executable, or the script an interpreter runs."""
+    names = {holder.name} | {Path(arg).name for arg in holder.argv[:2]}
+    return LITESTREAM in names
+
+
+def detect_replication(db: Path, *, configured: bool, holders: HolderReport | None) -> Replication | None:
+    """A replicator of *db*: a Litestream process holding it, Litestream's folder beside it, or config."""
+    for holder in (holders.holders if holders else []):
+        if is_litestream(holder):
+            return Replication("Litestream", f"pid {holder.pid} {holder.cmdline or holder.name}".rstrip())
+    folder = litestream_dir(Path(db))
+    if folder.is_dir():
+        return Replication("Litestream", f"{folder} exists")
+    if configured:
+        return Replication("a replicator", "config.yaml sets hermes_maint.replicated: true")
+    return None
+
+
+def refuse_if_replicated(db: Path, *, configured: bool,
+                         holders: Callable[[Path], HolderReport] = find_holders) -> None:
+    found = detect_replication(db, configured=configured, holders=holders(db))
+    if found:
+        raise ReplicatedStore(f"{db}: refusing an in-place VACUUM: the store is {found.describe()}; "
+                              f"{REPLICATED_ADVICE}")
 
 
 def check_space(store: Store, disk_usage: DiskUsage = shutil.disk_usage) -> None:
@@ -98,7 +160,10 @@ class OptimizeResult:
     seconds: float
 
 
-def optimize(store: Store, disk_usage: DiskUsage = shutil.disk_usage) -> OptimizeResult:
+def optimize(store: Store, disk_usage: DiskUsage = shutil.disk_usage, *, replicated: bool = False,
+             holders: Callable[[Path], HolderReport] = find_holders) -> OptimizeResult:
+    """In place: refused first when a replicator follows the store, then when space is short."""
+    refuse_if_replicated(store.path, configured=replicated, holders=holders)
     before = sum(store.file_sizes().values())
     check_space(store, disk_usage)
     started = time.monotonic()
@@ -107,3 +172,90 @@ def optimize(store: Store, disk_usage: DiskUsage = shutil.disk_usage) -> Optimiz
     vacuum_in_place(store)
     after = sum(store.file_sizes().values())
     return OptimizeResult(tables, before, after, time.monotonic() - started)
+
+
+@dataclass
+class CopyResult:
+    path: str
+    bytes_before: int
+    bytes_after: int
+    seconds: float
+    journal_mode: str
+    sessions: int
+    messages: int
+
+
+def check_into(dest: Path) -> Path:
+    """--into must name a new file in an existing folder; anything else is bad input (nothing written)."""
+    dest = Path(dest).expanduser()
+    if os.path.lexists(dest):
+        raise UsageError(f"--into: {dest} already exists (expected a new file path; nothing is ever overwritten)")
+    if not dest.parent.is_dir():
+        raise UsageError(f"--into: folder {dest.parent} does not exist (expected a new file in an existing folder)")
+    return dest
+
+
+def vacuum_into(store: Store, dest: Path, disk_usage: DiskUsage = shutil.disk_usage) -> CopyResult:
+    """A compacted copy of the store at *dest*; the live store is only read.
+
+    The copy is made under a temporary name created exclusively (O_EXCL|O_NOFOLLOW, 0600),
+    checked to still be that same regular file after SQLite wrote it, given the store's
+    journal mode, verified (quick_check, Hermes tables), fsynced, and linked to *dest*
+    without ever replacing an existing file.
+    """
+    dest = check_into(dest)
+    before = sum(store.file_sizes().values())
+    free = disk_usage(dest.parent).free
+    need = before + max(MIN_MARGIN_BYTES, before // 10)
+    if free < need:
+        raise MaintError(f"{dest.parent}: not enough free space for the copy: {free} bytes free, need about {need} "
+                         f"(store {before} bytes plus margin); nothing was written")
+    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    made = os.fstat(fd)
+    os.fchmod(fd, 0o600)
+    os.close(fd)
+    started = time.monotonic()
+    try:
+        crash_point("vacuum_into")
+        try:
+            store.conn.execute("VACUUM INTO ?", (str(tmp),))
+        except apsw.FullError:
+            raise MaintError(f"{dest.parent}: disk full while writing the copy; nothing was kept") from None
+        now = os.lstat(tmp)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
+            raise MaintError(f"{tmp}: replaced by something else while the copy was written; nothing was kept")
+        mode = header_journal_mode(store.path)
+        copy = apsw.Connection(str(tmp), flags=apsw.SQLITE_OPEN_READWRITE)
+        try:
+            if mode == "wal":
+                copy.execute("PRAGMA journal_mode=WAL")
+            check = copy.execute("PRAGMA quick_check").fetchall()
+            tables = {r[0] for r in copy.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if check != [("ok",)] or not set(REQUIRED_TABLES) <= tables:
+                raise MaintError(f"{tmp}: the copy did not verify ({check[0][0] if check else 'no answer'}); "
+                                 "nothing was kept")
+            sessions = copy.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+            messages = copy.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+        finally:
+            copy.close()
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.link(tmp, dest)  # fails rather than replace a file that appeared meanwhile
+        os.unlink(tmp)
+        dfd = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except FileExistsError:
+        raise MaintError(f"{dest}: appeared while the copy was written; not replaced, nothing was kept") from None
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+    return CopyResult(str(dest), before, dest.stat().st_size, time.monotonic() - started,
+                      header_journal_mode(dest), sessions, messages)

@@ -28,6 +28,8 @@ class Holder:
     cmdline: str
     files: list[str]
     connections: int = 0  # descriptors on the store file itself: one per SQLite connection
+    name: str = ""  # the process name (Linux: comm, the executable's or script's file name)
+    argv: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -139,7 +141,8 @@ def find_holders(db: Path) -> HolderReport:
         if files:
             cmd = " ".join(proc.info.get("cmdline") or []) or proc.info.get("name") or ""
             report.holders.append(Holder(pid=pid, cmdline=cmd, files=sorted(set(files)),
-                                         connections=files.count(db.name)))
+                                         connections=files.count(db.name), name=proc.info.get("name") or "",
+                                         argv=list(proc.info.get("cmdline") or [])))
     return report
 
 

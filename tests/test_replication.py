@@ -1,0 +1,156 @@
+"""The replication guard: no in-place VACUUM under Litestream; optimize --into writes a compacted copy instead."""
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+from collections import namedtuple
+
+import pytest
+
+from maint.config import load_config
+from maint.ops.prune import execute_prune, plan_prune
+from maint.ops.sweep import decide_vacuum, run_sweep
+from maint.store.connection import header_journal_mode, open_store
+from maint.store.holders import find_holders
+from tests.conftest import file_hash, query, run_subprocess
+from tests.storegen import StoreBuilder
+
+Usage = namedtuple("Usage", "total used free")
+PLENTY = lambda p: Usage(10**12, 10**11, 9 * 10**11)  # noqa: E731
+
+
+class Litestream:
+    """A real process whose name is ``litestream`` (a script run through its shebang) holding the store open."""
+
+    def __init__(self, db, folder):
+        self.db = db
+        self.script = folder / "litestream"
+        self.script.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""\
+            import sqlite3, sys
+            conn = sqlite3.connect(sys.argv[2])
+            conn.execute("SELECT COUNT(*) FROM sessions").fetchall()
+            print("ready", flush=True)
+            sys.stdin.read()
+            """))
+        self.script.chmod(0o755)
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([str(self.script), "replicate", str(self.db)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "ready"
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def sparse(hermes_home):
+    """A store in $HERMES_HOME where a prune frees well over 25 % of the pages."""
+    db = hermes_home / "state.db"
+    with StoreBuilder(db) as b:
+        for n in range(60):
+            b.session(f"old{n}", age=200, messages=30)
+        b.session("young", age=1, messages=5)
+    return db
+
+
+def test_litestream_process_is_found_as_the_replicator(sparse, tmp_path):
+    with Litestream(sparse, tmp_path) as ls:
+        holders = find_holders(sparse)
+        mine = [h for h in holders.holders if h.pid == ls.proc.pid]
+        assert mine and mine[0].name == "litestream"
+
+
+def test_optimize_refused_in_place_with_litestream_holding_the_store(sparse, tmp_path):
+    before = file_hash(sparse)
+    with Litestream(sparse, tmp_path) as ls:
+        result = run_subprocess("optimize", "--db", sparse)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1
+    assert f"replicated by Litestream (pid {ls.proc.pid}" in line and "optimize --into PATH" in line
+    assert file_hash(sparse) == before
+
+
+def test_sweep_holds_back_vacuum_naming_the_replicator(sparse, tmp_path):
+    with open_store(sparse) as store:
+        execute_prune(store, plan_prune(store, None))
+        with Litestream(sparse, tmp_path):
+            decision = decide_vacuum(store, deleted=60, enabled=True, min_interval_days=30, now=1e10,
+                                     holders=find_holders, disk_usage=PLENTY)
+    assert not decision.run and "replicated by Litestream" in decision.reason and "--into" in decision.reason
+
+
+def test_full_sweep_prunes_but_does_not_vacuum_under_litestream(sparse, hermes_home, tmp_path):
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    with Litestream(sparse, tmp_path):
+        r = run_sweep(sparse, load_config(), disk_usage=PLENTY)
+    assert r["swept"] and len(r["pruned_ids"]) == 60
+    assert not r["vacuumed"] and "replicated by Litestream" in r["vacuum_reason"]
+
+
+def test_litestream_folder_beside_the_store_refuses(sparse):
+    (sparse.parent / ".state.db-litestream").mkdir()
+    before = file_hash(sparse)
+    result = run_subprocess("optimize", "--db", sparse)
+    assert result.returncode == 1 and ".state.db-litestream exists" in result.stderr
+    assert file_hash(sparse) == before
+
+
+def test_config_setting_refuses(sparse, hermes_home):
+    (hermes_home / "config.yaml").write_text("hermes_maint:\n  replicated: true\n")
+    result = run_subprocess("optimize", "--db", sparse, env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 1 and "hermes_maint.replicated" in result.stderr
+
+
+def test_optimize_into_writes_a_verified_compacted_copy_under_litestream(sparse, tmp_path, cli):
+    with open_store(sparse) as store:
+        execute_prune(store, plan_prune(store, None))
+    out = tmp_path / "compact.db"
+    with Litestream(sparse, tmp_path):
+        before = file_hash(sparse)
+        r = cli.json("optimize", "--db", sparse, "--into", out)
+        assert file_hash(sparse) == before  # the live store was only read
+    assert r["into"] == str(out) and r["bytes_after"] < r["bytes_before"] / 2
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and header_journal_mode(out) == "wal"
+    assert query(out, "PRAGMA integrity_check") == [("ok",)]
+    assert query(out, "SELECT id FROM sessions") == [("young",)] and r["sessions"] == 1
+    assert query(out, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'topic1'")[0][0] > 0
+    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
+
+
+@pytest.mark.parametrize("make", ["file", "symlink", "missing_dir"])
+def test_optimize_into_never_overwrites(sparse, tmp_path, make):
+    target = tmp_path / "out.db"
+    if make == "file":
+        target.write_text("keep me")
+    elif make == "symlink":
+        target.symlink_to(tmp_path / "elsewhere.db")
+    else:
+        target = tmp_path / "nope" / "out.db"
+    result = run_subprocess("optimize", "--db", sparse, "--into", target)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1 and "--into" in result.stderr
+    if make == "file":
+        assert target.read_text() == "keep me"
+    assert not (tmp_path / "elsewhere.db").exists()
+
+
+def test_compacted_copy_swaps_in_and_hermes_opens_it(sparse, tmp_path, cli):
+    out = tmp_path / "compact.db"
+    cli.json("optimize", "--db", sparse, "--into", out)
+    os.replace(out, sparse)
+    for suffix in ("-wal", "-shm"):
+        (sparse.parent / f"state.db{suffix}").unlink(missing_ok=True)
+    from hermes_state import SessionDB
+
+    db = SessionDB(sparse)
+    try:
+        assert db.get_session("young") is not None
+    finally:
+        db.close()
+    assert sqlite3.connect(sparse).execute("PRAGMA journal_mode").fetchone() == ("wal",)
