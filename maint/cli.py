@@ -3,9 +3,9 @@
 import sys
 
 from maint.app import app
-from maint.commands import (archive_cmd, autoprune_cmd, delete_cmd, demo_cmd, export_cmd, jobs_cmd, journal_cmd,
-                            list_cmd, optimize_cmd, pin_cmd, profiles_cmd, prompts_cmd, prune_cmd, rename_cmd,
-                            routing_cmd, stats_cmd, sweep_cmd)
+from maint.commands import (archive_cmd, autoprune_cmd, delete_cmd, demo_cmd, doctor_cmd, export_cmd, fts_cmd,
+                            history_cmd, jobs_cmd, journal_cmd, list_cmd, optimize_cmd, pin_cmd, profiles_cmd,
+                            prompts_cmd, prune_cmd, recover_cmd, rename_cmd, routing_cmd, stats_cmd, sweep_cmd)
 from maint.commands.runner import guard, run
 
 COMMANDS = {
@@ -26,6 +26,10 @@ COMMANDS = {
     "repair-prompts": prompts_cmd.repair_prompts,
     "repair-profiles": profiles_cmd.repair_profiles,
     "repair-routing": routing_cmd.repair_routing,
+    "repair-fts": fts_cmd.repair_fts,
+    "recover": recover_cmd.recover,
+    "doctor": doctor_cmd.doctor,
+    "history": history_cmd.history,
     "demo": demo_cmd.demo,
 }
 for name, fn in COMMANDS.items():

@@ -34,6 +34,10 @@ class OutputError(MaintError):
     """Where an export was asked to write cannot take it (a link, a device, the store itself, a full disk)."""
 
 
+class CorruptStore(StoreError):
+    """The file is a SQLite store whose pages are damaged or missing (truncated, malformed)."""
+
+
 class SessionNotFound(MaintError):
     """A session id or prefix that matches no session, or more than one."""
 

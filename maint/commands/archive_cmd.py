@@ -4,7 +4,8 @@ from typing import Annotated
 
 import typer
 
-from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt, filter_options
+from maint.commands.options import (AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt,
+                                   filter_options)
 from maint.commands.output import confirm_or_refuse, printable, progress
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
@@ -26,6 +27,7 @@ def archive(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     all_profiles: AllProfilesOpt = False,
+    metrics_file: MetricsOpt = None,
 ) -> None:
     """Hide matching conversations (archived flag only: messages and search stay).
 
@@ -34,6 +36,7 @@ def archive(
 
     Example: hermes-maint archive --newer-than 5h --dry-run; hermes-maint archive --idle --yes
     """
+    from maint.commands.recording import metrics_target
     from maint.ops.archive import execute_archive, plan_archive
     from maint.store.connection import open_store
 
@@ -44,6 +47,7 @@ def archive(
     elif filters.is_empty:
         raise UsageError("archive needs at least one filter (refusing to archive the whole history); "
                          "e.g. --newer-than 5h or --title 'dry run'")
+    metrics = metrics_target(metrics_file)
 
     def run(target) -> dict:
         with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
@@ -66,7 +70,8 @@ def archive(
             report.update(session_ids=done, matched=len(done))
             return report
 
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="archive",
+                   ran=lambda r: not r["dry_run"], metrics_file=metrics)
 
 
 def _idle_days(target, explicit_db: bool) -> float:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt
+from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, MetricsOpt
 from maint.commands.output import emit_json
 from maint.commands.runner import guard, run as run_command
 from maint.errors import UsageError
@@ -15,6 +15,8 @@ from maint.errors import UsageError
 jobs_app = typer.Typer(help="Scheduled maintenance: the job catalogue and its loop.", no_args_is_help=True)
 
 JobsDirOpt = Annotated[Optional[Path], typer.Option("--jobs-dir", help="Job catalogue folder (default: shipped).")]
+# The job commands that refresh the metrics file after their run.
+WRITE_METRICS = {"sweep", "optimize", "prune", "archive", "doctor"}
 
 
 def setup_logging() -> None:
@@ -25,23 +27,31 @@ def setup_logging() -> None:
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 
-def job_args(command: list[str], all_profiles: bool, db: Optional[str]) -> list[str]:
-    """The command line a job runs: its own, plus the loop's store flags, plus --yes where one is needed."""
+def job_args(command: list[str], all_profiles: bool, db: Optional[str],
+             metrics_file: Optional[Path] = None) -> list[str]:
+    """The command line a job runs: its own, plus the loop's store flags, plus --yes where one is needed,
+    plus the loop's metrics file for the jobs that write one."""
     args = list(command)
     if all_profiles:
         args.append("--all-profiles")
     elif db is not None:
         args += ["--db", str(db)]
+    if metrics_file is not None and args[0] in WRITE_METRICS and "--metrics-file" not in args:
+        args += ["--metrics-file", str(metrics_file)]
     if args[0] in ("prune", "archive"):
         args.append("--yes")
     return args
 
 
-def executor(root: Any, all_profiles: bool, db: Optional[str]):
-    """Run each job as the same command line an operator would type, through the app's own root command."""
+def executor(root: Any, all_profiles: bool, db: Optional[str], metrics_file: Optional[Path] = None):
+    """Run each job as the same command line an operator would type, through the app's own root command.
+
+    Each job's report reaches the log through the run history (:mod:`maint.ops.history`).
+    """
 
     def execute(job) -> int:
-        return run_command(root, job_args(job.command, all_profiles, db))
+        return run_command(root, job_args(job.command, all_profiles, db, metrics_file))
+
 
     return execute
 
@@ -99,15 +109,18 @@ def _store_flags(db: Optional[str], all_profiles: bool) -> None:
 @jobs_app.command("run")
 @guard
 def run(ctx: typer.Context, jobs_dir: JobsDirOpt = None, all_profiles: AllProfilesOpt = False,
-        db: DbOpt = None) -> None:
-    """Run the job loop in the foreground until SIGTERM or Ctrl-C (exit 1 if a job outlived the stop grace)."""
+        db: DbOpt = None, metrics_file: MetricsOpt = None) -> None:
+    """Run the job loop in the foreground until SIGTERM or Ctrl-C (exit 1 if a job outlived the stop grace);
+    each run's report goes to the log."""
+    from maint.commands.recording import metrics_target
     from maint.jobs.scheduler import load_catalogue, run_loop
 
     _store_flags(db, all_profiles)
+    metrics = metrics_target(metrics_file) if metrics_file is not None else None
     setup_logging()
     root = ctx.find_root().command
     jobs = load_catalogue(jobs_dir, command_check(root, all_profiles, db))  # a bad file stops us before anything runs
-    code = run_loop(jobs, executor(root, all_profiles, db))
+    code = run_loop(jobs, executor(root, all_profiles, db, metrics))
     if code:
         raise typer.Exit(code)
 
@@ -132,12 +145,15 @@ def list_jobs(ctx: typer.Context, jobs_dir: JobsDirOpt = None, as_json: JsonOpt 
 @jobs_app.command("run-once")
 @guard
 def run_once(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Job name from `jobs list`.")],
-             jobs_dir: JobsDirOpt = None, all_profiles: AllProfilesOpt = False, db: DbOpt = None) -> None:
+             jobs_dir: JobsDirOpt = None, all_profiles: AllProfilesOpt = False, db: DbOpt = None,
+             metrics_file: MetricsOpt = None) -> None:
     """Run one job now, in the foreground, and exit with its exit code."""
+    from maint.commands.recording import metrics_target
     from maint.jobs.scheduler import find_job, load_catalogue
 
     _store_flags(db, all_profiles)
+    metrics = metrics_target(metrics_file) if metrics_file is not None else None
     setup_logging()
     root = ctx.find_root().command
     job = find_job(load_catalogue(jobs_dir, command_check(root, all_profiles, db)), name)
-    raise typer.Exit(executor(root, all_profiles, db)(job))
+    raise typer.Exit(executor(root, all_profiles, db, metrics)(job))

@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, ProfileOpt
+from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, MetricsOpt, ProfileOpt
 from maint.commands.output import fmt_bytes
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
@@ -19,6 +19,7 @@ def optimize(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     all_profiles: AllProfilesOpt = False,
+    metrics_file: MetricsOpt = None,
 ) -> None:
     """FTS optimize on every index, a WAL checkpoint, then an in-place VACUUM.
 
@@ -28,12 +29,14 @@ def optimize(
     for a replicated store (Litestream): use --into PATH, which only reads the
     store and writes a compacted, verified copy for you to swap in.
     """
+    from maint.commands.recording import metrics_target
     from maint.config import load_config
     from maint.ops.vacuum import check_into, vacuum_into
     from maint.ops.vacuum import optimize as run_optimize
     from maint.store.connection import open_store
 
     cfg = load_config()
+    metrics = metrics_target(metrics_file)
     targets = resolve_targets(db, profile, all_profiles)
     dest = None
     if into is not None:
@@ -54,7 +57,9 @@ def optimize(
                 "bytes_after": r.bytes_after, "bytes_freed": max(0, r.bytes_before - r.bytes_after),
                 "seconds": round(r.seconds, 2), "journal_mode": None, "sessions": None, "messages": None}
 
-    for_each_store(targets, as_json, run, _render)
+    # --into only reads the store: that run is not written into the store's history.
+    for_each_store(targets, as_json, run, _render, job="optimize", ran=lambda r: r["into"] is None,
+                   metrics_file=metrics)
 
 
 def _render(r: dict) -> None:

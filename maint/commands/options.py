@@ -23,6 +23,10 @@ JsonOpt = Annotated[bool, typer.Option(
     "--json", help="Print one JSON object (one line per store with --all-profiles).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would change; write and create nothing.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Skip the confirmation prompt.")]
+MetricsOpt = Annotated[Optional[str], typer.Option(
+    "--metrics-file", metavar="PATH",
+    help="Write Prometheus figures here after the run (a *.prom file in node_exporter's textfile directory; "
+         "default: config.yaml's hermes_maint.metrics_file).")]
 
 # parameter name -> (flag, help)
 FILTER_FLAGS: dict[str, tuple[str, str]] = {

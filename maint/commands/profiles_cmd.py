@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from maint.commands.options import DryRunOpt, JsonOpt, YesOpt
+from maint.commands.options import DryRunOpt, JsonOpt, MetricsOpt, YesOpt
 from maint.commands.output import confirm_or_refuse, emit_json
 from maint.errors import MaintError, UsageError
 
@@ -33,6 +33,7 @@ def repair_profiles(
     yes: YesOpt = False,
     force: Annotated[bool, typer.Option("--force", help="Proceed when the holder check could not complete.")] = False,
     as_json: JsonOpt = False,
+    metrics_file: MetricsOpt = None,
 ) -> None:
     """Find state written into the wrong profile's store; --apply moves it home (snapshot first).
 
@@ -41,12 +42,18 @@ def repair_profiles(
     apply while any process holds any of the stores: stop the gateway first. Without --apply
     (or with --dry-run) nothing is written.
     """
+    import time
+
+    from maint.commands.recording import metrics_target, record_job, write_metrics
+    from maint.ops.profiles import DEFAULT, scan, snapshot
     from maint.ops.profiles import apply as apply_findings
-    from maint.ops.profiles import scan, snapshot
     from maint.store.holders import STOP_HERMES, refuse_if_held
+    from maint.store.targets import StoreTarget
 
     if apply and dry_run:
         raise UsageError("--apply and --dry-run contradict each other (use one)")
+    metrics = metrics_target(metrics_file)
+    started = time.monotonic()
     stores, findings = scan(legacy_main=legacy_main.value if legacy_main else None)
     actionable = [f for f in findings if f.action in ("move", "rekey")]
     unreadable = [f for f in findings if f.kind == "unreadable_store"]
@@ -63,6 +70,10 @@ def repair_profiles(
         folder = snapshot(stores)
         report["snapshot"] = str(folder)
         report["applied"] = apply_findings(stores, findings)
+        targets = [StoreTarget(path, None if name == DEFAULT else name) for name, path in stores.items()]
+        for target in targets:  # spans every store at once, so it records each itself
+            record_job(target, "repair-profiles", report, time.monotonic() - started)
+        write_metrics(metrics, targets)
     if as_json:
         emit_json(report)
         return

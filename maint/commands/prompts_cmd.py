@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt
+from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt
 from maint.commands.output import confirm_or_refuse
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
@@ -24,6 +24,7 @@ def repair_prompts(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     all_profiles: AllProfilesOpt = False,
+    metrics_file: MetricsOpt = None,
 ) -> None:
     """Report stored system prompts degraded to a reduced-toolset build; --apply clears them.
 
@@ -31,6 +32,7 @@ def repair_prompts(
     cleared; rows without a readable pin are reported as unverifiable and left alone. Without
     --apply (or with --dry-run) nothing is written.
     """
+    from maint.commands.recording import metrics_target
     from maint.ops.prompts import clear_prompts, scan, targeted
     from maint.store.connection import open_store
     from maint.store.holders import STOP_HERMES, refuse_if_held
@@ -39,6 +41,7 @@ def repair_prompts(
         raise UsageError("--apply and --dry-run contradict each other (use one)")
     if session_id is not None and all_profiles:
         raise UsageError("a SESSION_ID names one session in one store; drop --all-profiles or the id")
+    metrics = metrics_target(metrics_file)
 
     def run(target) -> dict:
         with open_store(target.path, readonly=not apply) as store:
@@ -54,7 +57,8 @@ def repair_prompts(
         return {"store": str(target.path), "verified": ids, "unverifiable": result.unverifiable, "apply": apply,
                 "cleared": cleared, "findings": result.verified}
 
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="repair-prompts",
+                   ran=lambda r: bool(r["cleared"]), metrics_file=metrics)
 
 
 def _render(r: dict) -> None:

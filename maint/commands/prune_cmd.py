@@ -4,7 +4,8 @@ from typing import Annotated
 
 import typer
 
-from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt, filter_options
+from maint.commands.options import (AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt,
+                                   filter_options)
 from maint.commands.output import confirm_or_refuse, fmt_bytes, fmt_time, printable, progress
 from maint.commands.runner import for_each_store
 from maint.selection.filters import Filters
@@ -22,6 +23,7 @@ def prune(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     all_profiles: AllProfilesOpt = False,
+    metrics_file: MetricsOpt = None,
 ) -> None:
     """Delete ended sessions: bare = inactive for 90 days; any filter turns the 90 days off.
 
@@ -29,8 +31,11 @@ def prune(
     ones are never deleted. A compression lineage goes only as a whole;
     delegate (subagent) children go with their parent.
     """
+    from maint.commands.recording import metrics_target
     from maint.ops.prune import execute_prune, plan_prune, stored_bytes
     from maint.store.connection import open_store
+
+    metrics = metrics_target(metrics_file)
 
     def run(target) -> dict:
         with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
@@ -63,7 +68,8 @@ def prune(
             )
             return report
 
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="prune",
+                   ran=lambda r: not r["dry_run"], metrics_file=metrics)
 
 
 def _oldest_newest(plan, session_ids) -> dict:

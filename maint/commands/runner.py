@@ -129,13 +129,33 @@ class StoresFailed(MaintError):
 
 
 def for_each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[[StoreTarget], dict],
-                   render: Callable[[dict], None]) -> None:
+                   render: Callable[[dict], None], *, job: str | None = None,
+                   ran: Callable[[dict], bool] = lambda report: True, metrics_file: Any = None) -> None:
     """Run a command once per store, one report each; a failing store does not stop the others.
 
     One store: its error ends the command with that error's code, the store named. Several
     (--all-profiles): each failure is reported in place (a JSON line with ``error`` under --json),
     the rest still run, and the command exits 1. A usage error or Ctrl-C stops the whole run.
+
+    A *job* is the one place every job's run is recorded: each report for which *ran* is true
+    goes into that store's run history, and with a metrics file the stores it ran on get
+    fresh figures (see :mod:`maint.commands.recording`).
     """
+    done: list[StoreTarget] = []
+    try:
+        _each_store(targets, as_json, run_one, render, job, ran, done)
+    finally:
+        if job is not None and done:
+            from maint.commands.recording import write_metrics
+
+            write_metrics(metrics_file, done)
+
+
+def _each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[[StoreTarget], dict],
+                render: Callable[[dict], None], job: str | None, ran: Callable[[dict], bool],
+                done: list[StoreTarget]) -> None:
+    import time
+
     from maint.commands.output import emit_json
 
     failed = 0
@@ -152,6 +172,7 @@ def for_each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[
             emit_json({"store": str(target.path), "profile": target.profile, "skipped": note}) if as_json \
                 else typer.echo(note)
             continue
+        started = time.monotonic()
         try:
             with naming_store(target.path):
                 report = run_one(target)
@@ -170,6 +191,11 @@ def for_each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[
             continue
         report.setdefault("store", str(target.path))
         report["profile"] = target.profile
+        done.append(target)
+        if job is not None and ran(report):
+            from maint.commands.recording import record_job
+
+            record_job(target, job, report, time.monotonic() - started)
         emit_json(report) if as_json else render(report)
     if failed:
         raise StoresFailed(f"{failed} of {len(targets)} stores failed (each is reported above)")

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, ProfileOpt
+from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, MetricsOpt, ProfileOpt
 from maint.commands.runner import for_each_store
 from maint.store.targets import resolve_targets
 
@@ -16,6 +16,7 @@ def sweep(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     all_profiles: AllProfilesOpt = False,
+    metrics_file: MetricsOpt = None,
 ) -> None:
     """Reap orphaned open sessions, prune past sessions.retention_days, VACUUM when it pays.
 
@@ -28,10 +29,12 @@ def sweep(
     """
     import logging
 
+    from maint.commands.recording import metrics_target
     from maint.config import config_path_for, load_config
     from maint.ops.diskcheck import low_disk_notice
     from maint.ops.sweep import run_sweep
 
+    metrics = metrics_target(metrics_file)
     interactive = sys.stdin.isatty() and not as_json
 
     def run(target) -> dict:
@@ -47,7 +50,8 @@ def sweep(
         report["low_disk_notice"] = lines
         return report
 
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="sweep",
+                   ran=lambda r: r["swept"], metrics_file=metrics)
 
 
 def _render(r: dict) -> None:

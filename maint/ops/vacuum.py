@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -195,6 +196,30 @@ def check_into(dest: Path) -> Path:
     return dest
 
 
+def remove_stale_copies(dest: Path) -> list[str]:
+    """Temporary copies a killed ``--into`` run left for this same *dest*: our name pattern, a dead pid."""
+    pattern = re.compile(rf"^\.{re.escape(dest.name)}\.tmp-(\d+)-[0-9a-f]{{8}}(-wal|-shm|-journal)?$")
+    removed = []
+    for entry in os.scandir(dest.parent):
+        m = pattern.match(entry.name)
+        if not m or not entry.is_file(follow_symlinks=False) or _alive(int(m.group(1))):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry.path)
+            removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def vacuum_into(store: Store, dest: Path, disk_usage: DiskUsage = shutil.disk_usage) -> CopyResult:
     """A compacted copy of the store at *dest*; the live store is only read.
 
@@ -210,6 +235,7 @@ def vacuum_into(store: Store, dest: Path, disk_usage: DiskUsage = shutil.disk_us
     if free < need:
         raise MaintError(f"{dest.parent}: not enough free space for the copy: {free} bytes free, need about {need} "
                          f"(store {before} bytes plus margin); nothing was written")
+    remove_stale_copies(dest)
     tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     made = os.fstat(fd)

@@ -28,7 +28,7 @@ from typing import Any
 import apsw
 
 from maint.crashpoints import crash_point
-from maint.errors import StoreError
+from maint.errors import CorruptStore, StoreError
 
 log = logging.getLogger("hermes_maint.store")
 
@@ -117,7 +117,7 @@ def _check_header(path: Path) -> None:
     if page_size < 512 or page_size & (page_size - 1):
         raise StoreError(f"{path}: corrupt SQLite header (page size {page_size}); refusing")
     if pages and change_counter == valid_for and size < pages * page_size:
-        raise StoreError(
+        raise CorruptStore(
             f"{path}: truncated or corrupt store ({size} bytes, header says {pages * page_size}); refusing"
         )
 
@@ -440,7 +440,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
         raise StoreError(f"{path}: store is locked by another process past the busy timeout") from None
     except (apsw.CorruptError, apsw.NotADBError) as exc:
         store.close()
-        raise StoreError(f"{path}: corrupt store ({exc}); refusing, nothing was written") from None
+        raise CorruptStore(f"{path}: corrupt store ({exc}); refusing, nothing was written") from None
     except apsw.Error as exc:
         store.close()
         raise StoreError(f"{path}: cannot read store ({exc})") from None

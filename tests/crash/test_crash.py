@@ -336,3 +336,54 @@ def test_repair_profiles_killed(tmp_path, point, profiles_seconds):
     assert not session_ids(default) and session_ids(coder) == {"own"} | {f"c{i}" for i in range(6)}
     for i in range(6):
         assert query(coder, "SELECT COUNT(*) FROM messages WHERE session_id = ?", f"c{i}") == [(3,)]
+
+
+def _strays(db: Path, ids):
+    conn = sqlite3.connect(db)
+    for sid in ids:
+        for i in range(3):
+            conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+                         (sid, f"stranded {sid} {i}", 1.7e9 + i))
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", [f"{p}:{n}" for p in ("tx_begun", "tx_before_commit", "tx_committed")
+                                   for n in (1, 3)])
+def test_recover_killed(tmp_path, point):
+    db = make_store(tmp_path / "state.db", n=2)
+    ids = [f"lost_{i}" for i in range(5)]
+    _strays(db, ids)
+    assert run(["recover", "--db", db, "--apply", "--yes"], crash=point).returncode == -9
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    made = {r[0] for r in conn.execute("SELECT id FROM sessions WHERE source = 'recovered'")}
+    conn.close()
+    assert made <= set(ids) and len(made) == int(point.split(":")[1]) - (not point.startswith("tx_committed"))
+    again = run(["recover", "--db", db, "--apply", "--yes", "--json"])
+    assert again.returncode == 0, again.stderr
+    assert sorted(json.loads(again.stdout)["recovered"]) == sorted(set(ids) - made)
+    assert_whole(db)  # no message without its session row any more
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["vacuum_into:1", "delay:0.3", "delay:0.5", "delay:0.7"])
+def test_optimize_into_killed(tmp_path, point):
+    db = make_store(tmp_path / "state.db", n=60)
+    out = tmp_path / "copy.db"
+    before = query(db, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages")
+    args = ["optimize", "--db", db, "--into", out]
+    if point.startswith("delay:"):
+        run_killed_after(args, float(point.split(":")[1]))
+    else:
+        assert run(args, crash=point).returncode == -9
+    assert_whole(db)
+    assert query(db, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages") == before
+    if out.exists():  # killed after the link: the copy is complete and verified
+        assert query(out, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages") == before
+        out.unlink()
+    again = run(args + ["--json"])
+    assert again.returncode == 0, again.stderr
+    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]  # the killed run's temporary copy is gone
+    assert query(out, "PRAGMA integrity_check") == [("ok",)]

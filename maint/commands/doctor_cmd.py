@@ -1,0 +1,89 @@
+"""hermes-maint doctor: options and output; the checks are :mod:`maint.ops.doctor`."""
+
+from enum import StrEnum
+from typing import Annotated, Optional
+
+import typer
+
+from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, MetricsOpt, ProfileOpt
+from maint.commands.output import progress
+from maint.commands.runner import for_each_store
+from maint.errors import EXIT_FAILED, UsageError
+from maint.store.targets import resolve_targets
+
+
+class FailOn(StrEnum):
+    warning = "warning"
+    critical = "critical"
+
+
+def doctor(
+    full: Annotated[bool, typer.Option("--full", help="integrity_check instead of quick_check (slower).")] = False,
+    fail_on: Annotated[Optional[FailOn], typer.Option(
+        "--fail-on", help="Exit 1 when a finding at this level or worse exists.")] = None,
+    summary: Annotated[bool, typer.Option("--summary", help="One line per store (for cron mail).")] = False,
+    as_json: JsonOpt = False,
+    db: DbOpt = None,
+    profile: ProfileOpt = None,
+    all_profiles: AllProfilesOpt = False,
+    metrics_file: MetricsOpt = None,
+) -> None:
+    """Check a store without writing to it: integrity, search indexes, sizes, holders, config, repairs due.
+
+    Each finding is ok, warning or critical, says what and why, and names the
+    exact command that fixes it. Examples:
+
+      hermes-maint doctor
+      hermes-maint doctor --all-profiles --summary --fail-on critical
+      hermes-maint doctor --json --metrics-file /var/lib/node_exporter/textfile/hermes.prom
+    """
+    from maint.commands.recording import metrics_target, write_metrics
+    from maint.config import Config, load_config
+    from maint.ops.doctor import CHECKS, fails, run_doctor, summary_line
+    from maint.store.targets import hermes_home
+
+    if summary and as_json:
+        raise UsageError("--summary and --json are exclusive (use one)")
+    try:
+        cfg, cfg_error = load_config(), None
+    except UsageError as exc:  # a broken config.yaml is a finding here, not a stop
+        cfg, cfg_error = Config(path=hermes_home() / "config.yaml", exists=True), str(exc)
+    targets = resolve_targets(db, profile, all_profiles)
+    metrics = metrics_target(metrics_file) if (cfg_error is None or metrics_file is not None) else None
+    level = fail_on.value if fail_on else None
+    reports: dict[str, dict] = {}
+
+    def run(target) -> dict:
+        with progress(len(CHECKS), "Checking", as_json or summary) as tick:
+            report = run_doctor(target.path, cfg, profile=target.profile, cfg_error=cfg_error, full=full,
+                                on_progress=tick)
+        reports[str(target.path)] = report
+        return report
+
+    def render(r: dict) -> None:
+        typer.echo(summary_line(r)) if summary else _render(r, several=len(targets) > 1)
+
+    try:
+        for_each_store(targets, as_json, run, render)
+    finally:
+        write_metrics(metrics, [t for t in targets if str(t.path) in reports], doctor=reports)
+    if any(fails(r, level) for r in reports.values()):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _render(r: dict, several: bool) -> None:
+    from maint.ops.doctor import RANK, SEVERITIES
+
+    if not several:
+        typer.echo(f"Store: {r['store']}")
+    for f in sorted(r["findings"], key=lambda f: -RANK[f["severity"]]):
+        label = f["severity"].upper() if f["severity"] != "ok" else "ok"
+        typer.echo(f"  {label:<9}{f['kind']:<17}{f['what']}")
+        if f["fix"]:
+            typer.echo(f"  {'':<9}{'':<17}fix: {f['fix']}")
+    c = r["counts"]
+    typer.echo(f"{r['worst'].upper()}: " + ", ".join(f"{c[s]} {s}" for s in reversed(SEVERITIES))
+               + f" ({r['seconds']:.1f}s)")
+
+
+

@@ -1,0 +1,78 @@
+"""What every job shares after its run: the report into the store's run history, fresh metrics.
+
+Called from :func:`maint.commands.runner.for_each_store` (and by the commands that span
+several stores at once), so no job records itself. A failure here is a warning on stderr:
+the job itself is done and its exit code stands.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from maint.app import PROG
+from maint.errors import MaintError, UsageError
+from maint.store.targets import StoreTarget, hermes_home
+
+
+def warn(message: str) -> None:
+    typer.echo(f"{PROG}: warning: {message}", err=True)
+
+
+def metrics_target(option: str | Path | None) -> Path | None:
+    """--metrics-file, else config.yaml's hermes_maint.metrics_file, checked before any work (bad = exit 2)."""
+    from maint.config import load_config
+    from maint.ops.metrics import check_path
+
+    if option is None:
+        configured = load_config().maint("metrics_file")
+        if configured is None:
+            return None
+        if not isinstance(configured, str) or not configured.strip():
+            raise UsageError(f"hermes_maint.metrics_file: bad value {configured!r} (expected a path to a *.prom file)")
+        option = configured
+    if not str(option).strip():
+        raise UsageError("--metrics-file: empty path (expected a path to a *.prom file)")
+    return check_path(Path(option))
+
+
+def profile_label(target: StoreTarget) -> str:
+    """The ``profile`` label of a store's metrics: its profile, ``default``, or empty for another --db file."""
+    if target.profile:
+        return target.profile
+    try:
+        return "default" if target.path.resolve() == (hermes_home() / "state.db").resolve() else ""
+    except OSError:
+        return ""
+
+
+def write_metrics(metrics_file: Path | None, targets: list[StoreTarget],
+                  doctor: dict[str, dict] | None = None) -> None:
+    """Refresh these stores' figures in the metrics file (doctor's findings too when given)."""
+    if metrics_file is None:
+        return
+    import apsw
+
+    from maint.ops import metrics
+    from maint.store.connection import open_store
+
+    try:
+        fresh = []
+        for target in targets:
+            with open_store(target.path, readonly=True) as store:
+                fresh += metrics.collect(store, profile_label(target), doctor=(doctor or {}).get(str(target.path)))
+        metrics.write(metrics_file, fresh, [str(t.path) for t in targets], keep_doctor=doctor is None)
+    except (MaintError, OSError, apsw.Error) as exc:
+        warn(f"metrics not written to {metrics_file}: {exc}")
+
+
+def record_job(target: StoreTarget, kind: str, report: dict[str, Any], seconds: float) -> None:
+    """The report of one finished run into its store's history (and the log, for the job loop)."""
+    import apsw
+
+    from maint.ops import history
+
+    try:
+        history.record(target.path, kind, report, seconds=round(seconds, 3))
+    except (MaintError, apsw.Error) as exc:
+        warn(f"run history not recorded for {target.path}: {exc}")

@@ -1,0 +1,557 @@
+"""doctor: a store's health in one read-only pass, each finding with the command that fixes it.
+
+Every check reads; nothing here writes the store (it is opened read-only) or the
+config. A finding has a severity (ok / warning / critical), one line saying what
+was found and why it matters, and, unless it is ok, the exact command that makes
+it go away. Thresholds follow Hermes's own ``doctor`` where it has one (a store
+over 1 GiB, a WAL over 50 MiB) and can be tuned under ``hermes_maint.doctor`` in
+config.yaml.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+import shutil
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from maint.config import Config
+from maint.errors import CorruptStore
+from maint.ops import fts, history
+from maint.ops.diskcheck import disk_figures
+from maint.ops.journal import WAL_UNSAFE_FS, filesystem_type
+from maint.ops.profiles import existing_profiles, profile_stores, scan_store
+from maint.ops.prompts import scan as scan_prompts
+from maint.ops.reap import reap_candidates
+from maint.ops.recover import find_stray
+from maint.ops.sweep import MIN_FREELIST_RATIO, validate_retention
+from maint.ops.vacuum import detect_replication
+from maint.store.connection import Store, has_wal_reset_bug, header_journal_mode, open_store, sqlite_version
+from maint.store.holders import HolderReport, find_holders
+from maint.store.targets import hermes_home
+
+PROG = "hermes-maint"
+OK, WARNING, CRITICAL = "ok", "warning", "critical"
+SEVERITIES = (OK, WARNING, CRITICAL)
+RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+MIB = 2**20
+# hermes_maint.doctor.<key>: (default, unit in bytes or seconds, what it bounds)
+THRESHOLDS: dict[str, tuple[float, int]] = {
+    "db_warn_mb": (1024, MIB),  # Hermes's doctor: a state.db over 1 GiB
+    "wal_warn_mb": (50, MIB),  # Hermes's doctor: a WAL over 50 MB means missed checkpoints
+    "free_warn_mb": (16, MIB),  # free pages worth a VACUUM, with at least MIN_FREELIST_RATIO of the file
+    "backup_max_age_hours": (48, 3600),  # a nightly backup plus a day of grace
+}
+SWEEP_GRACE_S = 3600  # the job loop's misfire grace
+KNOWN_SCHEMA = 30  # the newest Hermes layout this release is tested against
+NUMERIC_SESSION_KEYS = ("min_interval_hours", "min_vacuum_interval_days")
+CHECKS = ("config", "integrity", "schema", "sizes", "holders", "journal_mode", "repairs", "ages")
+RESTORE = ("stop Hermes, then copy your last good backup over the store (a copy made with "
+           "`hermes-maint optimize --into PATH` is one)")
+
+
+@dataclass
+class Finding:
+    kind: str
+    severity: str
+    what: str
+    fix: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "severity": self.severity, "what": self.what, "fix": self.fix, "data": self.data}
+
+
+def fix_target(path: Path, profile: str | None) -> str:
+    """The store-selection flags a fix command needs to reach this same store."""
+    if profile:
+        return f"--profile {shlex.quote(profile)}"
+    try:
+        if Path(path).resolve() == (hermes_home() / "state.db").resolve():
+            return ""
+    except OSError:
+        pass
+    return f"--db {shlex.quote(str(path))}"
+
+
+def _age(seconds: float) -> str:
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+class Doctor:
+    """One store's checks. Build with :func:`run_doctor`."""
+
+    def __init__(self, path: Path, profile: str | None, cfg: Config, cfg_error: str | None, *, full: bool,
+                 now: float, holders: Callable[[Path], HolderReport], disk_usage: Callable, home: Path | None,
+                 on_progress: Callable[[int], None] = lambda n: None):
+        self.path, self.profile, self.cfg, self.cfg_error = Path(path), profile, cfg, cfg_error
+        self.full, self.now, self.holders_fn, self.disk_usage, self.home = full, now, holders, disk_usage, home
+        self.target = fix_target(self.path, profile)
+        self.findings: list[Finding] = []
+        self.limits: dict[str, float] = {}
+        self.holders: HolderReport | None = None
+        self.on_progress = on_progress
+
+    # -- helpers -------------------------------------------------------------------------------
+    def cmd(self, *words: str) -> str:
+        return " ".join([PROG, *[w for w in words if w], self.target]).strip()
+
+    def hermes(self, *words: str) -> str:
+        """A Hermes command that opens this same store."""
+        if self.profile:
+            return " ".join(["hermes", "--profile", shlex.quote(self.profile), *words])
+        if not self.target or self.path.name != "state.db":
+            return " ".join(["hermes", *words])
+        return " ".join([f"HERMES_HOME={shlex.quote(str(self.path.parent))}", "hermes", *words])
+
+    def add(self, kind: str, severity: str, what: str, fix: str | None = None, **data: Any) -> None:
+        self.findings.append(Finding(kind, severity, what, fix if severity != OK else None, data))
+
+    def auto_prune_on(self) -> bool:
+        return self.cfg.session("auto_prune") is True
+
+    def retention(self) -> int:
+        return validate_retention(self.cfg.session("retention_days")) or 90
+
+    # -- config --------------------------------------------------------------------------------
+    def check_config(self) -> None:
+        if self.cfg_error:
+            self.add("config", CRITICAL, f"{self.cfg_error}; Hermes cannot read it either, so every setting "
+                                         "falls back to its default", f"edit {self.cfg.path} at the line named",
+                     path=str(self.cfg.path))
+        bad = []
+        raw = self.cfg.session("retention_days")
+        if validate_retention(raw) is None:
+            bad.append(("retention_days", raw, "an integer number of days >= 0", "90",
+                        "the sweep skips every run until it is fixed"))
+        for key in NUMERIC_SESSION_KEYS:
+            value = self.cfg.session(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                default = {"min_interval_hours": "24", "min_vacuum_interval_days": "30"}[key]
+                bad.append((key, value, "a number >= 0", default, f"the sweep uses {default} instead"))
+        auto = self.cfg.session("auto_prune")
+        if self.cfg.has_session_key("auto_prune") and not isinstance(auto, bool):
+            bad.append(("auto_prune", auto, "true or false", "true", "anything but true leaves the sweep off"))
+        for key, value, accepted, suggested, effect in bad:
+            self.add("config", WARNING, f"sessions.{key} is {value!r} in {self.cfg.path}, expected {accepted}: "
+                                        f"{effect}", f"hermes config set sessions.{key} {suggested}", key=key)
+        maint_bad = []
+        for key, (default, _unit) in THRESHOLDS.items():
+            value = self.cfg.maint(f"doctor.{key}", default)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+                    or not math.isfinite(value):
+                maint_bad.append((f"doctor.{key}", value, "a number > 0", _num(default)))
+                value = default
+            self.limits[key] = float(value) * _unit
+        replicated = self.cfg.maint("replicated", False)
+        if not isinstance(replicated, bool):
+            maint_bad.append(("replicated", replicated, "true or false", "true"))
+        for key, value, accepted, suggested in maint_bad:
+            self.add("config", WARNING, f"hermes_maint.{key} is {value!r} in {self.cfg.path}, expected {accepted}; "
+                                        "the default is used", f"hermes config set hermes_maint.{key} {suggested}",
+                     key=f"hermes_maint.{key}")
+        if not self.cfg.has_session_key("auto_prune"):
+            figures = disk_figures(self.path.parent, usage=self.disk_usage)
+            if figures.low:
+                self.add("config", WARNING, f"sessions.auto_prune is unset and the disk holding the store is low "
+                                            f"({figures.free / 1e9:.1f} GB free of {figures.total / 1e9:.1f} GB): "
+                                            "history grows until something prunes it",
+                         f"{PROG} autoprune on", key="auto_prune", free=figures.free, total=figures.total)
+        if not [f for f in self.findings if f.kind == "config"]:
+            self.add("config", OK, f"config {'read from ' + str(self.cfg.path) if self.cfg.exists else 'absent'}: "
+                                   f"auto_prune {self.cfg.session('auto_prune')}, retention_days {self.retention()}")
+
+    # -- integrity, search indexes, schema ---------------------------------------------------------
+    def check_integrity(self, store: Store) -> None:
+        pragma = "integrity_check" if self.full else "quick_check"
+        try:
+            rows = [r[0] for r in store.conn.execute(f"PRAGMA {pragma}")]
+        except apsw.Error as exc:
+            rows = [f"{pragma} stopped: {exc}"]
+        lines = [] if rows == ["ok"] else [ln for r in rows for ln in str(r).splitlines()
+                                            if ln.strip() and not ln.startswith("*** in database")]
+        owners = _root_pages(store)
+        present = store.fts_tables
+        by_fts: dict[str, list[str]] = {t: [] for t in present}
+        general = []
+        for line in lines:
+            owner = _owner(line, owners, present)
+            (by_fts[owner] if owner else general).append(line)
+        if general:
+            self.add("integrity", CRITICAL, f"{pragma} found damage ({general[0]}{' …' if len(general) > 1 else ''}): "
+                                            "rows can be unreadable or lost; stop Hermes before it writes more",
+                     RESTORE, lines=general[:20])
+        else:
+            self.add("integrity", OK, f"{pragma}: ok" + ("" if self.full else " (--full runs integrity_check)"))
+        for table in fts.EXPECTED:
+            if table not in present:
+                continue
+            bad = by_fts.get(table) or []
+            short = [] if bad else fts.incomplete(store, table)
+            if short:
+                self.add("fts_index", WARNING, f"search index {short[0]}: searches miss the rest",
+                         self.cmd("repair-fts", "--apply"), table=table, lines=short)
+                continue
+            if bad:
+                self.add("fts_index", CRITICAL, f"search index {table} is damaged ({bad[0]}): searches miss or fail, "
+                                                "and Hermes's message writes go through it", self.cmd("repair-fts",
+                                                                                                      "--apply"),
+                         table=table, lines=bad[:20])
+            else:
+                self.add("fts_index", OK, f"search index {table}: ok", table=table)
+
+    def check_schema(self, store: Store) -> None:
+        version = store.schema_version
+        layout = _fts_layout(store)
+        if version is not None and version > KNOWN_SCHEMA:
+            what = (f"schema version {version}, newer than the v{KNOWN_SCHEMA} layout this hermes-maint release is "
+                    "tested with; columns it does not know are left alone")
+        else:
+            what = f"schema version {version if version is not None else 'unknown (no schema_version table)'}"
+        self.add("schema", OK, f"{what}; FTS layout {layout}", version=version, fts_layout=layout)
+        present = set(store.fts_tables)
+        missing = [t for t in fts.EXPECTED if t not in present]
+        # A trigger still writing into a missing index makes every message insert fail.
+        broken = sorted({t for t in missing for trig_sql in _trigger_sql(store) if fts.mentions(trig_sql, t)})
+        fix = (f"{self.hermes('sessions', 'stats')} && {self.cmd('repair-fts', '--apply')}  # any Hermes command "
+               "on this store recreates the missing index; repair-fts fills it")
+        if broken:
+            self.add("fts_layout", CRITICAL, f"Hermes's message triggers write into {', '.join(broken)}, which does "
+                                             "not exist: every new message fails to save", fix, missing=missing)
+        elif missing:
+            self.add("fts_layout", WARNING, f"search index {', '.join(missing)} is missing: "
+                                            f"{'substring/CJK' if 'messages_fts_trigram' in missing else 'full-text'} "
+                                            "search finds nothing", fix, missing=missing)
+        else:
+            pending = _backfill_pending(store)
+            self.add("fts_layout", OK, "both search indexes present" + (
+                f"; Hermes is still filling the trigram index ({pending[0]} of {pending[1]})" if pending else ""))
+
+    # -- size, WAL, free pages -----------------------------------------------------------------
+    def check_sizes(self, store: Store) -> None:
+        pages = store.page_stats()
+        logical = pages["page_count"] * pages["page_size"]
+        free_bytes = pages["freelist_count"] * pages["page_size"]
+        share = pages["freelist_count"] / pages["page_count"] if pages["page_count"] else 0.0
+        wal = store.file_sizes()["wal"]
+        replica = detect_replication(self.path, configured=self.cfg.maint("replicated") is True,
+                                     holders=self.holders)
+        compact = self.cmd("optimize", "--into", shlex.quote(str(self.path) + ".compact")) if replica else None
+        if logical > self.limits["db_warn_mb"]:
+            if share >= MIN_FREELIST_RATIO:
+                fix = compact or self.cmd("optimize")
+            else:
+                fix = (f"{self.cmd('prune', '--older-than', str(self.retention()), '--yes')} && "
+                       f"{compact or self.cmd('optimize')}")
+            self.add("db_size", WARNING, f"state.db is {_size(logical)} (over {_size(self.limits['db_warn_mb'])})"
+                                         + ("" if self.auto_prune_on() else "; sessions.auto_prune is off, so it "
+                                                                            "only grows"),
+                     fix, bytes=logical)
+        else:
+            self.add("db_size", OK, f"state.db is {_size(logical)}", bytes=logical)
+        if wal > self.limits["wal_warn_mb"]:
+            held = bool(self.holders and self.holders.holders)
+            why = ("normal while Hermes runs, but a checkpoint cannot finish while a reader holds an old snapshot"
+                   if held else "no process holds the store, so this is a missed checkpoint")
+            fix = "let Litestream checkpoint it (check that it runs)" if replica else self.cmd("optimize")
+            self.add("wal_size", WARNING, f"the WAL is {_size(wal)} (over {_size(self.limits['wal_warn_mb'])}): {why}",
+                     fix, bytes=wal)
+        else:
+            self.add("wal_size", OK, f"the WAL is {_size(wal)}", bytes=wal)
+        if share >= MIN_FREELIST_RATIO and free_bytes >= self.limits["free_warn_mb"]:
+            self.add("free_pages", WARNING, f"{share:.0%} of the file ({_size(free_bytes)}) is free pages that only "
+                                            "a VACUUM gives back to the disk", compact or self.cmd("optimize"),
+                     share=round(share, 4), bytes=free_bytes)
+        else:
+            self.add("free_pages", OK, f"{share:.1%} of the file is free pages ({_size(free_bytes)})",
+                     share=round(share, 4), bytes=free_bytes)
+
+    # -- who holds it, replication, journal mode, SQLite -----------------------------------------
+    def check_holders(self) -> None:
+        report = self.holders
+        if report is None:
+            return
+        if report.unknown:
+            what = f"holder check incomplete ({report.describe()}): VACUUM and the repairs refuse until it completes"
+        else:
+            what = report.describe()
+        self.add("holders", OK, what, pids=[h.pid for h in report.holders])
+        replica = detect_replication(self.path, configured=self.cfg.maint("replicated") is True, holders=report)
+        self.add("replication", OK, f"{replica.describe()}: in-place VACUUM is refused, optimize --into writes a copy"
+                 if replica else "no replicator detected (Litestream process, .state.db-litestream folder, "
+                                 "or hermes_maint.replicated)")
+
+    def check_journal(self) -> None:
+        mode = header_journal_mode(self.path)
+        wanted = self.cfg.journal_mode
+        fs = filesystem_type(self.path.parent)
+        if mode == "wal" and fs in WAL_UNSAFE_FS:
+            self.add("journal_mode", CRITICAL, f"the store is in WAL mode on {fs}: WAL shared memory silently "
+                                               "corrupts there", f"{self.cmd('set-journal-mode', 'delete')} && "
+                                                                 "hermes config set database.journal_mode delete")
+        elif wanted in ("wal", "delete") and wanted != mode:
+            self.add("journal_mode", WARNING, f"the file is in {mode} mode but config.yaml asks for {wanted}: "
+                                              "Hermes keeps an existing store's mode, so the setting is not in effect",
+                     self.cmd("set-journal-mode", wanted) + "  # with Hermes stopped")
+        else:
+            self.add("journal_mode", OK, f"journal mode {mode} (file header)"
+                     + (", as config.yaml asks" if wanted else ", database.journal_mode unset"))
+        ours, stdlib = sqlite_version(), sqlite3.sqlite_version
+        if mode == "wal" and has_wal_reset_bug(stdlib):
+            self.add("sqlite", WARNING, f"Python's sqlite3 here links SQLite {stdlib}, which has the WAL-reset "
+                                        "corruption bug (3.7.0-3.51.2) and is what Hermes uses; a WAL store can be "
+                                        "corrupted under concurrent writers",
+                     f"{self.cmd('set-journal-mode', 'delete')} && hermes config set database.journal_mode delete  "
+                     "# or give Python a SQLite >= 3.51.3", stdlib=stdlib, ours=ours)
+        else:
+            self.add("sqlite", OK, f"SQLite {ours} (hermes-maint), {stdlib} (Python's sqlite3, Hermes)"
+                     + (": the WAL-reset bug does not apply in rollback mode" if has_wal_reset_bug(stdlib) else ""),
+                     stdlib=stdlib, ours=ours)
+
+    # -- what the repairs would fix -------------------------------------------------------------
+    def check_repairs(self, store: Store) -> None:
+        prompts = scan_prompts(store)
+        if prompts.verified:
+            self.add("degraded_prompts", WARNING, f"{len(prompts.verified)} stored system prompt(s) verified "
+                                                  "degraded (Skill Safety guidance missing while skill_manage is "
+                                                  "pinned): those sessions run with a reduced prompt",
+                     self.cmd("repair-prompts", "--apply"), ids=[v["id"] for v in prompts.verified][:50])
+        else:
+            self.add("degraded_prompts", OK, "no degraded stored prompt"
+                     + (f" ({len(prompts.unverifiable)} unverifiable, left alone)" if prompts.unverifiable else ""))
+        self.check_profiles(store)
+        candidates = reap_candidates(store, self.retention(), self.now)
+        if candidates:
+            fix = (self.cmd("sweep", "--force") if self.auto_prune_on()
+                   else f"{PROG} autoprune on && {self.cmd('sweep')}")
+            self.add("orphans", WARNING, f"{len(candidates)} open automation session(s) (cron, subagent, cli …) "
+                                         f"inactive for over {self.retention()} days: never ended, so never pruned",
+                     fix, ids=candidates[:50])
+        else:
+            self.add("orphans", OK, "no open automation session left behind")
+        self.check_unrouted(store)
+        strays = find_stray(store)
+        if strays:
+            n = sum(s.messages for s in strays)
+            self.add("stray_messages", WARNING, f"{n} message(s) under {len(strays)} session id(s) with no session "
+                                                "row: no listing, search or export reaches them",
+                     self.cmd("recover", "--apply"), session_ids=[s.session_id for s in strays][:50], messages=n)
+        else:
+            self.add("stray_messages", OK, "every message has its session row")
+
+    def check_profiles(self, store: Store) -> None:
+        stores = profile_stores(self.home)
+        mine = [name for name, p in stores.items() if _same(p, self.path)]
+        if not mine:
+            self.add("profiles", OK, "not a profile store under $HERMES_HOME: profile mix-ups not checked")
+            return
+        found = scan_store(store, mine[0], existing_profiles(self.home), None)
+        movable = [f for f in found if f.action == "move"]
+        other = [f for f in found if f.action != "move"]
+        if movable:
+            n = sum(len(f.session_ids) + len(f.routing_keys) for f in movable)
+            self.add("profiles", WARNING, f"{n} row(s) here belong to another profile "
+                                          f"({', '.join(sorted({str(f.owner) for f in movable}))}): that profile "
+                                          "does not see them", f"{PROG} repair-profiles --apply  # stop the gateway "
+                                                               "first", kinds=sorted({f.kind for f in movable}))
+        for f in other:
+            if f.kind == "legacy_main":
+                fix = f"{PROG} repair-profiles --apply --legacy-main rekey  # or: --legacy-main move"
+                what = f"{len(f.session_ids)} agent:main row(s) inside profile {mine[0]}'s store"
+            elif f.kind == "missing_profile":
+                fix = f"hermes profile create {shlex.quote(str(f.owner))}  # or migrate the identity"
+                what = f"{len(f.session_ids)} row(s) bound to profile {f.owner}, which does not exist"
+            else:
+                fix = f"{PROG} repair-profiles  # review; bindings stay with their session"
+                what = f"{len(f.session_ids)} Telegram topic binding(s) keyed for profile {f.owner}"
+            self.add("profiles", WARNING, what, fix, kind_found=f.kind)
+        if not found:
+            self.add("profiles", OK, f"no row of another profile in {mine[0]}'s store")
+
+    def check_unrouted(self, store: Store) -> None:
+        if not store.has_table("gateway_routing"):
+            self.add("unrouted", OK, "no gateway_routing table: no gateway rows to check")
+            return
+        self.add("unrouted", OK, "gateway routing: not checked by this release (Hermes's "
+                                 "`hermes sessions repair-routing` reports rows that lost their routing)")
+
+    # -- last sweep, VACUUM, backup ---------------------------------------------------------------
+    def check_ages(self, store: Store) -> None:
+        last_sweep = _meta_time(store, "last_auto_prune")
+        interval_h = self.cfg.session("min_interval_hours")
+        interval_h = interval_h if isinstance(interval_h, (int, float)) and not isinstance(interval_h, bool) \
+            and interval_h >= 0 else 24
+        limit = max(interval_h * 3600, 86400) + 86400 + SWEEP_GRACE_S
+        if not self.auto_prune_on():
+            self.add("last_sweep", OK, "sessions.auto_prune is off: no sweep is expected"
+                     + (f" (last one {_age(self.now - last_sweep)} ago)" if last_sweep else ""))
+        elif last_sweep is None:
+            self.add("last_sweep", WARNING, "sessions.auto_prune is on but no sweep has run on this store yet: "
+                                            "is the scheduler (hermes-maint jobs run) running?", self.cmd("sweep"))
+        elif self.now - last_sweep > limit:
+            self.add("last_sweep", WARNING, f"the last sweep was {_age(self.now - last_sweep)} ago (expected every "
+                                            f"{interval_h:g} h, nightly): is the scheduler running?",
+                     self.cmd("sweep"), at=last_sweep)
+        else:
+            self.add("last_sweep", OK, f"last sweep {_age(self.now - last_sweep)} ago", at=last_sweep)
+        last_vacuum = _meta_time(store, "last_vacuum")
+        days = self.cfg.session("min_vacuum_interval_days")
+        self.add("last_vacuum", OK, (f"last VACUUM {_age(self.now - last_vacuum)} ago" if last_vacuum
+                                     else "no VACUUM recorded") + f" (min_vacuum_interval_days {days}; the sweep "
+                                                                  f"VACUUMs only when {MIN_FREELIST_RATIO:.0%} of "
+                                                                  "pages are free)", at=last_vacuum)
+        backup = history.latest(store, "backup")
+        max_age = self.limits["backup_max_age_hours"]
+        if backup is None:
+            self.add("last_backup", OK, "no hermes-maint backup recorded for this store")
+        elif self.now - backup.at > max_age:
+            self.add("last_backup", WARNING, f"the last backup finished {_age(self.now - backup.at)} ago (over "
+                                             f"{_age(max_age)}): a failure now loses everything since",
+                     self.cmd("backup"), at=backup.at)
+        else:
+            self.add("last_backup", OK, f"last backup {_age(self.now - backup.at)} ago", at=backup.at)
+
+    # -- the whole pass -----------------------------------------------------------------------
+    def run(self) -> list[Finding]:
+        self.check_config()
+        self.on_progress(1)
+        try:
+            store = open_store(self.path, readonly=True)
+        except CorruptStore as exc:  # a missing or non-Hermes file stays an error (exit 1), like everywhere
+            self.add("open", CRITICAL, f"{exc}", RESTORE)
+            return self.findings
+        with store:
+            self.holders = self.holders_fn(self.path)
+            checks = (("integrity", self.check_integrity), ("schema", self.check_schema), ("sizes", self.check_sizes),
+                      ("holders", lambda s: self.check_holders()), ("journal_mode", lambda s: self.check_journal()),
+                      ("repairs", self.check_repairs), ("ages", self.check_ages))
+            for name, check in checks:
+                try:
+                    check(store)
+                except apsw.Error as exc:  # a damaged page stops one check, never the report
+                    self.add(name, CRITICAL, f"the {name} check could not finish: {type(exc).__name__}: {exc}",
+                             RESTORE)
+                self.on_progress(1)
+        return self.findings
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
+
+
+def _meta_time(store: Store, key: str) -> float | None:
+    try:
+        value = float(store.get_meta(key) or "")
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _root_pages(store: Store) -> dict[int, str]:
+    return {r[0]: r[1] for r in store.conn.execute(
+        "SELECT rootpage, name FROM sqlite_master WHERE rootpage > 0")}
+
+
+def _owner(line: str, roots: dict[int, str], fts_tables: list[str]) -> str | None:
+    """The FTS index an integrity line is about: named in it, or owning the b-tree ('Tree N') it names."""
+    names = [line]
+    m = re.match(r"Tree (\d+) ", line)
+    if m and int(m.group(1)) in roots:
+        names.append(roots[int(m.group(1))])
+    for table in sorted(fts_tables, key=len, reverse=True):
+        for text in names:
+            if fts.mentions(text, table) or text.startswith(table + "_"):
+                return table
+    return None
+
+
+def _trigger_sql(store: Store) -> list[str]:
+    return [r[0] or "" for r in store.conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'messages'")]
+
+
+def _fts_layout(store: Store) -> str:
+    sql = store.scalar("SELECT sql FROM sqlite_master WHERE name = 'messages_fts'") or ""
+    if not sql:
+        return "none"
+    kind = "external-content" if "content=" in sql.replace(" ", "").lower() else "inline (legacy)"
+    version = store.get_meta("fts_storage_version")
+    return f"{kind}, fts_storage_version {version if version is not None else 'unset'}"
+
+
+def _backfill_pending(store: Store) -> tuple[int, int] | None:
+    try:
+        high = int(store.get_meta("fts_rebuild_high_water") or "")
+    except ValueError:
+        return None
+    try:
+        done = int(store.get_meta("fts_rebuild_progress") or "0")
+    except ValueError:
+        done = 0
+    return (done, high) if done < high else None
+
+
+def summarize(findings: list[Finding]) -> tuple[dict[str, int], str]:
+    counts = {s: 0 for s in SEVERITIES}
+    for f in findings:
+        counts[f.severity] += 1
+    worst = max((f.severity for f in findings), key=RANK.__getitem__, default=OK)
+    return counts, worst
+
+
+def run_doctor(path: Path, cfg: Config, *, profile: str | None = None, cfg_error: str | None = None,
+               full: bool = False, now: float | None = None,
+               holders: Callable[[Path], HolderReport] = find_holders, disk_usage: Callable = shutil.disk_usage,
+               home: Path | None = None, on_progress: Callable[[int], None] = lambda n: None) -> dict[str, Any]:
+    """Every check on one store; the report carries each finding, the counts and the worst severity."""
+    started = time.monotonic()
+    now = time.time() if now is None else now
+    doctor = Doctor(Path(path), profile, cfg, cfg_error, full=full, now=now, holders=holders,
+                    disk_usage=disk_usage, home=home, on_progress=on_progress)
+    findings = doctor.run()
+    counts, worst = summarize(findings)
+    return {"store": str(path), "profile": profile, "checked_at": now, "full": full,
+            "findings": [f.as_dict() for f in findings], "counts": counts, "worst": worst,
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+def fails(report: dict[str, Any], level: str | None) -> bool:
+    """--fail-on LEVEL: a finding at that level or worse exists."""
+    return level is not None and RANK[report["worst"]] >= RANK[level]
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    c = report["counts"]
+    where = report["store"] + (f" (profile {report['profile']})" if report.get("profile") else "")
+    bad = [f"{f['kind']} ({f['severity']})" for f in report["findings"] if f["severity"] != OK]
+    head = f"{PROG} doctor {where}: {report['worst'].upper()} - {c['critical']} critical, " \
+           f"{c['warning']} warning, {c['ok']} ok"
+    return head + (f": {', '.join(bad)}" if bad else "")

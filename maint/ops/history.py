@@ -1,0 +1,166 @@
+"""Run history: every job's report, kept in the store it ran on.
+
+Each run is one ``state_meta`` row keyed ``hermes_maint.history.<kind>.<seq>`` (a
+zero-padded sequence, so key order is run order and a kind's rows are one index
+range). Appending inserts that row and drops the kind's oldest beyond :data:`KEEP`
+in the same short ``BEGIN IMMEDIATE`` transaction, so the history never grows
+past 100 runs per kind and a write costs one row, not a rewrite of the whole list.
+Long id lists are cut to :data:`LIST_CAP` items (the full count is kept under
+``truncated``): a prune of 50,000 sessions must not put megabytes into state_meta.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from maint.store.connection import Store
+
+log = logging.getLogger("hermes_maint.history")
+
+PREFIX = "hermes_maint.history."
+KEEP = 100
+LIST_CAP = 50
+SEQ_DIGITS = 12
+KINDS = ("sweep", "prune", "archive", "optimize", "backup", "restore", "import", "repair-prompts",
+         "repair-profiles", "repair-fts", "recover")
+
+# Which report field counts as "rows affected" for each kind (a list counts its length).
+ROWS_FIELD: dict[str, tuple[str, ...]] = {
+    "sweep": ("reaped_ids", "pruned_ids"),
+    "prune": ("deleted",),
+    "archive": ("session_ids",),
+    "repair-prompts": ("cleared",),
+    "repair-fts": ("rebuilt",),
+    "recover": ("recovered_messages",),
+    "backup": ("sessions",),
+    "import": ("imported",),
+}
+
+
+@dataclass
+class Entry:
+    kind: str
+    seq: int
+    at: float
+    seconds: float | None
+    rows: int
+    report: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "seq": self.seq, "at": self.at, "seconds": self.seconds, "rows": self.rows,
+                "report": self.report}
+
+
+def rows_affected(kind: str, report: dict[str, Any]) -> int:
+    """The number a monitor graphs for one run: deleted, archived, reaped+pruned, cleared ..."""
+    total = 0
+    for key in ROWS_FIELD.get(kind, ()):
+        value = report.get(key)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            total += value
+        elif isinstance(value, list):
+            total += (report.get("truncated") or {}).get(key, len(value))
+    return total
+
+
+def compact(report: dict[str, Any]) -> dict[str, Any]:
+    """A copy whose lists are cut to LIST_CAP items, the cut ones counted under ``truncated``."""
+    out: dict[str, Any] = {}
+    cut: dict[str, int] = dict(report.get("truncated") or {})
+    for key, value in report.items():
+        if key == "truncated":
+            continue
+        if isinstance(value, list) and len(value) > LIST_CAP:
+            cut[key] = len(value)
+            value = value[:LIST_CAP]
+        out[key] = value
+    if cut:
+        out["truncated"] = cut
+    return out
+
+
+def _key(kind: str, seq: int) -> str:
+    return f"{PREFIX}{kind}.{seq:0{SEQ_DIGITS}d}"
+
+
+def _range(kind: str) -> tuple[str, str]:
+    """Half-open key range holding exactly one kind's rows ('/' sorts right after '.')."""
+    return f"{PREFIX}{kind}.", f"{PREFIX}{kind}/"
+
+
+def append(store: Store, kind: str, report: dict[str, Any], *, seconds: float | None = None,
+           now: float | None = None) -> Entry:
+    """Add one run to the store's history and drop the kind's runs beyond KEEP, in one transaction."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown history kind {kind!r}")
+    now = time.time() if now is None else now
+    body = compact(report)
+    rows = rows_affected(kind, report)
+    low, high = _range(kind)
+    with store.write() as conn:
+        last = conn.execute("SELECT MAX(key) FROM state_meta WHERE key >= ? AND key < ?", (low, high)).fetchone()[0]
+        try:
+            seq = int(last.rsplit(".", 1)[1]) + 1 if last else 1
+        except ValueError:
+            seq = 1
+        value = json.dumps({"at": now, "seconds": seconds, "rows": rows, "report": body}, default=str,
+                           ensure_ascii=False)
+        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)", (_key(kind, seq), value))
+        conn.execute("DELETE FROM state_meta WHERE key >= ? AND key < ?", (low, _key(kind, max(1, seq - KEEP + 1))))
+    return Entry(kind, seq, now, seconds, rows, body)
+
+
+def _parse(key: str, value: str | None) -> Entry | None:
+    rest = key[len(PREFIX):]
+    kind, _, seq = rest.rpartition(".")
+    try:
+        data = json.loads(value or "")
+        return Entry(kind, int(seq), float(data["at"]), data.get("seconds"), int(data.get("rows") or 0),
+                     data.get("report") or {})
+    except (ValueError, TypeError, KeyError):
+        return None  # a damaged row is skipped, never fatal
+
+
+def entries(store: Store, kind: str | None = None, limit: int | None = None) -> list[Entry]:
+    """Runs newest first, of one kind or all of them."""
+    if kind is not None:
+        low, high = _range(kind)
+    else:
+        low, high = PREFIX, PREFIX[:-1] + "/"
+    found = [e for e in (_parse(k, v) for k, v in store.conn.execute(
+        "SELECT key, value FROM state_meta WHERE key >= ? AND key < ?", (low, high))) if e is not None]
+    found.sort(key=lambda e: (e.at, e.seq), reverse=True)
+    return found[:limit] if limit is not None else found
+
+
+def latest(store: Store, kind: str, accept: Callable[[Entry], bool] = lambda e: True) -> Entry | None:
+    for entry in entries(store, kind):
+        if accept(entry):
+            return entry
+    return None
+
+
+def latest_by_kind(store: Store, kinds: Iterable[str] = KINDS) -> dict[str, Entry]:
+    out = {}
+    for kind in kinds:
+        entry = latest(store, kind)
+        if entry is not None:
+            out[kind] = entry
+    return out
+
+
+def record(path: Any, kind: str, report: dict[str, Any], *, seconds: float | None = None) -> Entry:
+    """Append a finished run to its store's history and log it (the job loop's log carries every report)."""
+    from maint.store.connection import open_store
+
+    with open_store(path) as store:
+        entry = append(store, kind, report, seconds=seconds)
+    log.info("job report %s %s: %s", kind, path, json.dumps(entry.as_dict(), default=str, ensure_ascii=False))
+    return entry

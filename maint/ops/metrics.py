@@ -1,0 +1,238 @@
+"""Prometheus text exposition for node_exporter's textfile collector.
+
+One file holds every store's figures, each sample labelled with ``profile`` and
+``store``. A run refreshes only the stores it touched: the other stores' lines
+are read back from the file and kept, and a job keeps the last ``doctor``'s
+findings (doctor never writes the store, so the file is where they live).
+
+Written atomically: a temporary file in the same folder is created exclusively
+(O_CREAT|O_EXCL|O_NOFOLLOW), written, fsynced and renamed over the target,
+under an flock on the folder so two runs never interleave their read-merge-write.
+The mode is 0644, not our usual 0600: node_exporter runs as its own user and
+must read the file; it holds only counts, sizes, timestamps and store paths.
+The temporary name does not end in ``.prom``, so the collector never reads a
+half-written file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import os
+import re
+import secrets
+import stat
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from maint.errors import UsageError
+from maint.ops import history
+from maint.ops.stats import store_stats
+from maint.store.connection import Store
+
+FILE_MODE = 0o644
+
+# name -> (type, help). Order here is the order in the file.
+FAMILIES: dict[str, tuple[str, str]] = {
+    "hermes_maint_store_bytes": ("gauge", "Size of state.db itself in bytes (without -wal)."),
+    "hermes_maint_wal_bytes": ("gauge", "Size of state.db-wal in bytes."),
+    "hermes_maint_free_page_ratio": ("gauge", "Share of state.db pages on the freelist (what a VACUUM returns)."),
+    "hermes_maint_sessions": ("gauge", "Session rows in the store."),
+    "hermes_maint_messages": ("gauge", "Message rows in the store."),
+    "hermes_maint_last_sweep_timestamp_seconds": (
+        "gauge", "When a sweep last ran on the store, by any Hermes process or hermes-maint (last_auto_prune)."),
+    "hermes_maint_last_vacuum_timestamp_seconds": ("gauge", "When the last successful VACUUM finished (last_vacuum)."),
+    "hermes_maint_last_backup_timestamp_seconds": ("gauge", "When hermes-maint last finished a backup of the store."),
+    "hermes_maint_last_job_timestamp_seconds": ("gauge", "When the last run of each hermes-maint job finished."),
+    "hermes_maint_last_job_duration_seconds": ("gauge", "How long the last run of each hermes-maint job took."),
+    "hermes_maint_last_job_rows_affected": ("gauge", "Rows the last run of each job deleted, archived, reaped or "
+                                                     "repaired."),
+    "hermes_maint_doctor_findings": ("gauge", "Findings of the last hermes-maint doctor run, by severity."),
+    "hermes_maint_doctor_last_run_timestamp_seconds": ("gauge", "When hermes-maint doctor last checked the store."),
+    "hermes_maint_metrics_updated_timestamp_seconds": ("gauge", "When these figures were last refreshed."),
+}
+DOCTOR_FAMILIES = frozenset({"hermes_maint_doctor_findings", "hermes_maint_doctor_last_run_timestamp_seconds"})
+SEVERITIES = ("ok", "warning", "critical")
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+)$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+    @property
+    def store(self) -> str | None:
+        return dict(self.labels).get("store")
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r'\\[\\"n]', lambda m: _UNESCAPE[m.group(0)], value)
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(int(value)) if float(value).is_integer() and abs(value) < 2**53 else repr(float(value))
+
+
+def render(samples: Iterable[Sample]) -> str:
+    by_family: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_family.setdefault(s.name, []).append(s)
+    lines = []
+    for name, (kind, help_) in FAMILIES.items():
+        rows = sorted(by_family.get(name, []), key=lambda s: s.labels)
+        if not rows:
+            continue
+        lines.append(f"# HELP {name} {help_}")
+        lines.append(f"# TYPE {name} {kind}")
+        for s in rows:
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels)
+            lines.append(f"{name}{{{labels}}} {_number(s.value)}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def parse(text: str) -> list[Sample]:
+    """Our own samples back from a file we wrote; anything else in it is dropped."""
+    out = []
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if not m or m.group(1) not in FAMILIES:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        labels = tuple((k, _unescape(v)) for k, v in _LABEL.findall(m.group(2)))
+        out.append(Sample(m.group(1), labels, value))
+    return out
+
+
+def _meta_time(store: Store, key: str) -> float | None:
+    try:
+        value = float(store.get_meta(key) or "")
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def collect(store: Store, profile: str, *, doctor: dict[str, Any] | None = None,
+            now: float | None = None) -> list[Sample]:
+    """Every figure for one store, read through a read-only connection."""
+    now = time.time() if now is None else now
+    base = (("profile", profile), ("store", str(store.path)))
+
+    def sample(name: str, value: float, **extra: str) -> Sample:
+        return Sample(name, tuple(sorted(base + tuple(extra.items()))), float(value))
+
+    st = store_stats(store)
+    out = [sample("hermes_maint_store_bytes", st["db_bytes"]), sample("hermes_maint_wal_bytes", st["wal_bytes"]),
+           sample("hermes_maint_free_page_ratio", st["free_page_share"]),
+           sample("hermes_maint_sessions", st["sessions"]), sample("hermes_maint_messages", st["messages"]),
+           sample("hermes_maint_metrics_updated_timestamp_seconds", now)]
+    for name, key in (("hermes_maint_last_sweep_timestamp_seconds", "last_auto_prune"),
+                      ("hermes_maint_last_vacuum_timestamp_seconds", "last_vacuum")):
+        when = _meta_time(store, key)
+        if when is not None:
+            out.append(sample(name, when))
+    backup = history.latest(store, "backup")
+    if backup is not None:
+        out.append(sample("hermes_maint_last_backup_timestamp_seconds", backup.at))
+    for kind, entry in history.latest_by_kind(store).items():
+        out.append(sample("hermes_maint_last_job_timestamp_seconds", entry.at, kind=kind))
+        if entry.seconds is not None:
+            out.append(sample("hermes_maint_last_job_duration_seconds", entry.seconds, kind=kind))
+        out.append(sample("hermes_maint_last_job_rows_affected", entry.rows, kind=kind))
+    if doctor is not None:
+        for severity in SEVERITIES:
+            out.append(sample("hermes_maint_doctor_findings", doctor["counts"].get(severity, 0), severity=severity))
+        out.append(sample("hermes_maint_doctor_last_run_timestamp_seconds", doctor.get("checked_at") or now))
+    return out
+
+
+def check_path(path: Path) -> Path:
+    """--metrics-file (or hermes_maint.metrics_file): a *.prom file in an existing folder, never a special file."""
+    path = Path(path).expanduser()
+    if path.suffix != ".prom":
+        raise UsageError(f"--metrics-file: {path} must end in .prom (node_exporter's textfile collector reads only "
+                         "*.prom files)")
+    if not path.parent.is_dir():
+        raise UsageError(f"--metrics-file: folder {path.parent} does not exist (expected the textfile collector's "
+                         "directory)")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"--metrics-file: {path} exists and is not a regular file (a symlink, folder, device or "
+                         "FIFO is never written through)")
+    return path
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _read_existing(path: Path) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except (FileNotFoundError, OSError):
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        with os.fdopen(fd, "r", encoding="utf-8", errors="replace", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
+
+
+def write(path: Path, fresh: list[Sample], refreshed: Iterable[str], *, keep_doctor: bool) -> None:
+    """Replace the refreshed stores' samples in the file (keeping their doctor findings when asked), atomically."""
+    path = check_path(path)
+    refreshed = set(refreshed)
+    with _folder_lock(path.parent):
+        kept = [s for s in parse(_read_existing(path))
+                if s.store not in refreshed or (keep_doctor and s.name in DOCTOR_FAMILIES)]
+        text = render(kept + fresh)
+        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            data = text.encode()
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
+        os.close(fd)
+        os.rename(tmp, path)
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

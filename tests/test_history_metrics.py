@@ -1,0 +1,222 @@
+"""Run history in state_meta (bounded per kind) and the Prometheus textfile every job and doctor write."""
+
+import json
+import os
+import stat
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from maint.ops import history
+from maint.ops.history import KEEP, LIST_CAP, PREFIX
+from maint.store.connection import open_store
+from tests.conftest import file_hash, query, run_subprocess
+from tests.storegen import StoreBuilder
+
+
+@pytest.fixture
+def store(hermes_home):
+    db = hermes_home / "state.db"
+    with StoreBuilder(db) as b:
+        for n in range(6):
+            b.session(f"old{n}", age=200, messages=4)
+        b.session("young", age=1, messages=2)
+    return db
+
+
+def parse(path):
+    """Every sample through prometheus_client's own parser: {(name, frozenset(labels)): value}."""
+    out = {}
+    for family in text_string_to_metric_families(path.read_text()):
+        assert family.type == "gauge" and family.documentation
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(samples, name, **labels):
+    matches = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
+    assert len(matches) == 1, (name, labels, matches)
+    return matches[0]
+
+
+# -- history ----------------------------------------------------------------------------------------
+
+def test_history_keeps_the_last_100_runs_of_each_kind(store):
+    with open_store(store) as st:
+        for i in range(KEEP + 5):
+            history.append(st, "sweep", {"swept": True, "n": i}, now=1000 + i)
+        for i in range(3):
+            history.append(st, "prune", {"deleted": i}, now=5000 + i)
+        sweeps = history.entries(st, "sweep")
+        assert len(sweeps) == KEEP and [e.report["n"] for e in sweeps[:2]] == [KEEP + 4, KEEP + 3]
+        assert sweeps[-1].report["n"] == 5 and sweeps[0].seq == KEEP + 5
+        assert [e.kind for e in history.entries(st, limit=4)] == ["prune", "prune", "prune", "sweep"]
+    keys = [k for (k,) in query(store, "SELECT key FROM state_meta WHERE key LIKE 'hermes_maint.history.%'")]
+    assert len(keys) == KEEP + 3 and all(k.startswith(PREFIX) for k in keys)
+
+
+def test_long_lists_are_cut_but_counted(store):
+    ids = [f"s{i}" for i in range(LIST_CAP * 3)]
+    with open_store(store) as st:
+        entry = history.append(st, "prune", {"deleted": len(ids), "session_ids": ids})
+        stored = history.entries(st, "prune")[0]
+    assert entry.rows == len(ids) and stored.rows == len(ids)
+    assert stored.report["session_ids"] == ids[:LIST_CAP] and stored.report["truncated"] == {"session_ids": len(ids)}
+
+
+def test_a_damaged_history_row_is_skipped(store):
+    with open_store(store) as st:
+        history.append(st, "archive", {"session_ids": ["a"]})
+        st.set_meta(PREFIX + "archive.000000000002", "{not json")
+        assert [e.seq for e in history.entries(st, "archive")] == [1]
+        assert history.append(st, "archive", {"session_ids": []}).seq == 3
+
+
+def test_prune_records_its_run_and_dry_run_records_nothing(store, cli):
+    before = file_hash(store)
+    r = cli.json("prune", "--db", store, "--dry-run")
+    assert r["matched"] == 6 and file_hash(store) == before
+    cli.json("prune", "--db", store, "--yes")
+    out = cli.json("history", "--db", store, "--kind", "prune")
+    [run] = out["runs"]
+    assert run["kind"] == "prune" and run["rows"] == 6 and run["report"]["deleted"] == 6 and run["seconds"] >= 0
+    assert cli.json("history", "--db", store)["runs"][0]["seq"] == 1
+
+
+def test_sweep_records_only_runs_that_swept(store, hermes_home, cli):
+    cli.json("sweep")  # auto_prune off: skipped, nothing recorded
+    assert cli.json("history", "--kind", "sweep")["runs"] == []
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    cli.json("sweep")
+    [run] = cli.json("history", "--kind", "sweep")["runs"]
+    assert run["report"]["swept"] and run["rows"] == 6
+
+
+def test_history_text_and_bad_kind(store, cli):
+    cli.json("archive", "--db", store, "--title", "nothing-matches", "--yes")
+    result = cli("history", "--db", store)
+    assert result.exit_code == 0 and " archive " in result.output and "matched=0" in result.output
+    bad = run_subprocess("history", "--db", store, "--kind", "vacuum")
+    assert bad.returncode == 2 and "--kind" in bad.stderr and "sweep" in bad.stderr
+
+
+def test_the_job_loop_logs_each_runs_report(store, hermes_home):
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    result = run_subprocess("jobs", "run-once", "nightly-sweep", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    line = next(ln for ln in result.stderr.splitlines() if "job report sweep" in ln)
+    logged = json.loads(line.split(": ", 2)[2])
+    assert logged["kind"] == "sweep" and logged["report"]["swept"] and len(logged["report"]["pruned_ids"]) == 6
+
+
+# -- metrics ----------------------------------------------------------------------------------------
+
+def test_doctor_metrics_parse_and_carry_every_figure(store, hermes_home, tmp_path):
+    prom = tmp_path / "hermes.prom"
+    result = run_subprocess("doctor", "--metrics-file", prom, env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    samples = parse(prom)
+    labels = {"profile": "default", "store": str(store)}
+    assert value(samples, "hermes_maint_sessions", **labels) == 7
+    assert value(samples, "hermes_maint_messages", **labels) == 26
+    assert value(samples, "hermes_maint_store_bytes", **labels) == store.stat().st_size
+    assert 0 <= value(samples, "hermes_maint_free_page_ratio", **labels) < 1
+    counts = {s: value(samples, "hermes_maint_doctor_findings", severity=s, **labels)
+              for s in ("ok", "warning", "critical")}
+    r = json.loads(run_subprocess("doctor", "--json", env={"HERMES_HOME": str(hermes_home)}).stdout)
+    assert counts == {k: float(v) for k, v in r["counts"].items()}
+    assert stat.S_IMODE(prom.stat().st_mode) == 0o644
+    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
+
+
+def test_a_job_refreshes_its_figures_and_keeps_doctor_findings(store, hermes_home, tmp_path, cli):
+    prom = tmp_path / "hermes.prom"
+    run_subprocess("doctor", "--metrics-file", prom, env={"HERMES_HOME": str(hermes_home)})
+    doctor_ok = value(parse(prom), "hermes_maint_doctor_findings", severity="ok")
+    inode = prom.stat().st_ino
+    cli.json("prune", "--yes", "--metrics-file", prom)
+    samples = parse(prom)
+    assert prom.stat().st_ino != inode  # replaced by rename, never rewritten in place
+    assert value(samples, "hermes_maint_sessions") == 1
+    assert value(samples, "hermes_maint_doctor_findings", severity="ok") == doctor_ok
+    assert value(samples, "hermes_maint_last_job_rows_affected", kind="prune") == 6
+    assert value(samples, "hermes_maint_last_job_duration_seconds", kind="prune") >= 0
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    cli.json("sweep", "--metrics-file", prom)
+    marker = float(query(store, "SELECT value FROM state_meta WHERE key = 'last_auto_prune'")[0][0])
+    assert value(parse(prom), "hermes_maint_last_sweep_timestamp_seconds") == marker
+
+
+def test_other_stores_lines_survive_a_run_on_one_store(store, hermes_home, tmp_path, cli):
+    coder = hermes_home / "profiles" / "coder" / "state.db"
+    with StoreBuilder(coder) as b:
+        b.session("c1", age=300, messages=2)
+    prom = tmp_path / "all.prom"
+    assert cli("doctor", "--all-profiles", "--metrics-file", prom).exit_code == 0
+    assert value(parse(prom), "hermes_maint_sessions", profile="coder") == 1
+    cli.json("prune", "--profile", "coder", "--yes", "--metrics-file", prom)
+    samples = parse(prom)
+    assert value(samples, "hermes_maint_sessions", profile="coder") == 0
+    assert value(samples, "hermes_maint_sessions", profile="default") == 7
+    assert value(samples, "hermes_maint_doctor_findings", profile="default", severity="critical") == 0
+
+
+def test_config_key_names_the_metrics_file(store, hermes_home, tmp_path, cli):
+    prom = tmp_path / "from-config.prom"
+    (hermes_home / "config.yaml").write_text(f"hermes_maint:\n  metrics_file: {prom}\n")
+    cli.json("archive", "--title", "nothing", "--yes")
+    assert value(parse(prom), "hermes_maint_sessions") == 7
+
+
+def test_label_values_are_escaped(hermes_home, tmp_path, cli):
+    odd = tmp_path / 'we"ird\\dir'
+    odd.mkdir()
+    db = odd / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("x", age=1)
+    prom = tmp_path / "odd.prom"
+    cli.json("doctor", "--db", db, "--metrics-file", prom)
+    assert value(parse(prom), "hermes_maint_sessions", store=str(db), profile="") == 1
+
+
+@pytest.mark.parametrize("kind,needle", [("suffix", "must end in .prom"), ("symlink", "not a regular file"),
+                                         ("fifo", "not a regular file"), ("folder", "does not exist")])
+def test_bad_metrics_paths_refused_before_any_work(store, tmp_path, kind, needle):
+    target = tmp_path / "m.prom"
+    if kind == "suffix":
+        target = tmp_path / "m.txt"
+    elif kind == "symlink":
+        target.symlink_to(tmp_path / "elsewhere.prom")
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target = tmp_path / "missing" / "m.prom"
+    before = file_hash(store)
+    result = run_subprocess("prune", "--db", store, "--yes", "--metrics-file", target)
+    assert result.returncode == 2 and needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert file_hash(store) == before and not (tmp_path / "elsewhere.prom").exists()
+
+
+def test_a_metrics_failure_warns_and_never_undoes_the_job(tmp_path, capsys):
+    from maint.commands.recording import write_metrics
+    from maint.store.targets import StoreTarget
+
+    prom = tmp_path / "m.prom"
+    write_metrics(prom, [StoreTarget(tmp_path / "gone" / "state.db", None)])
+    err = capsys.readouterr().err
+    assert "warning: metrics not written" in err and "no such store" in err and not prom.exists()
+
+
+def test_job_loop_passes_the_metrics_file_to_jobs_and_runs_doctor(store, hermes_home, tmp_path):
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    prom = tmp_path / "loop.prom"
+    env = {"HERMES_HOME": str(hermes_home)}
+    swept = run_subprocess("jobs", "run-once", "nightly-sweep", "--metrics-file", prom, env=env)
+    assert swept.returncode == 0, swept.stderr
+    assert value(parse(prom), "hermes_maint_last_job_rows_affected", kind="sweep") == 6
+    checked = run_subprocess("jobs", "run-once", "daily-doctor", "--metrics-file", prom, env=env)
+    assert checked.returncode == 0 and checked.stdout.startswith(f"hermes-maint doctor {store}: ")
+    samples = parse(prom)
+    assert value(samples, "hermes_maint_doctor_findings", severity="critical") == 0
+    assert value(samples, "hermes_maint_last_job_rows_affected", kind="sweep") == 6
