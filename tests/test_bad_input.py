@@ -60,6 +60,16 @@ CASES = [
     (["rename", "old", "x" * 101, "--db", S], 2, "at most 100"),
     (["pin", "old", "--db", S], 1, "version 22"),
     (["repair-routing", "--db", S, "--max-gap-seconds", "15m"], 2, "--max-gap-seconds"),
+    (["doctor", "--db", S, "--fail-on", "error"], 2, "--fail-on"),
+    (["doctor", "--db", S, "--metrics-file", "{tmp}/m.txt"], 2, "--metrics-file"),
+    (["history", "--db", S, "--kind", "vacuum"], 2, "--kind"),
+    (["history", "--db", S, "--limit", "0"], 2, "--limit"),
+    (["recover", "--db", S, "--apply", "--dry-run"], 2, "contradict"),
+    (["repair-fts", "--db", S, "--apply", "--dry-run"], 2, "contradict"),
+    (["optimize", "--db", S, "--into", "{tmp}/missing/x.db"], 2, "--into"),
+    (["optimize", "--db", S, "--into", S], 2, "already exists"),
+    (["prune", "--db", S, "--yes", "--metrics-file", "{tmp}/nodir/m.prom"], 2, "--metrics-file"),
+    (["jobs", "run-once", "nightly-sweep", "--metrics-file", "{tmp}/m.txt"], 2, "--metrics-file"),
 ]
 
 
@@ -96,7 +106,8 @@ def test_bad_store_files(tmp_path, store, kind):
         conn.close()
     before = file_hash(target) if target.is_file() else None
     for argv in (["prune", "--yes"], ["stats"], ["optimize"], ["archive", "--source", "cli", "--yes"],
-                 ["export", "-"], ["repair-prompts", "--apply", "--yes"]):
+                 ["export", "-"], ["repair-prompts", "--apply", "--yes"], ["recover", "--apply", "--yes"],
+                 ["repair-fts", "--apply", "--yes"], ["history"], ["optimize", "--into", tmp_path / "c.db"]):
         result = run_subprocess(*argv, "--db", target)
         assert result.returncode == 1, (argv, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

@@ -367,23 +367,41 @@ def test_recover_killed(tmp_path, point):
     assert_whole(db)  # no message without its session row any more
 
 
+@pytest.fixture(scope="module")
+def into_seconds(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("timing")
+    db, out = folder / "state.db", folder / "copy.db"
+    return work_seconds(["optimize", "--db", db, "--into", out], db, lambda: _optimize_store(db))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["vacuum_into:1", "delay:0.3", "delay:0.5", "delay:0.7"])
-def test_optimize_into_killed(tmp_path, point):
-    db = make_store(tmp_path / "state.db", n=60)
-    out = tmp_path / "copy.db"
-    before = query(db, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages")
+@pytest.mark.parametrize("point", ["vacuum_into:1", "seed:0", "seed:1", "seed:2", "seed:3"])
+def test_optimize_into_killed(tmp_path, point, into_seconds):
+    db, out = tmp_path / "state.db", tmp_path / "copy.db"
+    before = query(_optimize_store(tmp_path / "reference.db"), "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages")
     args = ["optimize", "--db", db, "--into", out]
-    if point.startswith("delay:"):
-        run_killed_after(args, float(point.split(":")[1]))
+    build = rebuilt(db, _optimize_store)
+
+    def fresh():
+        for p in tmp_path.iterdir():
+            if p.name.startswith((".copy.db.tmp-", "copy.db")):
+                p.unlink()
+        build()
+
+    if point.startswith("seed:"):
+        run_killed_during(args, db, int(point.split(":")[1]), into_seconds, fresh)
     else:
+        fresh()
         assert run(args, crash=point).returncode == -9
+        assert [p for p in os.listdir(tmp_path) if ".tmp-" in p]  # killed with its temporary copy on disk
     assert_whole(db)
     assert query(db, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages") == before
-    if out.exists():  # killed after the link: the copy is complete and verified
+    if out.exists():  # killed after the link: what carries the final name is complete and verified
         assert query(out, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages") == before
+        assert query(out, "PRAGMA integrity_check") == [("ok",)]
         out.unlink()
     again = run(args + ["--json"])
     assert again.returncode == 0, again.stderr
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]  # the killed run's temporary copy is gone
     assert query(out, "PRAGMA integrity_check") == [("ok",)]
+    assert query(out, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages") == before
