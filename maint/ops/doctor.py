@@ -27,7 +27,7 @@ from maint.config import Config
 from maint.errors import CorruptStore
 from maint.ops import fts, history
 from maint.ops.diskcheck import disk_figures
-from maint.ops.journal import WAL_UNSAFE_FS, filesystem_type
+from maint.ops.journal import HERMES_DEFAULT_JOURNAL_MODE, WAL_UNSAFE_FS, filesystem_type
 from maint.ops.profiles import existing_profiles, profile_stores, scan_store
 from maint.ops.prompts import scan as scan_prompts
 from maint.ops.reap import reap_candidates
@@ -316,7 +316,9 @@ class Doctor:
                      self.cmd("set-journal-mode", wanted) + "  # with Hermes stopped")
         else:
             self.add("journal_mode", OK, f"journal mode {mode} (file header)"
-                     + (", as config.yaml asks" if wanted else ", database.journal_mode unset"))
+                     + (", as config.yaml asks" if wanted else
+                        f"; database.journal_mode unset, so Hermes applies its default ({HERMES_DEFAULT_JOURNAL_MODE}) "
+                        "when it opens the store"))
         ours, stdlib = sqlite_version(), sqlite3.sqlite_version
         if mode == "wal" and has_wal_reset_bug(stdlib):
             self.add("sqlite", WARNING, f"Python's sqlite3 here links SQLite {stdlib}, which has the WAL-reset "
