@@ -34,7 +34,8 @@ from maint.ops.reap import reap_candidates
 from maint.ops.recover import find_stray
 from maint.ops.sweep import MIN_FREELIST_RATIO, validate_retention
 from maint.ops.vacuum import detect_replication
-from maint.store.connection import Store, has_wal_reset_bug, header_journal_mode, open_store, sqlite_version
+from maint.store.connection import (NEWEST_KNOWN_SCHEMA, Store, has_wal_reset_bug, header_journal_mode, open_store,
+                                    sqlite_version)
 from maint.store.holders import HolderReport, find_holders
 from maint.store.targets import hermes_home
 
@@ -52,7 +53,6 @@ THRESHOLDS: dict[str, tuple[float, int]] = {
     "backup_max_age_hours": (48, 3600),  # a nightly backup plus a day of grace
 }
 SWEEP_GRACE_S = 3600  # the job loop's misfire grace
-KNOWN_SCHEMA = 30  # the newest Hermes layout this release is tested against
 NUMERIC_SESSION_KEYS = ("min_interval_hours", "min_vacuum_interval_days")
 CHECKS = ("config", "integrity", "schema", "sizes", "holders", "journal_mode", "repairs", "ages")
 RESTORE = ("stop Hermes, then copy your last good backup over the store (a copy made with "
@@ -224,12 +224,13 @@ class Doctor:
     def check_schema(self, store: Store) -> None:
         version = store.schema_version
         layout = _fts_layout(store)
-        if version is not None and version > KNOWN_SCHEMA:
-            what = (f"schema version {version}, newer than the v{KNOWN_SCHEMA} layout this hermes-maint release is "
-                    "tested with; columns it does not know are left alone")
+        if version is not None and version > NEWEST_KNOWN_SCHEMA:
+            what = (f"schema version {version}, newer than the v{NEWEST_KNOWN_SCHEMA} layout this hermes-maint "
+                    "release knows: it reads this store but never writes it")
         else:
             what = f"schema version {version if version is not None else 'unknown (no schema_version table)'}"
-        self.add("schema", OK, f"{what}; FTS layout {layout}", version=version, fts_layout=layout)
+        note = f"; opened {store.note}" if store.note else ""
+        self.add("schema", OK, f"{what}; FTS layout {layout}{note}", version=version, fts_layout=layout)
         present = set(store.fts_tables)
         missing = [t for t in fts.EXPECTED if t not in present]
         # A trigger still writing into a missing index makes every message insert fail.
