@@ -65,6 +65,13 @@ def test_long_lists_are_cut_but_counted(store):
     assert stored.report["session_ids"] == ids[:LIST_CAP] and stored.report["truncated"] == {"session_ids": len(ids)}
 
 
+def test_rows_affected_per_kind():
+    assert history.rows_affected("sweep", {"reaped_ids": ["a"], "pruned_ids": ["b", "c"]}) == 3
+    assert history.rows_affected("backup", {"snapshot": {"sessions": 7}}) == 7
+    assert history.rows_affected("backup", {"snapshot": None}) == 0
+    assert history.rows_affected("optimize", {"bytes_freed": 10}) == 0
+
+
 def test_a_damaged_history_row_is_skipped(store):
     with open_store(store) as st:
         history.append(st, "archive", {"session_ids": ["a"]})

@@ -29,7 +29,7 @@ SEQ_DIGITS = 12
 KINDS = ("sweep", "prune", "archive", "optimize", "backup", "restore", "import", "repair-prompts",
          "repair-profiles", "repair-fts", "recover")
 
-# Which report field counts as "rows affected" for each kind (a list counts its length).
+# Which report field counts as "rows affected" for each kind (a list counts its length; dotted = nested).
 ROWS_FIELD: dict[str, tuple[str, ...]] = {
     "sweep": ("reaped_ids", "pruned_ids"),
     "prune": ("deleted",),
@@ -37,7 +37,7 @@ ROWS_FIELD: dict[str, tuple[str, ...]] = {
     "repair-prompts": ("cleared",),
     "repair-fts": ("rebuilt",),
     "recover": ("recovered_messages",),
-    "backup": ("sessions",),
+    "backup": ("snapshot.sessions",),
     "import": ("imported",),
 }
 
@@ -60,7 +60,9 @@ def rows_affected(kind: str, report: dict[str, Any]) -> int:
     """The number a monitor graphs for one run: deleted, archived, reaped+pruned, cleared ..."""
     total = 0
     for key in ROWS_FIELD.get(kind, ()):
-        value = report.get(key)
+        value: Any = report
+        for part in key.split("."):  # a dotted key reaches into a nested report ("snapshot.sessions")
+            value = value.get(part) if isinstance(value, dict) else None
         if isinstance(value, bool):
             continue
         if isinstance(value, int):
