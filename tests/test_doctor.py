@@ -15,7 +15,7 @@ from maint.ops import history
 from maint.ops.doctor import run_doctor
 from maint.store.connection import has_wal_reset_bug, open_store
 from maint.store.holders import HolderReport
-from tests.conftest import Cli, file_hash, run_subprocess
+from tests.conftest import Cli, LockHolder, file_hash, run_subprocess
 from tests.storegen import StoreBuilder
 
 Usage = namedtuple("Usage", "total used free")
@@ -475,3 +475,11 @@ def test_missing_search_index_fix_reaches_a_profile_store(hermes_home):
     assert only(doctor(db, profile="coder"), "fts_layout", "ok")
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'topic1'"
                                        ).fetchone()[0] == 1
+
+
+def test_rollback_store_held_by_a_writer_is_not_read_whole(store, hermes_home):
+    with LockHolder(store) as holder:  # a live writer on a rollback-journal store
+        f = only(doctor(store), "integrity", "warning")
+        assert f"pid {holder.proc.pid}" in f["what"] and f["fix"] == "stop Hermes, then hermes-maint doctor"
+        assert not findings(doctor(store), "fts_index")
+    assert only(doctor(store), "integrity", "ok")

@@ -185,6 +185,13 @@ class Doctor:
     # -- integrity, search indexes, schema ---------------------------------------------------------
     def check_integrity(self, store: Store) -> None:
         pragma = "integrity_check" if self.full else "quick_check"
+        if header_journal_mode(self.path) != "wal" and self.holders and self.holders.holders:
+            # In rollback mode our read holds SQLite's shared lock for the whole check, and a
+            # Hermes commit waits for it (giving up after ~16 s): never make a live writer wait.
+            self.add("integrity", WARNING, f"{pragma} not run: the store is in rollback-journal mode and held by "
+                                           f"{self.holders.describe()}; a whole-file read would hold up its writes",
+                     f"stop Hermes, then {self.cmd('doctor')}")
+            return
         try:
             rows = [r[0] for r in store.conn.execute(f"PRAGMA {pragma}")]
         except apsw.Error as exc:
