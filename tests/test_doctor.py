@@ -22,7 +22,7 @@ Usage = namedtuple("Usage", "total used free")
 PLENTY = lambda p: Usage(10**12, 10**11, 9 * 10**11)  # noqa: E731
 LOW = lambda p: Usage(100 * 10**9, 99 * 10**9, 10**9)  # noqa: E731
 HERMES = Path(sys.executable).with_name("hermes")
-CONFIRMING = {"prune", "repair-fts", "recover", "repair-prompts", "repair-profiles"}
+CONFIRMING = {"prune", "repair-fts", "recover", "repair-prompts", "repair-profiles", "repair-routing"}
 
 
 def doctor(db, **kw):
@@ -483,3 +483,16 @@ def test_rollback_store_held_by_a_writer_is_not_read_whole(store, hermes_home):
         assert f"pid {holder.proc.pid}" in f["what"] and f["fix"] == "stop Hermes, then hermes-maint doctor"
         assert not findings(doctor(store), "fts_index")
     assert only(doctor(store), "integrity", "ok")
+
+
+def test_gateway_rows_that_lost_their_routing_and_repair_routing(hermes_home):
+    from tests.test_repair_routing import build
+
+    db = build(hermes_home / "state.db", "v30")
+    healthy_mode(db)
+    f = only(doctor(db), "unrouted", "warning")
+    assert sorted(f["data"]["ids"]) == ["dc_child", "tg_orphan"]
+    assert f["fix"].startswith("hermes-maint repair-routing --apply")
+    apply_fix(f["fix"], hermes_home)
+    after = only(doctor(db), "unrouted", "ok")
+    assert "5 without unambiguous evidence" in after["what"]  # ambiguous ones stay the operator's call

@@ -70,6 +70,7 @@ def test_rows_affected_per_kind():
     assert history.rows_affected("backup", {"snapshot": {"sessions": 7}}) == 7
     assert history.rows_affected("backup", {"snapshot": None}) == 0
     assert history.rows_affected("optimize", {"bytes_freed": 10}) == 0
+    assert history.rows_affected("repair-routing", {"adopted": [{"orphan_id": "a"}, {"orphan_id": "b"}]}) == 2
 
 
 def test_a_damaged_history_row_is_skipped(store):

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt
+from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt
 from maint.commands.output import confirm_or_refuse
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
@@ -27,6 +27,7 @@ def repair_routing(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     all_profiles: AllProfilesOpt = False,
+    metrics_file: MetricsOpt = None,
 ) -> None:
     """Re-attach gateway sessions that have messages but lost their routing identity.
 
@@ -40,6 +41,7 @@ def repair_routing(
 
     Example: hermes-maint repair-routing --max-gap-seconds 300; hermes-maint repair-routing --apply
     """
+    from maint.commands.recording import metrics_target
     from maint.ops.profiles import snapshot
     from maint.ops.routing import adopt, find_orphans, store_owner
     from maint.store.connection import open_store
@@ -47,6 +49,7 @@ def repair_routing(
 
     if apply and dry_run:
         raise UsageError("--apply and --dry-run contradict each other (use one)")
+    metrics = metrics_target(metrics_file)
     try:
         gap = float(max_gap_seconds)
     except ValueError:
@@ -80,7 +83,8 @@ def repair_routing(
                     report["adopted"].append(entry)
         return report
 
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="repair-routing",
+                   ran=lambda r: bool(r["adopted"]), metrics_file=metrics)
 
 
 def _render(r: dict) -> None:

@@ -400,11 +400,22 @@ class Doctor:
             self.add("profiles", OK, f"no row of another profile in {mine[0]}'s store")
 
     def check_unrouted(self, store: Store) -> None:
-        if not store.has_table("gateway_routing"):
-            self.add("unrouted", OK, "no gateway_routing table: no gateway rows to check")
-            return
-        self.add("unrouted", OK, "gateway routing: not checked by this release (Hermes's "
-                                 "`hermes sessions repair-routing` reports rows that lost their routing)")
+        """What repair-routing would adopt: gateway rows with messages that lost their routing."""
+        from maint.ops.routing import find_orphans, store_owner
+
+        records = find_orphans(store, owner=store_owner(self.path), now=self.now)
+        adoptable = [r for r in records if r["adoptable"]]
+        unclear = [r for r in records if not r["adoptable"]]
+        if adoptable:
+            self.add("unrouted", WARNING, f"{len(adoptable)} gateway session(s) with messages lost their routing "
+                                          "(repair-routing has the evidence to adopt them): after a restart those "
+                                          "chats resume an older conversation",
+                     f"{self.cmd('repair-routing', '--apply')}  # stop the gateway first",
+                     ids=[r["orphan_id"] for r in adoptable][:50])
+        else:
+            self.add("unrouted", OK, "no gateway session that lost its routing"
+                     + (f" and can be adopted ({len(unclear)} without unambiguous evidence: "
+                        f"`{self.cmd('repair-routing')}` lists them, left to you)" if unclear else ""))
 
     # -- last sweep, VACUUM, backup ---------------------------------------------------------------
     def check_ages(self, store: Store) -> None:

@@ -27,7 +27,7 @@ KEEP = 100
 LIST_CAP = 50
 SEQ_DIGITS = 12
 KINDS = ("sweep", "prune", "archive", "optimize", "backup", "restore", "import", "repair-prompts",
-         "repair-profiles", "repair-fts", "recover")
+         "repair-profiles", "repair-routing", "repair-fts", "recover")
 
 # Which report field counts as "rows affected" for each kind (a list counts its length; dotted = nested).
 ROWS_FIELD: dict[str, tuple[str, ...]] = {
@@ -35,6 +35,7 @@ ROWS_FIELD: dict[str, tuple[str, ...]] = {
     "prune": ("deleted",),
     "archive": ("session_ids",),
     "repair-prompts": ("cleared",),
+    "repair-routing": ("adopted",),
     "repair-fts": ("rebuilt",),
     "recover": ("recovered_messages",),
     "backup": ("snapshot.sessions",),
