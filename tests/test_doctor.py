@@ -496,3 +496,23 @@ def test_gateway_rows_that_lost_their_routing_and_repair_routing(hermes_home):
     apply_fix(f["fix"], hermes_home)
     after = only(doctor(db), "unrouted", "ok")
     assert "5 without unambiguous evidence" in after["what"]  # ambiguous ones stay the operator's call
+
+
+def test_a_profile_is_checked_against_its_own_config(store, hermes_home):
+    coder = hermes_home / "profiles" / "coder"
+    with StoreBuilder(coder / "state.db") as b:
+        b.session("c", age=1)
+    healthy_mode(coder / "state.db")
+    (coder / "config.yaml").write_text("sessions:\n  retention_days: -1\n")
+
+    def check():
+        result = run_subprocess("doctor", "--profile", "coder", "--json", env={"HERMES_HOME": str(hermes_home)})
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    f = only(check(), "config", "warning")
+    assert str(coder / "config.yaml") in f["what"]
+    assert f["fix"] == "hermes --profile coder config set sessions.retention_days 90"
+    apply_fix(f["fix"], hermes_home)
+    assert only(check(), "config", "ok")
+    assert only(doctor(store), "config", "ok")  # the default store's config was never the problem

@@ -38,22 +38,27 @@ def doctor(
       hermes-maint doctor --json --metrics-file /var/lib/node_exporter/textfile/hermes.prom
     """
     from maint.commands.recording import metrics_target, write_metrics
-    from maint.config import Config, load_config
+    from maint.config import Config, config_path_for, load_config
     from maint.ops.doctor import CHECKS, fails, run_doctor, summary_line
-    from maint.store.targets import hermes_home
 
     if summary and as_json:
         raise UsageError("--summary and --json are exclusive (use one)")
-    try:
-        cfg, cfg_error = load_config(), None
-    except UsageError as exc:  # a broken config.yaml is a finding here, not a stop
-        cfg, cfg_error = Config(path=hermes_home() / "config.yaml", exists=True), str(exc)
     targets = resolve_targets(db, profile, all_profiles)
-    metrics = metrics_target(metrics_file) if (cfg_error is None or metrics_file is not None) else None
+    try:
+        metrics = metrics_target(metrics_file)
+    except UsageError:
+        if metrics_file is not None:
+            raise
+        metrics = None  # a broken config.yaml is the doctor's finding below, not a stop
     level = fail_on.value if fail_on else None
     reports: dict[str, dict] = {}
 
     def run(target) -> dict:
+        path = config_path_for(target.path if db is not None else None, target.profile)
+        try:
+            cfg, cfg_error = load_config(path), None
+        except UsageError as exc:  # a broken config.yaml is a finding here, not a stop
+            cfg, cfg_error = Config(path=path, exists=True), str(exc)
         with progress(len(CHECKS), "Checking", as_json or summary) as tick:
             report = run_doctor(target.path, cfg, profile=target.profile, cfg_error=cfg_error, full=full,
                                 on_progress=tick)

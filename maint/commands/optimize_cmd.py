@@ -30,12 +30,11 @@ def optimize(
     store and writes a compacted, verified copy for you to swap in.
     """
     from maint.commands.recording import metrics_target
-    from maint.config import load_config
+    from maint.config import config_path_for, load_config
     from maint.ops.vacuum import check_into, vacuum_into
     from maint.ops.vacuum import optimize as run_optimize
     from maint.store.connection import open_store
 
-    cfg = load_config()
     metrics = metrics_target(metrics_file)
     targets = resolve_targets(db, profile, all_profiles)
     dest = None
@@ -51,6 +50,7 @@ def optimize(
             return {"into": c.path, "fts_optimized": [], "bytes_before": c.bytes_before, "bytes_after": c.bytes_after,
                     "bytes_freed": max(0, c.bytes_before - c.bytes_after), "seconds": round(c.seconds, 2),
                     "journal_mode": c.journal_mode, "sessions": c.sessions, "messages": c.messages}
+        cfg = load_config(config_path_for(target.path if db is not None else None, target.profile))
         with open_store(target.path) as store:
             r = run_optimize(store, replicated=cfg.maint("replicated") is True)
         return {"into": None, "fts_optimized": r.fts_optimized, "bytes_before": r.bytes_before,

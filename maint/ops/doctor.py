@@ -154,8 +154,9 @@ class Doctor:
         if self.cfg.has_session_key("auto_prune") and not isinstance(auto, bool):
             bad.append(("auto_prune", auto, "true or false", "true", "anything but true leaves the sweep off"))
         for key, value, accepted, suggested, effect in bad:
+            fix = self.hermes("config", "set", f"sessions.{key}", suggested)
             self.add("config", WARNING, f"sessions.{key} is {value!r} in {self.cfg.path}, expected {accepted}: "
-                                        f"{effect}", f"hermes config set sessions.{key} {suggested}", key=key)
+                                        f"{effect}", fix, key=key)
         maint_bad = []
         for key, (default, _unit) in THRESHOLDS.items():
             value = self.cfg.maint(f"doctor.{key}", default)
@@ -168,16 +169,16 @@ class Doctor:
         if not isinstance(replicated, bool):
             maint_bad.append(("replicated", replicated, "true or false", "true"))
         for key, value, accepted, suggested in maint_bad:
+            fix = self.hermes("config", "set", f"hermes_maint.{key}", suggested)
             self.add("config", WARNING, f"hermes_maint.{key} is {value!r} in {self.cfg.path}, expected {accepted}; "
-                                        "the default is used", f"hermes config set hermes_maint.{key} {suggested}",
-                     key=f"hermes_maint.{key}")
+                                        "the default is used", fix, key=f"hermes_maint.{key}")
         if not self.cfg.has_session_key("auto_prune"):
             figures = disk_figures(self.path.parent, usage=self.disk_usage)
             if figures.low:
                 self.add("config", WARNING, f"sessions.auto_prune is unset and the disk holding the store is low "
                                             f"({figures.free / 1e9:.1f} GB free of {figures.total / 1e9:.1f} GB): "
                                             "history grows until something prunes it",
-                         f"{PROG} autoprune on", key="auto_prune", free=figures.free, total=figures.total)
+                         self.cmd("autoprune", "on"), key="auto_prune", free=figures.free, total=figures.total)
         if not [f for f in self.findings if f.kind == "config"]:
             self.add("config", OK, f"config {'read from ' + str(self.cfg.path) if self.cfg.exists else 'absent'}: "
                                    f"auto_prune {self.cfg.session('auto_prune')}, retention_days {self.retention()}")
@@ -315,12 +316,13 @@ class Doctor:
         wanted = self.cfg.journal_mode
         fs = filesystem_type(self.path.parent)
         if mode == "wal" and fs in WAL_UNSAFE_FS:
+            fix = (f"{self.cmd('set-journal-mode', 'delete')} && "
+                   f"{self.hermes('config', 'set', 'database.journal_mode', 'delete')}")
             self.add("journal_mode", CRITICAL, f"the store is in WAL mode on {fs}: WAL shared memory silently "
-                                               "corrupts there", f"{self.cmd('set-journal-mode', 'delete')} && "
-                                                                 "hermes config set database.journal_mode delete")
+                                               "corrupts there", fix)
         elif wanted in ("wal", "delete") and wanted != mode:
-            self.add("journal_mode", WARNING, f"the file is in {mode} mode but config.yaml asks for {wanted}: "
-                                              "Hermes keeps an existing store's mode, so the setting is not in effect",
+            self.add("journal_mode", WARNING, f"the file is in {mode} mode but {self.cfg.path} asks for {wanted}: "
+                                              "the setting is not in effect (Hermes never downgrades a live WAL store)",
                      self.cmd("set-journal-mode", wanted) + "  # with Hermes stopped")
         else:
             self.add("journal_mode", OK, f"journal mode {mode} (file header)"
@@ -332,7 +334,8 @@ class Doctor:
             self.add("sqlite", WARNING, f"Python's sqlite3 here links SQLite {stdlib}, which has the WAL-reset "
                                         "corruption bug (3.7.0-3.51.2) and is what Hermes uses; a WAL store can be "
                                         "corrupted under concurrent writers",
-                     f"{self.cmd('set-journal-mode', 'delete')} && hermes config set database.journal_mode delete  "
+                     f"{self.cmd('set-journal-mode', 'delete')} && "
+                     f"{self.hermes('config', 'set', 'database.journal_mode', 'delete')}  "
                      "# or give Python a SQLite >= 3.51.3", stdlib=stdlib, ours=ours)
         else:
             self.add("sqlite", OK, f"SQLite {ours} (hermes-maint), {stdlib} (Python's sqlite3, Hermes)"
@@ -354,7 +357,7 @@ class Doctor:
         candidates = reap_candidates(store, self.retention(), self.now)
         if candidates:
             fix = (self.cmd("sweep", "--force") if self.auto_prune_on()
-                   else f"{PROG} autoprune on && {self.cmd('sweep')}")
+                   else f"{self.cmd('autoprune', 'on')} && {self.cmd('sweep')}")
             self.add("orphans", WARNING, f"{len(candidates)} open automation session(s) (cron, subagent, cli …) "
                                          f"inactive for over {self.retention()} days: never ended, so never pruned",
                      fix, ids=candidates[:50])
