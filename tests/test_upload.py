@@ -85,7 +85,10 @@ def test_session_id_with_slashes_uploads_under_its_sanitised_name(store, tmp_pat
                            env=_env(hub.url))
         landed = set(hub.repos["tester/hermes-traces"]["files"])
     assert r.returncode == 0, r.stderr
-    assert landed == {"sessions/_etc_abs_id.jsonl"}
+    from maint.export.files import safe_name
+
+    assert landed == {f"sessions/{safe_name('/etc/abs_id', '')}.jsonl"}  # _etc_abs_id-<hash of the real id>
+    assert all("/" not in path[len("sessions/"):] for path in landed)
     assert json.loads(r.stdout)["uploaded"][0]["ok"] is True
 
 
