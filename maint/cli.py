@@ -3,8 +3,8 @@
 import sys
 
 from maint.app import app
-from maint.commands import (archive_cmd, autoprune_cmd, delete_cmd, demo_cmd, doctor_cmd, export_cmd, fts_cmd,
-                            history_cmd, jobs_cmd, journal_cmd, list_cmd, optimize_cmd, pin_cmd, profiles_cmd,
+from maint.commands import (archive_cmd, autoprune_cmd, backup_cmd, delete_cmd, demo_cmd, doctor_cmd, export_cmd,
+                            fts_cmd, history_cmd, jobs_cmd, journal_cmd, list_cmd, optimize_cmd, pin_cmd, profiles_cmd,
                             prompts_cmd, prune_cmd, recover_cmd, rename_cmd, routing_cmd, stats_cmd, sweep_cmd)
 from maint.commands.runner import guard, run
 
@@ -31,6 +31,7 @@ COMMANDS = {
     "doctor": doctor_cmd.doctor,
     "history": history_cmd.history,
     "demo": demo_cmd.demo,
+    "backup": backup_cmd.backup,
 }
 for name, fn in COMMANDS.items():
     app.command(name)(guard(fn))

@@ -37,11 +37,16 @@ MIN_MARGIN_BYTES = 64 * 2**20
 DiskUsage = Callable[[Path], Any]  # shutil.disk_usage, or a test's stand-in with .free
 
 
+def with_margin(size: int) -> int:
+    """Free space a full copy of *size* bytes needs: the copy plus a margin that keeps the disk usable."""
+    return size + max(MIN_MARGIN_BYTES, size // 10)
+
+
 def space_shortfall(store: Store, disk_usage: DiskUsage = shutil.disk_usage) -> tuple[int, int, int] | None:
     """(free, needed, store size) when the filesystem lacks room for a VACUUM copy, else None."""
     size = sum(store.file_sizes().values())
     free = disk_usage(store.path.parent).free
-    need = size + max(MIN_MARGIN_BYTES, size // 10)
+    need = with_margin(size)
     return (free, need, size) if free < need else None
 
 

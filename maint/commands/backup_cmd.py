@@ -1,0 +1,75 @@
+"""hermes-maint backup: thin CLI over :mod:`maint.ops.backup`."""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from maint.commands.common import DryRunOpt, JsonOpt, command, fmt_bytes, for_each_target, resolve
+from maint.errors import UsageError
+from maint.ops.backup import (default_folder, estimate_bytes, list_snapshots, prepare_folder, remove_stale_partials,
+                              rotate, store_label, take_snapshot, would_rotate)
+from maint.store.connection import open_store
+
+
+@command
+def backup(
+    targets: dict,
+    dest: Annotated[Optional[Path], typer.Argument(help="Folder for the snapshots "
+                                                        "(default: $HERMES_HOME/state-snapshots/).")] = None,
+    keep: Annotated[Optional[int], typer.Option("--keep", help="Then remove this store's oldest verified "
+                                                               "snapshots beyond N (N >= 1).")] = None,
+    compact: Annotated[bool, typer.Option("--compact", help="A compacted snapshot (VACUUM INTO from a private "
+                                                            "copy): smaller, slower.")] = False,
+    dry_run: DryRunOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """A consistent snapshot of the store while Hermes keeps writing: one verified file, 0600.
+
+    Named state-<profile>-<UTC time>.db, checked with PRAGMA quick_check and
+    against the store's session and message counts before it counts. --keep N
+    removes only snapshots this tool made and verified for the same store,
+    never the one just made. Refuses, with both figures, when the folder's
+    filesystem lacks room for the snapshot plus a margin.
+    """
+    if keep is not None and keep < 1:
+        raise UsageError(f"--keep: bad value {keep} (expected a whole number >= 1; the new snapshot always stays)")
+    stores = resolve(targets)
+    folder = Path(dest).expanduser() if dest is not None else None
+
+    def run(target) -> dict:
+        label = store_label(target.path, target.profile)
+        if dry_run:
+            with open_store(target.path, readonly=True) as store:
+                size, peak = estimate_bytes(store, compact)
+            base = folder if folder is not None else default_folder()
+            return {"dry_run": True, "snapshot": None, "folder": str(base), "estimated_bytes": size,
+                    "peak_extra_bytes": peak, "label": label,
+                    "would_remove": would_rotate(base, target.path, keep) if keep and base.is_dir() else [],
+                    "removed": [], "removed_partials": []}
+        where = prepare_folder(folder)
+        partials = remove_stale_partials(where)
+        snap = take_snapshot(target.path, where, label=label, compact=compact)
+        removed = rotate(where, target.path, keep, snap.path) if keep else []
+        unverified = [str(s.path) for s in list_snapshots(where)
+                      if not s.verified and s.path.name.startswith(f"state-{label}-")]
+        return {"dry_run": False, "snapshot": snap.as_dict(), "folder": str(where), "label": label,
+                "removed": removed, "removed_partials": partials, "unverified_kept": unverified}
+
+    def render(r: dict) -> None:
+        if r["dry_run"]:
+            typer.echo(f"Would write a snapshot of about {fmt_bytes(r['estimated_bytes'])} into {r['folder']}")
+            for p in r["would_remove"]:
+                typer.echo(f"  would remove {p}")
+            return
+        s = r["snapshot"]
+        typer.echo(f"Snapshot {s['path']}")
+        typer.echo(f"  {s['sessions']} sessions, {s['messages']} messages, {fmt_bytes(s['bytes'])}, "
+                   f"verified (quick_check ok, counts match) in {s['seconds']:.1f}s")
+        for p in r["removed"]:
+            typer.echo(f"  removed old snapshot {p}")
+        for p in r["removed_partials"]:
+            typer.echo(f"  removed {p} (left by an interrupted backup)")
+
+    for_each_target(stores, as_json, run, render)
+

@@ -1,0 +1,507 @@
+"""backup: a consistent online snapshot of a store, verified before it counts, then rotated.
+
+The copy goes through SQLite's online backup API from our own connection to the
+live store, a bounded number of pages per step:
+
+* **WAL store** (Hermes's default): the source connection holds one read
+  transaction for the whole copy. A WAL reader never blocks a writer, so Hermes
+  keeps appending; the read transaction pins one snapshot, so the copy never
+  restarts (without it, every Hermes commit restarts the copy from page 1) and
+  the session/message counts taken inside it are the snapshot's own.
+* **rollback-journal store**: a reader does block commits, so each step is its
+  own short read transaction (about ``HERMES_MAINT_BATCH_MS``), with a pause
+  between steps that every waiting writer outlasts (see batching.Pacer). A
+  commit between steps restarts the copy; after ``MAX_RESTARTS`` we refuse
+  rather than hold the lock: such a store needs a quiet moment.
+
+``--compact`` first makes that copy privately, then ``VACUUM INTO`` the
+snapshot from the private copy. VACUUM INTO is one statement, hence one read
+transaction for the whole rewrite: on the live store it would keep a WAL from
+being checkpointed (or, in rollback mode, keep every writer waiting) for all
+that time, and its moment could not be pinned for the count check.
+
+The snapshot is one self-contained file (rollback-journal header, no -wal or
+-shm), created exclusively (O_EXCL|O_NOFOLLOW, 0600) under a temporary name in
+a 0700 folder, checked (``PRAGMA quick_check``, Hermes's tables, counts equal to
+the source's at the snapshot's moment), fsynced, then linked to its final name
+(never over an existing file). A sidecar ``<name>.json`` records the
+verification and the file's inode and size; rotation removes only files with
+such a sidecar that still describes them, so it never touches a file it did
+not make.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import apsw
+
+from maint.crashpoints import crash_point
+from maint.errors import MaintError, StoreError, UsageError
+from maint.export.files import safe_name
+from maint.store.batching import Batcher, pacer_for
+from maint.store.connection import REQUIRED_TABLES, Store, open_store
+from maint.store.targets import hermes_home
+from maint.ops.vacuum import DiskUsage, with_margin
+
+MADE_BY = "hermes-maint"
+SIDECAR_VERSION = 1
+KINDS = ("backup", "pre-restore")
+# state-<label>-<UTC time>[.pre-restore][-n].db
+SNAPSHOT_RE = re.compile(r"^state-(?P<label>[A-Za-z0-9._-]+?)-(?P<stamp>\d{8}T\d{6}Z)"
+                         r"(?P<kind>\.pre-restore)?(?:-(?P<n>\d+))?\.db$")
+PARTIAL_RE = re.compile(r"^\.state-[A-Za-z0-9._-]+-\d{8}T\d{6}Z(\.pre-restore)?(-\d+)?\.db(\.copy)?\.partial$")
+MAX_RESTARTS = 50
+FIRST_STEP_PAGES = 64
+MAX_STEP_PAGES = 1 << 20
+
+
+def default_folder() -> Path:
+    return hermes_home() / "state-snapshots"
+
+
+def store_label(path: Path, profile: str | None) -> str:
+    """What the file name says the snapshot is of: the profile, or the store's own name for other files."""
+    if profile:
+        return safe_name(profile, "")
+    resolved = Path(path).expanduser().resolve()
+    home = hermes_home().expanduser().resolve()
+    if resolved == home / "state.db":
+        return "default"
+    if resolved.parent.parent == home / "profiles" and resolved.name == "state.db":
+        return safe_name(resolved.parent.name, "")
+    # another file: its own name, or its folder's when it is called state.db too
+    return safe_name(resolved.parent.name if resolved.stem == "state" else resolved.stem, "")
+
+
+def prepare_folder(folder: Path | None) -> Path:
+    """The snapshot folder, created 0700 when missing; ours (the default) is tightened to 0700."""
+    default = folder is None
+    folder = default_folder() if default else Path(folder).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"DEST: {folder} is not a folder (expected a folder for the snapshots)")
+    if not folder.exists():
+        parent = folder.parent
+        if not default and not parent.is_dir():
+            raise UsageError(f"DEST: folder {parent} does not exist (expected an existing folder, "
+                             "or a new folder inside one)")
+        folder.mkdir(mode=0o700, parents=default)
+        os.chmod(folder, 0o700)  # mkdir's mode passes through the umask
+    elif default and stat.S_IMODE(folder.stat().st_mode) & 0o077:
+        with contextlib.suppress(PermissionError):
+            os.chmod(folder, 0o700)
+    return folder
+
+
+def create_exclusive(path: Path) -> int:
+    """A new file, 0600, never an existing one and never through a symlink."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def counts(conn: apsw.Connection) -> dict[str, int]:
+    return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchall()[0][0] for t in ("sessions", "messages")}
+
+
+def open_readonly(path: Path) -> apsw.Connection:
+    return apsw.Connection(f"file:{quote(str(path))}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+
+
+def check_file(path: Path) -> dict[str, Any]:
+    """quick_check, Hermes's tables and the counts of a snapshot file; raises StoreError if it is not intact."""
+    try:
+        conn = open_readonly(path)
+    except apsw.Error as exc:
+        raise StoreError(f"{path}: cannot open as SQLite ({exc}); not a usable snapshot") from None
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = [t for t in REQUIRED_TABLES if t not in tables]
+        if missing:
+            raise StoreError(f"{path}: not a Hermes store (missing table {', '.join(missing)}); refusing")
+        problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise StoreError(f"{path}: failed PRAGMA quick_check ({'; '.join(map(str, problems[:3]))}); refusing")
+        out = counts(conn)
+        out["page_size"] = conn.execute("PRAGMA page_size").fetchall()[0][0]
+        out["page_count"] = conn.execute("PRAGMA page_count").fetchall()[0][0]
+        return out
+    except (apsw.CorruptError, apsw.NotADBError) as exc:
+        raise StoreError(f"{path}: corrupt ({exc}); refusing") from None
+    finally:
+        conn.close()
+
+
+def set_rollback_header(fd: int) -> None:
+    """Header bytes 18-19 = 1: a rollback-journal file that opens without -wal/-shm.
+
+    The backup API copies page 1 as it is, so a copy of a WAL store says "WAL". The
+    copy is closed, never was in WAL mode and has no -wal: only the marker changes.
+    """
+    os.pwrite(fd, b"\x01\x01", 18)
+
+
+@dataclass
+class CopyStats:
+    counts: dict[str, int]
+    steps: int = 0
+    restarts: int = 0
+    journal_mode: str = "wal"
+    longest_step_ms: float = 0.0
+
+
+def _step_target_s() -> float:
+    return Batcher().target_s
+
+
+def copy_online(store: Store, dest: Path, *, on_step: Callable[[int, int], None] | None = None) -> CopyStats:
+    """Backup API from *store* into the empty file *dest*, bounded steps; counts at the copy's moment."""
+    mode = str(store.scalar("PRAGMA journal_mode")).lower()
+    wal = mode == "wal"
+    src = store.conn
+    dst = apsw.Connection(str(dest), flags=apsw.SQLITE_OPEN_READWRITE)
+    stats = CopyStats(counts={}, journal_mode=mode)
+    target = _step_target_s()
+    pages = FIRST_STEP_PAGES
+    pacer = None if wal else pacer_for(store)
+    try:
+        dst.execute("PRAGMA journal_mode=OFF")  # a private file: a crash discards it anyway
+        dst.execute("PRAGMA synchronous=OFF")  # we fsync once, at the end
+        if wal:
+            src.execute("BEGIN")
+            stats.counts = counts(src)  # the first read pins the snapshot the copy is taken from
+        try:
+            with dst.backup("main", src, "main") as backup:
+                previous = None
+                while True:
+                    if not wal:
+                        src.execute("BEGIN")
+                    started = time.monotonic()
+                    try:
+                        done = backup.step(pages)
+                        if done and not wal:
+                            stats.counts = counts(src)  # same read transaction as the last step
+                    finally:
+                        if not wal:
+                            src.execute("COMMIT")
+                    took = time.monotonic() - started
+                    stats.steps += 1
+                    stats.longest_step_ms = max(stats.longest_step_ms, took * 1000)
+                    if previous is not None and backup.remaining > previous:
+                        stats.restarts += 1
+                        if stats.restarts > MAX_RESTARTS:
+                            raise MaintError(
+                                f"{store.path}: the store changed {stats.restarts} times during the copy; a "
+                                "rollback-journal store needs a moment without writes for a consistent online "
+                                "copy (run backup at a quiet time, or keep the store in WAL mode); no snapshot "
+                                "was made")
+                    previous = backup.remaining
+                    if on_step:
+                        on_step(backup.pagecount - backup.remaining, backup.pagecount)
+                    crash_point("backup_step")
+                    if done:
+                        break
+                    if took > 0:
+                        pages = int(min(MAX_STEP_PAGES, max(8, pages * min(4.0, target / took))))
+                    if pacer:
+                        pacer.pause()
+        finally:
+            if wal:
+                src.execute("COMMIT")
+    except apsw.BusyError:
+        raise StoreError(f"{store.path}: another process holds the store past the busy timeout; "
+                         "no snapshot was made") from None
+    except apsw.FullError:
+        raise MaintError(f"{dest.parent}: disk full while writing the snapshot; no snapshot was made") from None
+    finally:
+        dst.close()
+    return stats
+
+
+def vacuum_into(src_path: Path, dest: Path) -> None:
+    """VACUUM INTO the empty file *dest* from a private copy nobody else writes."""
+    conn = open_readonly(src_path)
+    try:
+        conn.execute("VACUUM INTO ?", (str(dest),))
+    except apsw.FullError:
+        raise MaintError(f"{dest.parent}: disk full while compacting the snapshot; no snapshot was made") from None
+    finally:
+        conn.close()
+
+
+@dataclass
+class Snapshot:
+    path: Path
+    store: Path
+    label: str
+    kind: str
+    created_at: str
+    method: str
+    bytes: int
+    sessions: int
+    messages: int
+    seconds: float = 0.0
+    steps: int = 0
+    restarts: int = 0
+    source_journal_mode: str = ""
+    longest_step_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["path"], out["store"] = str(self.path), str(self.store)
+        return out
+
+
+@dataclass
+class Listed:
+    """A file in the folder that looks like one of ours, and whether its sidecar vouches for it."""
+
+    path: Path
+    verified: bool
+    reason: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def sidecar_of(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def list_snapshots(folder: Path) -> list[Listed]:
+    out = []
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return []
+    for name in names:
+        if not SNAPSHOT_RE.match(name):
+            continue
+        path = folder / name
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            out.append(Listed(path, False, "not a regular file"))
+            continue
+        try:
+            meta = json.loads(sidecar_of(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            out.append(Listed(path, False, "no readable sidecar (not verified by hermes-maint)"))
+            continue
+        if not isinstance(meta, dict) or meta.get("made_by") != MADE_BY or meta.get("file") != name:
+            out.append(Listed(path, False, "sidecar not written by hermes-maint for this file"))
+        elif meta.get("inode") != st.st_ino or meta.get("bytes") != st.st_size:
+            out.append(Listed(path, False, "file differs from the one hermes-maint verified", meta))
+        else:
+            out.append(Listed(path, True, "", meta))
+    return out
+
+
+def remove_stale_partials(folder: Path) -> list[str]:
+    """Temporary files of interrupted backups (their writer's lock is gone); a running backup's are kept."""
+    removed = []
+    for name in sorted(os.listdir(folder)):
+        if not PARTIAL_RE.match(name):
+            continue
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # another backup is writing it
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.unlink(path)
+                removed.append(name)
+        finally:
+            os.close(fd)
+    # Sidecars whose snapshot never got its final name (killed between the two).
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".db.json") and SNAPSHOT_RE.match(name[:-5]) and not (folder / name[:-5]).exists():
+            with contextlib.suppress(ValueError, OSError):
+                if json.loads((folder / name).read_text()).get("made_by") == MADE_BY:
+                    os.unlink(folder / name)
+                    removed.append(name)
+    return removed
+
+
+def estimate_bytes(store: Store, compact: bool) -> tuple[int, int]:
+    """(snapshot size, peak extra disk use) from the page counts."""
+    p = store.page_stats()
+    full = p["page_count"] * p["page_size"]
+    if not compact:
+        return full, full
+    small = (p["page_count"] - p["freelist_count"]) * p["page_size"]
+    return small, full + small
+
+
+def check_room(folder: Path, need_bytes: int, disk_usage: DiskUsage) -> None:
+    free = disk_usage(folder).free
+    need = with_margin(need_bytes)
+    if free < need:
+        raise MaintError(f"{folder}: not enough free space for the snapshot: {free} bytes free, need about {need} "
+                         f"({need_bytes} bytes plus margin); nothing was written")
+
+
+def _reserve(folder: Path, label: str, kind: str, stamp: str) -> tuple[str, Path, int]:
+    """A final name nobody uses and its partial file, created exclusively and locked while we write."""
+    suffix = ".pre-restore" if kind == "pre-restore" else ""
+    for n in range(1, 1000):
+        name = f"state-{label}-{stamp}{suffix}{'' if n == 1 else f'-{n}'}.db"
+        final = folder / name
+        if final.exists() or sidecar_of(final).exists():
+            continue
+        partial = folder / f".{name}.partial"
+        try:
+            fd = create_exclusive(partial)
+        except FileExistsError:
+            continue
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return name, partial, fd
+    raise MaintError(f"{folder}: no free snapshot name for {label} at {stamp}")
+
+
+def _write_sidecar(path: Path, meta: dict[str, Any]) -> None:
+    side = sidecar_of(path)
+    tmp = side.with_name(f".{side.name}.partial")
+    fd = create_exclusive(tmp)
+    try:
+        os.write(fd, (json.dumps(meta, indent=1) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, side)
+    finally:
+        os.unlink(tmp)
+
+
+def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "backup", compact: bool = False,
+                  disk_usage: DiskUsage = shutil.disk_usage,
+                  on_step: Callable[[int, int], None] | None = None) -> Snapshot:
+    """Copy, verify, fsync, sidecar, link: returns the verified snapshot. Writes nothing to the store."""
+    started = time.monotonic()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    with open_store(store_path, readonly=True) as store:
+        size, peak = estimate_bytes(store, compact)
+        check_room(folder, peak, disk_usage)
+        name, partial, fd = _reserve(folder, label, kind, stamp)
+        final = folder / name
+        made: list[Path] = [partial]
+        try:
+            if compact:
+                copy = folder / f".{name}.copy.partial"
+                copy_fd = create_exclusive(copy)
+                made.append(copy)
+                try:
+                    stats = copy_online(store, copy, on_step=on_step)
+                finally:
+                    os.close(copy_fd)
+            else:
+                stats = copy_online(store, partial, on_step=on_step)
+        except OSError as exc:
+            _discard(made, fd)
+            raise _os_error(folder, exc) from None
+        except BaseException:
+            _discard(made, fd)
+            raise
+    try:
+        if compact:
+            vacuum_into(copy, partial)
+            os.unlink(copy)
+            made.remove(copy)
+        set_rollback_header(fd)
+        crash_point("backup_written")
+        found = check_file(partial)
+        got = {"sessions": found["sessions"], "messages": found["messages"]}
+        if got != stats.counts:
+            raise MaintError(f"{partial}: the copy holds {got} but the store held {stats.counts} at the snapshot's "
+                             "moment; discarded, nothing kept")
+        os.fsync(fd)
+        st = os.fstat(fd)
+        meta = {"made_by": MADE_BY, "version": SIDECAR_VERSION, "file": name, "kind": kind,
+                "store": str(Path(store_path).expanduser().resolve()), "label": label,
+                "created_at": stamp, "method": "vacuum-into" if compact else "backup-api",
+                "quick_check": "ok", "sessions": got["sessions"], "messages": got["messages"],
+                "bytes": st.st_size, "inode": st.st_ino, "page_size": found["page_size"]}
+        _write_sidecar(final, meta)
+        made.append(sidecar_of(final))
+        crash_point("backup_sidecar")
+        os.link(partial, final)  # never replaces an existing file
+        made = []  # the snapshot is in place: from here on nothing is taken back
+        os.unlink(partial)
+        fsync_dir(folder)
+    except OSError as exc:
+        _discard(made, fd)
+        raise _os_error(folder, exc) from None
+    except BaseException:
+        _discard(made, fd)
+        raise
+    os.close(fd)
+    return Snapshot(path=final, store=Path(store_path), label=label, kind=kind, created_at=stamp,
+                    method=meta["method"], bytes=st.st_size, sessions=got["sessions"], messages=got["messages"],
+                    seconds=round(time.monotonic() - started, 3), steps=stats.steps, restarts=stats.restarts,
+                    source_journal_mode=stats.journal_mode, longest_step_ms=round(stats.longest_step_ms, 1))
+
+
+def _discard(paths: list[Path], fd: int) -> None:
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _os_error(folder: Path, exc: OSError) -> MaintError:
+    import errno
+
+    if exc.errno == errno.ENOSPC:
+        return MaintError(f"{folder}: disk full while writing the snapshot; no snapshot was made")
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return MaintError(f"{folder}: cannot write there ({exc.strerror}); no snapshot was made")
+    return MaintError(f"{exc.filename or folder}: {exc.strerror or exc}; no snapshot was made")
+
+
+def rotate(folder: Path, store_path: Path, keep: int, just_made: Path) -> list[str]:
+    """Remove the oldest verified backups of this store beyond *keep*; never *just_made*, never another's file."""
+    store = str(Path(store_path).expanduser().resolve())
+    mine = [s for s in list_snapshots(folder)
+            if s.verified and s.meta.get("kind") == "backup" and s.meta.get("store") == store]
+    mine.sort(key=lambda s: (s.meta.get("created_at", ""), s.path.name))
+    removed = []
+    for s in mine[:max(0, len(mine) - keep)]:
+        if s.path == just_made:
+            continue
+        os.unlink(s.path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(sidecar_of(s.path))
+        removed.append(str(s.path))
+    return removed
+
+
+def would_rotate(folder: Path, store_path: Path, keep: int) -> list[str]:
+    """What rotate would remove once one more snapshot exists (for --dry-run)."""
+    store = str(Path(store_path).expanduser().resolve())
+    mine = [s for s in list_snapshots(folder)
+            if s.verified and s.meta.get("kind") == "backup" and s.meta.get("store") == store]
+    mine.sort(key=lambda s: (s.meta.get("created_at", ""), s.path.name))
+    return [str(s.path) for s in mine[:max(0, len(mine) + 1 - keep)]]
