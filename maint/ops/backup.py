@@ -52,7 +52,7 @@ from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError, UsageError
 from maint.export.files import safe_name
 from maint.store.batching import Batcher, pacer_for
-from maint.store.connection import REQUIRED_TABLES, Store, open_store
+from maint.store.connection import REQUIRED_TABLES, Store, busy_timeout_from_env, open_store, polling_busy_handler
 from maint.store.targets import hermes_home
 from maint.ops.vacuum import DiskUsage, with_margin
 
@@ -172,7 +172,17 @@ def _step_target_s() -> float:
     return Batcher().target_s
 
 
-def copy_online(store: Store, dest: Path, *, on_step: Callable[[int, int], None] | None = None) -> CopyStats:
+def _counts_or_none(conn: apsw.Connection, tolerate: bool) -> dict[str, int]:
+    try:
+        return counts(conn)
+    except apsw.Error:
+        if not tolerate:
+            raise
+        return {}  # a damaged store is still copied as it is (restore's safety snapshot)
+
+
+def copy_online(store: Store, dest: Path, *, on_step: Callable[[int, int], None] | None = None,
+                damaged_ok: bool = False) -> CopyStats:
     """Backup API from *store* into the empty file *dest*, bounded steps; counts at the copy's moment."""
     mode = str(store.scalar("PRAGMA journal_mode")).lower()
     wal = mode == "wal"
@@ -187,7 +197,8 @@ def copy_online(store: Store, dest: Path, *, on_step: Callable[[int, int], None]
         dst.execute("PRAGMA synchronous=OFF")  # we fsync once, at the end
         if wal:
             src.execute("BEGIN")
-            stats.counts = counts(src)  # the first read pins the snapshot the copy is taken from
+            stats.counts = _counts_or_none(src, damaged_ok)  # the first read pins the copy's snapshot
+            src.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
         try:
             with dst.backup("main", src, "main") as backup:
                 previous = None
@@ -198,7 +209,7 @@ def copy_online(store: Store, dest: Path, *, on_step: Callable[[int, int], None]
                     try:
                         done = backup.step(pages)
                         if done and not wal:
-                            stats.counts = counts(src)  # same read transaction as the last step
+                            stats.counts = _counts_or_none(src, damaged_ok)  # the last step's transaction
                     finally:
                         if not wal:
                             src.execute("COMMIT")
@@ -263,6 +274,8 @@ class Snapshot:
     restarts: int = 0
     source_journal_mode: str = ""
     longest_step_ms: float = 0.0
+    verified: bool = True
+    problem: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -305,6 +318,8 @@ def list_snapshots(folder: Path) -> list[Listed]:
             continue
         if not isinstance(meta, dict) or meta.get("made_by") != MADE_BY or meta.get("file") != name:
             out.append(Listed(path, False, "sidecar not written by hermes-maint for this file"))
+        elif meta.get("quick_check") != "ok":
+            out.append(Listed(path, False, f"kept as found: {meta.get('quick_check')}", meta))
         elif meta.get("inode") != st.st_ino or meta.get("bytes") != st.st_size:
             out.append(Listed(path, False, "file differs from the one hermes-maint verified", meta))
         else:
@@ -395,13 +410,25 @@ def _write_sidecar(path: Path, meta: dict[str, Any]) -> None:
         os.unlink(tmp)
 
 
+def _open_source(path: Path, damaged_ok: bool) -> Store:
+    if not damaged_ok:
+        return open_store(path, readonly=True)
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_handler(polling_busy_handler(busy_timeout_from_env()))
+    return Store(Path(path), conn)
+
+
 def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "backup", compact: bool = False,
-                  disk_usage: DiskUsage = shutil.disk_usage,
+                  disk_usage: DiskUsage = shutil.disk_usage, damaged_ok: bool = False,
                   on_step: Callable[[int, int], None] | None = None) -> Snapshot:
-    """Copy, verify, fsync, sidecar, link: returns the verified snapshot. Writes nothing to the store."""
+    """Copy, verify, fsync, sidecar, link: returns the verified snapshot. Writes nothing to the store.
+
+    *damaged_ok* (restore's safety copy of a store that may be why one restores): a store that is not
+    an intact Hermes store is still copied as it is and kept, its sidecar saying what failed.
+    """
     started = time.monotonic()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    with open_store(store_path, readonly=True) as store:
+    with _open_source(store_path, damaged_ok) as store:
         size, peak = estimate_bytes(store, compact)
         check_room(folder, peak, disk_usage)
         name, partial, fd = _reserve(folder, label, kind, stamp)
@@ -417,13 +444,14 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
                 finally:
                     os.close(copy_fd)
             else:
-                stats = copy_online(store, partial, on_step=on_step)
+                stats = copy_online(store, partial, on_step=on_step, damaged_ok=damaged_ok)
         except OSError as exc:
             _discard(made, fd)
             raise _os_error(folder, exc) from None
         except BaseException:
             _discard(made, fd)
             raise
+    problem = ""
     try:
         if compact:
             vacuum_into(copy, partial)
@@ -431,17 +459,22 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
             made.remove(copy)
         set_rollback_header(fd)
         crash_point("backup_written")
-        found = check_file(partial)
-        got = {"sessions": found["sessions"], "messages": found["messages"]}
-        if got != stats.counts:
-            raise MaintError(f"{partial}: the copy holds {got} but the store held {stats.counts} at the snapshot's "
-                             "moment; discarded, nothing kept")
+        try:
+            found = check_file(partial)
+            got = {"sessions": found["sessions"], "messages": found["messages"]}
+            if got != stats.counts:
+                raise StoreError(f"{partial}: the copy holds {got} but the store held {stats.counts} at the "
+                                 "snapshot's moment; discarded, nothing kept")
+        except StoreError as exc:
+            if not damaged_ok:
+                raise
+            problem, found, got = str(exc), {"page_size": None}, {"sessions": None, "messages": None}
         os.fsync(fd)
         st = os.fstat(fd)
         meta = {"made_by": MADE_BY, "version": SIDECAR_VERSION, "file": name, "kind": kind,
                 "store": str(Path(store_path).expanduser().resolve()), "label": label,
                 "created_at": stamp, "method": "vacuum-into" if compact else "backup-api",
-                "quick_check": "ok", "sessions": got["sessions"], "messages": got["messages"],
+                "quick_check": problem or "ok", "sessions": got["sessions"], "messages": got["messages"],
                 "bytes": st.st_size, "inode": st.st_ino, "page_size": found["page_size"]}
         _write_sidecar(final, meta)
         made.append(sidecar_of(final))
@@ -460,7 +493,8 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
     return Snapshot(path=final, store=Path(store_path), label=label, kind=kind, created_at=stamp,
                     method=meta["method"], bytes=st.st_size, sessions=got["sessions"], messages=got["messages"],
                     seconds=round(time.monotonic() - started, 3), steps=stats.steps, restarts=stats.restarts,
-                    source_journal_mode=stats.journal_mode, longest_step_ms=round(stats.longest_step_ms, 1))
+                    source_journal_mode=stats.journal_mode, longest_step_ms=round(stats.longest_step_ms, 1),
+                    verified=not problem, problem=problem)
 
 
 def _discard(paths: list[Path], fd: int) -> None:

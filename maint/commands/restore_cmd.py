@@ -1,0 +1,83 @@
+"""hermes-maint restore: thin CLI over :mod:`maint.ops.restore`."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from maint.commands.common import DryRunOpt, JsonOpt, YesOpt, command, confirm_or_refuse, emit_json, fmt_bytes, \
+    resolve
+from maint.errors import UsageError
+from maint.ops.backup import prepare_folder, store_label
+from maint.ops.restore import inspect_snapshot, live_counts, open_live, restore as run_restore
+
+
+def _counts(c) -> str:
+    return "unreadable" if c is None else f"{c['sessions']} sessions, {c['messages']} messages"
+
+
+@command
+def restore(
+    targets: dict,
+    snapshot: Annotated[Path, typer.Argument(help="A snapshot made by `hermes-maint backup` (or another copy of "
+                                                  "a state.db).")],
+    force: Annotated[bool, typer.Option("--force", help="Proceed when the holder check could not complete "
+                                                        "(never when a holder is found).")] = False,
+    dry_run: DryRunOpt = False,
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy a snapshot back into the store, in place (same file, same inode), after a safety snapshot.
+
+    Stop Hermes first: refused while any process holds the store. The
+    snapshot must pass PRAGMA quick_check; the store is checked again after
+    the copy. A kill at any moment leaves the old or the new store, whole.
+    """
+    if targets.get("all_profiles"):
+        raise UsageError("--all-profiles: restore works on one store (use --db or --profile)")
+    target = resolve(targets)[0]
+    info = inspect_snapshot(snapshot)
+    if info.path.resolve() == Path(target.path).expanduser().resolve():
+        raise UsageError(f"SNAPSHOT: {info.path} is the store itself (expected a snapshot of it)")
+    conn = open_live(target.path)
+    try:
+        before = live_counts(conn)
+    finally:
+        conn.close()
+    label = store_label(target.path, target.profile)
+    report = {"store": str(target.path), "profile": target.profile, "snapshot": str(info.path),
+              "dry_run": dry_run, "before": before,
+              "snapshot_counts": {"sessions": info.sessions, "messages": info.messages},
+              "warnings": [], "safety_snapshot": None, "after": None, "inode_kept": None}
+    made_for = (info.sidecar or {}).get("store")
+    if made_for and made_for != str(Path(target.path).expanduser().resolve()):
+        report["warnings"].append(f"the snapshot was taken of {made_for}, not of this store")
+    if dry_run:
+        return _out(report, as_json)
+    confirm_or_refuse(yes, f"Replace the contents of {target.path} with this snapshot?", [
+        f"store:    {target.path} ({_counts(before)})",
+        f"snapshot: {info.path} ({_counts(report['snapshot_counts'])}, {fmt_bytes(info.bytes)})",
+        *[f"warning: {w}" for w in report["warnings"]],
+        "a safety snapshot of the store is taken first",
+    ])
+    result = run_restore(target.path, info, label=label, safety_folder=prepare_folder(None), force=force)
+    report.update(safety_snapshot=str(result.safety_snapshot.path), after=result.after, before=result.before,
+                  inode_kept=result.inode_kept, seconds=result.seconds)
+    report["warnings"] += result.warnings
+    _out(report, as_json)
+
+
+def _out(r: dict, as_json: bool) -> None:
+    if as_json:
+        emit_json(r)
+        return
+    for w in r["warnings"]:
+        typer.echo(f"warning: {w}", err=True)
+    if r["dry_run"]:
+        typer.echo(f"Would restore {r['snapshot']} ({_counts(r['snapshot_counts'])}) into {r['store']} "
+                   f"({_counts(r['before'])}), after a safety snapshot")
+        return
+    typer.echo(f"Restored {r['snapshot']} into {r['store']} (same file) in {r['seconds']:.1f}s")
+    typer.echo(f"  before: {_counts(r['before'])}")
+    typer.echo(f"  after:  {_counts(r['after'])} (quick_check ok)")
+    typer.echo(f"  safety snapshot of the previous store: {r['safety_snapshot']}")

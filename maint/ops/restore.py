@@ -1,0 +1,192 @@
+"""restore: put a snapshot back into the live store, in place.
+
+Hermes's writers halt when the store file's identity changes, so the snapshot is
+never renamed over the store: it is copied *into* the existing file through
+SQLite's backup API, one call that locks the store, writes every page and
+commits. SQLite's own journal (the WAL, or the rollback journal) makes that
+commit atomic: a process killed at any moment leaves the old store or the new
+one, whole, in the same file (same inode, same -wal).
+
+Before anything is written: the snapshot must be an intact Hermes store
+(quick_check, Hermes's tables), no other process may hold the live store
+(holders.refuse_if_held), the filesystem must have room for the copy, and a
+safety snapshot of the live store is taken (a ``.pre-restore`` snapshot,
+never rotated). Afterwards the store is checked (quick_check, counts equal to
+the snapshot's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from maint.crashpoints import crash_point
+from maint.errors import MaintError, StoreError, UsageError
+from maint.ops.backup import (MADE_BY, Snapshot, check_file, counts, open_readonly, sidecar_of, take_snapshot)
+from maint.ops.vacuum import DiskUsage, with_margin
+from maint.store.connection import _check_header, _persist_wal, busy_timeout_from_env, header_journal_mode, \
+    polling_busy_handler
+from maint.store.holders import STOP_HERMES, HolderReport, refuse_if_held
+
+
+@dataclass
+class SnapshotInfo:
+    path: Path
+    sessions: int
+    messages: int
+    page_size: int
+    bytes: int
+    sidecar: dict[str, Any] | None = None
+
+
+def inspect_snapshot(path: Path) -> SnapshotInfo:
+    """Refuse anything that is not an intact Hermes store; the file is only read."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise UsageError(f"SNAPSHOT: {path} does not exist (expected a snapshot file made by `hermes-maint backup`, "
+                         "or another copy of a state.db)")
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise UsageError(f"SNAPSHOT: {path} is not a regular file (expected a snapshot .db file)")
+    _check_header(path)
+    found = check_file(path)
+    meta = None
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads(sidecar_of(path).read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data.get("made_by") == MADE_BY:
+            meta = data
+    return SnapshotInfo(path=path, sessions=found["sessions"], messages=found["messages"],
+                        page_size=found["page_size"], bytes=path.stat().st_size, sidecar=meta)
+
+
+def open_live(path: Path) -> apsw.Connection:
+    """The live store as a plain SQLite file: it may be damaged (that is why one restores), not missing."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise StoreError(f"{path}: no such store (restore copies into an existing state.db; start Hermes once "
+                         "to create it)")
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise StoreError(f"{path}: not a regular file; refusing")
+    if not os.access(path, os.W_OK):
+        raise StoreError(f"{path}: store is read-only (no write permission); nothing was changed")
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+    conn.set_busy_handler(polling_busy_handler(busy_timeout_from_env()))
+    _persist_wal(conn)
+    try:
+        conn.execute("PRAGMA schema_version").fetchall()
+    except (apsw.NotADBError, apsw.CorruptError) as exc:
+        conn.close()
+        raise StoreError(f"{path}: SQLite cannot open it ({exc}); with Hermes stopped, move it aside and copy the "
+                         "snapshot to its place instead") from None
+    return conn
+
+
+def live_counts(conn: apsw.Connection) -> dict[str, int] | None:
+    try:
+        return counts(conn)
+    except apsw.Error:
+        return None  # damaged or not a Hermes store: nothing to count
+
+
+@dataclass
+class RestoreResult:
+    store: Path
+    snapshot: Path
+    safety_snapshot: Snapshot | None
+    before: dict[str, int] | None
+    after: dict[str, int]
+    inode_kept: bool
+    seconds: float
+    journal_mode: str
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_room(live: Path, snapshot: SnapshotInfo, live_bytes: int, safety_folder: Path,
+               disk_usage: DiskUsage) -> None:
+    """The copy passes through the store's journal (about the snapshot's size); the safety snapshot needs the
+    live store's size where it goes. Both on one filesystem: both at once."""
+    need = snapshot.bytes
+    same_fs = live.parent.stat().st_dev == safety_folder.stat().st_dev
+    if same_fs:
+        need += live_bytes
+    free = disk_usage(live.parent).free
+    if free < with_margin(need):
+        raise MaintError(f"{live.parent}: not enough free space to restore: {free} bytes free, need about "
+                         f"{with_margin(need)} (snapshot {snapshot.bytes} bytes"
+                         f"{f', safety snapshot {live_bytes} bytes' if same_fs else ''}, plus margin); "
+                         "nothing was changed")
+
+
+def copy_into(conn: apsw.Connection, snapshot: Path) -> None:
+    """The backup API from *snapshot* into the open live store: one step, so one lock and one commit."""
+    src = open_readonly(snapshot)
+    try:
+        crash_point("restore_copy")
+        with conn.backup("main", src, "main") as backup:
+            backup.step(-1)
+    except apsw.BusyError:
+        raise StoreError("the store was locked by another process past the busy timeout; the restore did not "
+                         "happen, the store is unchanged") from None
+    except apsw.FullError:
+        raise MaintError("disk full while restoring; SQLite rolled the copy back, the store is unchanged") from None
+    except apsw.ReadOnlyError as exc:
+        raise MaintError(f"SQLite refused to copy into the store ({exc}); the store is unchanged") from None
+    finally:
+        src.close()
+    crash_point("restore_copied")
+
+
+def restore(live: Path, snapshot: SnapshotInfo, *, label: str, safety_folder: Path, force: bool = False,
+            disk_usage: DiskUsage = shutil.disk_usage,
+            holders: Callable[[Path], HolderReport] | None = None) -> RestoreResult:
+    """Safety snapshot, then the in-place copy, then the checks. The caller has asked for confirmation."""
+    started = time.monotonic()
+    live = Path(live).expanduser()
+    warnings: list[str] = []
+    refuse_if_held(live, force=force, doing="restore into it", advice=STOP_HERMES, holders=holders)
+    conn = open_live(live)
+    try:
+        before = live_counts(conn)
+        mode = header_journal_mode(live)
+        inode = live.stat().st_ino
+        live_bytes = sum(Path(str(live) + s).stat().st_size for s in ("", "-wal") if Path(str(live) + s).exists())
+        page_size = conn.execute("PRAGMA page_size").fetchall()[0][0]
+        if mode == "wal" and page_size != snapshot.page_size:
+            raise MaintError(f"{snapshot.path}: page size {snapshot.page_size} differs from the store's {page_size}; "
+                             "SQLite cannot copy it into a WAL store in place; nothing was changed")
+        check_room(live, snapshot, live_bytes, safety_folder, disk_usage)
+        safety = take_snapshot(live, safety_folder, label=label, kind="pre-restore", disk_usage=disk_usage,
+                               damaged_ok=True)
+        if not safety.verified:
+            warnings.append(f"the live store failed its check ({safety.problem}); its copy {safety.path} is kept "
+                            "as it was")
+        crash_point("restore_safety_taken")
+        # A Hermes process may have started while the safety snapshot was taken.
+        refuse_if_held(live, force=force, doing="restore into it", advice=STOP_HERMES, holders=holders)
+        copy_into(conn, snapshot.path)
+        if header_journal_mode(live) != mode and mode in ("wal", "delete"):
+            conn.execute(f"PRAGMA journal_mode={mode}")  # a foreign snapshot may carry another mode
+        if mode == "wal":
+            with contextlib.suppress(apsw.BusyError):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        crash_point("restore_checkpointed")
+        problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
+        after = counts(conn)
+        if problems != ["ok"] or after != {"sessions": snapshot.sessions, "messages": snapshot.messages}:
+            raise MaintError(f"{live}: after the copy the store reads {after} (quick_check: {problems[0]}), expected "
+                             f"{snapshot.sessions} sessions and {snapshot.messages} messages; the previous store is "
+                             f"in {safety.path}")
+    finally:
+        conn.close()
+    return RestoreResult(store=live, snapshot=snapshot.path, safety_snapshot=safety, before=before, after=after,
+                         inode_kept=live.stat().st_ino == inode, seconds=round(time.monotonic() - started, 3),
+                         journal_mode=header_journal_mode(live), warnings=warnings)
