@@ -4,9 +4,9 @@ import sys
 
 from maint.app import app
 from maint.commands import (archive_cmd, autoprune_cmd, backup_cmd, delete_cmd, demo_cmd, doctor_cmd, export_cmd,
-                            fts_cmd, history_cmd, jobs_cmd, journal_cmd, list_cmd, optimize_cmd, pin_cmd, profiles_cmd,
-                            prompts_cmd, prune_cmd, recover_cmd, rename_cmd, restore_cmd, routing_cmd, stats_cmd,
-                            sweep_cmd)
+                            fts_cmd, history_cmd, import_cmd, jobs_cmd, journal_cmd, list_cmd, optimize_cmd, pin_cmd,
+                            profiles_cmd, prompts_cmd, prune_cmd, recover_cmd, rename_cmd, restore_cmd, routing_cmd,
+                            stats_cmd, sweep_cmd)
 from maint.commands.runner import guard, run
 
 COMMANDS = {
@@ -32,6 +32,7 @@ COMMANDS = {
     "doctor": doctor_cmd.doctor,
     "history": history_cmd.history,
     "demo": demo_cmd.demo,
+    "import": import_cmd.import_sessions,
     "restore": restore_cmd.restore,
     "backup": backup_cmd.backup,
 }

@@ -70,11 +70,29 @@ def _dumps(obj: Any) -> str:
 
 # -- JSON lines backup --------------------------------------------------------------------------
 
+def referenced_prompts(store: Store, row: dict[str, Any]) -> dict[str, str] | None:
+    """The content-addressed prompts (v30 ``system_prompts``) the row points at; None when the layout has none.
+
+    The row holds only their hashes, and a delete removes prompts nobody references any more, so a
+    backup carries the text itself: import puts it back.
+    """
+    if not store.has_table("system_prompts"):
+        return None
+    refs = sorted({v for c in ("system_prompt_hash", "tool_names") if isinstance(v := row.get(c), str) and v})
+    if not refs:
+        return {}
+    return {h: p for h, p in store.conn.execute(
+        f"SELECT hash, prompt FROM system_prompts WHERE hash IN ({','.join('?' * len(refs))}) ORDER BY hash", refs)}
+
+
 def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], None], redact: bool) -> int:
-    """One line: the full session row, every stored message (flags included), and its timings."""
+    """One line: the full session row, every stored message (flags included), the prompts it references
+    (stores with content-addressed prompts) and its timings."""
     row = session_row(store, session_id)
+    prompts = referenced_prompts(store, row)
     if redact:
         row = redact_row(row)
+        prompts = None if prompts is None else {h: redact_text(p) for h, p in prompts.items()}
     head = _dumps(row)
     write(head[:-1] + (', "messages": [' if len(row) else '"messages": ['))
     timings = Timings()
@@ -83,7 +101,8 @@ def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], No
         timings.add(msg)
         write(("," if n else "") + _dumps(redact_row(msg) if redact else msg))
         n += 1
-    write('], "timings": ' + _dumps(timings.block()) + "}\n")
+    tail = "" if prompts is None else ', "system_prompts": ' + _dumps(prompts)
+    write("]" + tail + ', "timings": ' + _dumps(timings.block()) + "}\n")
     return n
 
 

@@ -39,7 +39,7 @@ from maint.store import batching
 log = logging.getLogger("hermes_maint.jobs")
 
 CATALOGUE = "maint.jobs.catalogue"  # package data: the top-level jobs/ folder
-RUNNABLE = {"sweep", "optimize", "prune", "archive", "stats", "doctor"}
+RUNNABLE = {"sweep", "optimize", "prune", "archive", "stats", "doctor", "backup"}
 UNIT_SECONDS = {"weeks": 604800, "days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}
 INTERVAL_UNITS = tuple(UNIT_SECONDS)
 MISFIRE_GRACE_S = 3600

@@ -1,0 +1,375 @@
+"""import: sessions back into a store from our own jsonl export (the undo of export-then-delete).
+
+Each line of the export holds one session row, every stored message with its
+flags (``active``/``compacted``), the content-addressed prompts the row
+references (v30 stores) and a ``timings`` block, which is rebuilt on every
+export and ignored here.
+
+The whole file is read and checked before anything is written: a line that
+is not a session record refuses the import (nothing written). Then:
+
+* columns the store lacks are refused by name unless ``drop_missing`` (never
+  dropped silently); pinned, archived, hidden and auto-archived marks are
+  plain columns and go back as they were;
+* sessions are grouped like prune groups them: a compression lineage with its
+  delegate (subagent) descendants is one unit, inserted in one transaction,
+  whole or not at all; units are packed into short clock-bounded
+  ``BEGIN IMMEDIATE`` transactions beside live Hermes writers (batching);
+* a session whose id exists is skipped and reported, or with ``replace`` its
+  row is updated and its messages replaced, in its unit's transaction;
+* messages keep their ids when none is taken (then a re-export gives the same
+  bytes); otherwise that session's messages get fresh ids, in order, reported;
+* messages go in as ordinary inserts, so Hermes's own triggers index them for
+  search;
+* a parent that is neither in the file nor in the store is unlinked (as
+  Hermes's own import does) and reported.
+
+Importing the same file again adds nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from maint.errors import MaintError, UsageError
+from maint.store import lineage as lin
+from maint.store.batching import Batcher, pacer_for, run_batched
+from maint.store.catalog import SessionInfo
+from maint.store.checkpointer import background_checkpoints
+from maint.store.connection import Store
+from maint.store.sqlutil import chunks, ph
+
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NOT_COLUMNS = {"messages", "timings", "system_prompts"}
+EXPECTED = ("expected one session per line as written by `hermes-maint export` (jsonl): a JSON object with "
+            "id, source, started_at and messages")
+MAX_VARIABLES = 30000  # below SQLite's 32766 bound-parameter limit
+
+
+@dataclass
+class Record:
+    """Where one session sits in the file, and what planning needs of it (not its messages)."""
+
+    line: int
+    offset: int
+    length: int
+    info: SessionInfo
+    messages: int
+
+
+@dataclass
+class ImportPlan:
+    path: Path
+    records: dict[str, Record]
+    units: list[list[str]]
+    session_columns: dict[str, int]  # column -> rows that set it (non-null)
+    message_columns: dict[str, int]
+    missing: dict[str, int]  # "table.column" the store lacks -> rows that set it
+    existing: set[str]
+
+    @property
+    def messages(self) -> int:
+        return sum(r.messages for r in self.records.values())
+
+
+def _bad(path: Path, line: int, problem: str) -> UsageError:
+    return UsageError(f"{path}: line {line}: {problem} ({EXPECTED})")
+
+
+def _markers(model_config: Any) -> dict[str, str | None]:
+    cfg = model_config
+    if isinstance(cfg, str):
+        try:
+            cfg = json.loads(cfg)
+        except ValueError:
+            cfg = None
+    cfg = cfg if isinstance(cfg, dict) else {}
+    return {k: (str(cfg[f"_{k}"]) if cfg.get(f"_{k}") is not None else None)
+            for k in ("branched_from", "delegate_from", "reset_from")}
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_values(path: Path, n: int, obj: dict[str, Any], where: str) -> None:
+    for key, value in obj.items():
+        if not IDENT.match(key):
+            raise _bad(path, n, f"{where} field {key[:40]!r} is not a column name")
+        if isinstance(value, (dict, list)):
+            raise _bad(path, n, f"{where} field {key!r} holds a JSON {type(value).__name__}, not a column value")
+
+
+def read_export(path: Path) -> tuple[dict[str, Record], dict[str, int], dict[str, int]]:
+    """One pass over the file: every line checked, nothing kept but offsets and what planning needs."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise UsageError(f"FILE: {path} is not a file ({EXPECTED})")
+    records: dict[str, Record] = {}
+    scols: dict[str, int] = {}
+    mcols: dict[str, int] = {}
+    offset = 0
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            start, offset = offset, offset + len(raw)
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _bad(path, n, "not UTF-8 text") from None
+            try:
+                obj = json.loads(text)
+            except ValueError:
+                cut = not raw.endswith(b"\n")
+                raise _bad(path, n, "truncated: the file ends inside a record" if cut else "not valid JSON") \
+                    from None
+            if not isinstance(obj, dict):
+                raise _bad(path, n, f"a JSON {type(obj).__name__}, not a session record")
+            sid = obj.get("id")
+            if not isinstance(sid, str) or not sid:
+                raise _bad(path, n, "no session id")
+            if not isinstance(obj.get("source"), str) or not _number(obj.get("started_at")):
+                raise _bad(path, n, f"session {sid!r} lacks source or started_at")
+            msgs = obj.get("messages")
+            if not isinstance(msgs, list):
+                raise _bad(path, n, f"session {sid!r} has no messages list")
+            if sid in records:
+                raise _bad(path, n, f"session {sid!r} appears twice (first on line {records[sid].line})")
+            row = {k: v for k, v in obj.items() if k not in NOT_COLUMNS}
+            _check_values(path, n, row, "session")
+            prompts = obj.get("system_prompts")
+            if prompts is not None and not (isinstance(prompts, dict)
+                                            and all(isinstance(v, str) for v in prompts.values())):
+                raise _bad(path, n, f"session {sid!r}: system_prompts is not a map of hash to text")
+            for k, v in row.items():
+                scols[k] = scols.get(k, 0) + (v is not None)
+            for i, m in enumerate(msgs):
+                if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not m["role"]:
+                    raise _bad(path, n, f"session {sid!r}: message {i} is not a message with a role")
+                if m.get("session_id", sid) != sid:
+                    raise _bad(path, n, f"session {sid!r}: message {i} belongs to session {m.get('session_id')!r}")
+                if "id" in m and not (isinstance(m["id"], int) and not isinstance(m["id"], bool)):
+                    raise _bad(path, n, f"session {sid!r}: message {i} has a non-integer id")
+                _check_values(path, n, m, f"session {sid!r} message")
+                for k, v in m.items():
+                    mcols[k] = mcols.get(k, 0) + (v is not None)
+            started = float(obj["started_at"])
+            ended = obj.get("ended_at") if _number(obj.get("ended_at")) else None
+            parent = obj.get("parent_session_id")
+            info = SessionInfo(id=sid, source=obj["source"], started_at=started, ended_at=ended,
+                               end_reason=obj.get("end_reason") if isinstance(obj.get("end_reason"), str) else None,
+                               parent_id=parent if isinstance(parent, str) and parent else None, last_active=started,
+                               session_key=obj.get("session_key") if isinstance(obj.get("session_key"), str) else None,
+                               **_markers(obj.get("model_config")))
+            records[sid] = Record(line=n, offset=start, length=len(raw), info=info, messages=len(msgs))
+    if not records:
+        raise UsageError(f"{path}: no session records ({EXPECTED})")
+    return records, scols, mcols
+
+
+def _units(records: dict[str, Record]) -> list[list[str]]:
+    """Compression lineages with their delegate subtrees, parents before children, units in dependency order."""
+    infos = {sid: r.info for sid, r in records.items()}
+    tree = lin.build(infos)
+    heads = [k for k, c in tree.chains.items() if c.delegate_parent is None]
+    order = {sid: (r.info.started_at, r.line) for sid, r in records.items()}
+    units = []
+    for key in heads:
+        ids = tree.subtree_session_ids(key)
+        units.append(_parents_first(ids, infos, order))
+    unit_of = {sid: i for i, u in enumerate(units) for sid in u}
+    deps = {i: {unit_of[infos[s].parent_id] for s in u if infos[s].parent_id in unit_of} - {i}
+            for i, u in enumerate(units)}
+    done: list[int] = []
+    placed: set[int] = set()
+    pending = sorted(range(len(units)), key=lambda i: order[units[i][0]])
+    while pending:
+        ready = [i for i in pending if deps[i] <= placed] or pending[:1]  # a cycle: break it in file order
+        nxt = ready[0]
+        pending.remove(nxt)
+        placed.add(nxt)
+        done.append(nxt)
+    return [units[i] for i in done]
+
+
+def _parents_first(ids: list[str], infos: dict[str, SessionInfo], order: dict) -> list[str]:
+    inside = set(ids)
+    out: list[str] = []
+    seen: set[str] = set()
+    for sid in sorted(ids, key=lambda s: order[s]):
+        chain = []
+        cur: str | None = sid
+        while cur and cur in inside and cur not in seen and cur not in chain:
+            chain.append(cur)
+            cur = infos[cur].parent_id
+        for s in reversed(chain):
+            seen.add(s)
+            out.append(s)
+    return out
+
+
+def plan_import(store: Store, path: Path) -> ImportPlan:
+    records, scols, mcols = read_export(path)
+    have_s, have_m = store.columns("sessions"), store.columns("messages")
+    missing = {f"sessions.{c}": n for c, n in scols.items() if c not in have_s}
+    missing.update({f"messages.{c}": n for c, n in mcols.items() if c not in have_m})
+    existing = set()
+    for chunk in chunks(list(records)):
+        existing.update(r[0] for r in store.conn.execute(f"SELECT id FROM sessions WHERE id IN ({ph(chunk)})", chunk))
+    return ImportPlan(path=Path(path), records=records, units=_units(records), session_columns=scols,
+                      message_columns=mcols, missing=missing, existing=existing)
+
+
+def refuse_missing(plan: ImportPlan, drop_missing: bool) -> None:
+    if plan.missing and not drop_missing:
+        what = ", ".join(f"{c} (set in {n} rows)" for c, n in sorted(plan.missing.items()))
+        raise MaintError(f"{plan.path}: the store has no column for {what}; nothing was imported. Pass "
+                         "--drop-missing-columns to import without them")
+
+
+@dataclass
+class ImportResult:
+    imported: list[str] = field(default_factory=list)
+    skipped_existing: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    detached: list[str] = field(default_factory=list)
+    renumbered: list[str] = field(default_factory=list)
+    prompts_dropped: list[str] = field(default_factory=list)
+    messages: int = 0
+    transactions: int = 0
+    longest_lock_s: float = 0.0
+
+
+def _blob_columns(store: Store, table: str) -> set[str]:
+    return {r[1] for r in store.conn.execute(f"PRAGMA table_info({table})") if str(r[2]).upper() == "BLOB"}
+
+
+def _unrepr(value: Any) -> Any:
+    """The export writes BLOB cells as Python's bytes repr (b'...'); put the bytes back."""
+    if isinstance(value, str) and len(value) >= 3 and value[0] == "b" and value[1] in "'\"":
+        try:
+            out = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return value
+        return out if isinstance(out, bytes) else value
+    return value
+
+
+class _Writer:
+    """Inserts units inside the caller's transaction; collects what happened."""
+
+    def __init__(self, store: Store, plan: ImportPlan, replace: bool, result: ImportResult):
+        self.store, self.plan, self.replace, self.result = store, plan, replace, result
+        self.scols = [r[1] for r in store.conn.execute("PRAGMA table_info(sessions)")]
+        self.mcols = [r[1] for r in store.conn.execute("PRAGMA table_info(messages)")]
+        self.sblobs, self.mblobs = _blob_columns(store, "sessions"), _blob_columns(store, "messages")
+        fks = list(store.conn.execute("PRAGMA foreign_key_list(sessions)"))
+        self.prompt_fks = [(r[3], r[2], r[4]) for r in fks if r[2] != "sessions"]  # (column, table, key)
+        self.fh = open(plan.path, "rb")  # noqa: SIM115 - closed by close(), after the batched run
+
+    def close(self) -> None:
+        self.fh.close()
+
+    def record(self, sid: str) -> dict[str, Any]:
+        rec = self.plan.records[sid]
+        self.fh.seek(rec.offset)
+        return json.loads(self.fh.read(rec.length))
+
+    def exists(self, sid: str) -> bool:
+        return self.store.scalar("SELECT 1 FROM sessions WHERE id = ?", (sid,)) is not None
+
+    def unit(self, conn, ids: list[str]) -> int:
+        present = {r[0] for r in conn.execute(f"SELECT id FROM sessions WHERE id IN ({ph(ids)})", ids)}
+        done = 0
+        for sid in ids:
+            if sid in present and not self.replace:
+                self.result.skipped_existing.append(sid)
+                continue
+            self.session(conn, sid, replacing=sid in present)
+            done += 1
+        return done
+
+    def session(self, conn, sid: str, replacing: bool) -> None:
+        obj = self.record(sid)
+        row = {c: obj[c] for c in self.scols if c in obj}
+        for c in self.sblobs & row.keys():
+            row[c] = _unrepr(row[c])
+        parent = row.get("parent_session_id")
+        if parent and not self.exists(parent):
+            row["parent_session_id"] = None
+            self.result.detached.append(sid)
+        prompts = obj.get("system_prompts") or {}
+        for h, text in prompts.items():
+            conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)", (h, text))
+        for col, table, key in self.prompt_fks:
+            value = row.get(col)
+            if value is not None and self.store.scalar(f'SELECT 1 FROM "{table}" WHERE "{key}" = ?', (value,)) is None:
+                row[col] = None  # an export made before prompts travelled with it
+                self.result.prompts_dropped.append(sid)
+        cols = list(row)
+        names = ", ".join(f'"{c}"' for c in cols)
+        if replacing:
+            sets = ", ".join(f'"{c}" = ?' for c in cols if c != "id")
+            conn.execute(f"UPDATE sessions SET {sets} WHERE id = ?", [row[c] for c in cols if c != "id"] + [sid])
+            conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
+            self.result.replaced.append(sid)
+        else:
+            conn.execute(f"INSERT INTO sessions ({names}) VALUES ({ph(cols)})", [row[c] for c in cols])
+            self.result.imported.append(sid)
+        self.messages(conn, sid, obj["messages"])
+
+    def messages(self, conn, sid: str, msgs: list[dict[str, Any]]) -> None:
+        if not msgs:
+            return
+        cols = [c for c in self.mcols if any(c in m for m in msgs)]
+        if "session_id" not in cols:
+            cols.append("session_id")
+        ids = [m["id"] for m in msgs if isinstance(m.get("id"), int)]
+        if "id" in cols and (len(ids) != len(msgs) or self.store.scalar(
+                "SELECT COUNT(*) FROM messages WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(ids),))):
+            cols.remove("id")  # an id is taken here: fresh ones, in the same order
+            self.result.renumbered.append(sid)
+        per = max(1, MAX_VARIABLES // len(cols))
+        names = ", ".join(f'"{c}"' for c in cols)
+        row_ph = "(" + ph(cols) + ")"
+        for start in range(0, len(msgs), per):
+            part = msgs[start:start + per]
+            values: list[Any] = []
+            for m in part:
+                for c in cols:
+                    v = sid if c == "session_id" else m.get(c)
+                    values.append(_unrepr(v) if c in self.mblobs else v)
+            # One statement per slice: FTS5 flushes a segment per statement, not per row.
+            conn.execute(f"INSERT INTO messages ({names}) VALUES {','.join([row_ph] * len(part))}", values)
+        self.result.messages += len(msgs)
+
+
+def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, drop_missing: bool = False,
+                   batcher: Batcher | None = None, on_progress: Callable[[int], None] | None = None) -> ImportResult:
+    refuse_missing(plan, drop_missing)
+    result = ImportResult()
+    todo = [u for u in plan.units if replace or not set(u) <= plan.existing]
+    for u in plan.units:
+        if not replace and set(u) <= plan.existing:
+            result.skipped_existing.extend(u)
+    before = store.write_stats.transactions
+    writer = _Writer(store, plan, replace, result)
+    try:
+        def apply(units: list[list[str]]) -> int:
+            return sum(writer.unit(store.conn, u) for u in units)
+
+        with background_checkpoints(store) as after_commit:
+            run_batched(todo, lambda u: sum(plan.records[s].messages + 1 for s in u), apply, store.write,
+                        pacer_for(store), batcher=batcher, on_progress=on_progress, after_commit=after_commit)
+    finally:
+        writer.close()
+    result.transactions = store.write_stats.transactions - before
+    result.longest_lock_s = store.write_stats.longest_hold_s
+    return result
