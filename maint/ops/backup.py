@@ -427,7 +427,8 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
     an intact Hermes store is still copied as it is and kept, its sidecar saying what failed.
     """
     started = time.monotonic()
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    created_ns = time.time_ns()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(created_ns / 1e9))
     with _open_source(store_path, damaged_ok) as store:
         size, peak = estimate_bytes(store, compact)
         check_room(folder, peak, disk_usage)
@@ -473,7 +474,7 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
         st = os.fstat(fd)
         meta = {"made_by": MADE_BY, "version": SIDECAR_VERSION, "file": name, "kind": kind,
                 "store": str(Path(store_path).expanduser().resolve()), "label": label,
-                "created_at": stamp, "method": "vacuum-into" if compact else "backup-api",
+                "created_at": stamp, "created_ns": created_ns, "method": "vacuum-into" if compact else "backup-api",
                 "quick_check": problem or "ok", "sessions": got["sessions"], "messages": got["messages"],
                 "bytes": st.st_size, "inode": st.st_ino, "page_size": found["page_size"]}
         _write_sidecar(final, meta)
@@ -515,12 +516,17 @@ def _os_error(folder: Path, exc: OSError) -> MaintError:
     return MaintError(f"{exc.filename or folder}: {exc.strerror or exc}; no snapshot was made")
 
 
-def rotate(folder: Path, store_path: Path, keep: int, just_made: Path) -> list[str]:
-    """Remove the oldest verified backups of this store beyond *keep*; never *just_made*, never another's file."""
+def _rotatable(folder: Path, store_path: Path) -> list[Listed]:
+    """This store's verified regular backups, oldest first (safety snapshots of restore are never rotated)."""
     store = str(Path(store_path).expanduser().resolve())
     mine = [s for s in list_snapshots(folder)
             if s.verified and s.meta.get("kind") == "backup" and s.meta.get("store") == store]
-    mine.sort(key=lambda s: (s.meta.get("created_at", ""), s.path.name))
+    return sorted(mine, key=lambda s: s.meta.get("created_ns", 0))
+
+
+def rotate(folder: Path, store_path: Path, keep: int, just_made: Path) -> list[str]:
+    """Remove the oldest verified backups of this store beyond *keep*; never *just_made*, never another's file."""
+    mine = _rotatable(folder, store_path)
     removed = []
     for s in mine[:max(0, len(mine) - keep)]:
         if s.path == just_made:
@@ -534,8 +540,5 @@ def rotate(folder: Path, store_path: Path, keep: int, just_made: Path) -> list[s
 
 def would_rotate(folder: Path, store_path: Path, keep: int) -> list[str]:
     """What rotate would remove once one more snapshot exists (for --dry-run)."""
-    store = str(Path(store_path).expanduser().resolve())
-    mine = [s for s in list_snapshots(folder)
-            if s.verified and s.meta.get("kind") == "backup" and s.meta.get("store") == store]
-    mine.sort(key=lambda s: (s.meta.get("created_at", ""), s.path.name))
+    mine = _rotatable(folder, store_path)
     return [str(s.path) for s in mine[:max(0, len(mine) + 1 - keep)]]
