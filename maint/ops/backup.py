@@ -442,6 +442,7 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
                 made.append(copy)
                 try:
                     stats = copy_online(store, copy, on_step=on_step)
+                    set_rollback_header(copy_fd)  # VACUUM INTO then reads it without -wal/-shm
                 finally:
                     os.close(copy_fd)
             else:

@@ -1,0 +1,398 @@
+"""backup and restore through the real CLI: verified snapshots, rotation, in-place restore, refusals."""
+
+import fcntl
+import json
+import os
+import re
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+from maint.errors import MaintError
+from maint.ops.backup import create_exclusive, list_snapshots, take_snapshot
+from tests.conftest import REPO, file_hash, query, run_subprocess, session_ids
+from tests.live import LiveHermes
+from tests.storegen import StoreBuilder, bulk_store
+
+Usage = namedtuple("Usage", "total used free")
+NAME = re.compile(r"^state-default-\d{8}T\d{6}Z\.db$")
+
+
+def _store(path, layout="v22", n=6):
+    with StoreBuilder(path, layout=layout) as b:
+        for i in range(n):
+            b.session(f"s{i}", age=10 + i, messages=4)
+        b.session("old", age=200, messages=3)
+    return path
+
+
+def backup(home, *args, expect=0, env=None):
+    result = run_subprocess("backup", *args, "--json", env={"HERMES_HOME": str(home), **(env or {})})
+    assert result.returncode == expect, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()] if expect == 0 else result
+
+
+def counts(db):
+    return query(db, "SELECT (SELECT COUNT(*) FROM sessions), (SELECT COUNT(*) FROM messages)")[0]
+
+
+def test_backup_makes_one_verified_private_file(hermes_home, layout):
+    db = _store(hermes_home / "state.db", layout)
+    before = file_hash(db)
+    (report,) = backup(hermes_home)
+    snap = Path(report["snapshot"]["path"])
+    folder = hermes_home / "state-snapshots"
+    assert snap.parent == folder and NAME.match(snap.name)  # profile and UTC time in the name
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and stat.S_IMODE(snap.stat().st_mode) == 0o600
+    assert sorted(p.name for p in folder.iterdir()) == [snap.name, snap.name + ".json"]  # no -wal, -shm, partial
+    assert snap.read_bytes()[18:20] == b"\x01\x01"  # opens as one self-contained file
+    assert query(snap, "PRAGMA integrity_check") == [("ok",)] and counts(snap) == counts(db)
+    assert (report["snapshot"]["sessions"], report["snapshot"]["messages"]) == counts(db)
+    meta = json.loads((folder / (snap.name + ".json")).read_text())
+    assert meta["quick_check"] == "ok" and meta["inode"] == snap.stat().st_ino and meta["store"] == str(db)
+    assert file_hash(db) == before  # the store is only read
+
+
+def test_backup_dest_profiles_and_dry_run(hermes_home, tmp_path):
+    _store(hermes_home / "state.db")
+    _store(hermes_home / "profiles" / "coder" / "state.db", n=2)
+    dest = tmp_path / "bk"
+    dry = backup(hermes_home, dest, "--all-profiles", "--dry-run")
+    assert [r["dry_run"] for r in dry] == [True, True] and not dest.exists()
+    reports = backup(hermes_home, dest, "--all-profiles")
+    assert [r["profile"] for r in reports] == [None, "coder"]
+    names = sorted(Path(r["snapshot"]["path"]).name for r in reports)
+    assert names[0].startswith("state-coder-") and names[1].startswith("state-default-")
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o700
+    assert counts(reports[1]["snapshot"]["path"]) == counts(hermes_home / "profiles" / "coder" / "state.db")
+
+
+def test_keep_removes_only_our_verified_snapshots_of_this_store(hermes_home, tmp_path):
+    db = _store(hermes_home / "state.db")
+    other = _store(tmp_path / "elsewhere" / "kanban.db", n=1)
+    folder = hermes_home / "state-snapshots"
+    first = [Path(backup(hermes_home)[0]["snapshot"]["path"]) for _ in range(3)]
+    theirs = Path(backup(hermes_home, "--db", other)[0]["snapshot"]["path"])
+    foreign = folder / "state-default-20200101T000000Z.db"  # our pattern, not our file
+    foreign.write_bytes(first[0].read_bytes())
+    copied = folder / "state-default-20200102T000000Z.db"  # a copy with a copied sidecar: another inode
+    copied.write_bytes(first[0].read_bytes())
+    side = json.loads((folder / (first[0].name + ".json")).read_text())
+    (folder / (copied.name + ".json")).write_text(json.dumps({**side, "file": copied.name}))
+    (latest,) = backup(hermes_home, "--keep", "2")
+    newest = Path(latest["snapshot"]["path"])
+    assert sorted(latest["removed"]) == sorted(map(str, first[:2]))
+    left = {p.name for p in folder.iterdir() if p.suffix == ".db"}
+    assert left == {first[2].name, newest.name, theirs.name, foreign.name, copied.name}
+    assert backup(hermes_home, "--keep", "1")[0]["removed"] == [str(first[2]), str(newest)]
+    assert theirs.exists() and counts(db) == counts(Path(backup(hermes_home)[0]["snapshot"]["path"]))
+
+
+def test_keep_must_be_positive(hermes_home):
+    _store(hermes_home / "state.db")
+    result = backup(hermes_home, "--keep", "0", expect=2)
+    assert "--keep" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (hermes_home / "state-snapshots").exists()
+
+
+def test_compact_snapshot_is_smaller_and_verified(hermes_home):
+    db = _store(hermes_home / "state.db", n=40)
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM messages WHERE session_id IN ('s1', 's2', 's3', 's4', 's5', 's6', 's7', 's8')")
+    conn.commit()
+    conn.close()
+    full = backup(hermes_home)[0]["snapshot"]
+    small = backup(hermes_home, "--compact")[0]["snapshot"]
+    assert small["method"] == "vacuum-into" and small["bytes"] < full["bytes"]
+    assert (small["sessions"], small["messages"]) == counts(db)
+    assert not [p for p in (hermes_home / "state-snapshots").iterdir() if "partial" in p.name]
+
+
+def test_disk_preflight_names_both_figures_and_writes_nothing(tmp_path):
+    db = _store(tmp_path / "state.db")
+    folder = tmp_path / "snaps"
+    folder.mkdir()
+    with pytest.raises(MaintError) as err:
+        take_snapshot(db, folder, label="default", disk_usage=lambda p: Usage(10**9, 10**9 - 5000, 5000))
+    assert "5000 bytes free" in str(err.value) and "need about" in str(err.value)
+    assert list(folder.iterdir()) == []
+
+
+def test_partial_names_are_created_exclusively_never_through_a_symlink(tmp_path):
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    (tmp_path / "link").symlink_to(target)
+    with pytest.raises(FileExistsError):
+        create_exclusive(tmp_path / "link")
+    assert target.read_text() == "keep"
+
+
+def test_stale_partials_removed_running_ones_kept(hermes_home):
+    _store(hermes_home / "state.db")
+    folder = hermes_home / "state-snapshots"
+    folder.mkdir(mode=0o700)
+    dead = folder / ".state-default-20200101T000000Z.db.partial"
+    dead.write_bytes(b"half")
+    busy = folder / ".state-default-20200101T000001Z.db.partial"
+    busy.write_bytes(b"half")
+    orphan = folder / "state-default-20200101T000002Z.db.json"
+    orphan.write_text(json.dumps({"made_by": "hermes-maint"}))
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'rb'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('ready', flush=True); sys.stdin.read()",
+                               str(busy)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        (report,) = backup(hermes_home)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert sorted(report["removed_partials"]) == [dead.name, orphan.name]
+    assert busy.exists() and not dead.exists() and not orphan.exists()
+
+
+def test_bad_dest(hermes_home, tmp_path):
+    _store(hermes_home / "state.db")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for dest in (afile, tmp_path / "no" / "such" / "dir"):
+        result = backup(hermes_home, dest, expect=2)
+        assert "DEST" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert afile.read_text() == "x" and not (tmp_path / "no").exists()
+
+
+def test_rollback_journal_store_backs_up_in_paced_steps(hermes_home):
+    db = hermes_home / "state.db"
+    bulk_store(db, sessions=150, messages_per_session=6, content_bytes=300)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    (report,) = backup(hermes_home, env={"HERMES_MAINT_BATCH_MS": "2"})  # small steps on a small store
+    snap = report["snapshot"]
+    assert snap["source_journal_mode"] == "delete" and snap["steps"] > 3 and snap["restarts"] == 0
+    assert (snap["sessions"], snap["messages"]) == counts(db)
+
+
+@pytest.mark.slow
+def test_backup_beside_live_writers_keeps_their_budget(tmp_path):
+    """Writers that give up after 250 ms of waiting for the lock never give up while the backup runs."""
+    db = tmp_path / "state.db"
+    bulk_store(db, sessions=1500, messages_per_session=10, content_bytes=600)
+    home = tmp_path / "home"
+    home.mkdir()
+    with LiveHermes(db, writers=2, interval=0.01, writer_env={"HERMES_WRITER_PATIENCE_MS": "250"}) as live:
+        time.sleep(0.5)
+        result = run_subprocess("backup", "--db", db, "--compact", "--json", env={"HERMES_HOME": str(home)})
+        plain = run_subprocess("backup", "--db", db, "--json", env={"HERMES_HOME": str(home)})
+        time.sleep(0.3)
+        figures = live.finish()
+    for r in (result, plain):
+        assert r.returncode == 0, r.stderr
+        snap = json.loads(r.stdout)["snapshot"]
+        assert snap["restarts"] == 0 and snap["steps"] > 1
+        assert query(snap["path"], "PRAGMA integrity_check") == [("ok",)]
+        assert (snap["sessions"], snap["messages"]) == counts(snap["path"])
+    assert all(w["failed"] == 0 for w in figures["writers"]), figures["errors"]
+    assert all(figures["stored"][w["session_id"]] == w["appended"] for w in figures["writers"])
+
+
+ROLLBACK_WRITER = """
+import json, sqlite3, sys, time
+from pathlib import Path
+db, stop = sys.argv[1], Path(sys.argv[2])
+c = sqlite3.connect(db, timeout=0.25, isolation_level=None)  # Hermes's patience, without its retries
+assert c.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+ok = failed = 0
+Path(str(stop) + ".ready").write_text("1")
+while not stop.exists():
+    try:
+        c.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('bulk_000001', 'user', 'x', ?)",
+                  (time.time(),))
+        ok += 1
+    except sqlite3.OperationalError:
+        failed += 1
+    time.sleep(0.005)
+print(json.dumps({"appended": ok, "failed": failed}))
+"""
+
+
+@pytest.mark.slow
+def test_rollback_store_under_constant_writes_is_refused_not_locked(tmp_path):
+    """A rollback-journal store that changes between every step: refused after the restarts, no file kept,
+    and a writer that gives up after 250 ms never gave up."""
+    db = tmp_path / "state.db"
+    bulk_store(db, sessions=600, messages_per_session=8, content_bytes=600)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    home = tmp_path / "home"
+    home.mkdir()
+    stop = tmp_path / "stop"
+    writer = subprocess.Popen([sys.executable, "-c", ROLLBACK_WRITER, str(db), str(stop)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not Path(str(stop) + ".ready").exists():
+            assert time.time() < deadline and writer.poll() is None, writer.stderr.read() if writer.poll() else ""
+            time.sleep(0.05)
+        result = run_subprocess("backup", "--db", db, env={"HERMES_HOME": str(home)}, timeout=300)
+    finally:
+        stop.write_text("1")
+        out, err = writer.communicate(timeout=60)
+    stats = json.loads(out)
+    assert result.returncode == 1 and "changed" in result.stderr and "quiet" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert [p.name for p in (home / "state-snapshots").iterdir()] == []
+    assert stats["failed"] == 0 and stats["appended"] > 50, err
+
+
+# -- restore ------------------------------------------------------------------------------------
+
+HOLD = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT COUNT(*) FROM sessions').fetchall();"
+        "print('ready', flush=True); sys.stdin.read()")
+
+
+def restore(home, *args, expect=0, input=None):
+    result = run_subprocess("restore", *args, "--json", env={"HERMES_HOME": str(home)}, input=input)
+    assert result.returncode == expect, result.stderr
+    return json.loads(result.stdout) if expect == 0 else result
+
+
+def _fts_ok(db):
+    conn = sqlite3.connect(db)
+    try:
+        for table in ("messages_fts", "messages_fts_trigram"):
+            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)")
+    finally:
+        conn.close()
+
+
+def test_restore_in_place_same_inode_with_safety_snapshot(hermes_home, layout):
+    db = _store(hermes_home / "state.db", layout)
+    snap = backup(hermes_home)[0]["snapshot"]["path"]
+    wanted = counts(db)
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM messages WHERE session_id IN ('s1', 's2')")
+    conn.execute("DELETE FROM sessions WHERE id IN ('s1', 's2')")
+    conn.commit()
+    conn.close()
+    damaged = counts(db)
+    inode = db.stat().st_ino
+    r = restore(hermes_home, snap, "--yes")
+    assert (r["before"]["sessions"], r["before"]["messages"]) == damaged
+    assert (r["after"]["sessions"], r["after"]["messages"]) == wanted == counts(db)
+    assert r["inode_kept"] and db.stat().st_ino == inode
+    assert query(db, "PRAGMA integrity_check") == [("ok",)]
+    _fts_ok(db)
+    safety = Path(r["safety_snapshot"])
+    assert safety.name.endswith(".pre-restore.db") and counts(safety) == damaged
+    assert [s.verified for s in list_snapshots(safety.parent) if s.path == safety] == [True]
+    # Hermes carries on in the restored store.
+    code = ("import sys; from pathlib import Path; from hermes_state import SessionDB;"
+            "db = SessionDB(Path(sys.argv[1])); db.append_message('s1', 'user', 'after restore'); db.close()")
+    subprocess.run([sys.executable, "-c", code, str(db)], check=True, cwd=REPO)
+    assert query(db, "SELECT COUNT(*) FROM messages WHERE session_id = 's1'") == [(5,)]
+
+
+def test_restore_refused_while_a_process_holds_the_store(hermes_home):
+    db = _store(hermes_home / "state.db")
+    snap = backup(hermes_home)[0]["snapshot"]["path"]
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM sessions WHERE id = 'old'")
+    conn.commit()
+    conn.close()
+    before = file_hash(db)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        result = restore(hermes_home, snap, "--yes", expect=1)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert f"pid {proc.pid}" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert file_hash(db) == before and "old" not in session_ids(db)
+    assert not list((hermes_home / "state-snapshots").glob("*.pre-restore.db"))
+
+
+def test_restore_needs_yes_without_a_terminal_and_dry_run_writes_nothing(hermes_home):
+    db = _store(hermes_home / "state.db")
+    snap = backup(hermes_home)[0]["snapshot"]["path"]
+    before = file_hash(db)
+    refused = restore(hermes_home, snap, expect=2, input="y\n")
+    assert "not a terminal" in refused.stderr
+    dry = restore(hermes_home, snap, "--dry-run")
+    assert dry["dry_run"] and dry["safety_snapshot"] is None
+    assert file_hash(db) == before and not list((hermes_home / "state-snapshots").glob("*.pre-restore*"))
+
+
+@pytest.mark.parametrize("kind", ["text", "other_sqlite", "truncated", "missing", "itself"])
+def test_restore_refuses_what_is_not_an_intact_hermes_store(hermes_home, tmp_path, kind):
+    db = _store(hermes_home / "state.db")
+    bad = tmp_path / "snap.db"
+    if kind == "text":
+        bad.write_text("hello\n")
+    elif kind == "other_sqlite":
+        conn = sqlite3.connect(bad)
+        conn.execute("CREATE TABLE t(x)")
+        conn.commit()
+        conn.close()
+    elif kind == "truncated":
+        good = Path(backup(hermes_home)[0]["snapshot"]["path"])
+        bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    elif kind == "itself":
+        bad = db
+    before = file_hash(db)
+    result = restore(hermes_home, bad, "--yes", expect=2 if kind in ("missing", "itself") else 1)
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert file_hash(db) == before
+    assert not list((hermes_home / "state-snapshots").glob("*.pre-restore*"))
+
+
+def test_restore_over_a_damaged_store_keeps_its_copy(hermes_home):
+    """The store fails quick_check (why one restores): the copy is kept as found, the restore goes ahead."""
+    db = _store(hermes_home / "state.db", n=60)
+    snap = backup(hermes_home)[0]["snapshot"]["path"]
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'messages'").fetchone()
+    page = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    with open(db, "r+b") as fh:  # scribble over the messages table's root page
+        fh.seek((root - 1) * page + 8)
+        fh.write(b"\xff" * 64)
+    r = restore(hermes_home, snap, "--yes")
+    assert (r["after"]["sessions"], r["after"]["messages"]) == counts(snap)
+    assert query(db, "PRAGMA integrity_check") == [("ok",)]
+    assert any("failed its check" in w for w in r["warnings"])
+    assert Path(r["safety_snapshot"]).exists()
+    (listed,) = [s for s in list_snapshots(Path(r["safety_snapshot"]).parent) if str(s.path) == r["safety_snapshot"]]
+    assert not listed.verified and "kept as found" in listed.reason
+
+
+def test_snapshot_being_written_is_locked_against_cleanup(tmp_path):
+    """The lock the cleanup tests for is the one a running backup holds on its partial file."""
+    db = _store(tmp_path / "state.db")
+    folder = tmp_path / "snaps"
+    folder.mkdir()
+    seen = []
+
+    def look(done, total):
+        for p in folder.iterdir():
+            if p.name.endswith(".partial"):
+                fd = os.open(p, os.O_RDONLY)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    seen.append("unlocked")
+                except BlockingIOError:
+                    seen.append("locked")
+                finally:
+                    os.close(fd)
+
+    take_snapshot(db, folder, label="default", on_step=look)
+    assert seen and set(seen) == {"locked"}
