@@ -223,8 +223,8 @@ print(json.dumps({"appended": ok, "failed": failed}))
 
 @pytest.mark.slow
 def test_rollback_store_under_constant_writes_is_refused_not_locked(tmp_path):
-    """A rollback-journal store that changes between every step: refused after the restarts, no file kept,
-    and a writer that gives up after 250 ms never gave up."""
+    """A rollback-journal store that changes between every step: refused after the restarts (never by holding
+    the lock), no file kept, and a writer that gives up after 250 ms never gave up."""
     db = tmp_path / "state.db"
     bulk_store(db, sessions=600, messages_per_session=8, content_bytes=600)
     conn = sqlite3.connect(db)
@@ -240,7 +240,9 @@ def test_rollback_store_under_constant_writes_is_refused_not_locked(tmp_path):
         while not Path(str(stop) + ".ready").exists():
             assert time.time() < deadline and writer.poll() is None, writer.stderr.read() if writer.poll() else ""
             time.sleep(0.05)
-        result = run_subprocess("backup", "--db", db, env={"HERMES_HOME": str(home)}, timeout=300)
+        # 3 ms steps: the copy needs many of them, and the writer commits between any two.
+        result = run_subprocess("backup", "--db", db, env={"HERMES_HOME": str(home), "HERMES_MAINT_BATCH_MS": "3"},
+                                timeout=300)
     finally:
         stop.write_text("1")
         out, err = writer.communicate(timeout=60)

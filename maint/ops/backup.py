@@ -204,7 +204,10 @@ def copy_online(store: Store, dest: Path, *, on_step: Callable[[int, int], None]
                 previous = None
                 while True:
                     if not wal:
+                        # A read first, so the step runs inside this transaction (a bare BEGIN opens none and
+                        # the step would take and drop its own) and the counts below see the pages it copied.
                         src.execute("BEGIN")
+                        src.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
                     started = time.monotonic()
                     try:
                         done = backup.step(pages)
