@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import apsw
+
 from maint.errors import MaintError, UsageError
 from maint.store import lineage as lin
 from maint.store.batching import Batcher, pacer_for, run_batched
@@ -272,6 +274,7 @@ class _Writer:
         self.sblobs, self.mblobs = _blob_columns(store, "sessions"), _blob_columns(store, "messages")
         fks = list(store.conn.execute("PRAGMA foreign_key_list(sessions)"))
         self.prompt_fks = [(r[3], r[2], r[4]) for r in fks if r[2] != "sessions"]  # (column, table, key)
+        self.has_prompt_table = store.has_table("system_prompts")
         self.fh = open(plan.path, "rb")  # noqa: SIM115 - closed by close(), after the batched run
 
     def close(self) -> None:
@@ -292,7 +295,14 @@ class _Writer:
             if sid in present and not self.replace:
                 self.result.skipped_existing.append(sid)
                 continue
-            self.session(conn, sid, replacing=sid in present)
+            try:
+                self.session(conn, sid, replacing=sid in present)
+            except apsw.ConstraintError as exc:
+                raise MaintError(
+                    f"session {sid} (line {self.plan.records[sid].line}): SQLite refused its rows ({exc}); its "
+                    f"lineage ({len(ids)} sessions) was rolled back with the transaction; the "
+                    f"{len(self.result.imported) - done} sessions imported before it stay (a second run skips "
+                    "them)") from None
             done += 1
         return done
 
@@ -306,8 +316,12 @@ class _Writer:
             row["parent_session_id"] = None
             self.result.detached.append(sid)
         prompts = obj.get("system_prompts") or {}
-        for h, text in prompts.items():
-            conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)", (h, text))
+        if self.has_prompt_table:
+            for h, text in prompts.items():
+                conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)", (h, text))
+        elif "system_prompt" in self.scols and row.get("system_prompt") is None and obj.get("system_prompt_hash") \
+                in prompts:
+            row["system_prompt"] = prompts[obj["system_prompt_hash"]]  # a store that keeps prompts inline
         for col, table, key in self.prompt_fks:
             value = row.get(col)
             if value is not None and self.store.scalar(f'SELECT 1 FROM "{table}" WHERE "{key}" = ?', (value,)) is None:
@@ -359,6 +373,8 @@ def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, dro
     for u in plan.units:
         if not replace and set(u) <= plan.existing:
             result.skipped_existing.extend(u)
+    if not todo:
+        return result
     before = store.write_stats.transactions
     writer = _Writer(store, plan, replace, result)
     try:

@@ -1,0 +1,275 @@
+"""import of our own jsonl export, through the real CLI: round trip, marks, lineages, refusals, live writers."""
+
+import json
+import sqlite3
+import time
+
+import pytest
+
+from tests.conftest import file_hash, query, run_subprocess, session_ids
+from tests.live import LiveHermes
+from tests.storegen import StoreBuilder, bulk_store
+
+FAMILY = {"c1", "c2", "sub"}
+
+
+def _store(path, layout):
+    with StoreBuilder(path, layout=layout) as b:
+        extra = {"pinned": 1} if layout == "v30" else {}
+        b.session("c1", age=50, end_reason="compression", title="proj", messages=4, **extra)
+        b.session("c2", age=40, parent="c1", title="proj #2", messages=3)
+        b.session("sub", source="subagent", age=40, parent="c2", model_config={"_delegate_from": "c2"}, messages=2)
+        b.session("arch", age=30, messages=2, archived=1, **({"hidden": 1} if layout == "v30" else {}))
+        b.session("alone", age=20, messages=2)
+        if layout == "v30":
+            b.set("c2", system_prompt_hash=b.prompt("you are hermes, proj edition"))
+        b.raw.execute("UPDATE messages SET active = 0, compacted = 1 WHERE id = "
+                      "(SELECT MIN(id) FROM messages WHERE session_id = 'c2')")
+        b.raw.execute("UPDATE messages SET active = 0, compacted = 0 WHERE id = "
+                      "(SELECT MAX(id) FROM messages WHERE session_id = 'c2')")
+        b.raw.execute("INSERT INTO messages (session_id, role, content, tool_calls, timestamp) VALUES "
+                      "('sub', 'assistant', 'calling', ?, ?)",
+                      (json.dumps([{"id": "call_1", "function": {"name": "terminal"}}]), b.now - 40 * 86400))
+    return path
+
+
+def run(*args, env=None):
+    return run_subprocess(*map(str, args), env=env)
+
+
+def do_import(db, file, *args, expect=0):
+    r = run("import", file, "--db", db, "--yes", "--json", *args)
+    assert r.returncode == expect, r.stderr
+    return json.loads(r.stdout) if expect == 0 else r
+
+
+def rows_by_id(text):
+    """Each session's row and messages as written, minus the timings block rebuilt on every export."""
+    out = {}
+    for line in text.splitlines():
+        rec = json.loads(line)
+        rec.pop("timings")
+        out[rec["id"]] = rec
+    return out
+
+
+def export_all(db):
+    r = run("export", "-", "--db", db)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_round_trip_export_delete_import_export_gives_the_same_bytes(tmp_path, layout):
+    db = _store(tmp_path / "state.db", layout)
+    before = export_all(db)
+    out = tmp_path / "bk"
+    r = run("export", out, "--db", db, "--session-id", "c2", "--delete-after-verified", "--yes", "--json")
+    assert r.returncode == 0, r.stderr
+    assert not {"c2", "sub"} & session_ids(db)
+    for sid in ("c2", "sub"):
+        report = do_import(db, out / f"{sid}.jsonl")
+        assert report["imported"] == [sid] and not report["renumbered"] and not report["detached"]
+    after = export_all(db)
+    # Byte for byte: each session's line (its row, every message, the prompts; timings rebuilt from them).
+    lines = {json.loads(line)["id"]: line for line in before.splitlines()}
+    assert {json.loads(line)["id"]: line for line in after.splitlines()} == lines
+    assert after == before
+
+
+def test_marks_flags_and_search_come_back(tmp_path):
+    db = _store(tmp_path / "state.db", "v30")
+    conn = sqlite3.connect(db)
+    conn.execute("ALTER TABLE sessions ADD COLUMN auto_archived INTEGER NOT NULL DEFAULT 0")  # newer upstream
+    conn.execute("UPDATE sessions SET auto_archived = 1 WHERE id = 'arch'")
+    conn.commit()
+    conn.close()
+    backup = tmp_path / "all.jsonl"
+    backup.write_text(export_all(db))
+    marks = query(db, "SELECT id, pinned, archived, hidden, auto_archived FROM sessions ORDER BY id")
+    flags = query(db, "SELECT id, active, compacted, tool_calls FROM messages ORDER BY id")
+    conn = sqlite3.connect(db)
+    for sid in ("sub", "c2", "c1", "arch", "alone"):
+        conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
+        conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+    conn.execute("DELETE FROM system_prompts")
+    conn.commit()
+    conn.close()
+    report = do_import(db, backup)
+    assert sorted(report["imported"]) == sorted(["c1", "c2", "sub", "arch", "alone"])
+    assert query(db, "SELECT id, pinned, archived, hidden, auto_archived FROM sessions ORDER BY id") == marks
+    assert query(db, "SELECT id, active, compacted, tool_calls FROM messages ORDER BY id") == flags
+    assert query(db, "SELECT prompt FROM system_prompts s JOIN sessions ON system_prompt_hash = s.hash "
+                     "WHERE sessions.id = 'c2'") == [("you are hermes, proj edition",)]
+    hits = query(db, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'topic1'")
+    assert {r[0] for r in hits} == {r[0] for r in query(db, "SELECT id FROM messages WHERE content LIKE '%topic1%'")}
+    conn = sqlite3.connect(db)
+    for table in ("messages_fts", "messages_fts_trigram"):
+        conn.execute(f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)")
+    conn.close()
+
+
+def test_second_import_adds_nothing_and_replace_overwrites(tmp_path):
+    db = _store(tmp_path / "state.db", "v22")
+    backup = tmp_path / "all.jsonl"
+    backup.write_text(export_all(db))
+    before = file_hash(db)
+    again = do_import(db, backup)
+    assert again["imported"] == [] and sorted(again["skipped_existing"]) == sorted(session_ids(db))
+    assert again["transactions"] == 0 and file_hash(db) == before
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE sessions SET title = 'renamed' WHERE id = 'alone'")
+    conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('alone', 'user', "
+                 "'zanzibar later', 1)")
+    conn.commit()
+    conn.close()
+    skipped = do_import(db, backup)
+    assert "alone" in skipped["skipped_existing"] and query(db, "SELECT title FROM sessions WHERE id='alone'") == [
+        ("renamed",)]
+    replaced = do_import(db, backup, "--replace")
+    assert sorted(replaced["replaced"]) == sorted(session_ids(db)) and replaced["imported"] == []
+    assert rows_by_id(export_all(db)) == rows_by_id(backup.read_text())
+    assert query(db, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'zanzibar'") == [(0,)]
+
+
+def test_missing_columns_refused_by_name_unless_dropped(tmp_path):
+    src = _store(tmp_path / "new.db", "v30")
+    backup = tmp_path / "v30.jsonl"
+    backup.write_text(export_all(src))
+    old = tmp_path / "old" / "state.db"
+    with StoreBuilder(old, layout="v22") as b:
+        b.session("keep", age=1)
+    before = file_hash(old)
+    refused = do_import(old, backup, expect=1)
+    assert "sessions.pinned" in refused.stderr and "--drop-missing-columns" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and file_hash(old) == before
+    dry = run("import", backup, "--db", old, "--dry-run", "--json", "--drop-missing-columns")
+    assert json.loads(dry.stdout)["dry_run"] and file_hash(old) == before
+    done = do_import(old, backup, "--drop-missing-columns")
+    assert "sessions.pinned" in done["dropped_columns"] and "sessions.hidden" in done["dropped_columns"]
+    assert session_ids(old) == {"keep"} | FAMILY | {"arch", "alone"}
+    assert query(old, "SELECT archived FROM sessions WHERE id = 'arch'") == [(1,)]
+
+
+def test_ids_taken_are_renumbered_and_missing_parents_unlinked(tmp_path):
+    src = _store(tmp_path / "a.db", "v22")
+    out = tmp_path / "c2.jsonl"
+    out.write_text(run("export", "-", "--db", src, "--session-id", "c2").stdout)
+    other = tmp_path / "b" / "state.db"
+    with StoreBuilder(other) as b:
+        b.session("x", messages=30)  # its message ids cover the exported ones
+    report = do_import(other, out)
+    assert report["renumbered"] == ["c2"] and report["detached"] == ["c2"]
+    mine = [r[0] for r in query(other, "SELECT content FROM messages WHERE session_id = 'c2' ORDER BY id")]
+    theirs = [m["content"] for m in json.loads(out.read_text())["messages"]]
+    assert mine == theirs
+    assert query(other, "SELECT parent_session_id FROM sessions WHERE id = 'c2'") == [(None,)]
+
+
+def test_prompt_missing_from_an_older_export_is_reported(tmp_path):
+    db = _store(tmp_path / "state.db", "v30")
+    rec = json.loads(run("export", "-", "--db", db, "--session-id", "c2").stdout)
+    rec.pop("system_prompts")  # exports written before prompts travelled with them
+    old_style = tmp_path / "old.jsonl"
+    old_style.write_text(json.dumps(rec) + "\n")
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA foreign_keys=ON")
+    for sid in ("sub", "c2"):
+        conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
+        conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+    conn.execute("DELETE FROM system_prompts")
+    conn.commit()
+    conn.close()
+    report = do_import(db, old_style)
+    assert report["prompts_dropped"] == ["c2"]
+    assert query(db, "SELECT system_prompt_hash FROM sessions WHERE id = 'c2'") == [(None,)]
+
+
+def test_a_family_goes_in_whole_or_not_at_all(tmp_path):
+    """The delegate child's row is refused by SQLite: its parent, in the same unit, does not stay either."""
+    db = _store(tmp_path / "state.db", "v22")
+    lines = []
+    for line in export_all(db).splitlines():
+        rec = json.loads(line)
+        if rec["id"] in FAMILY:
+            if rec["id"] == "sub":
+                rec["messages"][0]["timestamp"] = None  # NOT NULL in Hermes's schema
+            lines.append(json.dumps(rec))
+    bad = tmp_path / "family.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    conn = sqlite3.connect(db)
+    for sid in ("sub", "c2", "c1"):
+        conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
+        conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+    conn.commit()
+    conn.close()
+    r = do_import(db, bad, expect=1)
+    assert "NOT NULL" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not FAMILY & session_ids(db)
+
+
+@pytest.mark.parametrize("kind,needle", [
+    ("truncated", "truncated"), ("text", "not valid JSON"), ("not_session", "no session id"),
+    ("array", "a JSON list"), ("empty", "no session records"), ("duplicate", "appears twice"),
+    ("bad_column", "not a column name"), ("bad_message", "not a message with a role"),
+])
+def test_bad_files_are_one_line_errors_and_write_nothing(tmp_path, kind, needle):
+    db = _store(tmp_path / "state.db", "v22")
+    good = export_all(db)
+    f = tmp_path / "in.jsonl"
+    first = json.loads(good.splitlines()[0])
+    first = {**first, "id": "fresh", "messages": [{**m, "session_id": "fresh"} for m in first["messages"]]}
+    body = {
+        "truncated": good[: len(good) - 40],
+        "text": "hello\nworld\n",
+        "not_session": json.dumps({"hello": 1}) + "\n",
+        "array": "[1, 2]\n",
+        "empty": "\n",
+        "duplicate": json.dumps(first) + "\n" + json.dumps(first) + "\n",
+        "bad_column": json.dumps({**first, "x; DROP TABLE sessions": 1}) + "\n",
+        "bad_message": json.dumps({**first, "messages": [{"content": "no role"}]}) + "\n",
+    }[kind]
+    f.write_text(body)
+    before = file_hash(db)
+    r = run("import", f, "--db", db, "--yes")
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr and "Traceback" not in r.stderr
+    assert file_hash(db) == before
+
+
+def test_import_needs_yes_without_a_terminal(tmp_path):
+    db = _store(tmp_path / "state.db", "v22")
+    f = tmp_path / "all.jsonl"
+    f.write_text(export_all(db))
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM messages WHERE session_id = 'alone'")
+    conn.execute("DELETE FROM sessions WHERE id = 'alone'")
+    conn.commit()
+    conn.close()
+    before = file_hash(db)
+    r = run_subprocess("import", f, "--db", db, input="y\n")
+    assert r.returncode == 2 and "not a terminal" in r.stderr and file_hash(db) == before
+
+
+@pytest.mark.slow
+def test_import_beside_live_writers(tmp_path):
+    """Thousands of sessions go back in short transactions; writers that give up after 250 ms never do."""
+    db = tmp_path / "state.db"
+    bulk_store(db, sessions=2500, messages_per_session=8, content_bytes=300)
+    backup = tmp_path / "all.jsonl"
+    backup.write_text(export_all(db))
+    wanted = query(db, "SELECT COUNT(*) FROM messages")[0][0]
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM messages")
+    conn.execute("DELETE FROM sessions")
+    conn.commit()
+    conn.close()
+    with LiveHermes(db, writers=2, interval=0.01, writer_env={"HERMES_WRITER_PATIENCE_MS": "250"}) as live:
+        time.sleep(0.5)
+        report = do_import(db, backup)
+        time.sleep(0.3)
+        figures = live.finish()
+    assert len(report["imported"]) == 2500 and report["transactions"] > 1 and not report["renumbered"]
+    assert all(w["failed"] == 0 for w in figures["writers"]), figures["errors"]
+    written = sum(w["appended"] for w in figures["writers"])
+    assert query(db, "SELECT COUNT(*) FROM messages")[0][0] == wanted + written
+    assert rows_by_id(export_all(db)).keys() >= rows_by_id(backup.read_text()).keys()
