@@ -8,7 +8,7 @@ import typer
 from maint.commands.common import DryRunOpt, JsonOpt, YesOpt, command, confirm_or_refuse, emit_json, fmt_bytes, \
     resolve
 from maint.errors import UsageError
-from maint.ops.backup import prepare_folder, store_label
+from maint.ops.backup import prepare_folder, remove_stale_partials, store_label
 from maint.ops.restore import inspect_snapshot, live_counts, open_live, restore as run_restore
 
 
@@ -60,7 +60,9 @@ def restore(
         *[f"warning: {w}" for w in report["warnings"]],
         "a safety snapshot of the store is taken first",
     ])
-    result = run_restore(target.path, info, label=label, safety_folder=prepare_folder(None), force=force)
+    folder = prepare_folder(None)
+    remove_stale_partials(folder)
+    result = run_restore(target.path, info, label=label, safety_folder=folder, force=force)
     report.update(safety_snapshot=str(result.safety_snapshot.path), after=result.after, before=result.before,
                   inode_kept=result.inode_kept, seconds=result.seconds)
     report["warnings"] += result.warnings

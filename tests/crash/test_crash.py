@@ -405,3 +405,106 @@ def test_optimize_into_killed(tmp_path, point, into_seconds):
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]  # the killed run's temporary copy is gone
     assert query(out, "PRAGMA integrity_check") == [("ok",)]
     assert query(out, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages") == before
+
+
+# -- backup, restore, import -------------------------------------------------------------------
+
+def content(db: Path):
+    """Every session id and message row: which store (old or new) a file holds."""
+    return (query(db, "SELECT id FROM sessions ORDER BY id"),
+            query(db, "SELECT id, session_id, role, content FROM messages ORDER BY id"))
+
+
+def assert_snapshots_sound(folder: Path):
+    """Whatever a kill left, every file under a snapshot's final name is one the sidecar vouches for."""
+    from maint.ops.backup import list_snapshots
+
+    for snap in list_snapshots(folder):
+        assert snap.verified, (snap.path, snap.reason)
+        assert query(snap.path, "PRAGMA integrity_check") == [("ok",)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["backup_step:1", "backup_step:3", "backup_written:1", "backup_sidecar:1",
+                                   "delay:0.3", "delay:0.5", "delay:0.7"])
+def test_backup_killed(tmp_path, point):
+    from tests.conftest import file_hash
+
+    home = tmp_path / "home"
+    db = make_store(home / "state.db", n=150)  # a few hundred pages: several steps
+    before = file_hash(db)
+    env = {"HERMES_HOME": str(home)}
+    args = ["backup", "--json"]
+    if point.startswith("delay:"):
+        run_killed_after(args, float(point.split(":")[1]), env=env)
+    else:
+        assert run(args, crash=point, env=env).returncode == -9
+    folder = home / "state-snapshots"
+    assert file_hash(db) == before  # the store is only read
+    assert_snapshots_sound(folder)
+    again = run(args, env=env)
+    assert again.returncode == 0, again.stderr
+    snap = json.loads(again.stdout)["snapshot"]
+    assert (snap["sessions"], snap["messages"]) == tuple(query(db, "SELECT (SELECT COUNT(*) FROM sessions), "
+                                                                    "(SELECT COUNT(*) FROM messages)")[0])
+    assert not [p.name for p in folder.iterdir() if p.name.endswith(".partial")]
+    assert all((folder / (p.name[:-5])).exists() for p in folder.iterdir() if p.name.endswith(".db.json"))
+    assert_snapshots_sound(folder)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["backup_step:2", "restore_safety_taken:1", "restore_copy:1", "restore_copied:1",
+                                   "restore_checkpointed:1", "delay:0.4", "delay:0.6", "delay:0.8", "delay:1.0"])
+def test_restore_killed(tmp_path, point):
+    home = tmp_path / "home"
+    db = make_store(home / "state.db", n=60)
+    env = {"HERMES_HOME": str(home)}
+    made = run(["backup", "--json"], env=env)
+    snap = json.loads(made.stdout)["snapshot"]["path"]
+    new = content(db)
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM messages WHERE session_id LIKE 'f1%' OR session_id LIKE 'f2%'")
+    conn.execute("DELETE FROM sessions WHERE id LIKE 'f1%' OR id LIKE 'f2%'")
+    conn.commit()
+    conn.close()
+    old = content(db)
+    inode = db.stat().st_ino
+    args = ["restore", snap, "--yes", "--json"]
+    if point.startswith("delay:"):
+        run_killed_after(args, float(point.split(":")[1]), env=env)
+    else:
+        assert run(args, crash=point, env=env).returncode == -9
+    assert_whole(db)
+    assert content(db) in (old, new) and db.stat().st_ino == inode
+    again = run(args, env=env)
+    assert again.returncode == 0, again.stderr
+    assert content(db) == new and db.stat().st_ino == inode
+    assert_whole(db)
+    assert_snapshots_sound(home / "state-snapshots")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", TX_POINTS + ["delay:0.5", "delay:0.8"])
+def test_import_killed(tmp_path, point):
+    db = make_store(tmp_path / "state.db", n=30)
+    exported = run(["export", "-", "--db", db])
+    assert exported.returncode == 0, exported.stderr
+    backup = tmp_path / "all.jsonl"
+    backup.write_text(exported.stdout)
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM messages WHERE session_id LIKE 'f%'")
+    conn.execute("DELETE FROM sessions WHERE id LIKE 'f%'")
+    conn.commit()
+    conn.close()
+    args = ["import", backup, "--db", db, "--yes", "--json"]
+    if point.startswith("delay:"):
+        run_killed_after(args, float(point.split(":")[1]))
+    else:
+        assert run(args, crash=point).returncode == -9
+    assert_whole(db)
+    assert_families_whole(db, families(30))  # a lineage with its subagent run: whole or absent
+    again = run(args)
+    assert again.returncode == 0, again.stderr
+    assert {"keep_recent", "keep_open"} | set().union(*families(30)) == session_ids(db)
+    assert run(["export", "-", "--db", db]).stdout == exported.stdout
+    assert_whole(db)
