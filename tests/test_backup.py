@@ -398,3 +398,17 @@ def test_snapshot_being_written_is_locked_against_cleanup(tmp_path):
 
     take_snapshot(db, folder, label="default", on_step=look)
     assert seen and set(seen) == {"locked"}
+
+
+def test_restore_preflight_names_both_figures_and_changes_nothing(hermes_home):
+    from maint.ops.restore import inspect_snapshot, restore as restore_store
+
+    db = _store(hermes_home / "state.db")
+    snap = backup(hermes_home)[0]["snapshot"]["path"]
+    before = file_hash(db)
+    folder = hermes_home / "state-snapshots"
+    with pytest.raises(MaintError) as err:
+        restore_store(db, inspect_snapshot(Path(snap)), label="default", safety_folder=folder,
+                      disk_usage=lambda p: Usage(10**9, 10**9 - 4096, 4096))
+    assert "4096 bytes free" in str(err.value) and "need about" in str(err.value)
+    assert file_hash(db) == before and not list(folder.glob("*.pre-restore*"))

@@ -70,6 +70,14 @@ CASES = [
     (["optimize", "--db", S, "--into", S], 2, "already exists"),
     (["prune", "--db", S, "--yes", "--metrics-file", "{tmp}/nodir/m.prom"], 2, "--metrics-file"),
     (["jobs", "run-once", "nightly-sweep", "--metrics-file", "{tmp}/m.txt"], 2, "--metrics-file"),
+    (["backup", "--db", S, "--keep", "0"], 2, "--keep"),
+    (["backup", "--db", S, "--keep", "many"], 2, "--keep"),
+    (["backup", "{tmp}/missing/dir", "--db", S], 2, "DEST"),
+    (["restore", "{tmp}/nope.db", "--db", S, "--yes"], 2, "SNAPSHOT"),
+    (["restore", "{store}", "--db", S, "--yes"], 2, "SNAPSHOT"),
+    (["restore", "{tmp}/nope.db", "--all-profiles", "--yes"], 2, "--all-profiles"),
+    (["import", "{tmp}/nope.jsonl", "--db", S, "--yes"], 2, "FILE"),
+    (["import", "{tmp}", "--db", S, "--yes"], 2, "FILE"),
 ]
 
 
@@ -108,6 +116,7 @@ def test_bad_store_files(tmp_path, store, kind):
     for argv in (["prune", "--yes"], ["stats"], ["optimize"], ["archive", "--source", "cli", "--yes"],
                  ["export", "-"], ["repair-prompts", "--apply", "--yes"], ["recover", "--apply", "--yes"],
                  ["repair-fts", "--apply", "--yes"], ["history"], ["optimize", "--into", tmp_path / "c.db"]):
+                 ["export", "-"], ["repair-prompts", "--apply", "--yes"], ["backup"]):
         result = run_subprocess(*argv, "--db", target)
         assert result.returncode == 1, (argv, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
@@ -133,3 +142,29 @@ def test_job_file_with_bad_trigger(tmp_path):
     (tmp_path / "j.yaml").write_text("name: j\ncommand: [sweep]\ntrigger: {cron: '99 * * * *'}\n")
     result = run_subprocess("jobs", "list", "--jobs-dir", tmp_path)
     assert result.returncode == 2 and "j.yaml" in result.stderr and "trigger.cron" in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["text", "truncated", "directory", "empty", "other_sqlite"])
+def test_bad_snapshot_files(tmp_path, store, kind):
+    """restore refuses a SNAPSHOT that is not an intact Hermes store; the live store's bytes stay."""
+    snap = tmp_path / "snap.db"
+    if kind == "text":
+        snap.write_text("hello\n")
+    elif kind == "truncated":
+        data = store.read_bytes()
+        snap.write_bytes(data[: len(data) // 3])
+    elif kind == "directory":
+        snap.mkdir()
+    elif kind == "empty":
+        snap.write_bytes(b"")
+    else:
+        import sqlite3
+        conn = sqlite3.connect(snap)
+        conn.execute("CREATE TABLE t(x)")
+        conn.commit()
+        conn.close()
+    before = file_hash(store)
+    result = run_subprocess("restore", snap, "--db", store, "--yes", env={"HERMES_HOME": str(tmp_path)})
+    assert result.returncode in (1, 2), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert file_hash(store) == before and not (tmp_path / "state-snapshots").exists()

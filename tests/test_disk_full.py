@@ -14,7 +14,7 @@ from maint.errors import StoreError
 from maint.store.connection import open_store
 from maint.ops.vacuum import optimize
 from tests.conftest import file_hash, query, run_subprocess
-from tests.storegen import StoreBuilder
+from tests.storegen import StoreBuilder, bulk_store
 
 Usage = namedtuple("Usage", "total used free")
 
@@ -170,3 +170,42 @@ def test_a_dry_run_works_on_a_read_only_store(small_fs):
         assert preview.returncode == 0 and json.loads(preview.stdout)["session_ids"] == ["s0"]
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], capture_output=True)
+
+
+def test_backup_refused_up_front_when_the_dest_is_small(tmp_path, small_fs):
+    db = _store(tmp_path / "state.db", sessions=20, messages=10)
+    result = run_subprocess("backup", small_fs, "--db", db)
+    assert result.returncode == 1 and "not enough free space" in result.stderr and "bytes free" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and list(small_fs.iterdir()) == []
+
+
+def test_backup_that_fills_the_disk_leaves_nothing(tmp_path, small_fs):
+    """Past our own check (fake figures), the filesystem fills for real: a clean error, no file left."""
+    from maint.errors import MaintError
+    from maint.ops.backup import take_snapshot
+
+    db = tmp_path / "state.db"
+    bulk_store(db, sessions=300, messages_per_session=10, content_bytes=600)
+    before = file_hash(db)
+    with pytest.raises(MaintError, match="disk full"):
+        take_snapshot(db, small_fs, label="default", disk_usage=lambda p: Usage(10**12, 0, 10**12))
+    assert list(small_fs.iterdir()) == [] and file_hash(db) == before
+
+
+def test_backup_to_a_read_only_dest(tmp_path, small_fs):
+    db = _store(tmp_path / "state.db", sessions=3, messages=2)
+    remount = subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], capture_output=True, text=True)
+    if remount.returncode != 0:
+        pytest.skip(f"this machine forbids remounting read-only: {remount.stderr.strip()}")
+    try:
+        from maint.ops.backup import take_snapshot
+        from maint.errors import MaintError
+
+        with pytest.raises(MaintError, match="cannot write there"):
+            take_snapshot(db, small_fs, label="default", disk_usage=lambda p: Usage(10**12, 0, 10**12))
+        result = run_subprocess("backup", small_fs, "--db", db)
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], capture_output=True)
+    assert list(small_fs.iterdir()) == []

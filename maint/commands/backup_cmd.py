@@ -47,6 +47,7 @@ def backup(
                     "peak_extra_bytes": peak, "label": label,
                     "would_remove": would_rotate(base, target.path, keep) if keep and base.is_dir() else [],
                     "removed": [], "removed_partials": []}
+        open_store(target.path, readonly=True).close()  # a bad store is refused before any folder is made
         where = prepare_folder(folder)
         partials = remove_stale_partials(where)
         snap = take_snapshot(target.path, where, label=label, compact=compact)

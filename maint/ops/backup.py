@@ -435,7 +435,10 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
     with _open_source(store_path, damaged_ok) as store:
         size, peak = estimate_bytes(store, compact)
         check_room(folder, peak, disk_usage)
-        name, partial, fd = _reserve(folder, label, kind, stamp)
+        try:
+            name, partial, fd = _reserve(folder, label, kind, stamp)
+        except OSError as exc:
+            raise _os_error(folder, exc) from None
         final = folder / name
         made: list[Path] = [partial]
         try:
