@@ -279,6 +279,8 @@ class Snapshot:
     longest_step_ms: float = 0.0
     verified: bool = True
     problem: str = ""
+    copy_seconds: float = 0.0  # the backup API (and VACUUM INTO) part
+    verify_seconds: float = 0.0  # quick_check and counts of the new file
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -467,6 +469,7 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
             made.remove(copy)
         set_rollback_header(fd)
         crash_point("backup_written")
+        copied = time.monotonic()
         try:
             found = check_file(partial)
             got = {"sessions": found["sessions"], "messages": found["messages"]}
@@ -477,6 +480,7 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
             if not damaged_ok:
                 raise
             problem, found, got = str(exc), {"page_size": None}, {"sessions": None, "messages": None}
+        checked = time.monotonic()
         os.fsync(fd)
         st = os.fstat(fd)
         meta = {"made_by": MADE_BY, "version": SIDECAR_VERSION, "file": name, "kind": kind,
@@ -502,7 +506,8 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
                     method=meta["method"], bytes=st.st_size, sessions=got["sessions"], messages=got["messages"],
                     seconds=round(time.monotonic() - started, 3), steps=stats.steps, restarts=stats.restarts,
                     source_journal_mode=stats.journal_mode, longest_step_ms=round(stats.longest_step_ms, 1),
-                    verified=not problem, problem=problem)
+                    verified=not problem, problem=problem, copy_seconds=round(copied - started, 3),
+                    verify_seconds=round(checked - copied, 3))
 
 
 def _discard(paths: list[Path], fd: int) -> None:

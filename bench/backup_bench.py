@@ -1,0 +1,121 @@
+"""Backup benchmark: our snapshot against sqlite3's `.backup` on the same store, beside a live Hermes writer.
+
+Contenders, each while one real Hermes writer (SessionDB.append_message) appends every 10 ms:
+
+* hermes-maint ``backup`` and ``backup --compact`` (the CLI, verification and fsync included);
+* the sqlite3 shell's ``.backup`` (when the ``sqlite3`` program is installed): 100-page steps, each its own
+  read transaction, restarted whenever the writer commits in between;
+* Python's ``sqlite3.Connection.backup`` (the stand-in for ``.backup`` asked for when the shell is missing):
+  one step holding one read transaction, no verification, no fsync.
+
+The store is read once before the runs so every contender finds it in the page cache. Reported: seconds,
+the writer's worst append inside each run's window, failed appends, and whether the run finished within
+``--timeout`` seconds.
+
+    python bench/backup_bench.py [--sessions N] [--messages-per-session M] [--timeout S]
+"""
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import CACHE, ROOT, base_store, store_args, store_mb, write_result
+
+sys.path.insert(0, str(ROOT))
+from tests.live import LiveHermes  # noqa: E402 - needs the sys.path entry above
+
+STDLIB = ("import sqlite3, sys; s = sqlite3.connect(sys.argv[1]); d = sqlite3.connect(sys.argv[2]); s.backup(d);"
+          "d.close(); s.close()")
+
+
+def contenders(db: Path) -> dict:
+    """name -> argv for a run writing into the folder it is given."""
+    found = {
+        "hermes-maint backup": lambda out: [sys.executable, "-m", "maint", "backup", str(out), "--db", str(db),
+                                            "--json"],
+        "hermes-maint backup --compact": lambda out: [sys.executable, "-m", "maint", "backup", str(out), "--db",
+                                                      str(db), "--compact", "--json"],
+        "python sqlite3 .backup()": lambda out: [sys.executable, "-c", STDLIB, str(db), str(out / "copy.db")],
+    }
+    if shutil.which("sqlite3"):
+        found["sqlite3 shell .backup"] = lambda out: ["sqlite3", str(db), f".backup '{out / 'copy.db'}'"]
+    return found
+
+
+def _stored(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = 'live_writer_0'").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def main() -> None:
+    ap = store_args()
+    ap.add_argument("--timeout", type=float, default=300.0)
+    args = ap.parse_args()
+    db = base_store(args.sessions, args.messages_per_session, 600)
+    run_dir = CACHE / "run" / "backup"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    with open(db, "rb") as fh:  # warm the page cache: every contender reads from memory
+        while fh.read(1 << 24):
+            pass
+    rows = {}
+    for n, (name, make) in enumerate(contenders(db).items()):
+        out = run_dir / f"c{n}"
+        out.mkdir()
+        argv = make(out)
+        for left in db.parent.glob("live.stop*"):  # the previous run's stop and ready files
+            left.unlink()
+        before = _stored(db)
+        with LiveHermes(db, writers=1, interval=0.01, reader=False) as live:
+            time.sleep(1.0)
+            lo = time.monotonic()
+            try:
+                proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout,
+                                      env={**os.environ, "HERMES_HOME": str(run_dir)})
+                finished, code, err, stdout = True, proc.returncode, proc.stderr, proc.stdout
+            except subprocess.TimeoutExpired:
+                finished, code, err, stdout = False, None, "", ""
+            hi = time.monotonic()
+            figures = live.finish()
+        w = figures["writers"][0]
+        worst = max((took for at, took in w["samples"] if lo <= at <= hi), default=0.0)
+        row = {"seconds": round(hi - lo, 2), "finished": finished, "exit_code": code,
+               "writer_worst_ms": round(worst * 1000, 1), "failed_appends": w["failed"],
+               "lost_messages": w["appended"] - (figures["stored"][w["session_id"]] - before)}
+        if name.startswith("hermes-maint") and finished and code == 0:
+            snap = json.loads(stdout)["snapshot"]
+            row.update(snapshot_mb=round(snap["bytes"] / 2**20, 1), steps=snap["steps"], restarts=snap["restarts"],
+                       longest_step_ms=snap["longest_step_ms"], copy_s=snap["copy_seconds"],
+                       verify_s=snap["verify_seconds"])
+        elif finished and code:
+            row["error"] = err.strip()[-300:]
+        rows[name] = row
+        shutil.rmtree(out, ignore_errors=True)
+    base = rows.get("sqlite3 shell .backup") if rows.get("sqlite3 shell .backup", {}).get("finished") else None
+    base = base or rows["python sqlite3 .backup()"]
+    print(f"\nbackup benchmark: {args.sessions * args.messages_per_session} messages, {store_mb(db):.0f} MB store, "
+          "one Hermes writer appending every 10 ms")
+    print(f"{'contender':<32}{'seconds':>9}{'vs .backup':>12}{'writer worst ms':>17}{'failed':>8}{'lost':>6}  notes")
+    for name, r in rows.items():
+        ratio = f"{r['seconds'] / base['seconds']:.2f}" if r["finished"] else "-"
+        note = "did not finish" if not r["finished"] else r.get("error", "")
+        if "steps" in r:
+            note = (f"{r['snapshot_mb']} MB, {r['steps']} steps, {r['restarts']} restarts; copy {r['copy_s']:.2f}s, "
+                    f"verify {r['verify_s']:.2f}s")
+        print(f"{name:<32}{r['seconds']:>9.2f}{ratio:>12}{r['writer_worst_ms']:>17.0f}{r['failed_appends']:>8}"
+              f"{r['lost_messages']:>6}  {note}")
+    write_result("backup", {"store_messages": args.sessions * args.messages_per_session,
+                            "store_mb": round(store_mb(db), 1), "baseline": "sqlite3 shell .backup" if base is
+                            rows.get("sqlite3 shell .backup") else "python sqlite3 .backup()", "results": rows})
+
+
+if __name__ == "__main__":
+    main()
