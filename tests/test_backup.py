@@ -412,3 +412,20 @@ def test_restore_preflight_names_both_figures_and_changes_nothing(hermes_home):
                       disk_usage=lambda p: Usage(10**9, 10**9 - 4096, 4096))
     assert "4096 bytes free" in str(err.value) and "need about" in str(err.value)
     assert file_hash(db) == before and not list(folder.glob("*.pre-restore*"))
+
+
+def test_nightly_backup_job_ships_disabled_and_runs_before_the_sweep(hermes_home):
+    from maint.jobs.scheduler import load_catalogue, next_runs
+
+    jobs = {j.name: j for j in load_catalogue()}
+    job = jobs["nightly-backup"]
+    assert not job.enabled and job.command == ["backup", "--keep", "7"]
+    after = time.time()
+    fire = job.trigger.get_next_fire_time(None, __import__("datetime").datetime.now().astimezone())
+    sweep = dict((j.name, w) for j, w in next_runs(list(jobs.values())))["nightly-sweep"]
+    assert (fire.hour, fire.minute) == (3, 0) and fire < sweep and fire.timestamp() > after
+    db = _store(hermes_home / "state.db")
+    result = run_subprocess("jobs", "run-once", "nightly-backup", "--db", db, env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    (snap,) = [s for s in list_snapshots(hermes_home / "state-snapshots")]
+    assert snap.verified and snap.meta["messages"] == counts(db)[1]
