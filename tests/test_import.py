@@ -148,6 +148,8 @@ def test_missing_columns_refused_by_name_unless_dropped(tmp_path):
     assert "sessions.pinned" in done["dropped_columns"] and "sessions.hidden" in done["dropped_columns"]
     assert session_ids(old) == {"keep"} | FAMILY | {"arch", "alone"}
     assert query(old, "SELECT archived FROM sessions WHERE id = 'arch'") == [(1,)]
+    # This layout keeps prompts inline: the exported prompt text lands there.
+    assert query(old, "SELECT system_prompt FROM sessions WHERE id = 'c2'") == [("you are hermes, proj edition",)]
 
 
 def test_ids_taken_are_renumbered_and_missing_parents_unlinked(tmp_path):

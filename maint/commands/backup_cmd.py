@@ -39,23 +39,25 @@ def backup(
 
     def run(target) -> dict:
         label = store_label(target.path, target.profile)
+        with open_store(target.path, readonly=True) as store:  # a bad store is refused before any folder is made
+            size, peak = estimate_bytes(store, compact)
+        report = {"dry_run": dry_run, "snapshot": None, "label": label, "estimated_bytes": size,
+                  "peak_extra_bytes": peak, "would_remove": [], "removed": [], "removed_partials": [],
+                  "unverified_kept": []}
         if dry_run:
-            with open_store(target.path, readonly=True) as store:
-                size, peak = estimate_bytes(store, compact)
             base = folder if folder is not None else default_folder()
-            return {"dry_run": True, "snapshot": None, "folder": str(base), "estimated_bytes": size,
-                    "peak_extra_bytes": peak, "label": label,
-                    "would_remove": would_rotate(base, target.path, keep) if keep and base.is_dir() else [],
-                    "removed": [], "removed_partials": []}
-        open_store(target.path, readonly=True).close()  # a bad store is refused before any folder is made
+            report["folder"] = str(base)
+            report["would_remove"] = would_rotate(base, target.path, keep) if keep and base.is_dir() else []
+            return report
         where = prepare_folder(folder)
-        partials = remove_stale_partials(where)
+        report["folder"] = str(where)
+        report["removed_partials"] = remove_stale_partials(where)
         snap = take_snapshot(target.path, where, label=label, compact=compact)
-        removed = rotate(where, target.path, keep, snap.path) if keep else []
-        unverified = [str(s.path) for s in list_snapshots(where)
-                      if not s.verified and s.path.name.startswith(f"state-{label}-")]
-        return {"dry_run": False, "snapshot": snap.as_dict(), "folder": str(where), "label": label,
-                "removed": removed, "removed_partials": partials, "unverified_kept": unverified}
+        report["snapshot"] = snap.as_dict()
+        report["removed"] = rotate(where, target.path, keep, snap.path) if keep else []
+        report["unverified_kept"] = [str(s.path) for s in list_snapshots(where)
+                                     if not s.verified and s.path.name.startswith(f"state-{label}-")]
+        return report
 
     def render(r: dict) -> None:
         if r["dry_run"]:

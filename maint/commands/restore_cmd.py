@@ -48,7 +48,7 @@ def restore(
     report = {"store": str(target.path), "profile": target.profile, "snapshot": str(info.path),
               "dry_run": dry_run, "before": before,
               "snapshot_counts": {"sessions": info.sessions, "messages": info.messages},
-              "warnings": [], "safety_snapshot": None, "after": None, "inode_kept": None}
+              "warnings": [], "safety_snapshot": None, "after": None, "inode_kept": None, "seconds": None}
     made_for = (info.sidecar or {}).get("store")
     if made_for and made_for != str(Path(target.path).expanduser().resolve()):
         report["warnings"].append(f"the snapshot was taken of {made_for}, not of this store")
