@@ -75,7 +75,6 @@ CASES = [
     (["backup", "{tmp}/missing/dir", "--db", S], 2, "DEST"),
     (["restore", "{tmp}/nope.db", "--db", S, "--yes"], 2, "SNAPSHOT"),
     (["restore", "{store}", "--db", S, "--yes"], 2, "SNAPSHOT"),
-    (["restore", "{tmp}/nope.db", "--all-profiles", "--yes"], 2, "--all-profiles"),
     (["import", "{tmp}/nope.jsonl", "--db", S, "--yes"], 2, "FILE"),
     (["import", "{tmp}", "--db", S, "--yes"], 2, "FILE"),
 ]

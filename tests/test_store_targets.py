@@ -23,6 +23,7 @@ PER_STORE = {
     "autoprune later": (["autoprune", "later"], "message"),
     "set-journal-mode": (["set-journal-mode", "wal"], "after"),
     "repair-prompts": (["repair-prompts"], "verified"),
+    "backup": (["backup"], "snapshot"),
 }
 
 
@@ -93,6 +94,8 @@ def test_bad_store_in_text_mode_names_it_and_goes_on(hermes_home):
     ["stats", "--db", "x.db", "--profile", "a"],
     ["stats", "--profile", "a", "--all-profiles"],
     ["jobs", "run", "--db", "x.db", "--all-profiles"],
+    ["restore", "snap.db", "--all-profiles", "--yes"],
+    ["import", "all.jsonl", "--all-profiles", "--yes"],
 ])
 def test_flags_that_cannot_apply_are_refused(args, hermes_home):
     _stores(hermes_home)

@@ -1,20 +1,18 @@
-"""hermes-maint backup: thin CLI over :mod:`maint.ops.backup`."""
+"""hermes-maint backup: options and output; the logic is :mod:`maint.ops.backup`."""
 
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from maint.commands.common import DryRunOpt, JsonOpt, command, fmt_bytes, for_each_target, resolve
+from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, ProfileOpt
+from maint.commands.output import fmt_bytes
+from maint.commands.runner import for_each_store
 from maint.errors import UsageError
-from maint.ops.backup import (default_folder, estimate_bytes, list_snapshots, prepare_folder, remove_stale_partials,
-                              rotate, store_label, take_snapshot, would_rotate)
-from maint.store.connection import open_store
+from maint.store.targets import resolve_targets
 
 
-@command
 def backup(
-    targets: dict,
     dest: Annotated[Optional[Path], typer.Argument(help="Folder for the snapshots "
                                                         "(default: $HERMES_HOME/state-snapshots/).")] = None,
     keep: Annotated[Optional[int], typer.Option("--keep", help="Then remove this store's oldest verified "
@@ -23,6 +21,9 @@ def backup(
                                                             "copy): smaller, slower.")] = False,
     dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
+    db: DbOpt = None,
+    profile: ProfileOpt = None,
+    all_profiles: AllProfilesOpt = False,
 ) -> None:
     """A consistent snapshot of the store while Hermes keeps writing: one verified file, 0600.
 
@@ -34,7 +35,10 @@ def backup(
     """
     if keep is not None and keep < 1:
         raise UsageError(f"--keep: bad value {keep} (expected a whole number >= 1; the new snapshot always stays)")
-    stores = resolve(targets)
+    from maint.ops.backup import (default_folder, estimate_bytes, list_snapshots, prepare_folder,
+                                  remove_stale_partials, rotate, store_label, take_snapshot, would_rotate)
+    from maint.store.connection import open_store
+
     folder = Path(dest).expanduser() if dest is not None else None
 
     def run(target) -> dict:
@@ -59,20 +63,20 @@ def backup(
                                      if not s.verified and s.path.name.startswith(f"state-{label}-")]
         return report
 
-    def render(r: dict) -> None:
-        if r["dry_run"]:
-            typer.echo(f"Would write a snapshot of about {fmt_bytes(r['estimated_bytes'])} into {r['folder']}")
-            for p in r["would_remove"]:
-                typer.echo(f"  would remove {p}")
-            return
-        s = r["snapshot"]
-        typer.echo(f"Snapshot {s['path']}")
-        typer.echo(f"  {s['sessions']} sessions, {s['messages']} messages, {fmt_bytes(s['bytes'])}, "
-                   f"verified (quick_check ok, counts match) in {s['seconds']:.1f}s")
-        for p in r["removed"]:
-            typer.echo(f"  removed old snapshot {p}")
-        for p in r["removed_partials"]:
-            typer.echo(f"  removed {p} (left by an interrupted backup)")
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
 
-    for_each_target(stores, as_json, run, render)
 
+def _render(r: dict) -> None:
+    if r["dry_run"]:
+        typer.echo(f"Would write a snapshot of about {fmt_bytes(r['estimated_bytes'])} into {r['folder']}")
+        for p in r["would_remove"]:
+            typer.echo(f"  would remove {p}")
+        return
+    s = r["snapshot"]
+    typer.echo(f"Snapshot {s['path']}")
+    typer.echo(f"  {s['sessions']} sessions, {s['messages']} messages, {fmt_bytes(s['bytes'])}, "
+               f"verified (quick_check ok, counts match) in {s['seconds']:.1f}s")
+    for p in r["removed"]:
+        typer.echo(f"  removed old snapshot {p}")
+    for p in r["removed_partials"]:
+        typer.echo(f"  removed {p} (left by an interrupted backup)")

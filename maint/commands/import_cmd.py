@@ -1,20 +1,18 @@
-"""hermes-maint import: thin CLI over :mod:`maint.ops.importer`."""
+"""hermes-maint import: options and output; the logic is :mod:`maint.ops.importer`."""
 
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from maint.commands.common import DryRunOpt, JsonOpt, YesOpt, command, confirm_or_refuse, emit_json, progress, \
-    resolve
+from maint.commands.options import DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt
+from maint.commands.output import confirm_or_refuse, emit_json, progress
+from maint.commands.runner import naming_store
 from maint.errors import UsageError
-from maint.ops.importer import execute_import, plan_import, refuse_missing
-from maint.store.connection import open_store
+from maint.store.targets import resolve_targets
 
 
-@command
 def import_sessions(
-    targets: dict,
     file: Annotated[Path, typer.Argument(help="A jsonl file written by `hermes-maint export`.")],
     replace: Annotated[bool, typer.Option("--replace", help="Overwrite sessions whose id exists (row and "
                                                             "messages), a lineage per transaction.")] = False,
@@ -24,6 +22,9 @@ def import_sessions(
     dry_run: DryRunOpt = False,
     yes: YesOpt = False,
     as_json: JsonOpt = False,
+    db: DbOpt = None,
+    profile: ProfileOpt = None,
+    all_profiles: Annotated[bool, typer.Option("--all-profiles", hidden=True)] = False,
 ) -> None:
     """Restore sessions from our jsonl export: rows, every message with its flags, pins and archive marks.
 
@@ -31,11 +32,16 @@ def import_sessions(
     lineage with its subagent runs goes in whole or not at all; search is
     indexed by Hermes's own triggers. Running it twice adds nothing.
     """
-    if targets.get("all_profiles"):
-        raise UsageError("--all-profiles: import goes into one store (use --db or --profile)")
-    target = resolve(targets)[0]
-    with open_store(target.path) as store:
-        plan = plan_import(store, file)
+    if all_profiles:
+        raise UsageError("import goes into one store (the file's sessions belong to one); "
+                         "use --db or --profile NAME")
+    from maint.ops.importer import execute_import, plan_import, read_export, refuse_missing
+    from maint.store.connection import open_store
+
+    target = resolve_targets(db, profile, False)[0]
+    checked = read_export(file)  # a bad file is refused before the store is opened
+    with naming_store(target.path), open_store(target.path) as store:
+        plan = plan_import(store, file, checked)
         existing = [sid for sid in plan.records if sid in plan.existing]
         new = [sid for sid in plan.records if sid not in plan.existing]
         report = {"store": str(target.path), "profile": target.profile, "file": str(plan.path), "dry_run": dry_run,

@@ -1,24 +1,22 @@
-"""hermes-maint restore: thin CLI over :mod:`maint.ops.restore`."""
+"""hermes-maint restore: options and output; the logic is :mod:`maint.ops.restore`."""
 
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from maint.commands.common import DryRunOpt, JsonOpt, YesOpt, command, confirm_or_refuse, emit_json, fmt_bytes, \
-    resolve
+from maint.commands.options import DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt
+from maint.commands.output import confirm_or_refuse, emit_json, fmt_bytes
+from maint.commands.runner import naming_store
 from maint.errors import UsageError
-from maint.ops.backup import prepare_folder, remove_stale_partials, store_label
-from maint.ops.restore import inspect_snapshot, live_counts, open_live, restore as run_restore
+from maint.store.targets import resolve_targets
 
 
 def _counts(c) -> str:
     return "unreadable" if c is None else f"{c['sessions']} sessions, {c['messages']} messages"
 
 
-@command
 def restore(
-    targets: dict,
     snapshot: Annotated[Path, typer.Argument(help="A snapshot made by `hermes-maint backup` (or another copy of "
                                                   "a state.db).")],
     force: Annotated[bool, typer.Option("--force", help="Proceed when the holder check could not complete "
@@ -26,6 +24,9 @@ def restore(
     dry_run: DryRunOpt = False,
     yes: YesOpt = False,
     as_json: JsonOpt = False,
+    db: DbOpt = None,
+    profile: ProfileOpt = None,
+    all_profiles: Annotated[bool, typer.Option("--all-profiles", hidden=True)] = False,
 ) -> None:
     """Copy a snapshot back into the store, in place (same file, same inode), after a safety snapshot.
 
@@ -33,18 +34,21 @@ def restore(
     snapshot must pass PRAGMA quick_check; the store is checked again after
     the copy. A kill at any moment leaves the old or the new store, whole.
     """
-    if targets.get("all_profiles"):
-        raise UsageError("--all-profiles: restore works on one store (use --db or --profile)")
-    target = resolve(targets)[0]
+    if all_profiles:
+        raise UsageError("restore works on one store (a snapshot is of one store); use --db or --profile NAME")
+    from maint.ops.backup import prepare_folder, remove_stale_partials, store_label
+    from maint.ops.restore import inspect_snapshot, live_counts, open_live, restore as run_restore
+
+    target = resolve_targets(db, profile, False)[0]
     info = inspect_snapshot(snapshot)
     if info.path.resolve() == Path(target.path).expanduser().resolve():
         raise UsageError(f"SNAPSHOT: {info.path} is the store itself (expected a snapshot of it)")
-    conn = open_live(target.path)
-    try:
-        before = live_counts(conn)
-    finally:
-        conn.close()
-    label = store_label(target.path, target.profile)
+    with naming_store(target.path):
+        conn = open_live(target.path)
+        try:
+            before = live_counts(conn)
+        finally:
+            conn.close()
     report = {"store": str(target.path), "profile": target.profile, "snapshot": str(info.path),
               "dry_run": dry_run, "before": before,
               "snapshot_counts": {"sessions": info.sessions, "messages": info.messages},
@@ -62,7 +66,9 @@ def restore(
     ])
     folder = prepare_folder(None)
     remove_stale_partials(folder)
-    result = run_restore(target.path, info, label=label, safety_folder=folder, force=force)
+    with naming_store(target.path):
+        result = run_restore(target.path, info, label=store_label(target.path, target.profile),
+                             safety_folder=folder, force=force)
     report.update(safety_snapshot=str(result.safety_snapshot.path), after=result.after, before=result.before,
                   inode_kept=result.inode_kept, seconds=result.seconds)
     report["warnings"] += result.warnings

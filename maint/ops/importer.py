@@ -217,8 +217,9 @@ def _parents_first(ids: list[str], infos: dict[str, SessionInfo], order: dict) -
     return out
 
 
-def plan_import(store: Store, path: Path) -> ImportPlan:
-    records, scols, mcols = read_export(path)
+def plan_import(store: Store, path: Path, read: tuple | None = None) -> ImportPlan:
+    """*read*: what :func:`read_export` returned for *path*, when the caller has checked the file already."""
+    records, scols, mcols = read or read_export(path)
     have_s, have_m = store.columns("sessions"), store.columns("messages")
     missing = {f"sessions.{c}": n for c, n in scols.items() if c not in have_s}
     missing.update({f"messages.{c}": n for c, n in mcols.items() if c not in have_m})

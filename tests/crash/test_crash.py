@@ -424,26 +424,38 @@ def assert_snapshots_sound(folder: Path):
         assert query(snap.path, "PRAGMA integrity_check") == [("ok",)]
 
 
+def _backup_home(home: Path) -> Path:
+    make_store(home / "state.db", n=150)  # a few hundred pages: several steps
+    return home
+
+
+@pytest.fixture(scope="module")
+def backup_seconds(tmp_path_factory):
+    home = tmp_path_factory.mktemp("timing") / "home"
+    return work_seconds(["backup", "--json"], home / "state.db", lambda: _backup_home(home),
+                        env={"HERMES_HOME": str(home)})
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["backup_step:1", "backup_step:3", "backup_written:1", "backup_sidecar:1",
-                                   "delay:0.3", "delay:0.5", "delay:0.7"])
-def test_backup_killed(tmp_path, point):
+@pytest.mark.parametrize("point", ["backup_step:1", "backup_step:3", "backup_written:1", "backup_sidecar:1"]
+                         + [f"delay:{seed}" for seed in range(4)])
+def test_backup_killed(tmp_path, point, backup_seconds):
     from tests.conftest import file_hash
 
-    home = tmp_path / "home"
-    db = make_store(home / "state.db", n=150)  # a few hundred pages: several steps
-    before = file_hash(db)
+    home = _backup_home(tmp_path / "home")
+    db = home / "state.db"
     env = {"HERMES_HOME": str(home)}
     args = ["backup", "--json"]
     if point.startswith("delay:"):
-        run_killed_after(args, float(point.split(":")[1]), env=env)
+        run_killed_during(args, db, int(point.split(":")[1]), backup_seconds, rebuilt(home, _backup_home), env=env)
     else:
         assert run(args, crash=point, env=env).returncode == -9
+    before = file_hash(db)
     folder = home / "state-snapshots"
-    assert file_hash(db) == before  # the store is only read
     assert_snapshots_sound(folder)
     again = run(args, env=env)
     assert again.returncode == 0, again.stderr
+    assert file_hash(db) == before  # backup only reads the store
     snap = json.loads(again.stdout)["snapshot"]
     assert (snap["sessions"], snap["messages"]) == tuple(query(db, "SELECT (SELECT COUNT(*) FROM sessions), "
                                                                     "(SELECT COUNT(*) FROM messages)")[0])
@@ -452,30 +464,47 @@ def test_backup_killed(tmp_path, point):
     assert_snapshots_sound(folder)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("point", ["backup_step:2", "restore_safety_taken:1", "restore_copy:1", "restore_copied:1",
-                                   "restore_checkpointed:1", "delay:0.4", "delay:0.6", "delay:0.8", "delay:1.0"])
-def test_restore_killed(tmp_path, point):
-    home = tmp_path / "home"
+def _restore_home(home: Path) -> Path:
+    """A store, a snapshot of it (home/snap.db), then two families deleted from the store."""
+    import shutil
+
     db = make_store(home / "state.db", n=60)
-    env = {"HERMES_HOME": str(home)}
-    made = run(["backup", "--json"], env=env)
-    snap = json.loads(made.stdout)["snapshot"]["path"]
-    new = content(db)
+    made = run(["backup", "--json"], env={"HERMES_HOME": str(home)})
+    assert made.returncode == 0, made.stderr
+    shutil.copy(json.loads(made.stdout)["snapshot"]["path"], home / "snap.db")
     conn = sqlite3.connect(db)
     conn.execute("DELETE FROM messages WHERE session_id LIKE 'f1%' OR session_id LIKE 'f2%'")
     conn.execute("DELETE FROM sessions WHERE id LIKE 'f1%' OR id LIKE 'f2%'")
     conn.commit()
     conn.close()
-    old = content(db)
-    inode = db.stat().st_ino
-    args = ["restore", snap, "--yes", "--json"]
+    return home
+
+
+@pytest.fixture(scope="module")
+def restore_seconds(tmp_path_factory):
+    home = tmp_path_factory.mktemp("timing") / "home"
+    return work_seconds(["restore", home / "snap.db", "--yes", "--json"], home / "state.db",
+                        lambda: _restore_home(home), env={"HERMES_HOME": str(home)})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["backup_step:2", "restore_safety_taken:1", "restore_copy:1", "restore_copied:1",
+                                   "restore_checkpointed:1"] + [f"delay:{seed}" for seed in range(5)])
+def test_restore_killed(tmp_path, point, restore_seconds):
+    old = content(_restore_home(tmp_path / "reference") / "state.db")  # the store as the kill may leave it
+    home = _restore_home(tmp_path / "home")
+    db = home / "state.db"
+    env = {"HERMES_HOME": str(home)}
+    args = ["restore", home / "snap.db", "--yes", "--json"]
     if point.startswith("delay:"):
-        run_killed_after(args, float(point.split(":")[1]), env=env)
+        run_killed_during(args, db, int(point.split(":")[1]), restore_seconds, rebuilt(home, _restore_home),
+                          env=env)
     else:
         assert run(args, crash=point, env=env).returncode == -9
+    new = content(home / "snap.db")
+    inode = db.stat().st_ino
     assert_whole(db)
-    assert content(db) in (old, new) and db.stat().st_ino == inode
+    assert content(db) in (old, new)
     again = run(args, env=env)
     assert again.returncode == 0, again.stderr
     assert content(db) == new and db.stat().st_ino == inode
@@ -483,22 +512,33 @@ def test_restore_killed(tmp_path, point):
     assert_snapshots_sound(home / "state-snapshots")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("point", TX_POINTS + ["delay:0.5", "delay:0.8"])
-def test_import_killed(tmp_path, point):
-    db = make_store(tmp_path / "state.db", n=30)
+def _import_store(db: Path) -> Path:
+    """A store whose 30 families were exported to <db>.jsonl, then deleted."""
+    make_store(db, n=30)
     exported = run(["export", "-", "--db", db])
     assert exported.returncode == 0, exported.stderr
-    backup = tmp_path / "all.jsonl"
-    backup.write_text(exported.stdout)
+    Path(f"{db}.jsonl").write_text(exported.stdout)
     conn = sqlite3.connect(db)
     conn.execute("DELETE FROM messages WHERE session_id LIKE 'f%'")
     conn.execute("DELETE FROM sessions WHERE id LIKE 'f%'")
     conn.commit()
     conn.close()
-    args = ["import", backup, "--db", db, "--yes", "--json"]
+    return db
+
+
+@pytest.fixture(scope="module")
+def import_seconds(tmp_path_factory):
+    db = tmp_path_factory.mktemp("timing") / "state.db"
+    return work_seconds(["import", f"{db}.jsonl", "--db", db, "--yes", "--json"], db, lambda: _import_store(db))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", TX_POINTS + [f"delay:{seed}" for seed in range(4)])
+def test_import_killed(tmp_path, point, import_seconds):
+    db = _import_store(tmp_path / "state.db")
+    args = ["import", f"{db}.jsonl", "--db", db, "--yes", "--json"]
     if point.startswith("delay:"):
-        run_killed_after(args, float(point.split(":")[1]))
+        run_killed_during(args, db, int(point.split(":")[1]), import_seconds, rebuilt(db, _import_store))
     else:
         assert run(args, crash=point).returncode == -9
     assert_whole(db)
@@ -506,5 +546,6 @@ def test_import_killed(tmp_path, point):
     again = run(args)
     assert again.returncode == 0, again.stderr
     assert {"keep_recent", "keep_open"} | set().union(*families(30)) == session_ids(db)
-    assert run(["export", "-", "--db", db]).stdout == exported.stdout
     assert_whole(db)
+    exported = run(["export", "-", "--db", db]).stdout
+    assert exported.splitlines() == Path(f"{db}.jsonl").read_text().splitlines()
