@@ -2,8 +2,10 @@
 
 Usage: python -m tests.hermes_writer DB STOPFILE [interval_s] [session_id]
 Appends until STOPFILE exists, then prints one JSON line: appended, failed,
-worst_latency_s, session_id and ``samples`` ([monotonic start, latency] per
-append) so a benchmark can take the worst inside its own time window.
+worst_latency_s, session_id, ``samples`` ([monotonic start, latency] per
+append) so a benchmark can take the worst inside its own time window, and
+``optimizing`` (indices of the samples whose append also ran Hermes's own FTS
+optimize, which it does every 1,000 writes and which takes seconds on a big store).
 
 HERMES_WRITER_PATIENCE_MS makes it stricter than Hermes: that busy timeout and no
 retries, so any wait for the lock longer than that is a failed append.
@@ -31,6 +33,8 @@ def main() -> None:
     appended = failed = 0
     worst = 0.0
     samples = []
+    optimizing = []  # indices of the appends that also ran Hermes's own FTS optimize (every 1,000 writes)
+    every = getattr(db, "_OPTIMIZE_EVERY_N_WRITES", 0)
     ready = Path(str(stop) + ".ready")
     ready.write_text("1")
     while not stop.exists():
@@ -43,11 +47,13 @@ def main() -> None:
             print(f"append failed: {exc}", file=sys.stderr)
         took = time.monotonic() - started
         worst = max(worst, took)
+        if every and getattr(db, "_write_count", 1) % every == 0:
+            optimizing.append(len(samples))
         samples.append((round(started, 4), round(took, 5)))
         time.sleep(interval)
     db.close()
     print(json.dumps({"appended": appended, "failed": failed, "worst_latency_s": worst, "session_id": sid,
-                      "samples": samples}))
+                      "samples": samples, "optimizing": optimizing}))
 
 
 if __name__ == "__main__":
