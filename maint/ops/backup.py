@@ -58,7 +58,6 @@ from maint.ops.vacuum import DiskUsage, with_margin
 
 MADE_BY = "hermes-maint"
 SIDECAR_VERSION = 1
-KINDS = ("backup", "pre-restore")
 # state-<label>-<UTC time>[.pre-restore][-n].db
 SNAPSHOT_RE = re.compile(r"^state-(?P<label>[A-Za-z0-9._-]+?)-(?P<stamp>\d{8}T\d{6}Z)"
                          r"(?P<kind>\.pre-restore)?(?:-(?P<n>\d+))?\.db$")

@@ -21,6 +21,12 @@ is not a session record refuses the import (nothing written). Then:
   bytes); otherwise that session's messages get fresh ids, in order, reported;
 * messages go in as ordinary inserts, so Hermes's own triggers index them for
   search;
+* the prompts the export carries go back into ``system_prompts``; a store
+  without that table (v22) gets the text in the row's ``system_prompt``; a
+  prompt the export lacks (written before prompts travelled with it) leaves
+  the row's reference empty, reported (Hermes rebuilds it on the next turn);
+* BLOB cells, which the export writes as Python's bytes repr, are turned back
+  into bytes;
 * a parent that is neither in the file nor in the store is unlinked (as
   Hermes's own import does) and reported.
 
