@@ -276,3 +276,24 @@ def test_import_beside_live_writers(tmp_path):
     written = sum(w["appended"] for w in figures["writers"])
     assert query(db, "SELECT COUNT(*) FROM messages")[0][0] == wanted + written
     assert rows_by_id(export_all(db)).keys() >= rows_by_id(backup.read_text()).keys()
+
+
+def test_blob_cells_come_back_as_bytes(tmp_path):
+    """Newer upstream layouts carry BLOB columns (display_identity); the export writes them as b'...'."""
+    db = _store(tmp_path / "state.db", "v30")
+    conn = sqlite3.connect(db)
+    conn.execute("ALTER TABLE messages ADD COLUMN display_identity BLOB")
+    conn.execute("UPDATE messages SET display_identity = ? WHERE session_id = 'alone'", (b"\x00\xffid'\"",))
+    conn.commit()
+    conn.close()
+    backup = tmp_path / "alone.jsonl"
+    backup.write_text(run("export", "-", "--db", db, "--session-id", "alone").stdout)
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM messages WHERE session_id = 'alone'")
+    conn.execute("DELETE FROM sessions WHERE id = 'alone'")
+    conn.commit()
+    conn.close()
+    assert do_import(db, backup)["imported"] == ["alone"]
+    assert set(query(db, "SELECT display_identity FROM messages WHERE session_id = 'alone'")) == {
+        (b"\x00\xffid'\"",)}
+    assert run("export", "-", "--db", db, "--session-id", "alone").stdout == backup.read_text()
