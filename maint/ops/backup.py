@@ -37,6 +37,7 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
 import time
@@ -61,7 +62,8 @@ SIDECAR_VERSION = 1
 # state-<label>-<UTC time>[.pre-restore][-n].db
 SNAPSHOT_RE = re.compile(r"^state-(?P<label>[A-Za-z0-9._-]+?)-(?P<stamp>\d{8}T\d{6}Z)"
                          r"(?P<kind>\.pre-restore)?(?:-(?P<n>\d+))?\.db$")
-PARTIAL_RE = re.compile(r"^\.state-[A-Za-z0-9._-]+-\d{8}T\d{6}Z(\.pre-restore)?(-\d+)?\.db(\.copy)?\.partial$")
+PARTIAL_RE = re.compile(r"^\.state-[A-Za-z0-9._-]+-\d{8}T\d{6}Z(\.pre-restore)?(-\d+)?\.db"
+                        r"(\.copy|\.json\.[0-9a-f]{16})?\.partial$")
 MAX_RESTARTS = 50
 FIRST_STEP_PAGES = 64
 MAX_STEP_PAGES = 1 << 20
@@ -387,10 +389,12 @@ def check_room(folder: Path, need_bytes: int, disk_usage: DiskUsage) -> None:
 def _reserve(folder: Path, label: str, kind: str, stamp: str) -> tuple[str, Path, int]:
     """A final name nobody uses and its partial file, created exclusively and locked while we write."""
     suffix = ".pre-restore" if kind == "pre-restore" else ""
+    present = os.listdir(folder)
     for n in range(1, 1000):
         name = f"state-{label}-{stamp}{suffix}{'' if n == 1 else f'-{n}'}.db"
         final = folder / name
-        if final.exists() or sidecar_of(final).exists():
+        if final.exists() or sidecar_of(final).exists() or any(
+                p.startswith(f".{name}") for p in present):  # a leftover of a killed run
             continue
         partial = folder / f".{name}.partial"
         try:
@@ -403,18 +407,20 @@ def _reserve(folder: Path, label: str, kind: str, stamp: str) -> tuple[str, Path
 
 
 def _write_sidecar(path: Path, meta: dict[str, Any]) -> None:
+    """Written whole under a private name (locked, so a cleanup leaves it alone), then linked into place."""
     side = sidecar_of(path)
-    tmp = side.with_name(f".{side.name}.partial")
+    tmp = side.with_name(f".{side.name}.{secrets.token_hex(8)}.partial")
     fd = create_exclusive(tmp)
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(fd, (json.dumps(meta, indent=1) + "\n").encode())
         os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
+        crash_point("sidecar_partial")
         os.link(tmp, side)
     finally:
-        os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        os.close(fd)
 
 
 def _open_source(path: Path, damaged_ok: bool) -> Store:

@@ -437,7 +437,8 @@ def backup_seconds(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["backup_step:1", "backup_step:3", "backup_written:1", "backup_sidecar:1"]
+@pytest.mark.parametrize("point", ["backup_step:1", "backup_step:3", "backup_written:1", "sidecar_partial:1",
+                                   "backup_sidecar:1"]
                          + [f"delay:{seed}" for seed in range(4)])
 def test_backup_killed(tmp_path, point, backup_seconds):
     from tests.conftest import file_hash
@@ -488,8 +489,9 @@ def restore_seconds(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["backup_step:2", "restore_safety_taken:1", "restore_copy:1", "restore_copied:1",
-                                   "restore_checkpointed:1"] + [f"delay:{seed}" for seed in range(5)])
+@pytest.mark.parametrize("point", ["backup_step:2", "sidecar_partial:1", "restore_safety_taken:1", "restore_copy:1",
+                                   "restore_copied:1", "restore_checkpointed:1"]
+                         + [f"delay:{seed}" for seed in range(5)])
 def test_restore_killed(tmp_path, point, restore_seconds):
     old = content(_restore_home(tmp_path / "reference") / "state.db")  # the store as the kill may leave it
     home = _restore_home(tmp_path / "home")
