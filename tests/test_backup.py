@@ -429,3 +429,21 @@ def test_nightly_backup_job_ships_disabled_and_runs_before_the_sweep(hermes_home
     assert result.returncode == 0, result.stderr
     (snap,) = [s for s in list_snapshots(hermes_home / "state-snapshots")]
     assert snap.verified and snap.meta["messages"] == counts(db)[1]
+
+
+def test_restore_refused_while_another_hermes_maint_works_on_the_store(hermes_home):
+    db = _store(hermes_home / "state.db")
+    snap = backup(hermes_home)[0]["snapshot"]["path"]
+    before = file_hash(db)
+    code = ("import sys; from pathlib import Path; from maint.store.runlock import run_lock;"
+            "run_lock(Path(sys.argv[1])); print('ready', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, cwd=REPO)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        result = restore(hermes_home, snap, "--yes", expect=1)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert f"pid {proc.pid}" in result.stderr and "another hermes-maint" in result.stderr
+    assert file_hash(db) == before and not list((hermes_home / "state-snapshots").glob("*.pre-restore*"))

@@ -395,6 +395,8 @@ def import_batcher() -> Batcher:
 def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, drop_missing: bool = False,
                    batcher: Batcher | None = None, on_progress: Callable[[int], None] | None = None) -> ImportResult:
     refuse_missing(plan, drop_missing)
+    if replace and plan.existing:
+        store.refuse_unknown_references()  # replacing deletes messages: nothing we do not know may point at them
     result = ImportResult()
     todo = [u for u in plan.units if replace or not set(u) <= plan.existing]
     for u in plan.units:

@@ -9,7 +9,8 @@ one, whole, in the same file (same inode, same -wal).
 
 Before anything is written: the snapshot must be an intact Hermes store
 (quick_check, Hermes's tables), no other process may hold the live store
-(holders.refuse_if_held), the filesystem must have room for the copy, and a
+(holders.refuse_if_held; our run lock keeps other hermes-maint runs out for
+the duration), the filesystem must have room for the copy, and a
 safety snapshot of the live store is taken (a ``.pre-restore`` snapshot,
 never rotated). Afterwards the store is checked (quick_check, counts equal to
 the snapshot's).
@@ -37,6 +38,7 @@ from maint.ops.vacuum import DiskUsage, with_margin
 from maint.store.connection import _check_header, _persist_wal, busy_timeout_from_env, header_journal_mode, \
     polling_busy_handler
 from maint.store.holders import STOP_HERMES, HolderReport, refuse_if_held
+from maint.store.runlock import run_lock
 
 
 @dataclass
@@ -153,7 +155,12 @@ def restore(live: Path, snapshot: SnapshotInfo, *, label: str, safety_folder: Pa
     live = Path(live).expanduser()
     warnings: list[str] = []
     refuse_if_held(live, force=force, doing="restore into it", advice=STOP_HERMES, holders=holders)
-    conn = open_live(live)
+    lock = run_lock(live)  # no other hermes-maint changes the store meanwhile
+    try:
+        conn = open_live(live)
+    except BaseException:
+        lock.release()
+        raise
     try:
         before = live_counts(conn)
         mode = header_journal_mode(live)
@@ -187,6 +194,7 @@ def restore(live: Path, snapshot: SnapshotInfo, *, label: str, safety_folder: Pa
                              f"in {safety.path}")
     finally:
         conn.close()
+        lock.release()
     return RestoreResult(store=live, snapshot=snapshot.path, safety_snapshot=safety, before=before, after=after,
                          inode_kept=live.stat().st_ino == inode, seconds=round(time.monotonic() - started, 3),
                          journal_mode=header_journal_mode(live), warnings=warnings)
