@@ -11,6 +11,7 @@ from tests.live import LiveHermes
 from tests.storegen import StoreBuilder, bulk_store
 
 FAMILY = {"c1", "c2", "sub"}
+ALL = FAMILY | {"arch", "alone", "p", "p_sub"}
 
 
 def _store(path, layout):
@@ -21,6 +22,8 @@ def _store(path, layout):
         b.session("sub", source="subagent", age=40, parent="c2", model_config={"_delegate_from": "c2"}, messages=2)
         b.session("arch", age=30, messages=2, archived=1, **({"hidden": 1} if layout == "v30" else {}))
         b.session("alone", age=20, messages=2)
+        b.session("p", age=15, messages=3)  # a conversation with a subagent run, deletable as one
+        b.session("p_sub", source="subagent", age=15, parent="p", model_config={"_delegate_from": "p"}, messages=2)
         if layout == "v30":
             b.set("c2", system_prompt_hash=b.prompt("you are hermes, proj edition"))
         b.raw.execute("UPDATE messages SET active = 0, compacted = 1 WHERE id = "
@@ -63,10 +66,10 @@ def test_round_trip_export_delete_import_export_gives_the_same_bytes(tmp_path, l
     db = _store(tmp_path / "state.db", layout)
     before = export_all(db)
     out = tmp_path / "bk"
-    r = run("export", out, "--db", db, "--session-id", "c2", "--delete-after-verified", "--yes", "--json")
+    r = run("export", out, "--db", db, "--session-id", "p", "--delete-after-verified", "--yes", "--json")
     assert r.returncode == 0, r.stderr
-    assert not {"c2", "sub"} & session_ids(db)
-    for sid in ("c2", "sub"):
+    assert not {"p", "p_sub"} & session_ids(db)
+    for sid in ("p", "p_sub"):
         report = do_import(db, out / f"{sid}.jsonl")
         assert report["imported"] == [sid] and not report["renumbered"] and not report["detached"]
     after = export_all(db)
@@ -88,14 +91,14 @@ def test_marks_flags_and_search_come_back(tmp_path):
     marks = query(db, "SELECT id, pinned, archived, hidden, auto_archived FROM sessions ORDER BY id")
     flags = query(db, "SELECT id, active, compacted, tool_calls FROM messages ORDER BY id")
     conn = sqlite3.connect(db)
-    for sid in ("sub", "c2", "c1", "arch", "alone"):
+    for sid in ("sub", "c2", "c1", "arch", "alone", "p_sub", "p"):
         conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
         conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
     conn.execute("DELETE FROM system_prompts")
     conn.commit()
     conn.close()
     report = do_import(db, backup)
-    assert sorted(report["imported"]) == sorted(["c1", "c2", "sub", "arch", "alone"])
+    assert sorted(report["imported"]) == sorted(ALL)
     assert query(db, "SELECT id, pinned, archived, hidden, auto_archived FROM sessions ORDER BY id") == marks
     assert query(db, "SELECT id, active, compacted, tool_calls FROM messages ORDER BY id") == flags
     assert query(db, "SELECT prompt FROM system_prompts s JOIN sessions ON system_prompt_hash = s.hash "
@@ -146,7 +149,7 @@ def test_missing_columns_refused_by_name_unless_dropped(tmp_path):
     assert json.loads(dry.stdout)["dry_run"] and file_hash(old) == before
     done = do_import(old, backup, "--drop-missing-columns")
     assert "sessions.pinned" in done["dropped_columns"] and "sessions.hidden" in done["dropped_columns"]
-    assert session_ids(old) == {"keep"} | FAMILY | {"arch", "alone"}
+    assert session_ids(old) == {"keep"} | ALL
     assert query(old, "SELECT archived FROM sessions WHERE id = 'arch'") == [(1,)]
     # This layout keeps prompts inline: the exported prompt text lands there.
     assert query(old, "SELECT system_prompt FROM sessions WHERE id = 'c2'") == [("you are hermes, proj edition",)]
