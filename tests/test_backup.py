@@ -447,3 +447,27 @@ def test_restore_refused_while_another_hermes_maint_works_on_the_store(hermes_ho
         proc.wait(timeout=30)
     assert f"pid {proc.pid}" in result.stderr and "another hermes-maint" in result.stderr
     assert file_hash(db) == before and not list((hermes_home / "state-snapshots").glob("*.pre-restore*"))
+
+
+def test_runs_go_into_the_store_run_history(hermes_home, tmp_path):
+    """backup, restore and import each leave one report in the store's run history (read by metrics)."""
+    db = _store(hermes_home / "state.db")
+
+    def runs(kind):
+        return query(db, "SELECT COUNT(*) FROM state_meta WHERE key LIKE ?", f"hermes_maint.history.{kind}.%")[0][0]
+
+    snap = backup(hermes_home)[0]["snapshot"]["path"]
+    backup(hermes_home, "--dry-run")
+    assert runs("backup") == 1  # a dry run records nothing
+    restore(hermes_home, snap, "--yes")
+    assert runs("restore") == 1 and runs("backup") == 0  # the restored store holds the snapshot's own history
+    export = tmp_path / "alone.jsonl"
+    export.write_text(run_subprocess("export", "-", "--db", db, "--session-id", "s1").stdout)
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM messages WHERE session_id = 's1'")
+    conn.execute("DELETE FROM sessions WHERE id = 's1'")
+    conn.commit()
+    conn.close()
+    assert run_subprocess("import", export, "--db", db, "--yes").returncode == 0
+    assert run_subprocess("import", export, "--db", db, "--yes").returncode == 0
+    assert runs("import") == 1  # the second import changed nothing and wrote nothing

@@ -114,8 +114,8 @@ def test_bad_store_files(tmp_path, store, kind):
     before = file_hash(target) if target.is_file() else None
     for argv in (["prune", "--yes"], ["stats"], ["optimize"], ["archive", "--source", "cli", "--yes"],
                  ["export", "-"], ["repair-prompts", "--apply", "--yes"], ["recover", "--apply", "--yes"],
-                 ["repair-fts", "--apply", "--yes"], ["history"], ["optimize", "--into", tmp_path / "c.db"]):
-                 ["export", "-"], ["repair-prompts", "--apply", "--yes"], ["backup"]):
+                 ["repair-fts", "--apply", "--yes"], ["history"], ["optimize", "--into", tmp_path / "c.db"],
+                 ["backup"]):
         result = run_subprocess(*argv, "--db", target)
         assert result.returncode == 1, (argv, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, ProfileOpt
+from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt
 from maint.commands.output import fmt_bytes
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
@@ -24,6 +24,7 @@ def backup(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     all_profiles: AllProfilesOpt = False,
+    metrics_file: MetricsOpt = None,
 ) -> None:
     """A consistent snapshot of the store while Hermes keeps writing: one verified file, 0600.
 
@@ -35,11 +36,13 @@ def backup(
     """
     if keep is not None and keep < 1:
         raise UsageError(f"--keep: bad value {keep} (expected a whole number >= 1; the new snapshot always stays)")
+    from maint.commands.recording import metrics_target
     from maint.ops.backup import (default_folder, estimate_bytes, list_snapshots, prepare_folder,
                                   remove_stale_partials, rotate, store_label, take_snapshot, would_rotate)
     from maint.store.connection import open_store
 
     folder = Path(dest).expanduser() if dest is not None else None
+    metrics = metrics_target(metrics_file)
 
     def run(target) -> dict:
         label = store_label(target.path, target.profile)
@@ -63,7 +66,9 @@ def backup(
                                      if not s.verified and s.path.name.startswith(f"state-{label}-")]
         return report
 
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+    # Each snapshot goes into its store's run history (a one-row write, after the copy).
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="backup",
+                   ran=lambda r: not r["dry_run"], metrics_file=metrics)
 
 
 def _render(r: dict) -> None:

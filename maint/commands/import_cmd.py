@@ -1,11 +1,12 @@
 """hermes-maint import: options and output; the logic is :mod:`maint.ops.importer`."""
 
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from maint.commands.options import DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt
+from maint.commands.options import DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt
 from maint.commands.output import confirm_or_refuse, emit_json, progress
 from maint.commands.runner import naming_store
 from maint.errors import UsageError
@@ -25,6 +26,7 @@ def import_sessions(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     all_profiles: Annotated[bool, typer.Option("--all-profiles", hidden=True)] = False,
+    metrics_file: MetricsOpt = None,
 ) -> None:
     """Restore sessions from our jsonl export: rows, every message with its flags, pins and archive marks.
 
@@ -35,9 +37,11 @@ def import_sessions(
     if all_profiles:
         raise UsageError("import goes into one store (the file's sessions belong to one); "
                          "use --db or --profile NAME")
+    from maint.commands.recording import metrics_target, record_job, write_metrics
     from maint.ops.importer import execute_import, plan_import, read_export, refuse_missing
     from maint.store.connection import open_store
 
+    metrics = metrics_target(metrics_file)
     target = resolve_targets(db, profile, False)[0]
     checked = read_export(file)  # a bad file is refused before the store is opened
     with naming_store(target.path), open_store(target.path) as store:
@@ -61,12 +65,16 @@ def import_sessions(
                 f"({'replaced' if replace else 'skipped'})",
                 *([f"  columns left out: {', '.join(sorted(plan.missing))}"] if plan.missing else []),
             ])
+        started = time.monotonic()
         with progress(len(plan.units), "Importing", as_json) as tick:
             result = execute_import(store, plan, replace=replace, drop_missing=drop_missing, on_progress=tick)
         report.update(imported=result.imported, skipped_existing=result.skipped_existing, replaced=result.replaced,
                       detached=result.detached, renumbered=result.renumbered, prompts_dropped=result.prompts_dropped,
                       messages=result.messages, transactions=result.transactions,
                       longest_lock_ms=round(result.longest_lock_s * 1000, 1))
+    if report["imported"] or report["replaced"]:  # a second import writes nothing at all, not even history
+        record_job(target, "import", report, time.monotonic() - started)
+        write_metrics(metrics, [target])
     _out(report, as_json)
 
 

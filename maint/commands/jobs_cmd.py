@@ -16,7 +16,7 @@ jobs_app = typer.Typer(help="Scheduled maintenance: the job catalogue and its lo
 
 JobsDirOpt = Annotated[Optional[Path], typer.Option("--jobs-dir", help="Job catalogue folder (default: shipped).")]
 # The job commands that refresh the metrics file after their run.
-WRITE_METRICS = {"sweep", "optimize", "prune", "archive", "doctor"}
+WRITE_METRICS = {"sweep", "optimize", "prune", "archive", "doctor", "backup"}
 
 
 def setup_logging() -> None:

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from maint.commands.options import DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt
+from maint.commands.options import DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt
 from maint.commands.output import confirm_or_refuse, emit_json, fmt_bytes
 from maint.commands.runner import naming_store
 from maint.errors import UsageError
@@ -27,6 +27,7 @@ def restore(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     all_profiles: Annotated[bool, typer.Option("--all-profiles", hidden=True)] = False,
+    metrics_file: MetricsOpt = None,
 ) -> None:
     """Copy a snapshot back into the store, in place (same file, same inode), after a safety snapshot.
 
@@ -39,6 +40,9 @@ def restore(
     from maint.ops.backup import prepare_folder, remove_stale_partials, store_label
     from maint.ops.restore import inspect_snapshot, live_counts, open_live, restore as run_restore
 
+    from maint.commands.recording import metrics_target, record_job, write_metrics
+
+    metrics = metrics_target(metrics_file)
     target = resolve_targets(db, profile, False)[0]
     info = inspect_snapshot(snapshot)
     if info.path.resolve() == Path(target.path).expanduser().resolve():
@@ -72,6 +76,8 @@ def restore(
     report.update(safety_snapshot=str(result.safety_snapshot.path), after=result.after, before=result.before,
                   inode_kept=result.inode_kept, seconds=result.seconds)
     report["warnings"] += result.warnings
+    record_job(target, "restore", report, result.seconds)  # into the restored store's history
+    write_metrics(metrics, [target])
     _out(report, as_json)
 
 

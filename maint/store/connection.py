@@ -360,7 +360,7 @@ def busy_timeout_from_env() -> int:
     return int(raw) if raw.isascii() and raw.isdigit() else DEFAULT_BUSY_TIMEOUT_MS
 
 
-def _connect(path: Path, readonly: bool) -> tuple[apsw.Connection, str | None]:
+def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Connection, str | None]:
     """A connection, and a note when a read-only store had to be opened another way.
 
     In a folder we cannot write, a WAL store opens read-only as long as its ``-shm`` exists.
@@ -371,6 +371,9 @@ def _connect(path: Path, readonly: bool) -> tuple[apsw.Connection, str | None]:
     flags = (apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE) | apsw.SQLITE_OPEN_URI
     try:
         conn = apsw.Connection(str(path), flags=flags)
+        # The first read waits like every later one: a rollback-journal store's writer holds its lock
+        # for each commit, and refusing on the spot ("database is locked") would fail at random.
+        conn.set_busy_handler(polling_busy_handler(busy_timeout_ms))
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         return conn, None
     except (apsw.ReadOnlyError, apsw.CantOpenError):
@@ -400,7 +403,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
         raise StoreError(f"{path}: store is read-only (no write permission); nothing was changed")
     lock = None if readonly else run_lock(path)
     try:
-        conn, note = _connect(path, readonly)
+        conn, note = _connect(path, readonly, busy_timeout_ms)
     except apsw.Error as exc:
         if lock is not None:
             lock.release()
