@@ -121,6 +121,12 @@ def run(ctx: typer.Context, jobs_dir: JobsDirOpt = None, all_profiles: AllProfil
     root = ctx.find_root().command
     jobs = load_catalogue(jobs_dir, command_check(root, all_profiles, db))  # a bad file stops us before anything runs
     code = run_loop(jobs, executor(root, all_profiles, db, metrics))
+    import signal
+
+    # Stopping is done: further SIGTERM/SIGINT are ignored for the few milliseconds until exit
+    # (Python's shutdown would otherwise reset them to their default and die of a late one).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     if code:
         raise typer.Exit(code)
 

@@ -329,9 +329,12 @@ def run_loop(jobs: list[Job], execute: Callable[[Job], int], grace: float | None
             pass
         scheduler.shutdown(wait=False)  # no new runs; the running job is waited for below
         stuck = running.wait_idle(grace)
-    finally:
+    except BaseException:
         for s, handler in old.items():
             signal.signal(s, handler)
+        raise
+    # The loop stopped on a signal: our handler stays installed until the process exits, so a signal
+    # sent a moment later is "already stopping" rather than the default action killing us mid-exit.
     for name, age in stuck.items():
         log.error("job %s did not stop within %g s of the signal (running for %.0f s); exiting anyway: "
                   "its unfinished transaction is rolled back, committed ones stay", name, grace, age)
