@@ -1,4 +1,4 @@
-"""Property test: the filter engine against an obviously correct row-by-row reference, on random stores."""
+"""Property test: the filter engine (Python predicate and its SQL form) against a row-by-row reference."""
 
 import itertools
 import shutil
@@ -9,10 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from maint.store.catalog import load_sessions
+from maint.store.catalog import catalog_sql
 from maint.errors import UsageError
 from maint.selection.filters import parse_filters
 from maint.store.connection import open_store
+from tests.reference_planner import load_sessions
 from tests.storegen import StoreBuilder
 
 NOW = time.time()
@@ -36,7 +37,7 @@ def template(tmp_path_factory):
 
 session_st = st.fixed_dictionaries({
     "source": st.sampled_from(SOURCES), "model": st.sampled_from(MODELS), "cwd": st.sampled_from(CWDS),
-    "title": st.sampled_from([None, "Smoke test", "real work", "smoke"]),
+    "title": st.sampled_from([None, "Smoke test", "real work", "smoke", "ÄRGER mit Straße"]),
     "started_days": st.floats(0, 400), "msg_days": st.lists(st.floats(0, 400), max_size=4),
     "ended": st.booleans(), "tokens": st.integers(0, 2000), "cost": st.sampled_from([None, 0.0, 0.01, 0.5]),
     "tool_calls": st.integers(0, 5), "message_count": st.integers(0, 10),
@@ -44,7 +45,7 @@ session_st = st.fixed_dictionaries({
 filter_st = st.fixed_dictionaries({}, optional={
     "older_than": st.sampled_from(["30", "90", "12h", "2w"]), "newer_than": st.sampled_from(["100", "5d"]),
     "before": st.sampled_from(["200", "1w"]), "after": st.sampled_from(["300", "10d"]),
-    "source": st.sampled_from(SOURCES), "title": st.sampled_from(["smoke", "WORK"]),
+    "source": st.sampled_from(SOURCES), "title": st.sampled_from(["smoke", "WORK", "ärger"]),
     "model": st.sampled_from(["gpt-5", "sonnet"]), "cwd": st.sampled_from(["/a/b", "/a"]),
     "min_messages": st.sampled_from(["0", "3"]), "max_messages": st.sampled_from(["5", "10"]),
     "min_tokens": st.sampled_from(["100", "1000"]), "max_cost": st.sampled_from(["0.01", "1"]),
@@ -114,4 +115,9 @@ def test_engine_matches_reference(template, tmp_path, sessions, raw):
         return
     with open_store(db, readonly=True) as store:
         got = {sid for sid, s in load_sessions(store, NOW).items() if spec.matches(s)}
-    assert got == reference(rows, msgs, raw)
+        where, params = spec.sql()
+        in_sql = {r[0] for r in store.conn.execute(f"SELECT id FROM ({catalog_sql(store)}) WHERE {where}",
+                                                   {"now": NOW, **params})}
+    expected = reference(rows, msgs, raw)
+    assert got == expected
+    assert in_sql == expected

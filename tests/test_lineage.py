@@ -1,8 +1,23 @@
-"""Lineage classification follows Hermes's markers and legacy heuristics."""
+"""Lineage classification follows Hermes's markers and legacy heuristics (computed in SQLite temp tables)."""
+
+import time
 
 from maint.store import lineage as lin
-from maint.store.catalog import load_sessions
 from maint.store.connection import open_store
+
+
+def graph(path):
+    """{kind}, {chain_of}, {key: (ids oldest first, tip, delegate parent)} as the temp tables hold them."""
+    with open_store(path) as store, store.snapshot():
+        lin.build(store, time.time())
+        kind = dict(store.conn.execute("SELECT id, kind FROM maint_s").fetchall())
+        chain_of = dict(store.conn.execute("SELECT id, chain FROM maint_s").fetchall())
+        chains = {}
+        for key, tip, dparent in store.conn.execute("SELECT key, tip, dparent FROM maint_c").fetchall():
+            ids = [r[0] for r in store.conn.execute(
+                "SELECT id FROM maint_s WHERE chain = ? ORDER BY started_at, id", (key,))]
+            chains[key] = (ids, tip, dparent)
+    return kind, chain_of, chains
 
 
 def test_kinds(make_store, layout):
@@ -24,21 +39,43 @@ def test_kinds(make_store, layout):
     b.session("tool_child", source="tool", age=1, parent="root")
     b.session("untagged", age=1, parent="root2")
     b.close()
-    with open_store(b.path) as store:
-        sessions = load_sessions(store)
-    tree = lin.build(sessions)
-    k = tree.kind
+    k, chain_of, chains = graph(b.path)
     assert k["root"] == lin.ROOT and k["cont"] == lin.COMPRESSION
     assert k["forked"] == lin.BRANCH and k["legacy_branch"] == lin.BRANCH
     assert k["legacy_reset"] == lin.RESET and k["marked_reset"] == lin.RESET
     assert k["sub"] == lin.DELEGATE and k["sub_cont"] == lin.COMPRESSION
-    assert k["tool_child"] != lin.COMPRESSION and k["untagged"] == lin.OTHER
-    chain = tree.chains[tree.chain_of["cont"]]
-    assert chain.ids == ["root", "cont"] and chain.tip == "cont"
-    sub_chain = tree.chain_of["sub_cont"]
-    assert tree.chains[sub_chain].ids == ["sub_cont_parent", "sub_cont"]
-    assert tree.chains[sub_chain].delegate_parent == tree.chain_of["root2"]
-    assert set(tree.subtree_session_ids(tree.chain_of["root"])) == {"root", "cont", "sub"}
+    assert k["tool_child"] == lin.OTHER and k["untagged"] == lin.OTHER
+    assert chains[chain_of["cont"]][:2] == (["root", "cont"], "cont")
+    assert chains[chain_of["sub_cont"]][0] == ["sub_cont_parent", "sub_cont"]
+    assert chains[chain_of["sub_cont"]][2] == chain_of["root2"]
+    assert chains[chain_of["sub"]][2] == chain_of["root"]
+
+
+def test_tip_prefers_a_continuation_still_in_use(make_store):
+    """Two continuations of one segment: the one still compressing wins over an ended, fresher one."""
+    b = make_store("v30")
+    b.session("a", age=10, end_reason="compression")
+    b.session("b_ended", age=1, parent="a")
+    b.session("b_compressing", age=5, parent="a", end_reason="compression")
+    b.session("c", age=4, parent="b_compressing", ended=False)
+    b.close()
+    _, chain_of, chains = graph(b.path)
+    ids, tip, _ = chains[chain_of["a"]]
+    assert sorted(ids) == ["a", "b_compressing", "b_ended", "c"] and tip == "c"
+
+
+def test_parent_loop_of_continuations_is_one_chain(make_store):
+    """A damaged store whose continuations point at each other still groups them (no endless walk)."""
+    b = make_store("v30")
+    b.session("x", age=10, end_reason="compression")
+    b.session("y", age=9, end_reason="compression", parent="x")
+    b.session("z", age=8, parent="y")
+    b.raw.execute("UPDATE sessions SET parent_session_id = 'y' WHERE id = 'x'")
+    b.close()
+    k, chain_of, chains = graph(b.path)
+    assert k["x"] == k["y"] == k["z"] == lin.COMPRESSION
+    assert chain_of["x"] == chain_of["y"] == chain_of["z"] == "x"
+    assert chains["x"][1] == "z"
 
 
 def test_delegate_cycle_does_not_loop(make_store):
@@ -47,7 +84,6 @@ def test_delegate_cycle_does_not_loop(make_store):
     b.session("b", age=200, parent="a", model_config={"_delegate_from": "a"})
     b.raw.execute("UPDATE sessions SET parent_session_id = 'b' WHERE id = 'a'")
     b.close()
-    with open_store(b.path) as store:
-        tree = lin.build(load_sessions(store))
-    keys = {tree.chain_of["a"], tree.chain_of["b"]}
-    assert any(tree.chains[key].delegate_parent is None for key in keys)
+    _, chain_of, chains = graph(b.path)
+    keys = {chain_of["a"], chain_of["b"]}
+    assert sum(chains[key][2] is None for key in keys) == 1

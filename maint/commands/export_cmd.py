@@ -82,7 +82,7 @@ def export(
         plan = plan_export(store, req, cap)
         if dry_run:
             report = {"dry_run": True, "store": str(target.path), "format": req.fmt,
-                      "sessions": [s.id for s in plan.chosen],
+                      "sessions": list(plan.chosen),
                       "files": [e["path"] for e in plan.entries if e["path"] is not None],
                       "would_replace": [e["path"] for e in plan.entries if e.get("replaces")]}
             if as_json:
@@ -99,6 +99,7 @@ def export(
     failed = [u for u in report["uploaded"] if not u["ok"]]
     if as_json:
         to_stdout = any(w["path"] == "-" for w in report["written"])
+        report["sessions"] = list(report["sessions"])  # read from the plan's temp table only when shown
         typer.echo(json.dumps(report, default=str, ensure_ascii=False), err=to_stdout)  # never inside a document
         _refuse_failed_uploads(report, failed)
         return

@@ -32,7 +32,7 @@ def prune(
     delegate (subagent) children go with their parent.
     """
     from maint.commands.recording import metrics_target
-    from maint.ops.prune import execute_prune, plan_prune, stored_bytes
+    from maint.ops.prune import execute_prune, plan_prune, plan_stored_bytes
     from maint.store.connection import open_store
 
     metrics = metrics_target(metrics_file)
@@ -40,22 +40,22 @@ def prune(
     def run(target) -> dict:
         with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
             plan = plan_prune(store, filters, include_archived=include_archived)
-            ids = plan.session_ids
+            count = plan.sessions
             report = {
-                "store": str(target.path), "dry_run": dry_run, "matched": len(ids), "session_ids": ids,
+                "store": str(target.path), "dry_run": dry_run, "matched": count, "session_ids": [],
                 "messages": plan.messages, "implicit_days": plan.implicit_days, "held_back": plan.held_back,
-                **_oldest_newest(plan, ids),
+                "oldest": plan.extreme(newest=False), "newest": plan.extreme(newest=True),
             }
             # Text size is read only when someone will look at it (preview or prompt).
-            report["bytes"] = stored_bytes(store, ids) if (dry_run or not yes) else None
-            if dry_run or not ids:
+            report["bytes"] = plan_stored_bytes(store) if (dry_run or not yes) else None
+            if dry_run or not count:
                 report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[])
-                if not dry_run:
-                    report["session_ids"] = []
+                if dry_run:
+                    report["session_ids"] = plan.session_ids
                 return report
             o, n = report["oldest"], report["newest"]
-            confirm_or_refuse(yes, f"Delete {len(ids)} sessions ({plan.messages} messages)?", [
-                f"{len(ids)} sessions, {plan.messages} messages, {fmt_bytes(report['bytes'] or 0)} of stored text",
+            confirm_or_refuse(yes, f"Delete {count} sessions ({plan.messages} messages)?", [
+                f"{count} sessions, {plan.messages} messages, {fmt_bytes(report['bytes'] or 0)} of stored text",
                 f"  oldest: {o['id']} (last active {fmt_time(o['last_active'])})",
                 f"  newest: {n['id']} (last active {fmt_time(n['last_active'])})",
             ])
@@ -70,14 +70,6 @@ def prune(
 
     for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="prune",
                    ran=lambda r: not r["dry_run"], metrics_file=metrics)
-
-
-def _oldest_newest(plan, session_ids) -> dict:
-    acts = sorted((plan.sessions[s].last_active, s) for s in session_ids)
-    return {
-        "oldest": {"id": acts[0][1], "last_active": acts[0][0]} if acts else None,
-        "newest": {"id": acts[-1][1], "last_active": acts[-1][0]} if acts else None,
-    }
 
 
 def _render(r: dict) -> None:

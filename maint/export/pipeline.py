@@ -12,15 +12,15 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from maint.errors import MaintError, OutputError, UsageError
 from maint.export.files import atomic_text, check_destination, inside, safe_name
-from maint.export.selection import select_sessions
+from maint.export.selection import latest_session, select_sessions
 from maint.selection.filters import Filters
-from maint.store.catalog import SessionInfo, load_sessions
 from maint.store.connection import Store
 from maint.store.targets import hermes_home
 
@@ -75,8 +75,7 @@ class ExportRequest:
 @dataclass
 class ExportPlan:
     request: ExportRequest
-    catalog: dict[str, SessionInfo]
-    chosen: list[SessionInfo]
+    chosen: Sequence[str]  # session ids, in export order (a bulk selection is read from a temp table)
     entries: list[dict[str, Any]]  # {"path", "ids", "lineage"?, "replaces"?}
     folder: Path | None  # created by run_export when it does not exist
     manifest: Path | None
@@ -85,32 +84,32 @@ class ExportPlan:
 
 def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = None) -> ExportPlan:
     """Read the store and the destination; create and write nothing."""
-    with store.snapshot():
-        catalog = load_sessions(store)
     if req.latest_trace:
-        if not catalog:
+        with store.snapshot():
+            latest = latest_session(store)
+        if latest is None:
             raise MaintError("the store has no sessions to trace")
-        chosen = [max(catalog.values(), key=lambda s: (s.last_active, s.started_at, s.id))]
+        chosen: Sequence[str] = [latest]
     else:
-        chosen = select_sessions(store, req.session_id, req.filters, catalog)
+        chosen = select_sessions(store, req.session_id, req.filters)
     if req.delete_after_verified:
         from maint.export.verified_delete import family, refuse_if_busy
 
-        _refuse_splitting_a_lineage(catalog, chosen[0].id)
-        members = family(store, chosen[0].id, catalog)  # the named session first, then its delegates
-        refuse_if_busy(catalog, members)
-        chosen = [catalog[sid] for sid in members]
+        with store.snapshot():
+            _refuse_splitting_a_lineage(store, chosen[0])
+            chosen = family(store, chosen[0])  # the named session first, then its delegates
+            refuse_if_busy(store, chosen)
     if req.fmt == "jsonl" and not req.only and isinstance(max_export_messages, int) and max_export_messages > 0:
         from maint.export.transcript import stored_count
 
-        for s in chosen:
-            n = stored_count(store, s.id)
+        for sid in chosen:
+            n = stored_count(store, sid)
             if n > max_export_messages:
-                raise MaintError(f"session {s.id} has {n} stored messages, more than "
+                raise MaintError(f"session {sid} has {n} stored messages, more than "
                                  f"sessions.max_export_messages={max_export_messages}; raise the setting "
                                  "(0 = no cap) or export it as md/qmd")
     single = bool(req.session_id) or req.latest_trace
-    entries, folder = _entries(catalog, chosen, req, single)
+    entries, folder = _entries(store, chosen, req, single)
     paths = [e["path"] for e in entries if e["path"] not in (None, STDOUT)]
     if len(set(paths)) != len(paths):  # safe_name keeps ids apart; this is the last guard
         raise OutputError("two sessions would share one output file; nothing was written")
@@ -121,15 +120,18 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
     if req.fmt in ("md", "qmd") and folder is not None:
         manifest = folder / "manifest.jsonl"
         kept = _kept_manifest_lines(manifest, {Path(e["path"]).name for e in entries})
-    return ExportPlan(req, catalog, chosen, entries, folder, manifest, kept)
+    return ExportPlan(req, chosen, entries, folder, manifest, kept)
 
 
-def _refuse_splitting_a_lineage(catalog: dict, session_id: str) -> None:
+def _refuse_splitting_a_lineage(store: Store, session_id: str) -> None:
     """One segment of a compression lineage is not a conversation: deleting it would cut the others loose."""
     from maint.store import lineage as lin
 
-    tree = lin.build(catalog)
-    segments = tree.chains[tree.chain_of[session_id]].ids
+    lin.build(store, time.time())
+    segments = [r[0] for r in store.conn.execute(
+        "SELECT id FROM maint_s WHERE chain = (SELECT chain FROM maint_s WHERE id = ?) ORDER BY started_at, id",
+        (session_id,))]
+    lin.drop(store)
     if len(segments) > 1:
         raise MaintError(f"session {session_id} is one of {len(segments)} segments of a compression lineage "
                          f"({' -> '.join(segments)}); deleting it alone would split the conversation, so nothing "
@@ -162,7 +164,7 @@ def _single_file(output: str | None, default_name: str) -> tuple[str, Path | Non
     return str(path), None
 
 
-def _entries(catalog: dict, chosen: list[SessionInfo], req: ExportRequest,
+def _entries(store: Store, chosen: Sequence[str], req: ExportRequest,
              single: bool) -> tuple[list[dict[str, Any]], Path | None]:
     """Which files the export writes and which sessions go in each; the folder to create, if any."""
     fmt, output = req.fmt, req.output
@@ -170,37 +172,37 @@ def _entries(catalog: dict, chosen: list[SessionInfo], req: ExportRequest,
         return [], None
     if fmt == "html":
         path, folder = _single_file(output, "hermes_sessions.html")
-        return [{"path": path, "ids": [s.id for s in chosen]}], folder
+        return [{"path": path, "ids": chosen}], folder
     if fmt == "jsonl":
         if req.delete_after_verified:  # one file per family member, in a folder
             folder = _folder_of(output)
-            return [{"path": str(inside(folder, safe_name(s.id, ".jsonl"))), "ids": [s.id]} for s in chosen], folder
+            return [{"path": str(inside(folder, safe_name(sid, ".jsonl"))), "ids": [sid]} for sid in chosen], folder
         if req.only and single:
-            path, folder = _single_file(output, safe_name(chosen[0].id, ".prompts.jsonl"))
-            return [{"path": path, "ids": [chosen[0].id]}], folder
-        name = f"hermes_session_{safe_name(chosen[0].id, '')}.jsonl" if single else "hermes_sessions.jsonl"
+            path, folder = _single_file(output, safe_name(chosen[0], ".prompts.jsonl"))
+            return [{"path": path, "ids": [chosen[0]]}], folder
+        name = f"hermes_session_{safe_name(chosen[0], '')}.jsonl" if single else "hermes_sessions.jsonl"
         path, folder = _single_file(output, name)
-        return [{"path": path, "ids": [s.id for s in chosen]}], folder
+        return [{"path": path, "ids": chosen}], folder
     if fmt == "trace":
         if single:
             if req.upload and not output:  # uploaded through a private temporary file (see run_export)
-                return [{"path": None, "ids": [chosen[0].id]}], None
-            path, folder = _single_file(output, safe_name(chosen[0].id, ".trace.jsonl"))
-            return [{"path": path, "ids": [chosen[0].id]}], folder
+                return [{"path": None, "ids": [chosen[0]]}], None
+            path, folder = _single_file(output, safe_name(chosen[0], ".trace.jsonl"))
+            return [{"path": path, "ids": [chosen[0]]}], folder
         if output == STDOUT:
             raise UsageError("OUTPUT -: a bulk trace export writes one file per session; give a folder")
         folder = _folder_of(output)
-        return [{"path": str(inside(folder, safe_name(s.id, ".trace.jsonl"))), "ids": [s.id]} for s in chosen], folder
+        return [{"path": str(inside(folder, safe_name(sid, ".trace.jsonl"))), "ids": [sid]} for sid in chosen], folder
     # md / qmd (and --only user-prompts --format md): one document per session or lineage
     suffix = ".prompts.md" if req.only else f".{fmt}"
     if output == STDOUT:
-        if not single or req.lineage == "logical" and len(_groups(catalog, chosen, req.lineage)) > 1:
+        if not single or req.lineage == "logical" and len(_groups(store, chosen, req.lineage)) > 1:
             raise UsageError(f"OUTPUT -: stdout takes one document; a bulk {fmt} export writes one file per "
                              "session into a folder")
-        return [{"path": STDOUT, "ids": _groups(catalog, chosen, req.lineage)[0]}], None
+        return [{"path": STDOUT, "ids": _groups(store, chosen, req.lineage)[0]}], None
     folder = _folder_of(output)
     out = []
-    for ids in _groups(catalog, chosen, req.lineage):
+    for ids in _groups(store, chosen, req.lineage):
         entry = {"path": str(inside(folder, safe_name(ids[0], suffix))), "ids": ids}
         if req.lineage == "logical":
             entry["lineage"] = ids
@@ -208,18 +210,22 @@ def _entries(catalog: dict, chosen: list[SessionInfo], req: ExportRequest,
     return out, folder
 
 
-def _groups(catalog: dict, chosen: list[SessionInfo], lineage: str) -> list[list[str]]:
+def _groups(store: Store, chosen: Sequence[str], lineage: str) -> list[list[str]]:
+    """One document per session, or per compression chain (``logical``: its segments, first started first)."""
     if lineage != "logical":
-        return [[s.id] for s in chosen]
+        return [[sid] for sid in chosen]
     from maint.store import lineage as lin
 
-    tree = lin.build(catalog)
     groups, seen = [], set()
-    for s in chosen:
-        key = tree.chain_of[s.id]
-        if key not in seen:
-            seen.add(key)
-            groups.append(tree.chains[key].ids)
+    with store.snapshot():
+        lin.build(store, time.time())
+        for sid in chosen:
+            key = store.scalar("SELECT chain FROM maint_s WHERE id = ?", (sid,))
+            if key not in seen:
+                seen.add(key)
+                groups.append([r[0] for r in store.conn.execute(
+                    "SELECT id FROM maint_s WHERE chain = ? ORDER BY started_at, id", (key,))])
+        lin.drop(store)
     return groups
 
 
@@ -254,7 +260,7 @@ class Renderer:
     def render(self, entry: dict, write) -> int:
         from maint.export import render as r
 
-        store, sessions, redact = self.store, self.plan.catalog, self.req.redacting
+        store, redact = self.store, self.req.redacting
         if self.req.fmt == "jsonl":
             if self.req.only:
                 n = 0
@@ -265,11 +271,13 @@ class Renderer:
                 return n
             return sum(r.write_jsonl_session(store, sid, write, redact) for sid in entry["ids"])
         if self.req.fmt == "trace":
-            return r.write_trace(store, sessions[entry["ids"][0]], write, redact)
+            from maint.store.catalog import session_info
+
+            return r.write_trace(store, session_info(store, entry["ids"][0]), write, redact)
         if self.req.fmt == "html":
-            return r.render_html(store, [sessions[sid] for sid in entry["ids"]], write, redact)
+            return r.render_html(store, entry["ids"], write, redact)
         doc_fmt = "prompts.md" if self.req.only else self.req.fmt
-        return r.render_document(store, doc_fmt, entry["ids"], write, redact, sessions[entry["ids"][0]], self.stamp)
+        return r.render_document(store, doc_fmt, entry["ids"], write, redact, entry["ids"][0], self.stamp)
 
     def write(self, entry: dict, path: str) -> dict:
         from maint.export.verified_delete import fingerprint
@@ -307,7 +315,7 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
             written.append({**renderer.write(entry, path), "temporary": entry["path"] is None})
             on_progress(1)
         report: dict[str, Any] = {
-            "dry_run": False, "format": req.fmt, "sessions": [s.id for s in plan.chosen],
+            "dry_run": False, "format": req.fmt, "sessions": plan.chosen,
             "files": [w["path"] for w in written if w["path"] != STDOUT and not w["temporary"]],
             "replaced": [w["path"] for w in written if w.get("replaces")],
             "messages": sum(w["messages"] for w in written),

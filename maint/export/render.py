@@ -127,13 +127,13 @@ def display_messages(store: Store, ids: Iterable[str], redact: bool) -> Iterator
 
 
 def render_document(store: Store, fmt: str, lineage_ids: list[str], write: Callable[[str], None],
-                    redact: bool, session: SessionInfo, exported_at: str) -> int:
+                    redact: bool, session_id: str, exported_at: str) -> int:
     """One md/qmd document for a session (or a whole compression lineage); returns messages written."""
     messages = display_messages(store, lineage_ids, redact)
     if fmt == "prompts.md":  # count what the document shows: the prompts
         messages = (m for m in messages if m.get("role") == "user")
     counter = _Counter(messages)
-    meta = session_row(store, session.id)
+    meta = session_row(store, session_id)
     if redact:
         meta = redact_row(meta)
     template = environment().get_template(f"session.{fmt}.j2")
@@ -143,9 +143,9 @@ def render_document(store: Store, fmt: str, lineage_ids: list[str], write: Calla
     return counter.count
 
 
-def render_html(store: Store, sessions: list[SessionInfo], write: Callable[[str], None], redact: bool) -> int:
+def render_html(store: Store, session_ids: Iterable[str], write: Callable[[str], None], redact: bool) -> int:
     counter = _Counter([])
-    metas = [redact_row(session_row(store, s.id)) if redact else session_row(store, s.id) for s in sessions]
+    metas = [redact_row(session_row(store, sid)) if redact else session_row(store, sid) for sid in session_ids]
 
     def messages_of(sid: str) -> Iterator[dict[str, Any]]:
         counter.iterable = display_messages(store, [sid], redact)

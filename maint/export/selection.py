@@ -2,29 +2,54 @@
 
 Bulk filters take ended sessions only; pinned and archived sessions that match
 are included (a backup keeps protected rows). No filter at all takes everything.
+The bulk selection is made by SQLite into a temp table and read back a page at a
+time, so it costs the same memory for ten sessions or a hundred thousand.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 
-from maint.store.catalog import SessionInfo, load_sessions, resolve_session
 from maint.errors import UsageError
 from maint.selection.filters import Filters
+from maint.store.catalog import catalog_sql, resolve_session
 from maint.store.connection import Store
+from maint.store.sqlutil import Paged
 
 
 def select_sessions(store: Store, session_id: str | None, filters: Filters,
-                    sessions: dict[str, SessionInfo] | None = None) -> list[SessionInfo]:
-    """*sessions* is the store's catalogue when the caller already loaded it."""
+                    now: float | None = None) -> Sequence[str]:
+    """Session ids in export order: started first, ties by id."""
     if session_id is not None and not filters.is_empty:
         raise UsageError("--session-id cannot be combined with filters (use one or the other)")
-    if sessions is None:
-        with store.snapshot():
-            sessions = load_sessions(store)
     if session_id is not None:
-        return [sessions[resolve_session(store, session_id)]]
-    if filters.is_empty:
-        chosen = list(sessions.values())
-    else:
-        chosen = [s for s in sessions.values() if not s.is_open and filters.matches(s)]
-    return sorted(chosen, key=lambda s: (s.started_at, s.id))
+        return [resolve_session(store, session_id)]
+    now = time.time() if now is None else now
+    where, params = ("1", {}) if filters.is_empty else filters.sql("c.")
+    ended = "" if filters.is_empty else "c.ended_at IS NOT NULL AND "
+    conn = store.conn
+    with store.snapshot():
+        conn.execute("DROP TABLE IF EXISTS temp.maint_export")
+        conn.execute(f"""CREATE TEMP TABLE maint_export AS
+            SELECT ROW_NUMBER() OVER (ORDER BY c.started_at, c.id) - 1 AS ord, c.id AS id
+            FROM ({catalog_sql(store)}) c WHERE {ended}({where})""", {"now": now, **params})
+        conn.execute("CREATE UNIQUE INDEX temp.maint_export_ord ON maint_export(ord)")
+        count = store.scalar("SELECT COUNT(*) FROM maint_export")
+    store.plan_generation += 1
+    generation = store.plan_generation
+
+    def load(start: int, stop: int) -> list[str]:
+        if store.plan_generation != generation:
+            raise RuntimeError("this selection was replaced by a later one on the same store")
+        return [r[0] for r in conn.execute("SELECT id FROM maint_export WHERE ord >= ? AND ord < ? ORDER BY ord",
+                                           (start, stop))]
+
+    return Paged(count, load, page=2048)
+
+
+def latest_session(store: Store, now: float | None = None) -> str | None:
+    """The most recently active session (ties: started later, then the higher id)."""
+    now = time.time() if now is None else now
+    return store.scalar(f"SELECT id FROM ({catalog_sql(store)}) ORDER BY last_active DESC, started_at DESC, id DESC "
+                        "LIMIT 1", {"now": now})

@@ -13,25 +13,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from maint.store import lineage as lin
-from maint.store.catalog import load_sessions
+from maint.store.catalog import session_info
+from maint.store.lineage import delegate_family
 from maint.errors import MaintError
 from maint.ops.prune import delete_sessions
 from maint.store.connection import Store
 from maint.export.transcript import iter_messages
 
 
-def family(store: Store, session_id: str, sessions: dict | None = None) -> list[str]:
-    """The session and its delegate (subagent) descendants; *sessions* when already loaded."""
-    sessions = load_sessions(store) if sessions is None else sessions
-    kinds = {sid: lin.classify(s, sessions) for sid, s in sessions.items()}
-    out, frontier = [session_id], [session_id]
-    while frontier:
-        current = set(frontier)
-        frontier = [sid for sid, s in sessions.items() if sid not in out and kinds[sid] == lin.DELEGATE
-                    and (s.parent_id in current or s.delegate_from in current)]
-        out.extend(sorted(frontier))
-    return out
+def family(store: Store, session_id: str) -> list[str]:
+    """The session and its delegate (subagent) descendants."""
+    return delegate_family(store, session_id)
 
 
 def fingerprint(store: Store, session_id: str) -> str:
@@ -45,13 +37,14 @@ def fingerprint(store: Store, session_id: str) -> str:
     return h.hexdigest()
 
 
-def refuse_if_busy(sessions: dict, ids: list[str]) -> None:
+def refuse_if_busy(store: Store, ids: list[str]) -> None:
     for sid in ids:
-        if sessions[sid].is_open:
+        info = session_info(store, sid)
+        if info.is_open:
             raise MaintError(f"session {sid} is still open; refusing to delete it (nothing was exported or deleted)")
-        if sessions[sid].locked:  # load_sessions marks unexpired compression locks and turn leases
+        if info.locked:  # an unexpired compression lock or turn lease
             raise MaintError(f"session {sid} has a turn or compression in progress; refusing to delete it")
-        if sessions[sid].pinned:
+        if info.pinned:
             raise MaintError(f"session {sid} is pinned; unpin it before deleting")
 
 

@@ -13,18 +13,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from maint.store import lineage as lin
+from maint.store import lineage
 from maint.store.batching import pacer_for, run_batched
-from maint.store.catalog import SessionInfo, load_sessions
 from maint.selection.filters import Filters
-from maint.store.sqlutil import chunks, ph
+from maint.store.sqlutil import Paged, chunks, ph
 from maint.store.connection import Store
 
 
 @dataclass
 class ArchivePlan:
-    lineages: list[list[str]]  # session ids per lineage to archive
-    sessions: dict[str, SessionInfo]
+    lineages: Paged[list[str]]  # session ids per lineage to archive, read from temp tables a page at a time
+    sessions: int  # how many sessions the lineages hold
     skipped_open: int  # lineages that matched but are still open
     skipped_pinned: int
 
@@ -35,29 +34,46 @@ class ArchivePlan:
 
 def plan_archive(store: Store, filters: Filters, *, include_open: bool = False,
                  now: float | None = None) -> ArchivePlan:
+    """Per compression chain whose tip matches: skipped when every segment is archived by hand already,
+    held back when one is pinned, or open (unless *include_open*); else its segments not archived by
+    hand go (one the idle sweep hid becomes a hand archive: it no longer comes back on resume).
+    Lineages come least recently active first (ties: table order)."""
     now = time.time() if now is None else now
+    conn = store.conn
     with store.snapshot():
-        sessions = load_sessions(store, now)
-    tree = lin.build(sessions)
-    lineages, skipped_open, skipped_pinned = [], 0, 0
-    for chain in tree.chains.values():
-        tip = sessions[chain.tip]
-        if not filters.matches(tip):
-            continue
-        members = [sessions[s] for s in chain.ids]
-        if all(m.archived and not m.auto_archived for m in members):
-            continue  # already archived by hand: re-running is a no-op
-        if any(m.pinned for m in members):
-            skipped_pinned += 1
-            continue
-        if any(m.is_open for m in members) and not include_open:
-            skipped_open += 1
-            continue
-        # A lineage the idle sweep hid becomes a hand archive: it no longer comes back on resume.
-        lineages.append([m.id for m in members if not m.archived or m.auto_archived])
-    lineages.sort(key=lambda ids: max(sessions[s].last_active for s in ids))
-    return ArchivePlan(lineages=lineages, sessions=sessions, skipped_open=skipped_open,
-                       skipped_pinned=skipped_pinned)
+        lineage.build(store, now, filters)
+        conn.execute("DROP TABLE IF EXISTS temp.maint_arch")
+        conn.execute("""CREATE TEMP TABLE maint_arch AS
+            SELECT c.key, c.first_rid,
+                   CASE WHEN MIN(s.archived AND NOT s.auto_archived) = 1 THEN 'done' WHEN MAX(s.pinned) THEN 'pinned'
+                        WHEN MAX(s.ended_at IS NULL) AND NOT :include_open THEN 'open' ELSE 'go' END AS verdict,
+                   MAX(CASE WHEN NOT s.archived OR s.auto_archived THEN s.last_active END) AS active,
+                   SUM(NOT s.archived OR s.auto_archived) AS n
+            FROM maint_c c JOIN maint_s t ON t.id = c.tip AND t.matched JOIN maint_s s ON s.chain = c.key
+            GROUP BY c.key""", {"include_open": int(include_open)})
+        conn.execute("DROP TABLE IF EXISTS temp.maint_archive")
+        conn.execute("""CREATE TEMP TABLE maint_archive AS
+            SELECT ROW_NUMBER() OVER (ORDER BY active, first_rid) - 1 AS ord, key, n
+            FROM maint_arch WHERE verdict = 'go'""")
+        conn.execute("CREATE UNIQUE INDEX temp.maint_archive_ord ON maint_archive(ord)")
+        skipped = dict(conn.execute("SELECT verdict, COUNT(*) FROM maint_arch GROUP BY verdict").fetchall())
+        count, sessions = conn.execute("SELECT COUNT(*), COALESCE(SUM(n), 0) FROM maint_archive").fetchone()
+    store.plan_generation += 1
+    generation = store.plan_generation
+
+    def load(start: int, stop: int) -> list[list[str]]:
+        if store.plan_generation != generation:
+            raise RuntimeError("this plan was replaced by a later one on the same store")
+        out: dict[int, list[str]] = {}
+        for ord_, sid in conn.execute(
+                "SELECT a.ord, s.id FROM maint_archive a "
+                "JOIN maint_s s ON s.chain = a.key AND (NOT s.archived OR s.auto_archived) "
+                "WHERE a.ord >= ? AND a.ord < ? ORDER BY a.ord, s.started_at, s.id", (start, stop)):
+            out.setdefault(ord_, []).append(sid)
+        return [out[i] for i in sorted(out)]
+
+    return ArchivePlan(lineages=Paged(count, load), sessions=sessions, skipped_open=skipped.get("open", 0),
+                       skipped_pinned=skipped.get("pinned", 0))
 
 
 def execute_archive(store: Store, plan: ArchivePlan,

@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from maint.store import lineage as lin
+from maint.store import lineage
 from maint.store.batching import pacer_for, run_batched
-from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, load_sessions, locked_session_ids
+from maint.store.catalog import locked_session_ids
 from maint.store.connection import Store
-from maint.store.sqlutil import ph
+from maint.store.sqlutil import Paged, ph
 
 MARKER_KEY = "last_auto_archive"  # Hermes's own key: one idle sweep per interval among all processes
 
@@ -64,7 +64,7 @@ class IdleUnit:
 
 @dataclass
 class IdlePlan:
-    units: list[IdleUnit]
+    units: Paged[IdleUnit]  # in key order, read from temp tables a page at a time
     idle_days: float
     skipped_pinned: int = 0
     skipped_busy: int = 0
@@ -74,44 +74,66 @@ class IdlePlan:
         return [sid for u in self.units for sid in u.flip_ids]
 
 
-def _marks(store: Store, ids: list[str]) -> dict[str, tuple]:
+def _marks_sql(store: Store) -> str:
     """What a resume, a new message, a pin or an end would change: compared before each write."""
     last = "last_activity_at" if store.has_column("sessions", "last_activity_at") else "NULL"
     pinned = "COALESCE(pinned, 0)" if store.has_column("sessions", "pinned") else "0"
-    out = {}
-    for sid, *rest in store.conn.execute(
-            f"SELECT id, ended_at, {pinned}, {last}, archived, "
-            f"(SELECT MAX(timestamp) FROM messages m WHERE m.session_id = s.id) "
-            f"FROM sessions s WHERE id IN ({ph(ids)})", ids):
-        out[sid] = tuple(rest)
-    return out
+    return (f"SELECT id, ended_at, {pinned}, {last}, archived, "
+            f"(SELECT MAX(timestamp) FROM messages m WHERE m.session_id = s.id) FROM sessions s")
+
+
+def _marks(store: Store, ids: list[str]) -> dict[str, tuple]:
+    return {sid: tuple(rest) for sid, *rest in store.conn.execute(f"{_marks_sql(store)} WHERE id IN ({ph(ids)})",
+                                                                  ids)}
 
 
 def plan_idle_archive(store: Store, idle_days: float, now: float | None = None) -> IdlePlan:
+    """Per lineage: left out when its tip is archived already, it was active since the cutoff, or it is the
+    hidden canonical Bot Chat; held back when pinned or busy; else every member is re-checked at write
+    time and the members not archived yet are flipped. Selected in SQLite (:mod:`maint.store.lineage`),
+    with each member's marks taken from the same snapshot."""
     now = time.time() if now is None else now
     cutoff = now - idle_days * 86400
-    plan = IdlePlan(units=[], idle_days=idle_days)
+    conn = store.conn
     with store.snapshot():
-        sessions = load_sessions(store, now)
-        tree = lin.build(sessions)
-        for chain in tree.chains.values():
-            tip = sessions[chain.tip]
-            members = [sessions[s] for s in chain.ids]
-            if tip.archived or max(m.last_active for m in members) >= cutoff:
-                continue
-            if tip.hidden and tip.title == CANONICAL_BOT_CHAT_TITLE:
-                continue
-            if any(m.pinned for m in members):
-                plan.skipped_pinned += 1
-                continue
-            if any(m.locked for m in members):
-                plan.skipped_busy += 1
-                continue
-            unit = IdleUnit(member_ids=list(chain.ids), flip_ids=[m.id for m in members if not m.archived])
-            unit.marks = _marks(store, unit.member_ids)
-            plan.units.append(unit)
-    plan.units.sort(key=lambda u: u.member_ids[0])
-    return plan
+        lineage.build(store, now)
+        conn.execute("DROP TABLE IF EXISTS temp.maint_idle")
+        conn.execute("""CREATE TEMP TABLE maint_idle AS
+            SELECT c.key, CASE WHEN MAX(s.pinned) THEN 'pinned' WHEN MAX(s.locked) THEN 'busy' ELSE 'go' END
+                AS verdict
+            FROM maint_c c JOIN maint_s t ON t.id = c.tip JOIN maint_s s ON s.chain = c.key
+            WHERE NOT t.archived AND c.last_active < :cutoff AND NOT t.botchat
+            GROUP BY c.key""", {"cutoff": cutoff})
+        conn.execute("DROP TABLE IF EXISTS temp.maint_idle_units")
+        conn.execute("""CREATE TEMP TABLE maint_idle_units AS
+            SELECT ROW_NUMBER() OVER (ORDER BY key) - 1 AS ord, key FROM maint_idle WHERE verdict = 'go'""")
+        conn.execute("CREATE UNIQUE INDEX temp.maint_idle_units_ord ON maint_idle_units(ord)")
+        conn.execute("DROP TABLE IF EXISTS temp.maint_idle_marks")
+        conn.execute(f"""CREATE TEMP TABLE maint_idle_marks AS SELECT m.* FROM ({_marks_sql(store)}) m
+            WHERE m.id IN (SELECT s.id FROM maint_idle_units u JOIN maint_s s ON s.chain = u.key)""")
+        conn.execute("CREATE UNIQUE INDEX temp.maint_idle_marks_id ON maint_idle_marks(id)")
+        skipped = dict(conn.execute("SELECT verdict, COUNT(*) FROM maint_idle GROUP BY verdict").fetchall())
+        count = skipped.get("go", 0)
+    store.plan_generation += 1
+    generation = store.plan_generation
+
+    def load(start: int, stop: int) -> list[IdleUnit]:
+        if store.plan_generation != generation:
+            raise RuntimeError("this plan was replaced by a later one on the same store")
+        units: dict[int, IdleUnit] = {}
+        for ord_, sid, archived, *marks in conn.execute(
+                "SELECT u.ord, s.id, s.archived, k.* FROM maint_idle_units u JOIN maint_s s ON s.chain = u.key "
+                "JOIN maint_idle_marks k ON k.id = s.id WHERE u.ord >= ? AND u.ord < ? "
+                "ORDER BY u.ord, s.started_at, s.id", (start, stop)):
+            unit = units.setdefault(ord_, IdleUnit(member_ids=[], flip_ids=[]))
+            unit.member_ids.append(sid)
+            if not archived:
+                unit.flip_ids.append(sid)
+            unit.marks[sid] = tuple(marks[1:])
+        return [units[i] for i in sorted(units)]
+
+    return IdlePlan(units=Paged(count, load), idle_days=idle_days, skipped_pinned=skipped.get("pinned", 0),
+                    skipped_busy=skipped.get("busy", 0))
 
 
 def execute_idle_archive(store: Store, plan: IdlePlan,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from maint.config import Config, set_session_key
 from maint.selection.filters import implicit_prune_filters
-from maint.ops.prune import plan_prune, stored_bytes
+from maint.ops.prune import plan_prune, plan_stored_bytes
 from maint.ops.sweep import validate_retention
 from maint.store.connection import Store, open_store
 from maint.store.runlock import RunLockHeld
@@ -47,8 +47,7 @@ def disk_figures(path: Path, usage: Callable = shutil.disk_usage) -> DiskFigures
 def estimate(store: Store, retention_days: int, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
     plan = plan_prune(store, implicit_prune_filters(now, retention_days), now=now)
-    ids = plan.session_ids
-    return {"sessions": len(ids), "messages": plan.messages, "stored_bytes": stored_bytes(store, ids),
+    return {"sessions": plan.sessions, "messages": plan.messages, "stored_bytes": plan_stored_bytes(store),
             "store_bytes": sum(store.file_sizes().values())}
 
 

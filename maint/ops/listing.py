@@ -5,6 +5,9 @@ subagent runs are hidden, as in Hermes's own picker; archived and hidden
 sessions are not listed, except pinned ones: a pin means "always listed" (the
 hidden canonical Bot Chat excepted, which Bot Mode reaches through its bot).
 Pinned conversations are listed even past ``limit``.
+
+SQLite folds, filters, counts and orders the lineages (:mod:`maint.store.lineage`); Python sees only
+the rows it shows.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ import os
 import time
 from typing import Any
 
-from maint.store import lineage as lin
-from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, SessionInfo, load_sessions
+from maint.store import lineage
+from maint.store.catalog import SessionInfo
 from maint.store.connection import Store
 
 PREVIEW_CHARS = 60
@@ -22,7 +25,11 @@ PREVIEW_CHARS = 60
 
 def workspace_key(s: SessionInfo) -> str | None:
     """Hermes's workspace key: the git repo root, else the working directory (upstream ``workspace_key``)."""
-    return (s.git_repo_root or "").strip() or (s.cwd or "").strip() or None
+    return workspace_of(s.git_repo_root, s.cwd)
+
+
+def workspace_of(repo_root: Any, cwd: Any) -> str | None:
+    return (repo_root or "").strip() or (cwd or "").strip() or None
 
 
 def in_workspace(key: str | None, needle: str) -> bool:
@@ -37,42 +44,40 @@ def list_conversations(store: Store, *, source: str | None = None, limit: int = 
                        now: float | None = None) -> tuple[list[dict[str, Any]], int]:
     """Rows to show and the total number that matched (for the '… more not shown' line)."""
     now = time.time() if now is None else now
+    store.conn.create_scalar_function("maint_workspace", workspace_of, 2, deterministic=True)
+    store.conn.create_scalar_function("maint_in_workspace", lambda key, needle: int(in_workspace(key, needle)), 2,
+                                      deterministic=True)
+    repo = "git_repo_root" if store.has_column("sessions", "git_repo_root") else "NULL"
+    cwd = "cwd" if store.has_column("sessions", "cwd") else "NULL"
+    title = "COALESCE(NULLIF(tip.title, ''), root.title)" if store.has_column("sessions", "title") else "NULL"
+    key = (f"COALESCE(maint_workspace(tip.{repo}, tip.{cwd}), maint_workspace(root.{repo}, root.{cwd}))"
+           .replace("tip.NULL", "NULL").replace("root.NULL", "NULL"))
+    # A pin means "always listed", except the hidden canonical Bot Chat; delegate runs, archived and hidden
+    # conversations are out of sight otherwise.
+    visible = f"""FROM maint_c c JOIN maint_s r ON r.id = c.key
+        {"JOIN sessions tip ON tip.id = c.tip JOIN sessions root ON root.id = c.key" if workspace is not None else ""}
+        WHERE (NOT (r.kind = '{lineage.DELEGATE}' OR c.archived OR c.hidden) OR (c.pinned AND NOT c.botchat))
+          AND (:source IS NULL OR r.source = :source)
+          {f"AND maint_in_workspace({key}, :workspace)" if workspace is not None else ""}"""
+    columns = """c.tip AS id, c.key AS root_id, r.source AS source, c.last_active AS last_active,
+                 r.started_at AS started_at, c.n AS segments, c.pinned AS pinned, c.archived AS archived"""
+    params = {"source": source, "workspace": workspace, "limit": limit or -1}
     with store.snapshot():
-        sessions = load_sessions(store, now)
-        tree = lin.build(sessions)
-        rows = []
-        for chain in tree.chains.values():
-            root = sessions[chain.ids[0]]
-            members = [sessions[s] for s in chain.ids]
-            pinned = any(m.pinned for m in members)
-            always = pinned and not any(m.hidden and m.title == CANONICAL_BOT_CHAT_TITLE for m in members)
-            out_of_sight = tree.kind[root.id] == lin.DELEGATE or any(m.archived or m.hidden for m in members)
-            if out_of_sight and not always:
-                continue
-            if source is not None and root.source != source:
-                continue
-            tip = sessions[chain.tip]
-            key = workspace_key(tip) or workspace_key(root)
-            if workspace is not None and not in_workspace(key, workspace):
-                continue
-            rows.append({
-                "id": tip.id,
-                "root_id": root.id,
-                "title": tip.title or root.title,
-                "source": root.source,
-                "last_active": max(m.last_active for m in members),
-                "started_at": root.started_at,
-                "open": tip.is_open,
-                "segments": len(chain.ids),
-                "pinned": pinned,
-                "archived": any(m.archived for m in members),
-                "workspace": key,
-            })
-        rows.sort(key=lambda r: (-r["last_active"], r["id"]))
-        total = len(rows)
-        shown = rows if not limit else rows[:limit] + [r for r in rows[limit:] if r["pinned"]]
+        lineage.build(store, now)
+        total = store.scalar(f"SELECT COUNT(*) {visible}", params)
+        shown = store.rows(f"""
+            SELECT v.id, v.root_id, {title} AS title, v.source, v.last_active, v.started_at,
+                   tip.ended_at IS NULL AS open, v.segments, v.pinned, v.archived, {key} AS workspace
+            FROM (SELECT * FROM (SELECT {columns} {visible} ORDER BY c.last_active DESC, c.tip LIMIT :limit)
+                  UNION
+                  SELECT {columns} {visible} AND c.pinned) v
+            JOIN sessions tip ON tip.id = v.id JOIN sessions root ON root.id = v.root_id
+            ORDER BY v.last_active DESC, v.id""", params)
         for row in shown:
+            for flag in ("open", "pinned", "archived"):
+                row[flag] = bool(row[flag])
             row["preview"] = _preview(store, row["root_id"])
+        lineage.drop(store)
     return shown, total
 
 

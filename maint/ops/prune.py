@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from maint.store import lineage as lin
+from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched
-from maint.store.catalog import SessionInfo, load_sessions, locked_session_ids
+from maint.store.catalog import locked_session_ids
 from maint.store.checkpointer import background_checkpoints
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
-from maint.store.sqlutil import chunks, ph
+from maint.store.sqlutil import Paged, chunks, ph
 from maint.store.connection import Store
+
+PLAN_TABLES = ("maint_pc", "maint_sb", "maint_vis", "maint_um", "maint_unit")
 
 
 @dataclass
@@ -35,102 +38,165 @@ class Unit:
     last_message_at: dict[str, float | None] = field(default_factory=dict)
 
 
+def _unit_loader(store: Store, generation: int) -> Callable[[int, int], list[Unit]]:
+    """Units ``start <= ord < stop`` from ``temp.maint_unit``, for :class:`Paged`.
+
+    The plan lives in temp tables on the store's connection; a later plan on the same connection
+    replaces them, and an older plan then refuses to be read.
+    """
+
+    def load(start: int, stop: int) -> list[Unit]:
+        if store.plan_generation != generation:
+            raise RuntimeError("this plan was replaced by a later one on the same store")
+        units: dict[int, Unit] = {}
+        for ord_, messages, first, sid, last in store.conn.execute(
+                "SELECT u.ord, u.messages, u.first_mid, m.id, m.last_message_at "
+                "FROM maint_unit u JOIN maint_um m ON m.unit = u.key "
+                "WHERE u.ord >= ? AND u.ord < ? ORDER BY u.ord, m.depth, m.first_rid, m.started_at, m.id",
+                (start, stop)):
+            unit = units.get(ord_)
+            if unit is None:
+                unit = units[ord_] = Unit(session_ids=[], messages=messages, first_message_id=first)
+            unit.session_ids.append(sid)
+            unit.last_message_at[sid] = last
+        return [units[i] for i in sorted(units)]
+
+    return load
+
+
 @dataclass
 class PrunePlan:
-    units: list[Unit]
-    sessions: dict[str, SessionInfo]
+    units: Paged[Unit]  # in deletion order, read from the temp tables a page at a time
     filters: Filters
     implicit_days: float | None
     held_back: dict[str, int]
+    sessions: int  # how many sessions the units hold
+    messages: int
+    store: Store
 
     @property
     def session_ids(self) -> list[str]:
-        return [sid for u in self.units for sid in u.session_ids]
+        return list(self.iter_session_ids())
 
-    @property
-    def messages(self) -> int:
-        return sum(u.messages for u in self.units)
+    def iter_session_ids(self) -> Iterator[str]:
+        """Every planned session, unit by unit in deletion order (streamed from the temp tables)."""
+        for unit in self.units:
+            yield from unit.session_ids
 
-
-def _hold_reason(s: SessionInfo, include_archived: bool) -> str | None:
-    if s.is_open:
-        return "open"
-    if s.pinned:
-        return "pinned"
-    if s.locked:
-        return "in_progress"
-    if s.archived and not include_archived:
-        return "archived"
-    return None
-
-
-def _old_enough(s: SessionInfo, filters: Filters) -> bool:
-    """A delegate child is activity of its family: with an age bound, the whole family must be past it.
-
-    Its last activity counts a reap at its ``ended_at`` (see :func:`load_sessions`), so a child
-    reaped by one sweep keeps its old parent for a whole further retention period.
-    """
-    return filters.active_before is None or s.last_active <= filters.active_before
+    def extreme(self, newest: bool) -> dict[str, Any] | None:
+        """The planned session active least (or most) recently: ``{id, last_active}``."""
+        order = "DESC" if newest else "ASC"
+        row = self.store.conn.execute(f"SELECT id, last_active FROM maint_um "
+                                      f"ORDER BY last_active {order}, id {order} LIMIT 1").fetchone()
+        return {"id": row[0], "last_active": row[1]} if row else None
 
 
 def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool = False,
                now: float | None = None, keep: frozenset[str] = frozenset()) -> PrunePlan:
-    """Choose what goes. ``filters`` empty/None = the bare rule: inactive >= 90 days."""
+    """Choose what goes. ``filters`` empty/None = the bare rule: inactive >= 90 days.
+
+    The rules, per compression chain: it is considered when it has no delegate parent, or its
+    delegate parent was considered and not taken. It goes, with every chain delegated from it
+    (transitively), when every segment matches the filters and none is open, pinned, locked
+    (a turn or compression in progress), archived (unless *include_archived*) or in *keep* (just
+    reaped), and nothing in that delegate subtree is open, pinned, locked or in *keep*
+    (``delegate_child_busy``) or, under an age bound, active since it (``delegate_child_active``: a
+    delegate child is activity of its family). A chain that matched only partly counts as
+    ``lineage_live``; one that matched whole but was held back counts under its first segment's
+    reason, or its subtree's first failing one. All of it runs in SQLite over
+    temp tables (see :mod:`maint.store.lineage`); the plan is read back a page at a time.
+    """
     now = time.time() if now is None else now
     store.refuse_unknown_references()  # before planning, so --dry-run says it too
     implicit = None
     if filters is None or filters.is_empty:
         filters, implicit = implicit_prune_filters(now), DEFAULT_PRUNE_DAYS
+    conn = store.conn
     with store.snapshot():
-        sessions = load_sessions(store, now)
-        tree = lin.build(sessions)
-        held: dict[str, int] = {}
-        chosen: list[str] = []  # chain keys that head a unit
-
-        def head_ok(key: str) -> bool:
-            chain = tree.chains[key]
-            matched = [filters.matches(sessions[s]) for s in chain.ids]
-            if not any(matched):
-                return False
-            if not all(matched):
-                held["lineage_live"] = held.get("lineage_live", 0) + 1
-                return False
-            for sid in chain.ids:
-                reason = "just_reaped" if sid in keep else _hold_reason(sessions[sid], include_archived)
-                if reason:
-                    held[reason] = held.get(reason, 0) + 1
-                    return False
-            return True
-
-        def subtree_safe(key: str) -> bool:
-            for k in tree.subtree(key)[1:]:
-                for sid in tree.chains[k].ids:
-                    if sid in keep or _hold_reason(sessions[sid], include_archived=True):
-                        held["delegate_child_busy"] = held.get("delegate_child_busy", 0) + 1
-                        return False
-                    if not _old_enough(sessions[sid], filters):
-                        held["delegate_child_active"] = held.get("delegate_child_active", 0) + 1
-                        return False
-            return True
-
-        stack = [k for k, c in tree.chains.items() if c.delegate_parent is None]
-        while stack:
-            key = stack.pop()
-            if head_ok(key) and subtree_safe(key):
-                chosen.append(key)
-            else:
-                stack.extend(tree.chains[key].children)
-        units = [Unit(session_ids=tree.subtree_session_ids(k)) for k in chosen]
-        counts = message_counts(store, [sid for u in units for sid in u.session_ids])
-        for u in units:
-            u.messages = sum(counts[sid][0] for sid in u.session_ids if sid in counts)
-            u.first_message_id = min((counts[sid][1] for sid in u.session_ids if sid in counts), default=None)
-            u.last_message_at = {sid: sessions[sid].last_message_at for sid in u.session_ids}
-    # Physical order, not age order: a batch of neighbours rewrites a few shared pages and writes small
-    # FTS tombstone segments; scattered sessions rewrite a page (and a doclist) each (measured: about
-    # 30 % fewer WAL frames and 25 % less time on a 200k-message store).
-    units.sort(key=lambda u: -1 if u.first_message_id is None else u.first_message_id)
-    return PrunePlan(units=units, sessions=sessions, filters=filters, implicit_days=implicit, held_back=held)
+        lineage.build(store, now, filters, keep)
+        for table in PLAN_TABLES:
+            conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
+        conn.execute("CREATE TEMP TABLE maint_pc (key TEXT PRIMARY KEY, status TEXT, fail TEXT) WITHOUT ROWID")
+        conn.execute("""INSERT INTO maint_pc
+            SELECT chain, CASE WHEN SUM(matched) = 0 THEN NULL WHEN SUM(matched) < COUNT(*) THEN 'lineage_live'
+                               ELSE COALESCE(MAX(first_reason), 'ok') END, MAX(first_fail)
+            FROM (SELECT chain, matched,
+                         FIRST_VALUE(reason) OVER (PARTITION BY chain ORDER BY reason IS NULL, started_at, id)
+                             AS first_reason,
+                         FIRST_VALUE(fail) OVER (PARTITION BY chain ORDER BY fail IS NULL, started_at, id)
+                             AS first_fail
+                  FROM (SELECT chain, matched, started_at, id,
+                               CASE WHEN keep THEN 'just_reaped' WHEN ended_at IS NULL THEN 'open'
+                                    WHEN pinned THEN 'pinned' WHEN locked THEN 'in_progress'
+                                    WHEN archived AND NOT :archived_ok THEN 'archived' END AS reason,
+                               CASE WHEN keep OR ended_at IS NULL OR pinned OR locked THEN 'delegate_child_busy'
+                                    WHEN :active_before IS NOT NULL AND NOT last_active <= :active_before
+                                    THEN 'delegate_child_active' END AS fail
+                        FROM maint_s))
+            GROUP BY chain""", {"archived_ok": int(include_archived), "active_before": filters.active_before})
+        # Chains with a failing chain below them (their delegate subtree would lose a live child).
+        conn.execute("""CREATE TEMP TABLE maint_sb AS
+            WITH RECURSIVE anc(key) AS (
+                SELECT c.dparent FROM maint_c c JOIN maint_pc p ON p.key = c.key
+                WHERE p.fail IS NOT NULL AND c.dparent IS NOT NULL
+                UNION
+                SELECT c.dparent FROM anc JOIN maint_c c ON c.key = anc.key WHERE c.dparent IS NOT NULL)
+            SELECT key FROM anc""")
+        conn.execute("""CREATE TEMP TABLE maint_vis AS
+            WITH RECURSIVE vis(key, taken) AS (
+                SELECT c.key, p.status IS 'ok' AND c.key NOT IN (SELECT key FROM maint_sb)
+                FROM maint_c c JOIN maint_pc p ON p.key = c.key WHERE c.dparent IS NULL
+                UNION ALL
+                SELECT c.key, p.status IS 'ok' AND c.key NOT IN (SELECT key FROM maint_sb)
+                FROM vis JOIN maint_c c ON c.dparent = vis.key JOIN maint_pc p ON p.key = c.key
+                WHERE NOT vis.taken)
+            SELECT vis.key, vis.taken, p.status FROM vis JOIN maint_pc p ON p.key = vis.key""")
+        held = {reason: n for reason, n in conn.execute(
+            "SELECT status, COUNT(*) FROM maint_vis WHERE status IS NOT NULL AND status <> 'ok' GROUP BY status")}
+        # A matching chain kept for its subtree counts under the first failing chain's reason, in the order
+        # the subtree is walked: depth first, later-stored children first.
+        held.update(conn.execute("""
+            WITH RECURSIVE ranked AS MATERIALIZED (
+                SELECT key, dparent, ROW_NUMBER() OVER (PARTITION BY dparent ORDER BY first_rid DESC) AS sib
+                FROM maint_c WHERE dparent IS NOT NULL),
+            sub(head, key, path) AS (
+                SELECT v.key, r.key, printf('%010d', r.sib) FROM maint_vis v JOIN ranked r ON r.dparent = v.key
+                WHERE v.status = 'ok' AND NOT v.taken
+                UNION ALL
+                SELECT sub.head, r.key, sub.path || printf('%010d', r.sib)
+                FROM sub JOIN ranked r ON r.dparent = sub.key)
+            SELECT fail, COUNT(*) FROM (
+                SELECT p.fail, ROW_NUMBER() OVER (PARTITION BY sub.head ORDER BY sub.path) AS rn
+                FROM sub JOIN maint_pc p ON p.key = sub.key WHERE p.fail IS NOT NULL)
+            WHERE rn = 1 GROUP BY fail""").fetchall())
+        # Each taken chain is a unit with its whole delegate subtree.
+        conn.execute("""CREATE TEMP TABLE maint_um AS
+            WITH RECURSIVE sub(unit, key, depth, first_rid) AS (
+                SELECT v.key, v.key, 0, c.first_rid FROM maint_vis v JOIN maint_c c ON c.key = v.key WHERE v.taken
+                UNION ALL
+                SELECT sub.unit, c.key, sub.depth + 1, c.first_rid FROM sub JOIN maint_c c ON c.dparent = sub.key)
+            SELECT sub.unit, sub.depth, sub.first_rid, s.id, s.started_at, s.last_active, s.last_message_at,
+                   0 AS messages, NULL AS first_mid
+            FROM sub JOIN maint_s s ON s.chain = sub.key""")
+        conn.execute("CREATE INDEX temp.maint_um_unit ON maint_um(unit)")
+        conn.execute("""UPDATE maint_um SET messages = c.n, first_mid = c.first FROM (
+                SELECT session_id, COUNT(*) AS n, MIN(id) AS first FROM messages
+                WHERE session_id IN (SELECT id FROM maint_um) GROUP BY session_id) c
+            WHERE c.session_id = maint_um.id""")
+        # Physical order, not age order: a batch of neighbours rewrites a few shared pages and writes small
+        # FTS tombstone segments; scattered sessions rewrite a page (and a doclist) each (measured: about
+        # 30 % fewer WAL frames and 25 % less time on a 200k-message store).
+        conn.execute("""CREATE TEMP TABLE maint_unit AS
+            SELECT ROW_NUMBER() OVER (ORDER BY COALESCE(first_mid, -1), unit) - 1 AS ord, unit AS key,
+                   n, messages, first_mid
+            FROM (SELECT unit, COUNT(*) AS n, SUM(messages) AS messages, MIN(first_mid) AS first_mid
+                  FROM maint_um GROUP BY unit)""")
+        conn.execute("CREATE UNIQUE INDEX temp.maint_unit_ord ON maint_unit(ord)")
+        units, sessions, messages = conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(n), 0), COALESCE(SUM(messages), 0) FROM maint_unit").fetchone()
+    store.plan_generation += 1
+    return PrunePlan(units=Paged(units, _unit_loader(store, store.plan_generation)), filters=filters,
+                     implicit_days=implicit, held_back=held, sessions=sessions, messages=messages, store=store)
 
 
 def message_counts(store: Store, ids: list[str]) -> dict[str, tuple[int, int]]:
@@ -144,11 +210,21 @@ def message_counts(store: Store, ids: list[str]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def stored_bytes(store: Store, ids: list[str]) -> int:
-    """Bytes of message text the deletion removes (content, tool calls, reasoning)."""
+def plan_stored_bytes(store: Store) -> int:
+    """Bytes of message text the planned deletion removes (see :func:`stored_bytes`)."""
+    return store.scalar(f"SELECT COALESCE(SUM({_text_bytes(store)}), 0) FROM messages "
+                        "WHERE session_id IN (SELECT id FROM maint_um)") or 0
+
+
+def _text_bytes(store: Store) -> str:
     cols = [c for c in ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")
             if store.has_column("messages", c)]
-    expr = " + ".join(f"COALESCE(LENGTH(CAST({c} AS BLOB)), 0)" for c in cols) or "0"
+    return " + ".join(f"COALESCE(LENGTH(CAST({c} AS BLOB)), 0)" for c in cols) or "0"
+
+
+def stored_bytes(store: Store, ids: list[str]) -> int:
+    """Bytes of message text the deletion removes (content, tool calls, reasoning)."""
+    expr = _text_bytes(store)
     total = 0
     for chunk in chunks(ids):
         total += store.scalar(f"SELECT COALESCE(SUM({expr}), 0) FROM messages WHERE session_id IN ({ph(chunk)})",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from maint.store.catalog import ORPHAN_REAP_REASON, load_sessions
+from maint.store.catalog import ORPHAN_REAP_REASON, catalog_sql
 from maint.store.sqlutil import chunks, ph
 from maint.store.connection import Store
 
@@ -22,11 +22,11 @@ REAP_REASON = ORPHAN_REAP_REASON
 def reap_candidates(store: Store, retention_days: float, now: float | None = None) -> list[str]:
     now = time.time() if now is None else now
     cutoff = now - retention_days * 86400
+    sources = ", ".join(f"'{s}'" for s in sorted(STATEFUL_SOURCES))
     with store.snapshot():
-        sessions = load_sessions(store, now)
-    return sorted(s.id for s in sessions.values()
-                  if s.is_open and s.source in STATEFUL_SOURCES and not s.pinned and not s.locked
-                  and s.last_active < cutoff)
+        return [r[0] for r in store.conn.execute(
+            f"SELECT id FROM ({catalog_sql(store)}) WHERE ended_at IS NULL AND source IN ({sources}) "
+            "AND NOT pinned AND NOT locked AND last_active < :cutoff ORDER BY id", {"now": now, "cutoff": cutoff})]
 
 
 def reap(store: Store, ids: list[str], now: float | None = None) -> list[str]:

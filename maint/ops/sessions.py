@@ -20,9 +20,8 @@ from typing import Any
 
 from maint.errors import MaintError, UsageError
 from maint.ops.prune import delete_sessions, message_counts
-from maint.store import lineage as lin
-from maint.store.catalog import (CANONICAL_BOT_CHAT_TITLE, SessionInfo, load_sessions, locked_session_ids,
-                                 resolve_session)
+from maint.store import lineage
+from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, SessionInfo, locked_session_ids, resolve_session, session_info
 from maint.store.connection import Store
 from maint.store.sqlutil import ph
 
@@ -85,7 +84,7 @@ def plan_delete(store: Store, ref: str, now: float | None = None) -> DeletePlan:
     with store.snapshot():
         sid = resolve_session(store, ref)
         ids = [sid, *delegate_children(store, sid)]
-        sessions = {k: v for k, v in load_sessions(store, now).items() if k in ids}
+        sessions = {i: session_info(store, i, now) for i in ids}
         counts = message_counts(store, ids)
     busy = [i for i in ids if sessions[i].locked]
     if busy:
@@ -234,17 +233,20 @@ def set_pinned(store: Store, refs: list[str], pinned: bool) -> list[dict[str, An
 def pinned_sessions(store: Store, now: float | None = None) -> list[dict[str, Any]]:
     """One entry per pinned conversation (compression lineage), sorted by id so the list is stable."""
     require_pins(store)
-    with store.snapshot():
-        sessions = load_sessions(store, now)
-    tree = lin.build(sessions)
+    now = time.time() if now is None else now
+    title = "COALESCE(NULLIF(tip.title, ''), root.title)" if store.has_column("sessions", "title") else "NULL"
+    count = "COALESCE(tip.message_count, 0)" if store.has_column("sessions", "message_count") else "0"
     out = []
-    for chain in tree.chains.values():
-        members = [sessions[s] for s in chain.ids]
-        if not any(m.pinned for m in members):
-            continue
-        tip, root = sessions[chain.tip], members[0]
-        out.append({"id": tip.id, "title": tip.title or root.title, "source": root.source,
-                    "last_active": max(m.last_active for m in members), "message_count": tip.message_count,
-                    "archived": any(m.archived for m in members),
-                    "session_ids": sorted(m.id for m in members if m.pinned)})
-    return sorted(out, key=lambda r: r["id"])
+    with store.snapshot():
+        lineage.build(store, now)
+        for row in store.rows(f"""
+                SELECT c.tip AS id, {title} AS title, root.source AS source, c.last_active AS last_active,
+                       {count} AS message_count, c.archived AS archived, c.key AS key
+                FROM maint_c c JOIN sessions tip ON tip.id = c.tip JOIN sessions root ON root.id = c.key
+                WHERE c.pinned ORDER BY c.tip"""):
+            row["archived"] = bool(row["archived"])
+            row["session_ids"] = [r[0] for r in store.conn.execute(
+                "SELECT id FROM maint_s WHERE chain = ? AND pinned ORDER BY id", (row.pop("key"),))]
+            out.append(row)
+        lineage.drop(store)
+    return out

@@ -8,17 +8,17 @@ from maint.store.connection import Store, sqlite_version
 
 
 def store_stats(store: Store) -> dict[str, Any]:
+    """One pass over ``sessions`` (every per-session figure at once) and SQLite's count of ``messages``."""
+    archived = "SUM(archived = 1)" if store.has_column("sessions", "archived") else "0"
+    pinned = "SUM(pinned = 1)" if store.has_column("sessions", "pinned") else "0"
     with store.snapshot():
-        sessions = store.scalar("SELECT COUNT(*) FROM sessions")
+        groups = store.conn.execute(
+            f"SELECT source, COUNT(*), SUM(ended_at IS NULL), {archived}, {pinned} FROM sessions "
+            "GROUP BY source ORDER BY COUNT(*) DESC, source").fetchall()
         messages = store.scalar("SELECT COUNT(*) FROM messages")
-        by_source = {src: n for src, n in store.conn.execute(
-            "SELECT source, COUNT(*) FROM sessions GROUP BY source ORDER BY COUNT(*) DESC, source")}
-        open_count = store.scalar("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL")
-        archived = (store.scalar("SELECT COUNT(*) FROM sessions WHERE archived = 1")
-                    if store.has_column("sessions", "archived") else 0)
-        pinned = (store.scalar("SELECT COUNT(*) FROM sessions WHERE pinned = 1")
-                  if store.has_column("sessions", "pinned") else 0)
         pages = store.page_stats()
+    by_source = {src: n for src, n, *_ in groups}
+    sessions, open_count, archived, pinned = (sum(g[i] for g in groups) for i in range(1, 5))
     sizes = store.file_sizes()
     free_share = pages["freelist_count"] / pages["page_count"] if pages["page_count"] else 0.0
     return {

@@ -82,6 +82,48 @@ class Filters:
                 return False
         return True
 
+    def sql(self, col: str = "") -> tuple[str, dict[str, Any]]:
+        """The same predicate as :meth:`matches`, as SQL over the catalogue's columns
+        (:func:`maint.store.catalog.catalog_sql`), with named parameters ``f_*``; ``col`` prefixes
+        the column names (``"c."``). Text folding and the cwd rule call the Python functions
+        :func:`maint.store.connection.register_functions` installs, so no rule is restated in SQL.
+        """
+        terms: list[str] = []
+        params: dict[str, Any] = {}
+
+        def term(sql: str, name: str, value: Any) -> None:
+            terms.append(sql)
+            params[name] = value
+
+        for name, value, op, column in (("f_active_before", self.active_before, "<=", "last_active"),
+                                        ("f_active_after", self.active_after, ">=", "last_active"),
+                                        ("f_started_before", self.started_before, "<", "started_at"),
+                                        ("f_started_after", self.started_after, ">=", "started_at")):
+            if value is not None:
+                term(f"{col}{column} {op} :{name}", name, value)
+        for column, value in (("source", self.source), ("end_reason", self.end_reason), ("user_id", self.user),
+                              ("chat_id", self.chat_id), ("chat_type", self.chat_type)):
+            if value is not None:
+                term(f"{col}{column} = :f_{column}", f"f_{column}", value)
+        if self.provider is not None:
+            term(f"maint_lower(COALESCE({col}billing_provider, '')) = :f_provider", "f_provider",
+                 self.provider.lower())
+        for column, needle in (("title", self.title), ("model", self.model), ("git_branch", self.branch)):
+            if needle is not None:
+                term(f"instr(maint_lower(COALESCE({col}{column}, '')), :f_{column}) > 0", f"f_{column}",
+                     needle.lower())
+        if self.cwd is not None:
+            term(f"maint_cwd_under({col}cwd, :f_cwd)", "f_cwd", self.cwd)
+        for column, lo, hi in (("message_count", self.min_messages, self.max_messages),
+                               ("tokens", self.min_tokens, self.max_tokens),
+                               ("cost", self.min_cost, self.max_cost),
+                               ("tool_call_count", self.min_tool_calls, self.max_tool_calls)):
+            if lo is not None:
+                term(f"{col}{column} >= :f_min_{column}", f"f_min_{column}", lo)
+            if hi is not None:
+                term(f"{col}{column} <= :f_max_{column}", f"f_max_{column}", hi)
+        return (" AND ".join(f"({t})" for t in terms) or "1"), params
+
 
 def normalize_cwd(path: str) -> str:
     expanded = os.path.expanduser(path)

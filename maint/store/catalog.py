@@ -1,8 +1,14 @@
-"""Loads the sessions table into light records, whatever columns this layout has.
+"""What the planners know about each session, read in SQL, whatever columns this layout has.
 
 Hermes adds columns over time (``pinned``, ``hidden``, ``last_activity_at`` ...).
 A column that is absent turns its feature off: no ``pinned`` column means
 nothing is pinned.
+
+:func:`catalog_sql` is one row per session, computed by SQLite as it scans the
+table: the planners (:mod:`maint.store.lineage`) copy the few columns they need
+into temp tables and never hold the catalogue in Python objects, so their memory
+does not grow with the store. :func:`session_info` reads one session as a record,
+for the places that need one (a trace's header, the checks before a verified delete).
 """
 
 from __future__ import annotations
@@ -59,23 +65,51 @@ class SessionInfo:
         return self.ended_at is None
 
 
-def _marker(col: str, key: str) -> str:
-    return (f"json_extract(CASE WHEN json_valid({col}) THEN {col} ELSE '{{}}' END, '$.{key}')")
+NUMERIC = "('integer', 'real')"
 
 
 def _opt(store: Store, col: str, default: str = "NULL") -> str:
     return f"s.{col}" if store.has_column("sessions", col) else default
 
 
-def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionInfo]:
-    """Every session with its last activity: freshest of last_activity_at, newest message, started_at."""
-    now = time.time() if now is None else now
+def _marker(mc: str, key: str) -> str:
+    # A marker is compared as text (maint_str is Python's str(), registered by open_store).
+    return f"maint_str(json_extract(CASE WHEN json_valid({mc}) THEN {mc} ELSE '{{}}' END, '$.{key}'))"
+
+
+def _flag(expr: str) -> str:
+    """Python truthiness of a stored flag as 0/1 (NULL, 0 and '' are false)."""
+    return f"(CASE WHEN {expr} IS NULL OR {expr} = 0 OR {expr} = '' THEN 0 ELSE 1 END)"
+
+
+def locked_sql(store: Store, id_expr: str) -> str:
+    """1 when the session has a turn or compression in progress (an unexpired lock or lease); ``:now``."""
+    parts = []
+    if store.has_table("compression_locks"):
+        parts.append(f"EXISTS (SELECT 1 FROM compression_locks l WHERE l.session_id = {id_expr} "
+                     "AND l.expires_at > :now)")
+    if store.has_table("session_turn_leases"):
+        parts.append(f"EXISTS (SELECT 1 FROM session_turn_leases t WHERE t.conversation_id = {id_expr} "
+                     "AND t.expires_at > :now)")
+    return f"({' OR '.join(parts)})" if parts else "0"
+
+
+def catalog_sql(store: Store) -> str:
+    """One row per session (bind ``:now``), with the columns :class:`SessionInfo` has, plus ``rid``.
+
+    ``last_active`` is the freshest of ``last_activity_at`` and the newest message, else
+    ``started_at``; a reaped orphan counts again from its closing time (only a later sweep may delete
+    it). Flags are 0/1, markers text or NULL. The inner selects carry ``LIMIT -1 OFFSET 0`` so SQLite
+    runs them as co-routines instead of flattening them: the newest-message lookup then runs once
+    per session, not once per use of ``last_active``.
+    """
     mc = "s.model_config" if store.has_column("sessions", "model_config") else "NULL"
-    sql = f"""
-        SELECT s.id, s.source, s.started_at, s.ended_at, {_opt(store, 'end_reason')} AS end_reason,
-               s.parent_session_id AS parent_id,
+    la = _opt(store, "last_activity_at")
+    raw = f"""
+        SELECT s.rowid AS rid, s.id AS id, s.source AS source, s.started_at AS started_at, s.ended_at AS ended_at,
+               {_opt(store, 'end_reason')} AS end_reason, s.parent_session_id AS parent_id,
                (SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id) AS last_message_at,
-               {_opt(store, 'last_activity_at')} AS last_activity_at,
+               {la} AS last_activity_at,
                {_opt(store, 'user_id')} AS user_id, {_opt(store, 'chat_id')} AS chat_id,
                {_opt(store, 'chat_type')} AS chat_type, {_opt(store, 'session_key')} AS session_key,
                {_opt(store, 'model')} AS model, {_opt(store, 'title')} AS title, {_opt(store, 'cwd')} AS cwd,
@@ -84,37 +118,63 @@ def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionIn
                COALESCE({_opt(store, 'tool_call_count')}, 0) AS tool_call_count,
                COALESCE({_opt(store, 'input_tokens')}, 0) + COALESCE({_opt(store, 'output_tokens')}, 0) AS tokens,
                COALESCE({_opt(store, 'actual_cost_usd')}, {_opt(store, 'estimated_cost_usd')}, 0) AS cost,
-               COALESCE({_opt(store, 'archived', '0')}, 0) AS archived,
-               COALESCE({_opt(store, 'auto_archived', '0')}, 0) AS auto_archived,
+               {_flag(_opt(store, 'archived', '0'))} AS archived,
+               {_flag(_opt(store, 'auto_archived', '0'))} AS auto_archived,
                {_opt(store, 'git_repo_root')} AS git_repo_root,
-               COALESCE({_opt(store, 'pinned', '0')}, 0) AS pinned,
-               COALESCE({_opt(store, 'hidden', '0')}, 0) AS hidden,
+               {_flag(_opt(store, 'pinned', '0'))} AS pinned,
+               {_flag(_opt(store, 'hidden', '0'))} AS hidden,
                {_marker(mc, '_branched_from')} AS branched_from,
                {_marker(mc, '_delegate_from')} AS delegate_from,
                {_marker(mc, '_reset_from')} AS reset_from,
                {_opt(store, 'system_prompt_hash')} AS system_prompt_hash,
-               {_opt(store, 'tool_names')} AS tool_names
-        FROM sessions s
-    """
-    out: dict[str, SessionInfo] = {}
-    for row in store.iter_rows(sql):
-        candidates = [v for v in (row["last_activity_at"], row["last_message_at"]) if isinstance(v, (int, float))]
-        started = row["started_at"] if isinstance(row["started_at"], (int, float)) else 0.0
-        row["last_active"] = max(candidates) if candidates else started
-        if row["end_reason"] == ORPHAN_REAP_REASON and isinstance(row["ended_at"], (int, float)):
-            # A reaped orphan counts again from its closing time: only a later sweep may delete it.
-            row["last_active"] = max(row["last_active"], row["ended_at"])
-        row.pop("last_activity_at")
-        for flag in ("archived", "auto_archived", "pinned", "hidden"):
-            row[flag] = bool(row[flag])
-        for marker in ("branched_from", "delegate_from", "reset_from"):
-            if row[marker] is not None:
-                row[marker] = str(row[marker])
-        out[row["id"]] = SessionInfo(**row)
-    for sid in locked_session_ids(store, now):
-        if sid in out:
-            out[sid].locked = True
-    return out
+               {_opt(store, 'tool_names')} AS tool_names,
+               {locked_sql(store, 's.id')} AS locked
+        FROM sessions s LIMIT -1 OFFSET 0"""
+    fresh = f"""
+        CASE WHEN typeof(r.last_activity_at) IN {NUMERIC} AND typeof(r.last_message_at) IN {NUMERIC}
+                  THEN max(r.last_activity_at, r.last_message_at)
+             WHEN typeof(r.last_activity_at) IN {NUMERIC} THEN r.last_activity_at
+             WHEN typeof(r.last_message_at) IN {NUMERIC} THEN r.last_message_at
+             WHEN typeof(r.started_at) IN {NUMERIC} THEN r.started_at
+             ELSE 0.0 END"""
+    return f"""
+        SELECT f.*, CASE WHEN f.end_reason = '{ORPHAN_REAP_REASON}' AND typeof(f.ended_at) IN {NUMERIC}
+                         THEN max(f.fresh, f.ended_at) ELSE f.fresh END AS last_active
+        FROM (SELECT r.*, {fresh} AS fresh FROM ({raw}) r LIMIT -1 OFFSET 0) f"""
+
+
+def relation_sql(store: Store) -> str:
+    """The columns a session's kind depends on (see :func:`maint.store.lineage.kind_sql`), nothing else."""
+    mc = "s.model_config" if store.has_column("sessions", "model_config") else "NULL"
+    return f"""
+        SELECT s.id AS id, s.source AS source, s.started_at AS started_at, s.parent_session_id AS parent_id,
+               {_opt(store, 'session_key')} AS session_key,
+               {_marker(mc, '_branched_from')} AS branched_from, {_marker(mc, '_delegate_from')} AS delegate_from,
+               {_marker(mc, '_reset_from')} AS reset_from
+        FROM sessions s LIMIT -1 OFFSET 0"""
+
+
+def _record(row: dict) -> SessionInfo:
+    del row["rid"], row["last_activity_at"], row["fresh"]
+    for flag in ("archived", "auto_archived", "pinned", "hidden", "locked"):
+        row[flag] = bool(row[flag])
+    return SessionInfo(**row)
+
+
+def session_info(store: Store, session_id: str, now: float | None = None) -> SessionInfo:
+    """One session as a record."""
+    now = time.time() if now is None else now
+    rows = store.rows(f"SELECT * FROM ({catalog_sql(store)}) WHERE id = :id", {"now": now, "id": session_id})
+    if not rows:
+        raise SessionNotFound(f"no session {session_id!r} in {store.path}")
+    return _record(rows[0])
+
+
+def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionInfo]:
+    """Every session as a record, in table order. Its memory grows with the store: only repair-routing,
+    which compares sessions pairwise, uses it; the planners work in SQL (:mod:`maint.store.lineage`)."""
+    now = time.time() if now is None else now
+    return {row["id"]: _record(row) for row in store.iter_rows(catalog_sql(store), {"now": now})}
 
 
 def locked_session_ids(store: Store, now: float) -> set[str]:

@@ -147,6 +147,7 @@ class Store:
         self._tables: set[str] | None = None
         self.note: str | None = None  # how a read-only store was opened, when not the usual way
         self.run_lock: Any = None  # our run lock, released on close (writable opens only)
+        self.plan_generation = 0  # bumped by each plan kept in temp tables (see maint.ops.prune.UnitTable)
 
     # -- introspection -------------------------------------------------
     @property
@@ -350,6 +351,21 @@ def polling_busy_handler(timeout_ms: int):
     return handler
 
 
+def register_functions(conn: apsw.Connection) -> None:
+    """The Python functions our SQL calls, so the planners' SQL means exactly what their Python did.
+
+    ``maint_str`` is ``str()`` (markers are compared as text), ``maint_lower`` is ``str.lower``
+    (SQLite's ``lower()`` folds ASCII only) and ``maint_cwd_under`` is the ``--cwd`` prefix rule.
+    """
+    from maint.selection.filters import cwd_under
+
+    conn.create_scalar_function("maint_str", lambda v: None if v is None else str(v), 1, deterministic=True)
+    conn.create_scalar_function("maint_lower", lambda v: None if v is None else str(v).lower(), 1,
+                                deterministic=True)
+    conn.create_scalar_function("maint_cwd_under", lambda cwd, prefix: int(cwd_under(cwd, prefix)), 2,
+                                deterministic=True)
+
+
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -409,6 +425,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
             lock.release()
         raise StoreError(f"{path}: cannot open store ({exc})") from None
     conn.set_busy_handler(polling_busy_handler(busy_timeout_ms))
+    register_functions(conn)
     store = Store(path, conn)
     store.note = note
     store.run_lock = lock

@@ -1,4 +1,4 @@
-"""How sessions relate, classified the way Hermes does it.
+"""How sessions relate, classified the way Hermes does it, worked out by SQLite in temp tables.
 
 * compression continuation: child of a parent that ended with ``compression``
   (and not a fork named by a marker, nor a ``tool`` session). A chain of them
@@ -13,14 +13,32 @@
 Markers name the parent they forked from; a continuation inherits
 ``model_config`` verbatim, so a marker naming another row is inherited and
 does not make the row a fork.
+
+:func:`build` leaves two temp tables on the store's connection, filled from one read snapshot:
+
+* ``temp.maint_s``, one row per session: the catalogue columns the planners read, ``kind``,
+  ``matched`` (the caller's filters), ``chain`` (the key of its compression chain: the member that
+  started first) and ``top`` (the chain's first segment);
+* ``temp.maint_c``, one row per chain: ``key``, ``tip`` (its live end: from the first segment,
+  follow continuations, preferring ones still compressing, then open ones, then the most recently
+  active), ``n`` segments, ``first_rid`` (where its first row sits in the table), ``dparent``
+  (the chain it was delegated from), ``last_active`` (its freshest segment's), and whether any
+  segment is ``archived``, ``hidden``, ``pinned`` or the hidden canonical Bot Chat (``botchat``).
+
+Nothing per session is held in Python, so memory stays flat however many sessions the store
+holds. Stores whose parent links form loops (Hermes never writes them; a hand-edited or damaged
+store can) are the one exception: the few sessions on such a loop are resolved in Python exactly
+as the previous, all-Python planner did (``tests/reference_planner.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from typing import Any
 
-from maint.store.catalog import SessionInfo
+from maint.selection.filters import Filters
+from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, catalog_sql, relation_sql
+from maint.store.connection import Store
 
 COMPRESSION = "compression"
 DELEGATE = "delegate"
@@ -29,142 +47,239 @@ RESET = "reset"
 OTHER = "other"
 ROOT = "root"
 
-RESET_END_REASONS = frozenset(
-    {"session_reset", "session_switch", "idle", "daily", "suspended", "resume_pending_expired"}
-)
+RESET_END_REASONS = ("session_reset", "session_switch", "idle", "daily", "suspended", "resume_pending_expired")
+
+TEMP_TABLES = ("maint_s", "maint_c", "maint_walk", "maint_multi", "maint_best", "maint_tip", "maint_keep")
 
 
-def classify(s: SessionInfo, sessions: dict[str, SessionInfo]) -> str:
-    parent = sessions.get(s.parent_id) if s.parent_id else None
-    if parent is None:
-        # A delegate whose parent link was orphaned still names its parent.
-        if s.delegate_from and s.delegate_from in sessions and s.delegate_from != s.id:
-            return DELEGATE
-        return ROOT
-    forks_parent = parent.id in (s.branched_from, s.delegate_from, s.reset_from)
-    if parent.end_reason == "compression" and not forks_parent and s.source != "tool":
-        return COMPRESSION
-    if s.delegate_from:
-        return DELEGATE
-    if s.branched_from or (
-        parent.end_reason == "branched" and parent.ended_at is not None and s.started_at >= parent.ended_at
-    ):
-        return BRANCH
-    if s.reset_from or (
-        parent.end_reason in RESET_END_REASONS and s.session_key and s.session_key == parent.session_key
-    ):
-        return RESET
-    return OTHER
+def _truthy(expr: str) -> str:
+    return f"COALESCE({expr}, '') <> ''"
 
 
-@dataclass
-class Chain:
-    """One compression lineage, oldest segment first."""
-
-    ids: list[str]
-    tip: str
-    delegate_parent: str | None = None  # chain key of the chain this one was delegated from
-    children: list[str] = field(default_factory=list)  # chain keys of delegate child chains
-
-    @property
-    def key(self) -> str:
-        return self.ids[0]
-
-
-@dataclass
-class Lineage:
-    sessions: dict[str, SessionInfo]
-    kind: dict[str, str]
-    chain_of: dict[str, str]  # session id -> chain key
-    chains: dict[str, Chain]
-
-    def subtree(self, key: str) -> list[str]:
-        """Chain keys of *key* and every chain delegated from it, transitively."""
-        out, stack, seen = [], [key], set()
-        while stack:
-            k = stack.pop()
-            if k in seen:
-                continue
-            seen.add(k)
-            out.append(k)
-            stack.extend(self.chains[k].children)
-        return out
-
-    def subtree_session_ids(self, key: str) -> list[str]:
-        return [sid for k in self.subtree(key) for sid in self.chains[k].ids]
+def kind_sql(store: Store, c: str = "c", p: str = "p") -> str:
+    """The kind of session *c* given its parent row *p* (``p.id`` NULL when it has none)."""
+    er = f"{p}.end_reason" if store.has_column("sessions", "end_reason") else "NULL"
+    key = f"{p}.session_key" if store.has_column("sessions", "session_key") else "NULL"
+    resets = ", ".join(f"'{r}'" for r in RESET_END_REASONS)
+    return f"""CASE
+        WHEN {p}.id IS NULL THEN
+            CASE WHEN {_truthy(f'{c}.delegate_from')} AND {c}.delegate_from IS NOT {c}.id
+                      AND EXISTS (SELECT 1 FROM sessions x WHERE x.id = {c}.delegate_from)
+                 THEN '{DELEGATE}' ELSE '{ROOT}' END
+        WHEN {er} IS 'compression'
+             AND NOT ({p}.id IS {c}.branched_from OR {p}.id IS {c}.delegate_from OR {p}.id IS {c}.reset_from)
+             AND {c}.source IS NOT 'tool' THEN '{COMPRESSION}'
+        WHEN {_truthy(f'{c}.delegate_from')} THEN '{DELEGATE}'
+        WHEN {_truthy(f'{c}.branched_from')}
+             OR ({er} IS 'branched' AND {p}.ended_at IS NOT NULL AND {c}.started_at >= {p}.ended_at) THEN '{BRANCH}'
+        WHEN {_truthy(f'{c}.reset_from')}
+             OR (COALESCE({er} IN ({resets}), 0) AND {_truthy(f'{c}.session_key')}
+                 AND {c}.session_key = {key}) THEN '{RESET}'
+        ELSE '{OTHER}' END"""
 
 
-def _pick_tip(ids: Iterable[str], sessions: dict[str, SessionInfo], children: dict[str, list[str]]) -> str:
-    """The live end of a chain: follow continuations, preferring ones still going."""
-    ids = set(ids)
-    roots = [i for i in ids if not any(i in children.get(p, []) for p in ids)]
-    current = min(roots or ids, key=lambda i: (sessions[i].started_at, i))
-    seen = {current}
-    while True:
-        nxt = [c for c in children.get(current, []) if c in ids and c not in seen]
-        if not nxt:
-            return current
-
-        def rank(c: str):
-            s = sessions[c]
-            state = 0 if s.end_reason == "compression" else 1 if s.ended_at is None else 2
-            return (state, -s.last_active, -s.started_at, c)
-
-        current = min(nxt, key=rank)
-        seen.add(current)
+def drop(store: Store) -> None:
+    for table in TEMP_TABLES:
+        store.conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
 
 
-def build(sessions: dict[str, SessionInfo]) -> Lineage:
-    kind = {sid: classify(s, sessions) for sid, s in sessions.items()}
-    # union-find over compression edges
-    parent_of: dict[str, str] = {sid: sid for sid in sessions}
+def build(store: Store, now: float, filters: Filters | None = None, keep: Iterable[str] = ()) -> None:
+    """Fill ``temp.maint_s`` and ``temp.maint_c`` (see the module's doc) inside the caller's snapshot.
+
+    ``matched`` is 1 for the sessions *filters* match (all without filters); *keep* ids get ``keep = 1``.
+    """
+    conn = store.conn
+    drop(store)
+    where, params = filters.sql("c.") if filters is not None else ("1", {})
+    conn.execute("""CREATE TEMP TABLE maint_s (
+        id TEXT PRIMARY KEY, rid INTEGER, source, started_at, ended_at, end_reason, parent_id, last_active,
+        last_message_at, archived INTEGER, auto_archived INTEGER, pinned INTEGER, hidden INTEGER,
+        botchat INTEGER, locked INTEGER, matched INTEGER, kind TEXT, dtarget, top, chain,
+        keep INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID""")
+    conn.execute(f"""
+        INSERT INTO maint_s (id, rid, source, started_at, ended_at, end_reason, parent_id, last_active,
+                             last_message_at, archived, auto_archived, pinned, hidden, botchat, locked, matched,
+                             kind, dtarget, top, chain)
+        SELECT id, rid, source, started_at, ended_at, end_reason, parent_id, last_active, last_message_at,
+               archived, auto_archived, pinned, hidden, hidden AND title IS '{CANONICAL_BOT_CHAT_TITLE}', locked,
+               matched, kind,
+               CASE WHEN kind = '{DELEGATE}' THEN CASE WHEN has_parent THEN parent_id ELSE delegate_from END END,
+               CASE WHEN kind <> '{COMPRESSION}' THEN id END, id
+        FROM (SELECT c.*, p.id IS NOT NULL AS has_parent, {kind_sql(store)} AS kind,
+                     CASE WHEN {where} THEN 1 ELSE 0 END AS matched
+              FROM ({catalog_sql(store)}) c
+              LEFT JOIN sessions p ON p.id = c.parent_id AND c.parent_id <> '' LIMIT -1 OFFSET 0)""",
+                 {"now": now, **params})
+    keep = list(keep)
+    if keep:
+        conn.execute("CREATE TEMP TABLE maint_keep (id TEXT PRIMARY KEY) WITHOUT ROWID")
+        conn.executemany("INSERT OR IGNORE INTO maint_keep VALUES (?)", [(k,) for k in keep])
+        conn.execute("UPDATE maint_s SET keep = 1 WHERE id IN (SELECT id FROM maint_keep)")
+    _chains(store)
+
+
+def _chains(store: Store) -> None:
+    conn = store.conn
+    conn.execute(f"CREATE INDEX temp.maint_s_parent ON maint_s(parent_id) WHERE kind = '{COMPRESSION}'")
+    # Each continuation's first segment: walk down from every non-continuation with continuations.
+    conn.execute(f"""CREATE TEMP TABLE maint_walk AS
+        WITH RECURSIVE w(id, top) AS (
+            SELECT c.id, p.id FROM maint_s c JOIN maint_s p ON p.id = c.parent_id
+            WHERE c.kind = '{COMPRESSION}' AND p.kind <> '{COMPRESSION}'
+            UNION ALL
+            SELECT c.id, w.top FROM w JOIN maint_s c ON c.parent_id = w.id AND c.kind = '{COMPRESSION}')
+        SELECT id, top FROM w""")
+    conn.execute("UPDATE maint_s SET top = w.top FROM maint_walk w WHERE w.id = maint_s.id")
+    looped = _loops(store)
+    conn.execute(f"CREATE TEMP TABLE maint_multi AS SELECT DISTINCT top FROM maint_s WHERE kind = '{COMPRESSION}'")
+    # The chain's key is the member that started first (ties: the lowest id).
+    conn.execute("""UPDATE maint_s SET chain = k.key FROM (
+            SELECT id, FIRST_VALUE(id) OVER (PARTITION BY top ORDER BY started_at, id) AS key
+            FROM maint_s WHERE top IN (SELECT top FROM maint_multi)) k
+        WHERE k.id = maint_s.id AND maint_s.chain IS NOT k.key""")
+    # The tip: from the first segment, the best continuation at each step.
+    conn.execute(f"""CREATE TEMP TABLE maint_best AS
+        SELECT parent_id AS pid, id FROM (
+            SELECT parent_id, id, ROW_NUMBER() OVER (
+                PARTITION BY parent_id
+                ORDER BY CASE WHEN end_reason IS 'compression' THEN 0 WHEN ended_at IS NULL THEN 1 ELSE 2 END,
+                         last_active DESC, started_at DESC, id) AS rn
+            FROM maint_s WHERE kind = '{COMPRESSION}' AND top IS NOT id) WHERE rn = 1""")
+    conn.execute("CREATE INDEX temp.maint_best_pid ON maint_best(pid)")
+    conn.execute("""CREATE TEMP TABLE maint_tip AS
+        WITH RECURSIVE w(id, top, depth) AS (
+            SELECT top, top, 0 FROM maint_multi WHERE top NOT IN (SELECT value FROM json_each(:looped))
+            UNION ALL
+            SELECT b.id, w.top, w.depth + 1 FROM w JOIN maint_best b ON b.pid = w.id)
+        SELECT top, id AS tip, MAX(depth) AS depth FROM w GROUP BY top""", {"looped": _json(looped)})
+    conn.execute("""CREATE TEMP TABLE maint_c (
+        key TEXT PRIMARY KEY, tip TEXT, n INTEGER, first_rid INTEGER, dparent TEXT, last_active,
+        archived INTEGER, hidden INTEGER, pinned INTEGER, botchat INTEGER) WITHOUT ROWID""")
+    conn.execute("""INSERT INTO maint_c (key, tip, n, first_rid, last_active, archived, hidden, pinned, botchat)
+        SELECT id, id, 1, rid, last_active, archived, hidden, pinned, botchat FROM maint_s
+        WHERE top NOT IN (SELECT top FROM maint_multi)""")
+    conn.execute("""INSERT INTO maint_c (key, tip, n, first_rid, last_active, archived, hidden, pinned, botchat)
+        SELECT chain, COALESCE(t.tip, s.chain), COUNT(*), MIN(rid), MAX(last_active), MAX(archived), MAX(hidden),
+               MAX(pinned), MAX(botchat)
+        FROM maint_s s LEFT JOIN maint_tip t ON t.top = s.top
+        WHERE s.top IN (SELECT top FROM maint_multi) GROUP BY chain""")
+    for key, tip in looped.items():
+        conn.execute("UPDATE maint_c SET tip = ? WHERE key = ?", (tip, key))
+    conn.execute("CREATE INDEX temp.maint_s_chain ON maint_s(chain)")
+    # Delegate edges between chains: only a chain's first segment can be a delegate child.
+    conn.execute(f"""UPDATE maint_c SET dparent = x.parent FROM (
+            SELECT d.chain AS key, t.chain AS parent FROM maint_s d JOIN maint_s t ON t.id = d.dtarget
+            WHERE d.kind = '{DELEGATE}' AND t.chain <> d.chain) x
+        WHERE x.key = maint_c.key""")
+    conn.execute("CREATE INDEX temp.maint_c_dparent ON maint_c(dparent) WHERE dparent IS NOT NULL")
+    _break_delegate_loops(store)
+
+
+def _json(obj: Any) -> str:
+    import json
+
+    return json.dumps(list(obj))
+
+
+def _loops(store: Store) -> dict[str, str]:
+    """Continuations whose parent links loop: grouped, keyed and tipped in Python; {key: tip}.
+
+    A damaged store only: every continuation of a Hermes-written store descends from a session
+    that is not one, which the walk above reaches.
+    """
+    rows = {r[0]: r[1:] for r in store.conn.execute(
+        f"SELECT id, parent_id, started_at, ended_at, end_reason, last_active FROM maint_s "
+        f"WHERE kind = '{COMPRESSION}' AND top IS NULL")}
+    if not rows:
+        return {}
+    group: dict[str, str] = {sid: sid for sid in rows}
 
     def find(x: str) -> str:
-        while parent_of[x] != x:
-            parent_of[x] = parent_of[parent_of[x]]
-            x = parent_of[x]
+        while group[x] != x:
+            group[x] = group[group[x]]
+            x = group[x]
         return x
 
-    comp_children: dict[str, list[str]] = {}
-    for sid, k in kind.items():
-        if k == COMPRESSION:
-            p = sessions[sid].parent_id
-            comp_children.setdefault(p, []).append(sid)
-            a, b = find(sid), find(p)
-            if a != b:
-                parent_of[a] = b
-    groups: dict[str, list[str]] = {}
-    for sid in sessions:
-        groups.setdefault(find(sid), []).append(sid)
-    chains: dict[str, Chain] = {}
-    chain_of: dict[str, str] = {}
-    for members in groups.values():
-        members.sort(key=lambda i: (sessions[i].started_at, i))
-        chain = Chain(ids=members, tip=_pick_tip(members, sessions, comp_children))
-        chains[chain.key] = chain
-        for sid in members:
-            chain_of[sid] = chain.key
-    # delegate edges between chains
-    for key, chain in chains.items():
-        for sid in chain.ids:
-            if kind[sid] != DELEGATE:
-                continue
-            s = sessions[sid]
-            target = s.parent_id if s.parent_id in sessions else s.delegate_from
-            if target in chain_of and chain_of[target] != key:
-                chain.delegate_parent = chain_of[target]
+    children: dict[str, list[str]] = {}
+    for sid, (parent, *_rest) in rows.items():
+        children.setdefault(parent, []).append(sid)
+        a, b = find(sid), find(parent)
+        if a != b:
+            group[a] = b
+    members: dict[str, list[str]] = {}
+    for sid in rows:
+        members.setdefault(find(sid), []).append(sid)
+    out = {}
+    for ids in members.values():
+        ids.sort(key=lambda i: (rows[i][1], i))
+        key = ids[0]
+
+        def rank(c: str):
+            _p, started, ended, reason, active = rows[c]
+            state = 0 if reason == "compression" else 1 if ended is None else 2
+            return (state, -active, -started, c)
+
+        current, seen = key, {key}  # no member is a loop's first segment: start from the earliest
+        while True:
+            nxt = [c for c in children.get(current, []) if c not in seen]
+            if not nxt:
                 break
-    # break delegate cycles defensively: a chain may not be its own ancestor
-    for key, chain in chains.items():
-        seen = {key}
-        cur = chain.delegate_parent
+            current = min(nxt, key=rank)
+            seen.add(current)
+        out[key] = current
+        store.conn.execute("UPDATE maint_s SET top = :key, chain = :key "
+                           "WHERE id IN (SELECT value FROM json_each(:ids))", {"key": key, "ids": _json(ids)})
+    return out
+
+
+def _break_delegate_loops(store: Store) -> None:
+    """A chain may not be its own delegate ancestor: cut loops as the Python planner did.
+
+    It visited chains in table order (their first row's rowid) and, walking up from each, cut the
+    link of the chain it started from when the walk came back on itself. Only chains whose walk
+    never reaches a chain without a delegate parent are involved, so only those are loaded.
+    """
+    stuck = store.conn.execute("""
+        WITH RECURSIVE up(start, cur) AS (
+            SELECT key, dparent FROM maint_c WHERE dparent IS NOT NULL
+            UNION
+            SELECT up.start, c.dparent FROM up JOIN maint_c c ON c.key = up.cur WHERE c.dparent IS NOT NULL)
+        SELECT c.key, c.dparent FROM maint_c c WHERE c.key IN (
+            SELECT up.start FROM up JOIN maint_c p ON p.key = up.cur GROUP BY up.start
+            HAVING MAX(p.dparent IS NULL) = 0)
+        ORDER BY c.first_rid""").fetchall()
+    if not stuck:
+        return
+    parent = dict(stuck)
+    for key, _ in stuck:
+        seen, cur = {key}, parent[key]
         while cur is not None:
             if cur in seen:
-                chain.delegate_parent = None
+                parent[key] = None
                 break
             seen.add(cur)
-            cur = chains[cur].delegate_parent
-    for key, chain in chains.items():
-        if chain.delegate_parent:
-            chains[chain.delegate_parent].children.append(key)
-    return Lineage(sessions=sessions, kind=kind, chain_of=chain_of, chains=chains)
+            cur = parent.get(cur)
+    cut = [k for k, p in parent.items() if p is None]
+    store.conn.execute("UPDATE maint_c SET dparent = NULL WHERE key IN (SELECT value FROM json_each(?))",
+                       (_json(cut),))
+
+
+def delegate_family(store: Store, session_id: str) -> list[str]:
+    """The session and its delegate (subagent) descendants, level by level, each level sorted.
+
+    A session's delegate children are the delegate-kind sessions whose parent link or
+    ``_delegate_from`` marker names it. One pass over the sessions table per level, reading only
+    the columns the kind depends on.
+    """
+    kind = kind_sql(store)
+    out, frontier = [session_id], [session_id]
+    while frontier:
+        rows = store.conn.execute(f"""
+            SELECT c.id FROM ({relation_sql(store)}) c LEFT JOIN sessions p ON p.id = c.parent_id AND c.parent_id <> ''
+            WHERE (c.parent_id IN (SELECT value FROM json_each(:ids))
+                   OR c.delegate_from IN (SELECT value FROM json_each(:ids)))
+              AND c.id NOT IN (SELECT value FROM json_each(:seen)) AND {kind} = '{DELEGATE}'
+            ORDER BY c.id""", {"ids": _json(frontier), "seen": _json(out)}).fetchall()
+        frontier = [r[0] for r in rows]
+        out.extend(frontier)
+    return out
