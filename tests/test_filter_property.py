@@ -116,7 +116,7 @@ def test_engine_matches_reference(template, tmp_path, sessions, raw):
     with open_store(db, readonly=True) as store:
         got = {sid for sid, s in load_sessions(store, NOW).items() if spec.matches(s)}
         where, params = spec.sql()
-        in_sql = {r[0] for r in store.conn.execute(f"SELECT id FROM ({catalog_sql(store)}) WHERE {where}",
+        in_sql = {r[0] for r in store.conn.execute(f"SELECT id FROM ({catalog_sql(store, spec.columns)}) WHERE {where}",
                                                    {"now": NOW, **params})}
     expected = reference(rows, msgs, raw)
     assert got == expected

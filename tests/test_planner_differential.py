@@ -14,6 +14,7 @@ sweep's orphans to reap.
 """
 
 import itertools
+import sqlite3
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -214,12 +215,16 @@ def test_every_kind_and_both_kinds_of_loop(tmp_path):
             "activity": None, "title": None, "auto_archived": False, "cwd": None, "repo": None}
     path = tmp_path / "kinds.db"
     now, ids = build_store(path, "v30", [{**base, **s} for s in specs])
+    conn = sqlite3.connect(path, isolation_level=None)  # a marker key written with an escape is still the marker
+    conn.execute("""UPDATE sessions SET model_config = '{"_reset\\u005ffrom": "s00"}' WHERE id = 's04'""")
+    conn.close()
     with open_store(path) as store:
         sessions = ref.load_sessions(store, now)
         tree = ref.build(sessions)
         kinds = set(tree.kind.values())
         assert kinds == {ref.ROOT, ref.COMPRESSION, ref.DELEGATE, ref.BRANCH, ref.RESET, ref.OTHER}
         assert tree.kind["s06"] == tree.kind["s07"] == ref.COMPRESSION  # a loop of continuations
+        assert tree.kind["s04"] == ref.RESET
         # The old planner cut the hanging chain s08 and the loop's first chain s09, and kept s10 under s09.
         parents = {key: tree.chains[key].delegate_parent for key in ("s08", "s09", "s10")}
         assert parents == {"s08": None, "s09": None, "s10": "s09"}
@@ -229,6 +234,8 @@ def test_every_kind_and_both_kinds_of_loop(tmp_path):
             lineage.build(store, now)
             got = dict(store.conn.execute(
                 "SELECT key, dparent FROM maint_c WHERE key IN ('s08', 's09', 's10')").fetchall())
+            kinds = dict(store.conn.execute("SELECT id, kind FROM maint_s").fetchall())
         assert got == parents
+        assert kinds == tree.kind
         check_everything(store, now, ids, None, False, frozenset())
         check_everything(store, now, ids, {"older_than": "30"}, True, frozenset({"s10"}))

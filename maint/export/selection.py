@@ -33,7 +33,7 @@ def select_sessions(store: Store, session_id: str | None, filters: Filters,
         conn.execute("DROP TABLE IF EXISTS temp.maint_export")
         conn.execute(f"""CREATE TEMP TABLE maint_export AS
             SELECT ROW_NUMBER() OVER (ORDER BY c.started_at, c.id) - 1 AS ord, c.id AS id
-            FROM ({catalog_sql(store)}) c WHERE {ended}({where})""", {"now": now, **params})
+            FROM ({catalog_sql(store, filters.columns)}) c WHERE {ended}({where})""", {"now": now, **params})
         conn.execute("CREATE UNIQUE INDEX temp.maint_export_ord ON maint_export(ord)")
         count = store.scalar("SELECT COUNT(*) FROM maint_export")
     store.plan_generation += 1
@@ -51,5 +51,5 @@ def select_sessions(store: Store, session_id: str | None, filters: Filters,
 def latest_session(store: Store, now: float | None = None) -> str | None:
     """The most recently active session (ties: started later, then the higher id)."""
     now = time.time() if now is None else now
-    return store.scalar(f"SELECT id FROM ({catalog_sql(store)}) ORDER BY last_active DESC, started_at DESC, id DESC "
-                        "LIMIT 1", {"now": now})
+    return store.scalar(f"SELECT id FROM ({catalog_sql(store, ())}) "
+                        "ORDER BY last_active DESC, started_at DESC, id DESC LIMIT 1", {"now": now})

@@ -25,7 +25,7 @@ def reap_candidates(store: Store, retention_days: float, now: float | None = Non
     sources = ", ".join(f"'{s}'" for s in sorted(STATEFUL_SOURCES))
     with store.snapshot():
         return [r[0] for r in store.conn.execute(
-            f"SELECT id FROM ({catalog_sql(store)}) WHERE ended_at IS NULL AND source IN ({sources}) "
+            f"SELECT id FROM ({catalog_sql(store, ())}) WHERE ended_at IS NULL AND source IN ({sources}) "
             "AND NOT pinned AND NOT locked AND last_active < :cutoff ORDER BY id", {"now": now, "cutoff": cutoff})]
 
 

@@ -124,6 +124,18 @@ class Filters:
                 term(f"{col}{column} <= :f_max_{column}", f"f_max_{column}", hi)
         return (" AND ".join(f"({t})" for t in terms) or "1"), params
 
+    @property
+    def columns(self) -> set[str]:
+        """The catalogue columns :meth:`sql` reads (see :func:`maint.store.catalog.catalog_sql`)."""
+        used = {"source": self.source, "end_reason": self.end_reason, "user_id": self.user, "chat_id": self.chat_id,
+                "chat_type": self.chat_type, "billing_provider": self.provider, "title": self.title,
+                "model": self.model, "git_branch": self.branch, "cwd": self.cwd,
+                "message_count": self.min_messages if self.min_messages is not None else self.max_messages,
+                "tokens": self.min_tokens if self.min_tokens is not None else self.max_tokens,
+                "cost": self.min_cost if self.min_cost is not None else self.max_cost,
+                "tool_call_count": self.min_tool_calls if self.min_tool_calls is not None else self.max_tool_calls}
+        return {column for column, value in used.items() if value is not None}
+
 
 def normalize_cwd(path: str) -> str:
     expanded = os.path.expanduser(path)

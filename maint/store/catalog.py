@@ -14,6 +14,7 @@ for the places that need one (a trace's header, the checks before a verified del
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from maint.errors import SessionNotFound
@@ -73,8 +74,16 @@ def _opt(store: Store, col: str, default: str = "NULL") -> str:
 
 
 def _marker(mc: str, key: str) -> str:
-    # A marker is compared as text (maint_str is Python's str(), registered by open_store).
-    return f"maint_str(json_extract(CASE WHEN json_valid({mc}) THEN {mc} ELSE '{{}}' END, '$.{key}'))"
+    """A ``model_config`` marker as text (Python's ``str()`` of what ``json_extract`` returns), or NULL.
+
+    Text that contains neither ``_from`` nor a ``\\u`` escape cannot hold a key ending in ``_from``,
+    so most rows skip the JSON parse. Text and integers convert in SQL; anything else through
+    ``maint_str`` (registered by :func:`maint.store.connection.register_functions`).
+    """
+    value = f"json_extract({mc}, '$.{key}')"
+    return f"""(CASE WHEN (instr({mc}, '_from') > 0 OR instr({mc}, '\\u') > 0) AND json_valid({mc})
+                THEN CASE typeof({value}) WHEN 'null' THEN NULL WHEN 'text' THEN {value}
+                          WHEN 'integer' THEN CAST({value} AS TEXT) ELSE maint_str({value}) END END)"""
 
 
 def _flag(expr: str) -> str:
@@ -94,8 +103,17 @@ def locked_sql(store: Store, id_expr: str) -> str:
     return f"({' OR '.join(parts)})" if parts else "0"
 
 
-def catalog_sql(store: Store) -> str:
+# Columns a filter may read besides the ones every planner reads (see Filters.columns).
+OPTIONAL_COLUMNS = ("user_id", "chat_id", "chat_type", "model", "cwd", "git_branch", "billing_provider",
+                    "message_count", "tool_call_count", "tokens", "cost", "git_repo_root", "system_prompt_hash",
+                    "tool_names")
+
+
+def catalog_sql(store: Store, columns: Iterable[str] | None = None) -> str:
     """One row per session (bind ``:now``), with the columns :class:`SessionInfo` has, plus ``rid``.
+
+    *columns* limits the optional ones (:data:`OPTIONAL_COLUMNS`) to those named; the planners pass
+    what their filters read, so SQLite reads no more of each row than it must.
 
     ``last_active`` is the freshest of ``last_activity_at`` and the newest message, else
     ``started_at``; a reaped orphan counts again from its closing time (only a later sweep may delete
@@ -104,30 +122,32 @@ def catalog_sql(store: Store) -> str:
     per session, not once per use of ``last_active``.
     """
     mc = "s.model_config" if store.has_column("sessions", "model_config") else "NULL"
-    la = _opt(store, "last_activity_at")
+    wanted = set(OPTIONAL_COLUMNS if columns is None else columns)
+    optional = {
+        "user_id": _opt(store, "user_id"), "chat_id": _opt(store, "chat_id"), "chat_type": _opt(store, "chat_type"),
+        "model": _opt(store, "model"), "cwd": _opt(store, "cwd"), "git_branch": _opt(store, "git_branch"),
+        "billing_provider": _opt(store, "billing_provider"),
+        "message_count": f"COALESCE({_opt(store, 'message_count')}, 0)",
+        "tool_call_count": f"COALESCE({_opt(store, 'tool_call_count')}, 0)",
+        "tokens": f"COALESCE({_opt(store, 'input_tokens')}, 0) + COALESCE({_opt(store, 'output_tokens')}, 0)",
+        "cost": f"COALESCE({_opt(store, 'actual_cost_usd')}, {_opt(store, 'estimated_cost_usd')}, 0)",
+        "git_repo_root": _opt(store, "git_repo_root"), "system_prompt_hash": _opt(store, "system_prompt_hash"),
+        "tool_names": _opt(store, "tool_names"),
+    }
+    extra = "".join(f"{expr} AS {name}, " for name, expr in optional.items() if name in wanted)
     raw = f"""
         SELECT s.rowid AS rid, s.id AS id, s.source AS source, s.started_at AS started_at, s.ended_at AS ended_at,
                {_opt(store, 'end_reason')} AS end_reason, s.parent_session_id AS parent_id,
                (SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id) AS last_message_at,
-               {la} AS last_activity_at,
-               {_opt(store, 'user_id')} AS user_id, {_opt(store, 'chat_id')} AS chat_id,
-               {_opt(store, 'chat_type')} AS chat_type, {_opt(store, 'session_key')} AS session_key,
-               {_opt(store, 'model')} AS model, {_opt(store, 'title')} AS title, {_opt(store, 'cwd')} AS cwd,
-               {_opt(store, 'git_branch')} AS git_branch, {_opt(store, 'billing_provider')} AS billing_provider,
-               COALESCE({_opt(store, 'message_count')}, 0) AS message_count,
-               COALESCE({_opt(store, 'tool_call_count')}, 0) AS tool_call_count,
-               COALESCE({_opt(store, 'input_tokens')}, 0) + COALESCE({_opt(store, 'output_tokens')}, 0) AS tokens,
-               COALESCE({_opt(store, 'actual_cost_usd')}, {_opt(store, 'estimated_cost_usd')}, 0) AS cost,
+               {_opt(store, 'last_activity_at')} AS last_activity_at,
+               {_opt(store, 'session_key')} AS session_key, {_opt(store, 'title')} AS title, {extra}
                {_flag(_opt(store, 'archived', '0'))} AS archived,
                {_flag(_opt(store, 'auto_archived', '0'))} AS auto_archived,
-               {_opt(store, 'git_repo_root')} AS git_repo_root,
                {_flag(_opt(store, 'pinned', '0'))} AS pinned,
                {_flag(_opt(store, 'hidden', '0'))} AS hidden,
                {_marker(mc, '_branched_from')} AS branched_from,
                {_marker(mc, '_delegate_from')} AS delegate_from,
                {_marker(mc, '_reset_from')} AS reset_from,
-               {_opt(store, 'system_prompt_hash')} AS system_prompt_hash,
-               {_opt(store, 'tool_names')} AS tool_names,
                {locked_sql(store, 's.id')} AS locked
         FROM sessions s LIMIT -1 OFFSET 0"""
     fresh = f"""

@@ -107,7 +107,7 @@ def build(store: Store, now: float, filters: Filters | None = None, keep: Iterab
                CASE WHEN kind <> '{COMPRESSION}' THEN id END, id
         FROM (SELECT c.*, p.id IS NOT NULL AS has_parent, {kind_sql(store)} AS kind,
                      CASE WHEN {where} THEN 1 ELSE 0 END AS matched
-              FROM ({catalog_sql(store)}) c
+              FROM ({catalog_sql(store, filters.columns if filters is not None else ())}) c
               LEFT JOIN sessions p ON p.id = c.parent_id AND c.parent_id <> '' LIMIT -1 OFFSET 0)""",
                  {"now": now, **params})
     keep = list(keep)
