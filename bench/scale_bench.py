@@ -113,10 +113,9 @@ class Builder:
         self.count += 1
         return started
 
-    def conversation(self, n: int) -> None:
+    def conversation(self, n: int, last: float) -> None:
         """One user conversation: usually one session, sometimes a lineage, a delegate family or a branch."""
         rng = self.rng
-        last = self.now - rng.uniform(0.01, 365) * DAY
         source = rng.choice(SOURCES)
         flags = {"open": rng.random() < 0.02, "pinned": rng.random() < 0.005, "archived": rng.random() < 0.03,
                  "hidden": rng.random() < 0.002}
@@ -154,10 +153,14 @@ def build_store(path: Path, sessions: int, seed: int = 15) -> None:
     conn.executescript(V30_SCHEMA + V31_ADDITIONS)
     conn.execute("PRAGMA synchronous=OFF")
     conn.execute("BEGIN")
-    b = Builder(conn, random.Random(seed), time.time())
+    rng = random.Random(seed)
+    b = Builder(conn, rng, time.time())
+    # Hermes appends as time goes by: rows (and their rowids, and their ids, which start with the
+    # time) come in time order, so conversations are written oldest first.
+    lasts = sorted(b.now - rng.uniform(0.01, 365) * DAY for _ in range(sessions))
     n = 0
     while b.count < sessions:
-        b.conversation(n)
+        b.conversation(n, lasts[min(n, len(lasts) - 1)])
         n += 1
         if n % 2000 == 0:
             conn.execute("COMMIT")
@@ -175,7 +178,7 @@ def build_store(path: Path, sessions: int, seed: int = 15) -> None:
 
 
 def store_for(sessions: int) -> Path:
-    path = CACHE / f"scale_v1_{sessions}" / "state.db"
+    path = CACHE / f"scale_v2_{sessions}" / "state.db"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         build_store(path, sessions)

@@ -1,16 +1,17 @@
 """hermes-maint export: options and output; the pipeline is :mod:`maint.export.pipeline`."""
 
-import json
+import sys
 from enum import StrEnum
 from typing import Annotated, Optional
 
 import typer
 
 from maint.commands.options import DbOpt, DryRunOpt, JsonOpt, ProfileOpt, filter_options
-from maint.commands.output import emit_json, progress
+from maint.commands.output import emit_json, progress, write_json
 from maint.commands.runner import naming_store
 from maint.errors import MaintError, UsageError
 from maint.selection.filters import Filters
+from maint.store.sqlutil import IdList
 from maint.store.targets import resolve_targets
 
 
@@ -82,7 +83,7 @@ def export(
         plan = plan_export(store, req, cap)
         if dry_run:
             report = {"dry_run": True, "store": str(target.path), "format": req.fmt,
-                      "sessions": list(plan.chosen),
+                      "sessions": plan.chosen,
                       "files": [e["path"] for e in plan.entries if e["path"] is not None],
                       "would_replace": [e["path"] for e in plan.entries if e.get("replaces")]}
             if as_json:
@@ -95,12 +96,15 @@ def export(
             return
         with progress(len(plan.entries), "Exporting", as_json or len(plan.entries) < 2) as tick:
             report = run_export(store, plan, on_progress=tick)
+        report["sessions"] = IdList(report["sessions"])  # the selection's temp table goes with the store
     report["store"] = str(target.path)
     failed = [u for u in report["uploaded"] if not u["ok"]]
     if as_json:
         to_stdout = any(w["path"] == "-" for w in report["written"])
-        report["sessions"] = list(report["sessions"])  # read from the plan's temp table only when shown
-        typer.echo(json.dumps(report, default=str, ensure_ascii=False), err=to_stdout)  # never inside a document
+        stream = sys.stderr if to_stdout else sys.stdout  # never inside a document
+        write_json(report, stream.write)
+        stream.write("\n")
+        stream.flush()
         _refuse_failed_uploads(report, failed)
         return
     for w in report["written"]:

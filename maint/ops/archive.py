@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from maint.store import lineage
 from maint.store.batching import pacer_for, run_batched
 from maint.selection.filters import Filters
-from maint.store.sqlutil import Paged, chunks, ph
+from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store
 
 
@@ -28,8 +28,8 @@ class ArchivePlan:
     skipped_pinned: int
 
     @property
-    def session_ids(self) -> list[str]:
-        return [sid for ids in self.lineages for sid in ids]
+    def session_ids(self) -> IdList:
+        return IdList(sid for ids in self.lineages for sid in ids)
 
 
 def plan_archive(store: Store, filters: Filters, *, include_open: bool = False,
@@ -77,8 +77,8 @@ def plan_archive(store: Store, filters: Filters, *, include_open: bool = False,
 
 
 def execute_archive(store: Store, plan: ArchivePlan,
-                    on_progress: Callable[[int], None] | None = None) -> list[str]:
-    done: list[str] = []
+                    on_progress: Callable[[int], None] | None = None) -> IdList:
+    done = IdList()
 
     # A hand archive never carries the idle sweep's provenance (Hermes's set_session_archived clears it).
     manual = (", auto_archived = 0", "(archived = 0 OR auto_archived <> 0)") \

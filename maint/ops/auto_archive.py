@@ -25,7 +25,7 @@ from maint.store import lineage
 from maint.store.batching import pacer_for, run_batched
 from maint.store.catalog import locked_session_ids
 from maint.store.connection import Store
-from maint.store.sqlutil import Paged, ph
+from maint.store.sqlutil import IdList, Paged, ph
 
 MARKER_KEY = "last_auto_archive"  # Hermes's own key: one idle sweep per interval among all processes
 
@@ -70,8 +70,8 @@ class IdlePlan:
     skipped_busy: int = 0
 
     @property
-    def session_ids(self) -> list[str]:
-        return [sid for u in self.units for sid in u.flip_ids]
+    def session_ids(self) -> IdList:
+        return IdList(sid for u in self.units for sid in u.flip_ids)
 
 
 def _marks_sql(store: Store) -> str:

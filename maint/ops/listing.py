@@ -12,12 +12,13 @@ the rows it shows.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any
 
 from maint.store import lineage
-from maint.store.catalog import SessionInfo
+from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, SessionInfo, catalog_sql
 from maint.store.connection import Store
 
 PREVIEW_CHARS = 60
@@ -42,35 +43,58 @@ def in_workspace(key: str | None, needle: str) -> bool:
 
 def list_conversations(store: Store, *, source: str | None = None, limit: int = 20, workspace: str | None = None,
                        now: float | None = None) -> tuple[list[dict[str, Any]], int]:
-    """Rows to show and the total number that matched (for the '… more not shown' line)."""
+    """Rows to show and the total number that matched (for the '… more not shown' line).
+
+    Only sessions of compression chains (a few, found through their parents' ``end_reason``) go
+    through the lineage tables; every other session is a conversation of its own, read straight
+    from ``sessions``: once without its newest-message lookup to count, once with it for SQLite's
+    top-N sort, and once more, limited to pinned rows, for the pinned ones past the limit.
+    """
     now = time.time() if now is None else now
     store.conn.create_scalar_function("maint_workspace", workspace_of, 2, deterministic=True)
     store.conn.create_scalar_function("maint_in_workspace", lambda key, needle: int(in_workspace(key, needle)), 2,
                                       deterministic=True)
-    repo = "git_repo_root" if store.has_column("sessions", "git_repo_root") else "NULL"
-    cwd = "cwd" if store.has_column("sessions", "cwd") else "NULL"
-    title = "COALESCE(NULLIF(tip.title, ''), root.title)" if store.has_column("sessions", "title") else "NULL"
-    key = (f"COALESCE(maint_workspace(tip.{repo}, tip.{cwd}), maint_workspace(root.{repo}, root.{cwd}))"
-           .replace("tip.NULL", "NULL").replace("root.NULL", "NULL"))
+    has = functools.partial(store.has_column, "sessions")
+    title = "COALESCE(NULLIF(tip.title, ''), root.title)" if has("title") else "NULL"
+    key = " ".join(f"""COALESCE(maint_workspace({'tip.git_repo_root' if has('git_repo_root') else 'NULL'},
+                                              {'tip.cwd' if has('cwd') else 'NULL'}),
+                                maint_workspace({'root.git_repo_root' if has('git_repo_root') else 'NULL'},
+                                              {'root.cwd' if has('cwd') else 'NULL'}))""".split())
+    in_workspace_sql = f"AND maint_in_workspace({key}, :workspace)" if workspace is not None else ""
+    ws_join = "JOIN sessions tip ON tip.id = c.tip JOIN sessions root ON root.id = c.key" if workspace else ""
     # A pin means "always listed", except the hidden canonical Bot Chat; delegate runs, archived and hidden
     # conversations are out of sight otherwise.
-    visible = f"""FROM maint_c c JOIN maint_s r ON r.id = c.key
-        {"JOIN sessions tip ON tip.id = c.tip JOIN sessions root ON root.id = c.key" if workspace is not None else ""}
+    chains = f"""SELECT c.tip AS id, c.key AS root_id, r.source AS source, c.last_active AS last_active,
+               r.started_at AS started_at, c.n AS segments, c.pinned AS pinned, c.archived AS archived
+        FROM maint_c c JOIN maint_s r ON r.id = c.key {ws_join}
         WHERE (NOT (r.kind = '{lineage.DELEGATE}' OR c.archived OR c.hidden) OR (c.pinned AND NOT c.botchat))
-          AND (:source IS NULL OR r.source = :source)
-          {f"AND maint_in_workspace({key}, :workspace)" if workspace is not None else ""}"""
-    columns = """c.tip AS id, c.key AS root_id, r.source AS source, c.last_active AS last_active,
-                 r.started_at AS started_at, c.n AS segments, c.pinned AS pinned, c.archived AS archived"""
-    params = {"source": source, "workspace": workspace, "limit": limit or -1}
+          AND (:source IS NULL OR r.source = :source) {in_workspace_sql}"""
+
+    def singles(lean: bool = False, where: str = "1") -> str:
+        one = ("s.id NOT IN (SELECT id FROM maint_chained) AND (:source IS NULL OR s.source = :source) AND "
+               + where)
+        cat = catalog_sql(store, ("git_repo_root", "cwd") if workspace is not None else (), one, lean)
+        ws = ("AND maint_in_workspace(maint_workspace(c.git_repo_root, c.cwd), :workspace)"
+              if workspace is not None else "")
+        return f"""SELECT c.id AS id, c.id AS root_id, c.source AS source, c.last_active AS last_active,
+                   c.started_at AS started_at, 1 AS segments, c.pinned AS pinned, c.archived AS archived
+            FROM ({cat}) c LEFT JOIN sessions p ON p.id = c.parent_id AND c.parent_id <> ''
+            WHERE (NOT ({lineage.kind_sql(store)} = '{lineage.DELEGATE}' OR c.archived OR c.hidden)
+                   OR (c.pinned AND NOT (c.hidden AND c.title IS '{CANONICAL_BOT_CHAT_TITLE}'))) {ws}"""
+
+    params = {"source": source, "workspace": workspace, "limit": limit or -1, "now": now}
     with store.snapshot():
-        lineage.build(store, now)
-        total = store.scalar(f"SELECT COUNT(*) {visible}", params)
+        lineage.build(store, now, only=lineage.chained_ids(store))
+        total = store.scalar(f"SELECT COUNT(*) FROM ({chains})", params) + \
+            store.scalar(f"SELECT COUNT(*) FROM ({singles(lean=True)})", params)
+        pinned = f"SELECT * FROM ({chains}) WHERE pinned" + (
+            f" UNION ALL SELECT * FROM ({singles(where=_flag_sql('s.pinned'))})" if has("pinned") else "")
         shown = store.rows(f"""
             SELECT v.id, v.root_id, {title} AS title, v.source, v.last_active, v.started_at,
                    tip.ended_at IS NULL AS open, v.segments, v.pinned, v.archived, {key} AS workspace
-            FROM (SELECT * FROM (SELECT {columns} {visible} ORDER BY c.last_active DESC, c.tip LIMIT :limit)
-                  UNION
-                  SELECT {columns} {visible} AND c.pinned) v
+            FROM (SELECT * FROM (SELECT * FROM ({chains}) UNION ALL SELECT * FROM ({singles()})
+                                 ORDER BY last_active DESC, id LIMIT :limit)
+                  UNION SELECT * FROM ({pinned})) v
             JOIN sessions tip ON tip.id = v.id JOIN sessions root ON root.id = v.root_id
             ORDER BY v.last_active DESC, v.id""", params)
         for row in shown:
@@ -79,6 +103,10 @@ def list_conversations(store: Store, *, source: str | None = None, limit: int = 
             row["preview"] = _preview(store, row["root_id"])
         lineage.drop(store)
     return shown, total
+
+
+def _flag_sql(expr: str) -> str:
+    return f"NOT ({expr} IS NULL OR {expr} = 0 OR {expr} = '')"
 
 
 def _preview(store: Store, session_id: str) -> str:

@@ -20,7 +20,7 @@ from maint.store.batching import Batcher, pacer_for, run_batched
 from maint.store.catalog import locked_session_ids
 from maint.store.checkpointer import background_checkpoints
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
-from maint.store.sqlutil import Paged, chunks, ph
+from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store
 
 PLAN_TABLES = ("maint_pc", "maint_sb", "maint_vis", "maint_um", "maint_unit")
@@ -75,8 +75,8 @@ class PrunePlan:
     store: Store
 
     @property
-    def session_ids(self) -> list[str]:
-        return list(self.iter_session_ids())
+    def session_ids(self) -> IdList:
+        return IdList(self.iter_session_ids())
 
     def iter_session_ids(self) -> Iterator[str]:
         """Every planned session, unit by unit in deletion order (streamed from the temp tables)."""
@@ -290,7 +290,7 @@ def delete_sessions(store: Store, conn, ids: list[str]) -> None:
 
 @dataclass
 class PruneResult:
-    deleted_ids: list[str]
+    deleted_ids: IdList
     messages: int
     skipped_changed: list[str]
     transactions: int
@@ -299,7 +299,7 @@ class PruneResult:
 
 def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = None,
                   on_progress: Callable[[int], None] | None = None) -> PruneResult:
-    deleted: list[str] = []
+    deleted = IdList()
     changed: list[str] = []
     msgs = [0]
     before = store.write_stats.transactions

@@ -102,7 +102,8 @@ def claim_marker(store: Store, interval_s: float, now: float, force: bool) -> Cl
 def record_finished(store: Store, report: dict[str, Any]) -> None:
     """The report and our run record in one transaction: a finished sweep is never left looking unfinished."""
     with store.write() as conn:
-        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)", (REPORT_KEY, json.dumps(report)))
+        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
+                     (REPORT_KEY, json.dumps(report, default=list)))  # id lists are IdLists
         conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
                      (RUN_KEY, json.dumps({"marker": str(report["started_at"]),
                                            "completed": report["completed"]})))

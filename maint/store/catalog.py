@@ -109,17 +109,20 @@ OPTIONAL_COLUMNS = ("user_id", "chat_id", "chat_type", "model", "cwd", "git_bran
                     "tool_names")
 
 
-def catalog_sql(store: Store, columns: Iterable[str] | None = None) -> str:
+def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str = "1", lean: bool = False) -> str:
     """One row per session (bind ``:now``), with the columns :class:`SessionInfo` has, plus ``rid``.
 
     *columns* limits the optional ones (:data:`OPTIONAL_COLUMNS`) to those named; the planners pass
-    what their filters read, so SQLite reads no more of each row than it must.
+    what their filters read, so SQLite reads no more of each row than it must. *where* (over ``s``,
+    the sessions table) limits the rows before anything is computed for them. *lean* skips the two
+    per-session lookups (newest message, lock or lease): ``last_message_at`` is NULL, ``locked`` 0 and
+    ``last_active`` therefore not the real one; for counts that do not need them.
 
     ``last_active`` is the freshest of ``last_activity_at`` and the newest message, else
     ``started_at``; a reaped orphan counts again from its closing time (only a later sweep may delete
-    it). Flags are 0/1, markers text or NULL. The inner selects carry ``LIMIT -1 OFFSET 0`` so SQLite
-    runs them as co-routines instead of flattening them: the newest-message lookup then runs once
-    per session, not once per use of ``last_active``.
+    it). Flags are 0/1, markers text or NULL. The inner select carries ``LIMIT -1 OFFSET 0`` so SQLite
+    runs it as a co-routine instead of flattening it: the newest-message lookup then runs once per
+    session, not once per use in ``last_active``.
     """
     mc = "s.model_config" if store.has_column("sessions", "model_config") else "NULL"
     wanted = set(OPTIONAL_COLUMNS if columns is None else columns)
@@ -138,7 +141,8 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None) -> str:
     raw = f"""
         SELECT s.rowid AS rid, s.id AS id, s.source AS source, s.started_at AS started_at, s.ended_at AS ended_at,
                {_opt(store, 'end_reason')} AS end_reason, s.parent_session_id AS parent_id,
-               (SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id) AS last_message_at,
+               {"NULL" if lean else "(SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id)"}
+                   AS last_message_at,
                {_opt(store, 'last_activity_at')} AS last_activity_at,
                {_opt(store, 'session_key')} AS session_key, {_opt(store, 'title')} AS title, {extra}
                {_flag(_opt(store, 'archived', '0'))} AS archived,
@@ -148,8 +152,8 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None) -> str:
                {_marker(mc, '_branched_from')} AS branched_from,
                {_marker(mc, '_delegate_from')} AS delegate_from,
                {_marker(mc, '_reset_from')} AS reset_from,
-               {locked_sql(store, 's.id')} AS locked
-        FROM sessions s LIMIT -1 OFFSET 0"""
+               {"0" if lean else locked_sql(store, 's.id')} AS locked
+        FROM sessions s WHERE {where} LIMIT -1 OFFSET 0"""
     fresh = f"""
         CASE WHEN typeof(r.last_activity_at) IN {NUMERIC} AND typeof(r.last_message_at) IN {NUMERIC}
                   THEN max(r.last_activity_at, r.last_message_at)
@@ -158,12 +162,12 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None) -> str:
              WHEN typeof(r.started_at) IN {NUMERIC} THEN r.started_at
              ELSE 0.0 END"""
     return f"""
-        SELECT f.*, CASE WHEN f.end_reason = '{ORPHAN_REAP_REASON}' AND typeof(f.ended_at) IN {NUMERIC}
-                         THEN max(f.fresh, f.ended_at) ELSE f.fresh END AS last_active
-        FROM (SELECT r.*, {fresh} AS fresh FROM ({raw}) r LIMIT -1 OFFSET 0) f"""
+        SELECT r.*, CASE WHEN r.end_reason = '{ORPHAN_REAP_REASON}' AND typeof(r.ended_at) IN {NUMERIC}
+                         THEN max({fresh}, r.ended_at) ELSE {fresh} END AS last_active
+        FROM ({raw}) r"""
 
 
-def relation_sql(store: Store) -> str:
+def relation_sql(store: Store, where: str = "1") -> str:
     """The columns a session's kind depends on (see :func:`maint.store.lineage.kind_sql`), nothing else."""
     mc = "s.model_config" if store.has_column("sessions", "model_config") else "NULL"
     return f"""
@@ -171,11 +175,11 @@ def relation_sql(store: Store) -> str:
                {_opt(store, 'session_key')} AS session_key,
                {_marker(mc, '_branched_from')} AS branched_from, {_marker(mc, '_delegate_from')} AS delegate_from,
                {_marker(mc, '_reset_from')} AS reset_from
-        FROM sessions s LIMIT -1 OFFSET 0"""
+        FROM sessions s WHERE {where} LIMIT -1 OFFSET 0"""
 
 
 def _record(row: dict) -> SessionInfo:
-    del row["rid"], row["last_activity_at"], row["fresh"]
+    del row["rid"], row["last_activity_at"]
     for flag in ("archived", "auto_archived", "pinned", "hidden", "locked"):
         row[flag] = bool(row[flag])
     return SessionInfo(**row)

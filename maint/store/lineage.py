@@ -78,18 +78,44 @@ def kind_sql(store: Store, c: str = "c", p: str = "p") -> str:
         ELSE '{OTHER}' END"""
 
 
+def compression_edges_sql(store: Store) -> str:
+    """(child, parent) for every compression continuation: only children of a session that ended with
+    ``compression`` are read."""
+    if not store.has_column("sessions", "end_reason"):
+        return "SELECT NULL AS child, NULL AS parent WHERE 0"
+    children = relation_sql(store, "s.parent_session_id IN (SELECT id FROM sessions WHERE end_reason = 'compression')")
+    return f"""SELECT c.id AS child, c.parent_id AS parent
+        FROM ({children}) c
+        JOIN sessions p ON p.id = c.parent_id AND c.parent_id <> ''
+        WHERE {kind_sql(store)} = '{COMPRESSION}'"""
+
+
+def chained_ids(store: Store) -> str:
+    """Builds ``temp.maint_chained`` (every session of a compression chain of two or more) and returns a
+    query of its ids, for :func:`build`'s *only*: few sessions, found without reading the others."""
+    store.conn.execute("DROP TABLE IF EXISTS temp.maint_chained")
+    store.conn.execute(f"""CREATE TEMP TABLE maint_chained AS
+        SELECT child AS id FROM ({compression_edges_sql(store)}) e
+        UNION SELECT parent FROM ({compression_edges_sql(store)}) e""")
+    return "SELECT id FROM maint_chained"
+
+
 def drop(store: Store) -> None:
-    for table in TEMP_TABLES:
+    for table in (*TEMP_TABLES, "maint_chained"):
         store.conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
 
 
-def build(store: Store, now: float, filters: Filters | None = None, keep: Iterable[str] = ()) -> None:
+def build(store: Store, now: float, filters: Filters | None = None, keep: Iterable[str] = (),
+          only: str | None = None) -> None:
     """Fill ``temp.maint_s`` and ``temp.maint_c`` (see the module's doc) inside the caller's snapshot.
 
     ``matched`` is 1 for the sessions *filters* match (all without filters); *keep* ids get ``keep = 1``.
+    *only* (a query of session ids closed under compression edges, e.g. :func:`chained_ids`) limits
+    the tables to those sessions; any other session is a chain of its own.
     """
     conn = store.conn
-    drop(store)
+    for table in TEMP_TABLES:
+        conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
     where, params = filters.sql("c.") if filters is not None else ("1", {})
     conn.execute("""CREATE TEMP TABLE maint_s (
         id TEXT PRIMARY KEY, rid INTEGER, source, started_at, ended_at, end_reason, parent_id, last_active,
@@ -107,7 +133,8 @@ def build(store: Store, now: float, filters: Filters | None = None, keep: Iterab
                CASE WHEN kind <> '{COMPRESSION}' THEN id END, id
         FROM (SELECT c.*, p.id IS NOT NULL AS has_parent, {kind_sql(store)} AS kind,
                      CASE WHEN {where} THEN 1 ELSE 0 END AS matched
-              FROM ({catalog_sql(store, filters.columns if filters is not None else ())}) c
+              FROM ({catalog_sql(store, filters.columns if filters is not None else (),
+                                 "1" if only is None else f"s.id IN ({only})")}) c
               LEFT JOIN sessions p ON p.id = c.parent_id AND c.parent_id <> '' LIMIT -1 OFFSET 0)""",
                  {"now": now, **params})
     keep = list(keep)
