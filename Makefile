@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.runtime
 
-.PHONY: run test test-fast bench lint clean
+.PHONY: run test test-fast bench bench-quick lint clean
 
 # Runtime dependencies only: what an operator installs.
 $(RUNTIME): pyproject.toml
@@ -37,6 +37,10 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/report.py
+
+# The edit loop for scale work: the scale benchmark at 1k, 3k and 10k sessions.
+bench-quick: $(STAMP)
+	$(BIN)/python bench/scale_bench.py --quick
 
 lint: $(STAMP)
 	$(BIN)/ruff check maint tests bench

@@ -10,7 +10,8 @@ import sys
 
 from common import RESULTS, ROOT, write_result
 
-BENCHES = ("prune_bench.py", "sweep_bench.py", "export_bench.py", "load_bench.py", "redact_bench.py")
+BENCHES = ("prune_bench.py", "sweep_bench.py", "export_bench.py", "load_bench.py", "redact_bench.py",
+           "scale_bench.py")
 
 
 def latest(name):
@@ -55,9 +56,16 @@ def main():
               f"{fmt(worst, '17.0f')}{fmt(hworst, '21.0f')}")
     failures = {k: (v["failed_appends"], v["lost_messages"]) for k, v in load["results"].items()}
     print(f"failed appends / lost messages under load: {failures}")
+    scale = latest("scale")
+    big = str(scale["sizes"][-1])
+    print(f"\nscale ({', '.join(str(n) for n in scale['sizes'])} sessions): seconds and peak RSS at {big}, growth")
+    for name, verdict in scale["verdicts"].items():
+        r = scale["results"][big][name]
+        met = "" if "ok" not in verdict else ("  met" if verdict["ok"] else "  NOT MET")
+        print(f"  {name:<16}{r['seconds']:>8.2f} s{r['peak_rss_mb']:>6.0f} MB  growth {verdict['growth']}{met}")
     write_result("report", {"rows": [dict(zip(("job", "ours", "unit", "vs_hermes", "vs_plain", "peak_rss_mb",
                                                "writer_worst_ms", "hermes_writer_worst_ms"), r)) for r in rows],
-                            "load": load["results"]})
+                            "load": load["results"], "scale": scale["verdicts"]})
 
 
 if __name__ == "__main__":
