@@ -46,7 +46,7 @@ def repair_prompts(
     def run(target) -> dict:
         with open_store(target.path, readonly=not apply) as store:
             result = targeted(store, session_id) if session_id is not None else scan(store)
-        ids = [v["id"] for v in result.verified]
+        ids = result.verified.ids
         cleared: list[str] = []
         if apply and ids:
             refuse_if_held(target.path, force=force, doing="repair", advice=STOP_HERMES)

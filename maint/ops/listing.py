@@ -73,7 +73,7 @@ def list_conversations(store: Store, *, source: str | None = None, limit: int = 
     def singles(lean: bool = False, where: str = "1") -> str:
         one = ("s.id NOT IN (SELECT id FROM maint_chained) AND (:source IS NULL OR s.source = :source) AND "
                + where)
-        cat = catalog_sql(store, ("git_repo_root", "cwd") if workspace is not None else (), one, lean)
+        cat = catalog_sql(store, ("git_repo_root", "cwd") if workspace is not None else (), one, lean, locks=False)
         ws = ("AND maint_in_workspace(maint_workspace(c.git_repo_root, c.cwd), :workspace)"
               if workspace is not None else "")
         return f"""SELECT c.id AS id, c.id AS root_id, c.source AS source, c.last_active AS last_active,

@@ -11,10 +11,13 @@ prompt to NULL on purpose: Hermes rebuilds a healthy one on the next turn.
 from __future__ import annotations
 
 import json
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from maint.store.connection import Store
+from maint.store.sqlutil import IdList
 
 SKILL_SAFETY_MARKER = "## Skill Safety"  # also matches upstream's "## Skill Safety Rule" heading
 
@@ -57,10 +60,36 @@ def stored_prompt(store: Store, row: dict) -> str | None:
     return store.system_prompt(row.get("system_prompt_hash"))
 
 
+class Findings(Sequence[dict]):
+    """``{id, prompt_chars, reason}`` entries packed into columns: a scan of a big store can find
+    thousands, and the report streams them (:func:`maint.commands.output.write_json`)."""
+
+    def __init__(self) -> None:
+        self.ids = IdList()
+        self._chars = array("q")
+        self._reason = array("H")
+        self._reasons: list[str] = []
+
+    def append(self, entry: dict) -> None:
+        if entry["reason"] not in self._reasons:
+            self._reasons.append(entry["reason"])
+        self.ids.append(entry["id"])
+        self._chars.append(entry["prompt_chars"])
+        self._reason.append(self._reasons.index(entry["reason"]))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return {"id": self.ids[index], "prompt_chars": self._chars[index], "reason": self._reasons[self._reason[index]]}
+
+
 @dataclass
 class PromptScan:
-    verified: list[dict] = field(default_factory=list)
-    unverifiable: list[dict] = field(default_factory=list)
+    verified: Findings = field(default_factory=Findings)
+    unverifiable: Findings = field(default_factory=Findings)
 
 
 def _cols(store: Store) -> str:

@@ -24,6 +24,7 @@ from maint.store import batching
 from maint.store.holders import HolderReport, find_holders
 from maint.store.locks import LockHeld, maintenance_lock
 from maint.store.runlock import RunLockHeld
+from maint.store.sqlutil import write_json
 from maint.ops.auto_archive import claim_idle_marker, execute_idle_archive, missing_column, plan_idle_archive
 from maint.ops.prune import execute_prune, plan_prune
 from maint.ops.reap import reap, reap_candidates
@@ -102,8 +103,9 @@ def claim_marker(store: Store, interval_s: float, now: float, force: bool) -> Cl
 def record_finished(store: Store, report: dict[str, Any]) -> None:
     """The report and our run record in one transaction: a finished sweep is never left looking unfinished."""
     with store.write() as conn:
-        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
-                     (REPORT_KEY, json.dumps(report, default=list)))  # id lists are IdLists
+        pieces: list[str] = []
+        write_json(report, pieces.append)  # id lists are IdLists, written without unpacking them
+        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)", (REPORT_KEY, "".join(pieces)))
         conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
                      (RUN_KEY, json.dumps({"marker": str(report["started_at"]),
                                            "completed": report["completed"]})))

@@ -109,14 +109,16 @@ OPTIONAL_COLUMNS = ("user_id", "chat_id", "chat_type", "model", "cwd", "git_bran
                     "tool_names")
 
 
-def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str = "1", lean: bool = False) -> str:
+def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str = "1", lean: bool = False,
+                locks: bool = True) -> str:
     """One row per session (bind ``:now``), with the columns :class:`SessionInfo` has, plus ``rid``.
 
     *columns* limits the optional ones (:data:`OPTIONAL_COLUMNS`) to those named; the planners pass
     what their filters read, so SQLite reads no more of each row than it must. *where* (over ``s``,
     the sessions table) limits the rows before anything is computed for them. *lean* skips the two
     per-session lookups (newest message, lock or lease): ``last_message_at`` is NULL, ``locked`` 0 and
-    ``last_active`` therefore not the real one; for counts that do not need them.
+    ``last_active`` therefore not the real one; for counts that do not need them. ``locks=False``
+    skips the lock and lease lookup alone (``locked`` is 0).
 
     ``last_active`` is the freshest of ``last_activity_at`` and the newest message, else
     ``started_at``; a reaped orphan counts again from its closing time (only a later sweep may delete
@@ -152,7 +154,7 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str =
                {_marker(mc, '_branched_from')} AS branched_from,
                {_marker(mc, '_delegate_from')} AS delegate_from,
                {_marker(mc, '_reset_from')} AS reset_from,
-               {"0" if lean else locked_sql(store, 's.id')} AS locked
+               {"0" if lean or not locks else locked_sql(store, 's.id')} AS locked
         FROM sessions s WHERE {where} LIMIT -1 OFFSET 0"""
     fresh = f"""
         CASE WHEN typeof(r.last_activity_at) IN {NUMERIC} AND typeof(r.last_message_at) IN {NUMERIC}

@@ -93,10 +93,11 @@ def compression_edges_sql(store: Store) -> str:
 def chained_ids(store: Store) -> str:
     """Builds ``temp.maint_chained`` (every session of a compression chain of two or more) and returns a
     query of its ids, for :func:`build`'s *only*: few sessions, found without reading the others."""
-    store.conn.execute("DROP TABLE IF EXISTS temp.maint_chained")
-    store.conn.execute(f"""CREATE TEMP TABLE maint_chained AS
-        SELECT child AS id FROM ({compression_edges_sql(store)}) e
-        UNION SELECT parent FROM ({compression_edges_sql(store)}) e""")
+    conn = store.conn
+    conn.execute("DROP TABLE IF EXISTS temp.maint_chained")
+    conn.execute("CREATE TEMP TABLE maint_chained (id TEXT PRIMARY KEY, parent TEXT) WITHOUT ROWID")
+    conn.execute(f"INSERT INTO maint_chained SELECT child, parent FROM ({compression_edges_sql(store)})")
+    conn.execute("INSERT OR IGNORE INTO maint_chained SELECT parent, NULL FROM maint_chained")
     return "SELECT id FROM maint_chained"
 
 

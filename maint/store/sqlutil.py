@@ -1,10 +1,12 @@
-"""Small helpers: IN-lists within SQLite's bound-parameter limit, and sequences read a page at a time."""
+"""Small helpers: IN-lists within SQLite's bound-parameter limit, sequences read a page at a time or
+packed, and JSON written in pieces."""
 
 from __future__ import annotations
 
+import json
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -90,3 +92,39 @@ class IdList(Sequence[str]):
 
     def __repr__(self) -> str:
         return f"IdList({list(self[:5])}{'...' if len(self) > 5 else ''}, n={len(self)})"
+
+
+def write_json(obj: Any, write: Callable[[str], Any]) -> None:
+    """``json.dumps(obj, default=str, ensure_ascii=False)``, written in pieces.
+
+    A report's top-level value that is a sequence but not a list (an :class:`~maint.store.sqlutil.IdList`,
+    a plan read from temp tables) is streamed a thousand items at a time, so a report that names
+    every session of a big store never exists as one string.
+    """
+    def dumps(value: Any) -> str:
+        return json.dumps(value, default=str, ensure_ascii=False)
+
+    if not isinstance(obj, dict) or not any(_streamed(v) for v in obj.values()):
+        write(dumps(obj))
+        return
+    write("{")
+    for n, (key, value) in enumerate(obj.items()):
+        write((", " if n else "") + dumps(str(key)) + ": ")
+        if not _streamed(value):
+            write(dumps(value))
+            continue
+        write("[")
+        batch: list[str] = []
+        for i, item in enumerate(value):
+            batch.append(dumps(item))
+            if len(batch) == 1000:
+                write((", " if i >= 1000 else "") + ", ".join(batch))
+                batch = []
+        if batch:
+            write((", " if len(value) > len(batch) else "") + ", ".join(batch))
+        write("]")
+    write("}")
+
+
+def _streamed(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray, list, tuple))
