@@ -31,6 +31,8 @@ from maint.ops.reap import reap_candidates
 from maint.ops.sessions import pinned_sessions
 from maint.selection.filters import parse_filters
 from maint.store.connection import open_store
+from maint.store import lineage, lineage_records
+from maint.store.catalog import load_sessions
 from maint.store.lineage import delegate_family
 from tests import reference_planner as ref
 from tests.storegen import DAY, StoreBuilder
@@ -185,10 +187,24 @@ def test_sql_planner_selects_what_the_python_planner_selected(tmp_path, layout, 
         if store.has_column("sessions", "pinned"):
             assert pinned_sessions(store, now) == ref.pinned_sessions(store, now)
         assert latest_session(store, now) == ref.latest_session(store, now)
+        assert_records_lineage_agrees(store, now)
         for sid in ids:
             assert delegate_family(store, sid) == ref.family(store, sid)
         for days in (0, 30, 95):
             assert reap_candidates(store, days, now) == ref.reap_candidates(store, days, now)
+
+
+def assert_records_lineage_agrees(store, now):
+    """The in-memory rules the importer applies to an export file's records group, tip and nest like SQL."""
+    with store.snapshot():
+        lineage.build(store, now)
+        kinds = dict(store.conn.execute("SELECT id, kind FROM maint_s").fetchall())
+        chain_of = dict(store.conn.execute("SELECT id, chain FROM maint_s").fetchall())
+        chains = {key: (tip, dparent) for key, tip, dparent in store.conn.execute(
+            "SELECT key, tip, dparent FROM maint_c").fetchall()}
+    tree = lineage_records.build(load_sessions(store, now))
+    assert tree.kind == kinds and tree.chain_of == chain_of
+    assert {k: (c.tip, c.delegate_parent) for k, c in tree.chains.items()} == chains
 
 
 def test_every_kind_and_both_kinds_of_loop(tmp_path):
@@ -229,8 +245,6 @@ def test_every_kind_and_both_kinds_of_loop(tmp_path):
         parents = {key: tree.chains[key].delegate_parent for key in ("s08", "s09", "s10")}
         assert parents == {"s08": None, "s09": None, "s10": "s09"}
         with store.snapshot():
-            from maint.store import lineage
-
             lineage.build(store, now)
             got = dict(store.conn.execute(
                 "SELECT key, dparent FROM maint_c WHERE key IN ('s08', 's09', 's10')").fetchall())
@@ -239,3 +253,4 @@ def test_every_kind_and_both_kinds_of_loop(tmp_path):
         assert kinds == tree.kind
         check_everything(store, now, ids, None, False, frozenset())
         check_everything(store, now, ids, {"older_than": "30"}, True, frozenset({"s10"}))
+        assert_records_lineage_agrees(store, now)

@@ -46,7 +46,7 @@ from typing import Any
 import apsw
 
 from maint.errors import MaintError, UsageError
-from maint.store import lineage as lin
+from maint.store import lineage_records as lin
 from maint.store.batching import Batcher, pacer_for, run_batched
 from maint.store.catalog import SessionInfo
 from maint.store.checkpointer import background_checkpoints
