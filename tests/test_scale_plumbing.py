@@ -63,3 +63,17 @@ def test_dry_run_json_names_every_planned_session(make_store, tmp_path):
     report = json.loads(r.stdout)
     assert sorted(report["session_ids"]) == [f"old_{n:04d}" for n in range(1203)]
     assert report["matched"] == 1203 and report["messages"] == 1203
+
+
+def test_run_history_counts_and_cuts_packed_id_lists(make_store):
+    """A sweep or archive report carries IdLists: the run history counts them and keeps the first 50 ids."""
+    from maint.ops import history
+
+    b = make_store("v30")
+    b.close()
+    ids = [f"s{n:03d}" for n in range(60)]
+    with open_store(b.path) as store:
+        entry = history.append(store, "archive", {"session_ids": IdList(ids)}, seconds=1.0)
+        stored = json.loads(store.get_meta(history._key("archive", entry.seq)))
+    assert entry.rows == 60
+    assert stored["report"]["session_ids"] == ids[:50] and stored["report"]["truncated"] == {"session_ids": 60}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,9 +68,14 @@ def rows_affected(kind: str, report: dict[str, Any]) -> int:
             continue
         if isinstance(value, int):
             total += value
-        elif isinstance(value, list):
+        elif _is_list(value):
             total += (report.get("truncated") or {}).get(key, len(value))
     return total
+
+
+def _is_list(value: Any) -> bool:
+    """A list, or a sequence standing for one (an IdList of a big store's sessions)."""
+    return isinstance(value, list) or isinstance(value, Sequence) and not isinstance(value, (str, bytes, tuple))
 
 
 def compact(report: dict[str, Any]) -> dict[str, Any]:
@@ -80,9 +85,11 @@ def compact(report: dict[str, Any]) -> dict[str, Any]:
     for key, value in report.items():
         if key == "truncated":
             continue
-        if isinstance(value, list) and len(value) > LIST_CAP:
+        if _is_list(value) and len(value) > LIST_CAP:
             cut[key] = len(value)
             value = value[:LIST_CAP]
+        elif _is_list(value) and not isinstance(value, list):
+            value = list(value)
         out[key] = value
     if cut:
         out["truncated"] = cut
