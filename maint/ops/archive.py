@@ -40,7 +40,7 @@ def plan_archive(store: Store, filters: Filters, *, include_open: bool = False,
     Lineages come least recently active first (ties: table order)."""
     now = time.time() if now is None else now
     conn = store.conn
-    with store.snapshot():
+    with store.planning():
         lineage.build(store, now, filters)
         conn.execute("DROP TABLE IF EXISTS temp.maint_arch")
         conn.execute("""CREATE TEMP TABLE maint_arch AS

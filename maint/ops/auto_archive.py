@@ -95,7 +95,7 @@ def plan_idle_archive(store: Store, idle_days: float, now: float | None = None) 
     now = time.time() if now is None else now
     cutoff = now - idle_days * 86400
     conn = store.conn
-    with store.snapshot():
+    with store.planning():
         lineage.build(store, now)
         conn.execute("DROP TABLE IF EXISTS temp.maint_idle")
         conn.execute("""CREATE TEMP TABLE maint_idle AS

@@ -112,7 +112,7 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
     if filters is None or filters.is_empty:
         filters, implicit = implicit_prune_filters(now), DEFAULT_PRUNE_DAYS
     conn = store.conn
-    with store.snapshot():
+    with store.planning():
         lineage.build(store, now, filters, keep)
         for table in PLAN_TABLES:
             conn.execute(f"DROP TABLE IF EXISTS temp.{table}")

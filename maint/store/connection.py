@@ -240,6 +240,21 @@ class Store:
         finally:
             self.conn.execute("COMMIT")
 
+    @contextlib.contextmanager
+    def planning(self) -> Iterator[Store]:
+        """A read snapshot with the read-only cache size, whatever this connection writes with.
+
+        SQLite's sorts (the planners' GROUP BY and window functions) may use as much memory as the
+        page cache: at the write cache's size they would grow with the store up to that cap.
+        """
+        size = self.scalar("PRAGMA cache_size")
+        self.conn.execute(f"PRAGMA cache_size=-{READ_CACHE_KB}")
+        try:
+            with self.snapshot():
+                yield self
+        finally:
+            self.conn.execute(f"PRAGMA cache_size={int(size)}")
+
     # -- writes --------------------------------------------------------
     @contextlib.contextmanager
     def write(self) -> Iterator[apsw.Connection]:

@@ -60,7 +60,7 @@ class IdList(Sequence[str]):
 
     def __init__(self, ids: Iterable[str] = ()):
         self._buf = bytearray()
-        self._ends = array("Q")
+        self._ends = array("I")  # byte offsets: ids of a store stay far below 4 GB
         self.extend(ids)
 
     def append(self, sid: str) -> None:
