@@ -16,13 +16,14 @@ USER = "tester"
 
 
 class Hub:
-    """*refuse*: repo paths whose commit is answered 422; *stall*: repo paths whose commit is never answered."""
+    """*refuse*: repo paths whose commit is answered 422; *stall*: repo paths whose commit is never answered;
+    *drip*: repo paths whose commit answer comes one byte every *drip_s* seconds, never finishing."""
 
-    def __init__(self, refuse=(), stall=()):
+    def __init__(self, refuse=(), stall=(), drip=(), drip_s=0.3):
         self.repos: dict[str, dict] = {}  # repo_id -> {"private": bool, "files": {path: bytes}}
         self.requests: list[tuple[str, str, dict]] = []
         self.token_seen: set[str] = set()
-        self.refuse, self.stall = set(refuse), set(stall)
+        self.refuse, self.stall, self.drip, self.drip_s = set(refuse), set(stall), set(drip), drip_s
         self.release = threading.Event()  # set at exit: stalled handlers end
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -56,6 +57,20 @@ class Hub:
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _drip(self):
+                """Headers, then a byte at a time, each well inside any read timeout, until the hub closes."""
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "1000000")
+                self.end_headers()
+                self.wfile.flush()
+                while not hub.release.wait(hub.drip_s):
+                    try:
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                    except OSError:
+                        return
 
             def _body(self):
                 n = int(self.headers.get("Content-Length") or 0)
@@ -114,6 +129,8 @@ class Hub:
                         if set(files) & hub.stall:
                             hub.release.wait(120)
                             return
+                        if set(files) & hub.drip:
+                            return self._drip()
                         if set(files) & hub.refuse:
                             return self._send(422, {"error": "Invalid path in repo"})
                         hub.repos[repo_id]["files"].update(files)

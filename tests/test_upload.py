@@ -61,6 +61,36 @@ def test_endpoint_stalling_mid_run_reports_each_file(store, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["a1.trace.jsonl", "a2.trace.jsonl", "a3.trace.jsonl"]
 
 
+def test_endpoint_dripping_an_answer_is_cut_at_the_request_deadline(store, tmp_path):
+    """A byte every 0.3 s never trips a 1 s read timeout; the total deadline of a request still ends it."""
+    out = tmp_path / "traces"
+    env = {**_env("", "1"), "HERMES_MAINT_HTTP_DEADLINE_S": "3"}
+    with Hub(drip={"sessions/a2.jsonl"}) as hub:
+        env["HF_ENDPOINT"] = hub.url
+        started = time.monotonic()
+        r = run_subprocess("export", out, "--db", store, "--format", "trace", "--source", "cli", "--upload", "--json",
+                           env=env, timeout=120)
+        took = time.monotonic() - started
+        landed = set(hub.repos["tester/hermes-traces"]["files"])
+    assert r.returncode == 1, r.stderr
+    status = {u["path_in_repo"]: (u["ok"], u["error"] or "") for u in json.loads(r.stdout)["uploaded"]}
+    assert status["sessions/a1.jsonl"] == (True, "")
+    assert status["sessions/a2.jsonl"][0] is False, status
+    assert "no complete answer within 3 s" in status["sessions/a2.jsonl"][1], status
+    assert status["sessions/a3.jsonl"][1].startswith("not attempted"), status
+    assert landed == {"sessions/a1.jsonl"}
+    assert took < 60, took  # the drip alone would go on until the hub closes (120 s)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon", "86401"])
+def test_bad_deadline_setting_refused_before_anything_is_written(store, tmp_path, value):
+    out = tmp_path / "t.trace.jsonl"
+    env = {**_env("http://127.0.0.1:9", "1"), "HERMES_MAINT_HTTP_DEADLINE_S": value}
+    r = run_subprocess("export", out, "--db", store, "--format", "trace", "--session-id", "a1", "--upload", env=env)
+    assert r.returncode == 2 and f"HERMES_MAINT_HTTP_DEADLINE_S={value!r}" in r.stderr, r.stderr
+    assert not out.exists() and "Traceback" not in r.stderr
+
+
 def test_file_refused_by_the_hub_is_reported_and_the_rest_go_up(store, tmp_path):
     """Finding 11: a bulk upload used to stop at the first failing file, without saying what went up."""
     out = tmp_path / "traces"

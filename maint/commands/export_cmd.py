@@ -73,9 +73,9 @@ def export(
                         only=only.value if only else None, lineage=lineage.value, redact=redact, upload=upload,
                         public=public, delete_after_verified=delete_after_verified)
     if upload:
-        from maint.export.hf_upload import http_timeout
+        from maint.export.hf_upload import http_deadline, http_timeout
 
-        http_timeout()  # a bad HERMES_MAINT_HTTP_TIMEOUT_S is refused before anything is written
+        http_timeout(), http_deadline()  # bad settings are refused before anything is written
     target = resolve_targets(db, profile, False)[0]
     cap = load_config(config_path_for(target.path if db is not None else None, target.profile)).session(
         "max_export_messages")

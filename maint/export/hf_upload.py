@@ -8,7 +8,9 @@ The token comes from HF_TOKEN and is scrubbed from every message we print.
 Every request has connect, read, write and pool timeouts (``HERMES_MAINT_HTTP_TIMEOUT_S``,
 default 60 s): huggingface_hub's own client has none, and several of its calls pass
 ``timeout=None`` explicitly, so the limit is set on each request by the transport rather than
-as a client default. A request that times out ends the upload at once with the endpoint named;
+as a client default. Each request also has a total deadline (``HERMES_MAINT_HTTP_DEADLINE_S``,
+default 900 s), because an endpoint that drips a byte inside every read timeout would otherwise
+hold the upload forever. A request that times out ends the upload at once with the endpoint named;
 it is not retried (huggingface_hub retries timeouts five times with back-off). Xet storage is
 turned off for our uploads because hf_xet's own network stack would bypass these limits.
 Every repo path is checked before the first request, and the result is reported per file.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,8 @@ from maint.errors import MaintError, UsageError
 DATASET = "hermes-traces"
 TIMEOUT_ENV = "HERMES_MAINT_HTTP_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 60.0
+DEADLINE_ENV = "HERMES_MAINT_HTTP_DEADLINE_S"
+DEFAULT_DEADLINE_S = 900.0
 _REPO_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 _MAX_NAME_BYTES = 255  # the file name in the repo, ".jsonl" included
 
@@ -34,27 +39,36 @@ _MAX_NAME_BYTES = 255  # the file name in the repo, ".jsonl" included
 class HubTimeout(Exception):
     """A request to the Hub that did not complete in time; deliberately not an httpx error, so it is not retried."""
 
-    def __init__(self, method: str, url: str, seconds: float, kind: str):
+    def __init__(self, method: str, url: str, seconds: float, kind: str, setting: str = TIMEOUT_ENV):
         super().__init__(f"{method} {url}: no {kind} within {seconds:g} s")
-        self.method, self.url, self.seconds, self.kind = method, url, seconds, kind
+        self.method, self.url, self.seconds, self.kind, self.setting = method, url, seconds, kind, setting
 
 
 def http_timeout() -> float:
     """Seconds each Hub request may take to connect, and between bytes read or written."""
-    raw = os.environ.get(TIMEOUT_ENV)
+    return _seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, 3600)
+
+
+def http_deadline() -> float:
+    """Seconds each Hub request may take from its first byte sent to its answer's last byte read."""
+    return _seconds(DEADLINE_ENV, DEFAULT_DEADLINE_S, 86400)
+
+
+def _seconds(name: str, default: float, most: int) -> float:
+    raw = os.environ.get(name)
     if raw is None or not raw.strip():
-        return DEFAULT_TIMEOUT_S
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or not 0 < value <= 3600:
-        raise UsageError(f"{TIMEOUT_ENV}={raw!r}: expected a number of seconds above 0, at most 3600")
+    if not math.isfinite(value) or not 0 < value <= most:
+        raise UsageError(f"{name}={raw!r}: expected a number of seconds above 0, at most {most}")
     return value
 
 
-def install_timeouts(seconds: float) -> None:
-    """Make huggingface_hub's shared client enforce *seconds* on every request (idempotent)."""
+def install_timeouts(seconds: float, deadline: float) -> None:
+    """Make huggingface_hub's shared client enforce *seconds* and *deadline* on every request (idempotent)."""
     from huggingface_hub import constants
     from huggingface_hub.utils import httpx, set_client_factory
 
@@ -64,14 +78,31 @@ def install_timeouts(seconds: float) -> None:
 
         def handle_request(self, request):
             _limit(request, seconds)
-            try:
-                response = self.inner.handle_request(request)
-                response.read()  # the body too, inside the limit: a stalled body is a timeout like any other
-            except httpx.TimeoutException as exc:
+            done: dict[str, Any] = {}
+            worker = threading.Thread(target=self._send, args=(request, done), daemon=True)
+            worker.start()
+            worker.join(deadline)
+            if worker.is_alive():
+                # Closing the pool ends the stalled read; the daemon thread is left to finish its error.
+                stalled, self.inner = self.inner, httpx.HTTPTransport()
+                stalled.close()
+                raise HubTimeout(request.method, str(request.url), deadline, "complete answer", DEADLINE_ENV)
+            exc = done.get("error")
+            if isinstance(exc, httpx.TimeoutException):
                 kind = {httpx.ConnectTimeout: "connection", httpx.WriteTimeout: "upload progress",
                         httpx.PoolTimeout: "free connection"}.get(type(exc), "answer")
                 raise HubTimeout(request.method, str(request.url), seconds, kind) from None
-            return response
+            if exc is not None:
+                raise exc
+            return done["response"]
+
+        def _send(self, request, done: dict[str, Any]) -> None:
+            try:
+                response = self.inner.handle_request(request)
+                response.read()  # the body too, inside the limits: a stalled body is a timeout like any other
+                done["response"] = response
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                done["error"] = exc
 
         def close(self) -> None:
             self.inner.close()
@@ -151,14 +182,14 @@ def upload_traces(files: list[tuple[str, Path]], *, public: bool = False) -> lis
     are kept either way.
     """
     in_repo = repo_paths(files)
-    seconds = http_timeout()
+    seconds, deadline = http_timeout(), http_deadline()
     token = _token()
     try:
         from huggingface_hub import HfApi
         from huggingface_hub.errors import RepositoryNotFoundError
     except ImportError:  # pragma: no cover - a declared dependency
         raise MaintError("huggingface_hub is not installed") from None
-    install_timeouts(seconds)
+    install_timeouts(seconds, deadline)
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
     endpoint = api.endpoint
     try:
@@ -176,7 +207,7 @@ def upload_traces(files: list[tuple[str, Path]], *, public: bool = False) -> lis
     except MaintError:
         raise
     except HubTimeout as exc:
-        raise MaintError(f"the Hugging Face endpoint {endpoint} did not answer ({exc}; set {TIMEOUT_ENV} to "
+        raise MaintError(f"the Hugging Face endpoint {endpoint} did not answer ({exc}; set {exc.setting} to "
                          "wait longer); nothing was uploaded, the local files were kept") from None
     except Exception as exc:  # noqa: BLE001 - any client failure is one clear line, token scrubbed
         raise MaintError(f"upload to Hugging Face ({endpoint}) failed: {_first_line(exc, token)}; nothing was "
