@@ -27,6 +27,9 @@ GOOD_TRIGGER = "trigger: {cron: '30 3 * * *'}\n"
     ("name: x\ncommand: [list]\n" + GOOD_TRIGGER, "unknown command 'list'"),
     ("name: x\ncommand: [stats, --help]\n" + GOOD_TRIGGER, "only prints help"),
     ("name: x\ncommand: [stats, extra]\n" + GOOD_TRIGGER, "does not parse"),
+    # the commands' own checks of their arguments, which used to pass the load and fail at every run
+    ("name: x\ncommand: [archive]\n" + GOOD_TRIGGER, "archive needs at least one filter"),
+    ("name: x\ncommand: [archive, --idle, --newer-than, 5h]\n" + GOOD_TRIGGER, "--idle is a selection of its own"),
 ])
 def test_unworkable_job_file_is_refused_at_load(tmp_path, cli, body, needle):
     (tmp_path / "job.yaml").write_text(body)
@@ -49,6 +52,13 @@ def test_job_command_is_checked_with_the_loops_store_flags(tmp_path, cli):
     assert cli("jobs", "list", "--jobs-dir", tmp_path).exit_code == 0
     result = cli("jobs", "run-once", "x", "--jobs-dir", tmp_path, "--db", tmp_path / "state.db")
     assert result.exit_code == 2 and "mutually exclusive" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["[archive, --idle, --yes]", "[archive, --older-than, 30d, --yes]"])
+def test_commands_own_checks_pass_a_workable_job(tmp_path, cli, command):
+    (tmp_path / "job.yaml").write_text(f"name: x\ncommand: {command}\n" + GOOD_TRIGGER)
+    result = cli("jobs", "list", "--jobs-dir", tmp_path)
+    assert result.exit_code == 0, (result.output, result.stderr)
 
 
 def test_valid_options_pass_the_dry_parse_without_running(tmp_path, cli):

@@ -6,6 +6,7 @@ import typer
 
 from maint.commands.options import (AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt,
                                    filter_options)
+from maint.commands import prechecks
 from maint.commands.output import confirm_or_refuse, printable, progress
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
@@ -40,13 +41,7 @@ def archive(
     from maint.ops.archive import execute_archive, plan_archive
     from maint.store.connection import open_store
 
-    if idle:
-        if not filters.is_empty or include_open:
-            raise UsageError("--idle is a selection of its own (idle for sessions.auto_archive_days, open ones "
-                             "included); drop the filters and --include-open")
-    elif filters.is_empty:
-        raise UsageError("archive needs at least one filter (refusing to archive the whole history); "
-                         "e.g. --newer-than 5h or --title 'dry run'")
+    prechecks.archive(filters, idle, include_open)
     metrics = metrics_target(metrics_file)
 
     def run(target) -> dict:

@@ -85,13 +85,17 @@ def dry_parse(root: Any, args: list[str]) -> dict[str, Any]:
     if (params.get("db") is not None) + (params.get("profile") is not None) + bool(params.get("all_profiles")) > 1:
         raise UsageError(f"`{PROG} {shown}`: --db, --profile and --all-profiles are mutually exclusive "
                          "(the loop adds its own --db/--all-profiles to every job)")
-    if set(FILTER_FLAGS) <= set(params):
-        from maint.selection.filters import parse_filters
+    from maint.commands.prechecks import BY_COMMAND
 
-        try:
-            parse_filters({name: params[name] for name in FILTER_FLAGS})
-        except UsageError as exc:
-            raise UsageError(f"`{PROG} {shown}`: {exc}") from None
+    try:
+        if set(FILTER_FLAGS) <= set(params):
+            from maint.selection.filters import parse_filters
+
+            params["filters"] = parse_filters({name: params[name] for name in FILTER_FLAGS})
+        if args[0] in BY_COMMAND:
+            BY_COMMAND[args[0]](params)
+    except UsageError as exc:
+        raise UsageError(f"`{PROG} {shown}`: {exc}") from None
     return params
 
 
