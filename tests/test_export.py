@@ -249,6 +249,18 @@ def test_upload_without_token_keeps_file(store, tmp_path):
     assert r.returncode == 1 and "HF_TOKEN" in r.stderr and out.exists()
 
 
+def test_upload_refused_before_any_file_still_reports_the_files_under_json(store, tmp_path):
+    """A consumer of --json learns what was written even when the upload is refused outright (exit 1)."""
+    out = tmp_path / "tg.trace.jsonl"
+    r = run_export(out, "--db", store, "--format", "trace", "--session-id", "tg", "--upload", "--json",
+                   env={"HF_TOKEN": ""})
+    assert r.returncode == 1 and out.exists()
+    report = json.loads(r.stdout)
+    assert report["files"] == [str(out)] and report["uploaded"] == [] and "HF_TOKEN" in report["upload_error"]
+    line, = r.stderr.strip().splitlines()
+    assert "HF_TOKEN" in line
+
+
 def test_file_names_cannot_escape(tmp_path):
     from maint.export.files import inside, safe_name
     assert "/" not in safe_name("../../etc/passwd", ".md") and not safe_name("../x", "").startswith(".")

@@ -95,16 +95,19 @@ def export(
                            + ("  [replaces the existing file]" if e.get("replaces") else ""), err=e["path"] == "-")
             return
         with progress(len(plan.entries), "Exporting", as_json or len(plan.entries) < 2) as tick:
-            report = run_export(store, plan, on_progress=tick)
+            try:
+                report = run_export(store, plan, on_progress=tick)
+            except MaintError as exc:
+                # The upload was refused before any file went up: the files written are still reported.
+                if as_json and getattr(exc, "report", None) is not None:
+                    _emit_report({**exc.report, "sessions": IdList(exc.report["sessions"]),
+                                  "store": str(target.path), "upload_error": str(exc)})
+                raise
         report["sessions"] = IdList(report["sessions"])  # the selection's temp table goes with the store
     report["store"] = str(target.path)
     failed = [u for u in report["uploaded"] if not u["ok"]]
     if as_json:
-        to_stdout = any(w["path"] == "-" for w in report["written"])
-        stream = sys.stderr if to_stdout else sys.stdout  # never inside a document
-        write_json(report, stream.write)
-        stream.write("\n")
-        stream.flush()
+        _emit_report(report)
         _refuse_failed_uploads(report, failed)
         return
     for w in report["written"]:
@@ -121,6 +124,14 @@ def export(
     if report["deleted"]:
         typer.echo(f"verified and deleted {len(report['deleted'])} session(s): {', '.join(report['deleted'])}",
                    err=True)
+
+
+def _emit_report(report: dict) -> None:
+    to_stdout = any(w["path"] == "-" for w in report["written"])
+    stream = sys.stderr if to_stdout else sys.stdout  # never inside a document
+    write_json(report, stream.write)
+    stream.write("\n")
+    stream.flush()
 
 
 def _refuse_failed_uploads(report: dict, failed: list[dict]) -> None:

@@ -325,8 +325,12 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
         if req.upload:
             from maint.export.hf_upload import upload_traces
 
-            report["uploaded"] = upload_traces([(safe_name(w["ids"][0], ""), Path(w["path"])) for w in written],
-                                               public=req.public)
+            try:
+                report["uploaded"] = upload_traces([(safe_name(w["ids"][0], ""), Path(w["path"])) for w in written],
+                                                   public=req.public)
+            except MaintError as exc:
+                exc.report = report  # what was written still goes into a --json report
+                raise
             for result, w in zip(report["uploaded"], written):
                 if w["temporary"]:
                     result["file"] = None  # the private temporary file is gone when the command ends
