@@ -28,12 +28,15 @@ run: $(RUNTIME)
 	$(BIN)/hermes-maint prune --db demo/state.db --dry-run
 	$(BIN)/hermes-maint stats --db demo/state.db
 
+# The whole suite: spread over JOBS processes, then the tests that time live writers, alone.
+JOBS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(JOBS) -m "not serial"
+	$(BIN)/python -m pytest -q -m serial
 
 # The edit loop: everything but the tests marked slow (live writers, kills, big stores).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n $(JOBS) -m "not slow and not serial"
 
 bench: $(STAMP)
 	$(BIN)/python bench/report.py

@@ -185,6 +185,7 @@ def test_rollback_journal_store_backs_up_in_paced_steps(hermes_home):
     assert (snap["sessions"], snap["messages"]) == counts(db)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_backup_beside_live_writers_keeps_their_budget(tmp_path):
     """Writers that give up after 250 ms of waiting for the lock never give up while the backup runs."""
@@ -228,6 +229,7 @@ print(json.dumps({"appended": ok, "failed": failed}))
 """
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_rollback_store_under_constant_writes_is_refused_not_locked(tmp_path):
     """A rollback-journal store that changes between every step: refused after the restarts (never by holding

@@ -136,6 +136,7 @@ def test_the_clock_ends_a_transaction():
     assert [u for tx in txs for c in tx for u in c] == list(range(9))  # in order, each once
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.parametrize("writers, interval, patience_ms", [(1, 0.005, 250), (3, 0.01, 1000)])
 def test_every_waiting_writer_gets_the_next_turn(tmp_path, writers, interval, patience_ms):

@@ -255,6 +255,7 @@ def test_import_needs_yes_without_a_terminal(tmp_path):
     assert r.returncode == 2 and "not a terminal" in r.stderr and file_hash(db) == before
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_import_beside_live_writers(tmp_path):
     """Thousands of sessions go back in short transactions beside a real Hermes writer: none of its appends

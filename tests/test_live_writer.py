@@ -12,6 +12,7 @@ from tests.conftest import REPO, run_subprocess
 from tests.storegen import bulk_store
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_prune_beside_live_hermes_writer(tmp_path):
     db = tmp_path / "state.db"

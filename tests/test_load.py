@@ -7,6 +7,7 @@ from tests.live import LiveHermes
 from tests.storegen import bulk_store
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_jobs_beside_live_writers_and_reader(tmp_path):
     home = tmp_path / "home"
