@@ -1,7 +1,6 @@
 """How commands talk to the operator: JSON lines, human figures, the confirmation gate, progress."""
 
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -10,6 +9,7 @@ import typer
 
 from maint.errors import Declined, Interrupted, NotATerminal
 from maint.store.sqlutil import write_json
+from maint.store.timestamps import local
 
 
 def emit_json(obj: Any) -> None:
@@ -26,7 +26,7 @@ def printable(text: object) -> str:
 def fmt_time(ts: float | None) -> str:
     if ts is None:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+    return local("%Y-%m-%d %H:%M", ts)
 
 
 def fmt_bytes(n: float) -> str:

@@ -12,7 +12,6 @@ from importlib import resources
 from functools import lru_cache
 import time
 import uuid
-from datetime import datetime, UTC
 from typing import Any
 from collections.abc import Callable, Iterable, Iterator
 
@@ -21,6 +20,7 @@ from jinja2 import Environment, FunctionLoader, select_autoescape
 from maint.store.catalog import SessionInfo
 from maint.export.redact import redact_row, redact_text, redact_value
 from maint.store.connection import Store
+from maint.store.timestamps import utc_iso
 from maint.export.transcript import Timings, iter_messages
 
 TEMPLATES = "maint.export.templates"  # package data: the top-level templates/ folder
@@ -43,7 +43,7 @@ def environment() -> Environment:
 def iso_time(ts: Any) -> str:
     if not isinstance(ts, (int, float)):
         return ""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return utc_iso(ts)
 
 
 def tool_call_names(raw: Any) -> str:

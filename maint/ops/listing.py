@@ -13,11 +13,13 @@ the rows it shows.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import time
 from typing import Any
 
 from maint.store import lineage
+from maint.store.timestamps import local, raw
 from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, SessionInfo, catalog_sql
 from maint.store.connection import Store
 
@@ -119,6 +121,8 @@ def _preview(store: Store, session_id: str) -> str:
 
 def relative_time(ts: float, now: float | None = None) -> str:
     now = time.time() if now is None else now
+    if not isinstance(ts, (int, float)) or not math.isfinite(ts):
+        return raw(ts)
     delta = max(0.0, now - ts)
     if delta < 60:
         return "just now"
@@ -130,7 +134,7 @@ def relative_time(ts: float, now: float | None = None) -> str:
         return "yesterday"
     if delta < 30 * 86400:
         return f"{int(delta // 86400)}d ago"
-    return time.strftime("%Y-%m-%d", time.localtime(ts))
+    return local("%Y-%m-%d", ts)
 
 
 # The list's Src column is six wide; longer platform names get the short forms the Sessions docs show.

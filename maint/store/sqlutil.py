@@ -102,7 +102,12 @@ def write_json(obj: Any, write: Callable[[str], Any]) -> None:
     every session of a big store never exists as one string.
     """
     def dumps(value: Any) -> str:
-        return json.dumps(value, default=str, ensure_ascii=False)
+        try:
+            return json.dumps(value, default=str, ensure_ascii=False, allow_nan=False)
+        except ValueError:  # a stored ±inf or NaN: JSON has neither, the report says null
+            from maint.store.timestamps import finite_or_none
+
+            return json.dumps(finite_or_none(value), default=str, ensure_ascii=False)
 
     if not isinstance(obj, dict) or not any(_streamed(v) for v in obj.values()):
         write(dumps(obj))
