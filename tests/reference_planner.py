@@ -40,7 +40,8 @@ def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionIn
     sql = f"""
         SELECT s.id, s.source, s.started_at, s.ended_at, {_opt(store, 'end_reason')} AS end_reason,
                s.parent_session_id AS parent_id,
-               (SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id) AS last_message_at,
+               (SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id
+                AND typeof(m.timestamp) IN ('integer', 'real')) AS last_message_at,
                {_opt(store, 'last_activity_at')} AS last_activity_at,
                {_opt(store, 'user_id')} AS user_id, {_opt(store, 'chat_id')} AS chat_id,
                {_opt(store, 'chat_type')} AS chat_type, {_opt(store, 'session_key')} AS session_key,
@@ -65,7 +66,7 @@ def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionIn
     out: dict[str, SessionInfo] = {}
     for row in store.iter_rows(sql):
         candidates = [v for v in (row["last_activity_at"], row["last_message_at"]) if isinstance(v, (int, float))]
-        started = row["started_at"] if isinstance(row["started_at"], (int, float)) else 0.0
+        started = row["started_at"] if isinstance(row["started_at"], (int, float)) else now
         row["last_active"] = max(candidates) if candidates else started
         if row["end_reason"] == ORPHAN_REAP_REASON and isinstance(row["ended_at"], (int, float)):
             row["last_active"] = max(row["last_active"], row["ended_at"])

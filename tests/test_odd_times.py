@@ -75,3 +75,25 @@ def test_json_reports_are_strict_json_and_prune_goes_on(store):
     assert report["session_ids"] == planned["session_ids"], (report, planned)
     assert set(report["session_ids"]) == {"normal", "neg_inf", "year_minus"} and report["deleted"] == 3
     assert planned["oldest"] == {"id": "neg_inf", "last_active": None}
+
+
+def test_what_cannot_be_dated_is_never_old_and_a_text_timestamp_hides_nothing(tmp_path):
+    """A text started_at made a session count from time 0 (pruned though it ended yesterday), and one text
+    message timestamp outranked every number in MAX (a message from yesterday no longer counted)."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("textstart", age=1, messages=0)
+        b.session("textts", age=1, messages=3)
+        b.session("old", age=100, messages=2)
+    c = sqlite3.connect(db)
+    c.execute("UPDATE sessions SET started_at = '2026-12-01' WHERE id = 'textstart'")
+    c.execute("UPDATE messages SET timestamp = 'yesterday' WHERE id = (SELECT MIN(id) FROM messages "
+              "WHERE session_id = 'textts')")
+    c.commit()
+    c.close()
+    dry = run_subprocess("prune", "--older-than", "30d", "--dry-run", "--json", "--db", db)
+    assert dry.returncode == 0, dry.stderr
+    assert _strict(dry.stdout)["session_ids"] == ["old"]
+    done = run_subprocess("prune", "--older-than", "30d", "--yes", "--json", "--db", db)
+    report = _strict(done.stdout)
+    assert done.returncode == 0 and report["session_ids"] == ["old"] and report["skipped_changed"] == [], done.stderr

@@ -17,7 +17,7 @@ from typing import Any
 
 from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched
-from maint.store.catalog import locked_session_ids
+from maint.store.catalog import NEWEST_MESSAGE_SQL, locked_session_ids
 from maint.store.checkpointer import background_checkpoints
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
@@ -239,7 +239,7 @@ def _still_safe(store: Store, units: list[Unit], now: float) -> tuple[list[Unit]
     rows = {}
     for chunk in chunks(ids):
         for sid, ended, pin, last in store.conn.execute(
-                f"SELECT id, ended_at, {pinned}, (SELECT MAX(timestamp) FROM messages m WHERE m.session_id = s.id) "
+                f"SELECT id, ended_at, {pinned}, {NEWEST_MESSAGE_SQL} "
                 f"FROM sessions s WHERE id IN ({ph(chunk)})", chunk):
             rows[sid] = (ended, pin, last)
     locked = locked_session_ids(store, now)

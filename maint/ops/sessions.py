@@ -21,7 +21,8 @@ from typing import Any
 from maint.errors import MaintError, UsageError
 from maint.ops.prune import delete_sessions, message_counts
 from maint.store import lineage
-from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, SessionInfo, locked_session_ids, resolve_session, session_info
+from maint.store.catalog import (CANONICAL_BOT_CHAT_TITLE, NEWEST_MESSAGE_SQL, SessionInfo, locked_session_ids,
+                                 resolve_session, session_info)
 from maint.store.connection import Store
 from maint.store.sqlutil import ph
 
@@ -111,7 +112,7 @@ def execute_delete(store: Store, plan: DeletePlan) -> list[str]:
         if busy:
             raise _busy_refusal(plan.session_id, busy)
         last = dict(conn.execute(
-            f"SELECT id, (SELECT MAX(timestamp) FROM messages m WHERE m.session_id = s.id) FROM sessions s "
+            f"SELECT id, {NEWEST_MESSAGE_SQL} FROM sessions s "
             f"WHERE id IN ({ph(ids)})", ids))
         if sorted(ids) != sorted(plan.ids) or last != plan.last_message_at:
             raise MaintError(f"{plan.session_id} or its delegate children changed since they were shown (new "

@@ -109,6 +109,12 @@ OPTIONAL_COLUMNS = ("user_id", "chat_id", "chat_type", "model", "cwd", "git_bran
                     "tool_names")
 
 
+# The newest message time that is a number. SQLite orders every number before any text, so a stray text
+# timestamp would win a plain MAX and hide the real ones; "< ''" keeps the numbers and still lets SQLite
+# read the answer from the end of the (session_id, timestamp) index range.
+NEWEST_MESSAGE_SQL = "(SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id AND m.timestamp < '')"
+
+
 def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str = "1", lean: bool = False,
                 locks: bool = True) -> str:
     """One row per session (bind ``:now``), with the columns :class:`SessionInfo` has, plus ``rid``.
@@ -121,10 +127,11 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str =
     skips the lock and lease lookup alone (``locked`` is 0).
 
     ``last_active`` is the freshest of ``last_activity_at`` and the newest message, else
-    ``started_at``; a reaped orphan counts again from its closing time (only a later sweep may delete
-    it). Flags are 0/1, markers text or NULL. The inner select carries ``LIMIT -1 OFFSET 0`` so SQLite
-    runs it as a co-routine instead of flattening it: the newest-message lookup then runs once per
-    session, not once per use in ``last_active``.
+    ``started_at``, else (no time that is a number: a hand-edited row) ``:now``, so what cannot be
+    dated is never old enough to delete; a reaped orphan counts again from its closing time (only a
+    later sweep may delete it). Flags are 0/1, markers text or NULL. The inner select carries
+    ``LIMIT -1 OFFSET 0`` so SQLite runs it as a co-routine instead of flattening it: the
+    newest-message lookup then runs once per session, not once per use in ``last_active``.
     """
     mc = "s.model_config" if store.has_column("sessions", "model_config") else "NULL"
     wanted = set(OPTIONAL_COLUMNS if columns is None else columns)
@@ -143,7 +150,7 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str =
     raw = f"""
         SELECT s.rowid AS rid, s.id AS id, s.source AS source, s.started_at AS started_at, s.ended_at AS ended_at,
                {_opt(store, 'end_reason')} AS end_reason, s.parent_session_id AS parent_id,
-               {"NULL" if lean else "(SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id)"}
+               {"NULL" if lean else NEWEST_MESSAGE_SQL}
                    AS last_message_at,
                {_opt(store, 'last_activity_at')} AS last_activity_at,
                {_opt(store, 'session_key')} AS session_key, {_opt(store, 'title')} AS title, {extra}
@@ -162,7 +169,7 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str =
              WHEN typeof(r.last_activity_at) IN {NUMERIC} THEN r.last_activity_at
              WHEN typeof(r.last_message_at) IN {NUMERIC} THEN r.last_message_at
              WHEN typeof(r.started_at) IN {NUMERIC} THEN r.started_at
-             ELSE 0.0 END"""
+             ELSE :now END"""
     return f"""
         SELECT r.*, CASE WHEN r.end_reason = '{ORPHAN_REAP_REASON}' AND typeof(r.ended_at) IN {NUMERIC}
                          THEN max({fresh}, r.ended_at) ELSE {fresh} END AS last_active
