@@ -88,3 +88,49 @@ def test_dry_run_and_terminal_rules(make_store, cli):
     keys = set(report)
     assert keys == set(archive_yes(cli, b.path, "--source", "cron"))
     assert {"matched", "session_ids", "skipped_open", "dry_run"} <= keys
+
+
+def _plan_then_change(make_store, change):
+    """Plan an archive of three ended lineages, let a second connection *change* the store, then execute."""
+    import sqlite3
+
+    from maint.ops.archive import execute_archive, plan_archive
+    from maint.selection.filters import parse_filters
+    from maint.store.connection import open_store
+
+    b = make_store("v30")
+    b.session("a1", age=300, end_reason="compression", messages=2)
+    b.session("a2", age=200, parent="a1", messages=2)
+    b.session("b1", age=200, messages=2)
+    b.session("c1", age=200, messages=2)
+    b.close()
+    with open_store(b.path) as store:
+        plan = plan_archive(store, parse_filters({"older_than": "90"}))
+        assert sorted(plan.session_ids) == ["a1", "a2", "b1", "c1"]
+        other = sqlite3.connect(b.path)
+        with other:
+            change(other)
+        other.close()
+        result = execute_archive(store, plan)
+    return b.path, result
+
+
+def test_session_pinned_after_planning_keeps_its_lineage(make_store):
+    path, result = _plan_then_change(make_store, lambda c: c.execute("UPDATE sessions SET pinned = 1 WHERE id = 'a1'"))
+    assert rows(path, "SELECT id FROM sessions WHERE archived = 1 ORDER BY id") == [("b1",), ("c1",)]
+    assert sorted(result.archived_ids) == ["b1", "c1"] and sorted(result.skipped_changed) == ["a1", "a2"]
+
+
+def test_session_reopened_after_planning_is_left_alone(make_store):
+    path, result = _plan_then_change(make_store, lambda c: c.execute("UPDATE sessions SET ended_at = NULL "
+                                                                     "WHERE id = 'b1'"))
+    assert rows(path, "SELECT id FROM sessions WHERE archived = 1 ORDER BY id") == [("a1",), ("a2",), ("c1",)]
+    assert sorted(result.archived_ids) == ["a1", "a2", "c1"] and result.skipped_changed == ["b1"]
+
+
+def test_session_written_to_after_planning_is_left_alone(make_store):
+    path, result = _plan_then_change(make_store, lambda c: c.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES ('c1', 'user', 'late', "
+        "strftime('%s','now'))"))
+    assert rows(path, "SELECT id FROM sessions WHERE archived = 1 ORDER BY id") == [("a1",), ("a2",), ("b1",)]
+    assert sorted(result.archived_ids) == ["a1", "a2", "b1"] and result.skipped_changed == ["c1"]

@@ -304,3 +304,42 @@ def test_blob_cells_come_back_as_bytes(tmp_path):
     assert set(query(db, "SELECT display_identity FROM messages WHERE session_id = 'alone'")) == {
         (b"\x00\xffid'\"",)}
     assert run("export", "-", "--db", db, "--session-id", "alone").stdout == backup.read_text()
+
+
+def _text_times(db):
+    """'alone' started at a date stored as TEXT (REAL affinity keeps non-numeric text), one message too."""
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE sessions SET started_at = '2026-12-01' WHERE id = 'alone'")
+        conn.execute("UPDATE messages SET timestamp = '2026-12-01T10:00:00' WHERE id = "
+                     "(SELECT MIN(id) FROM messages WHERE session_id = 'alone')")
+    conn.close()
+    assert query(db, "SELECT typeof(started_at) FROM sessions WHERE id = 'alone'") == [("text",)]
+
+
+def test_round_trip_holds_for_text_started_at_and_timestamps(tmp_path):
+    db = _store(tmp_path / "state.db", "v30")
+    _text_times(db)
+    before = export_all(db)
+    out = tmp_path / "bk"
+    r = run("export", out, "--db", db, "--session-id", "alone", "--delete-after-verified", "--yes", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "alone" not in session_ids(db)
+    report = do_import(db, out / "alone.jsonl")
+    assert report["imported"] == ["alone"]
+    assert query(db, "SELECT started_at, typeof(started_at) FROM sessions WHERE id = 'alone'") == [
+        ("2026-12-01", "text")]
+    assert export_all(db) == before
+
+
+def test_bulk_import_with_one_text_started_at_brings_every_session_back(tmp_path):
+    db = _store(tmp_path / "state.db", "v30")
+    _text_times(db)
+    whole = tmp_path / "all.jsonl"
+    whole.write_text(export_all(db))
+    fresh = tmp_path / "fresh.db"
+    with StoreBuilder(fresh, layout="v30"):
+        pass
+    report = do_import(fresh, whole)
+    assert sorted(report["imported"]) == sorted(ALL)
+    assert rows_by_id(export_all(fresh)) == rows_by_id(whole.read_text())

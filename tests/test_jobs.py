@@ -185,3 +185,45 @@ def test_a_job_file_that_is_not_a_regular_file_is_refused(kind, tmp_path):
         os.symlink("/dev/zero", jobs / "z.yaml")
     result = run_subprocess("jobs", "list", "--jobs-dir", jobs, timeout=30)
     assert result.returncode == 2 and "not a regular file" in result.stderr
+
+
+def _fires(spec, start, days):
+    from datetime import timedelta
+
+    from maint.jobs.scheduler import cron_trigger
+
+    trigger, out, when = cron_trigger(spec), [], start
+    while True:
+        when = trigger.get_next_fire_time(None, when + timedelta(seconds=1))
+        if when is None or when >= start + timedelta(days=days):
+            return out
+        out.append(when.replace(tzinfo=None))
+
+
+@pytest.mark.parametrize(("spec", "hour", "matches"), [
+    ("0 3 1 * 1", 3, lambda d: d.day == 1 or d.weekday() == 0),  # both restricted: either matches
+    ("0 3 1,15 * sat,sun", 3, lambda d: d.day in (1, 15) or d.weekday() >= 5),
+    ("0 3 1 * *", 3, lambda d: d.day == 1),  # one field '*': the other alone decides
+    ("0 3 * * 1", 3, lambda d: d.weekday() == 0),
+    ("0 3 */2 * 1", 3, lambda d: d.day % 2 == 1 and d.weekday() == 0),  # Vixie: a field starting with '*' is '*'
+])
+def test_day_of_month_and_weekday_are_ored_as_cron_does(spec, hour, matches):
+    from datetime import datetime, timedelta
+
+    start = datetime(2026, 12, 3, 12).astimezone()
+    days = [datetime(2026, 12, 4) + timedelta(days=i) for i in range(90)]
+    assert _fires(spec, start, 91) == [d.replace(hour=hour) for d in days if matches(d)]
+
+
+def test_feb_29_or_monday_is_listed_with_its_next_run(tmp_path, cli):
+    import json
+    from datetime import datetime
+
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "f.yaml").write_text("name: f\ncommand: [stats]\ntrigger: {cron: '0 0 29 2 1'}\nenabled: true\n")
+    result = cli("jobs", "list", "--jobs-dir", jobs, "--json")
+    assert result.exit_code == 0, result.output
+    when = datetime.fromisoformat(json.loads(result.stdout)["jobs"][0]["next_run"])
+    assert when.month == 2 and (when.day == 29 or when.weekday() == 0) and (when.hour, when.minute) == (0, 0)
+    assert (when - datetime.now().astimezone()).days < 366

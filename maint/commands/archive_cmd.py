@@ -54,15 +54,16 @@ def archive(
             report = {"store": str(target.path), "dry_run": dry_run, "matched": len(ids), "session_ids": ids,
                       "lineages": len(plan.lineages), "skipped_open": plan.skipped_open,
                       "skipped_pinned": plan.skipped_pinned, "skipped_busy": 0, "include_open": include_open,
-                      "idle": False, "idle_days": None}
+                      "idle": False, "idle_days": None, "skipped_changed": []}
             if dry_run or not ids:
                 return report
             confirm_or_refuse(yes, f"Archive {len(ids)} sessions?", [
                 f"{len(ids)} sessions in {len(plan.lineages)} conversations will be archived "
                 f"({plan.skipped_open} skipped as open, {plan.skipped_pinned} as pinned)"])
             with progress(len(plan.lineages), "Archiving", as_json) as tick:
-                done = execute_archive(store, plan, on_progress=tick)
-            report.update(session_ids=done, matched=len(done))
+                result = execute_archive(store, plan, on_progress=tick)
+            report.update(session_ids=result.archived_ids, matched=len(result.archived_ids),
+                          skipped_changed=result.skipped_changed)
             return report
 
     for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="archive",
@@ -94,7 +95,8 @@ def _run_idle(store, target, days: float, *, dry_run: bool, yes: bool, as_json: 
     ids = plan.session_ids
     report = {"store": str(target.path), "dry_run": dry_run, "matched": len(ids), "session_ids": ids,
               "lineages": len(plan.units), "skipped_open": 0, "skipped_pinned": plan.skipped_pinned,
-              "skipped_busy": plan.skipped_busy, "include_open": True, "idle": True, "idle_days": days}
+              "skipped_busy": plan.skipped_busy, "include_open": True, "idle": True, "idle_days": days,
+              "skipped_changed": []}
     if dry_run or not ids:
         return report
     confirm_or_refuse(yes, f"Archive {len(ids)} idle sessions?", [
@@ -102,7 +104,8 @@ def _run_idle(store, target, days: float, *, dry_run: bool, yes: bool, as_json: 
         f"archived until resumed ({plan.skipped_pinned} pinned and {plan.skipped_busy} busy left alone)"])
     with progress(len(plan.units), "Archiving", as_json) as tick:
         done = execute_idle_archive(store, plan, on_progress=tick)
-    report.update(session_ids=done, matched=len(done))
+    flipped = set(done)
+    report.update(session_ids=done, matched=len(done), skipped_changed=[sid for sid in ids if sid not in flipped])
     return report
 
 
@@ -122,3 +125,5 @@ def _render(r: dict) -> None:
                + ("" if r["include_open"] else " (use --include-open to archive them)"))
     if r["skipped_pinned"]:
         typer.echo(f"  skipped {r['skipped_pinned']} pinned conversation(s)")
+    if r["skipped_changed"]:
+        typer.echo(f"  skipped {len(r['skipped_changed'])} session(s) pinned, reopened or written to while archiving")

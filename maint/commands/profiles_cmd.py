@@ -94,6 +94,8 @@ def repair_profiles(
 def _line(f: dict) -> str:
     if f["kind"] == "unreadable_store":
         return f"  [unreadable_store] {f['reason']} (the other stores were scanned)"
+    if f["kind"] == "shared_store":
+        return f"  [shared_store] {f['reason']}; rows of either name stay where they are"
     what = f"{len(f['session_ids'])} session(s)" + (f", {len(f['routing_keys'])} routing row(s)"
                                                      if f["routing_keys"] else "")
     return f"  [{f['kind']}] in {f['store']}'s store, belonging to {f['owner']}: {what} -> {f['action']}"

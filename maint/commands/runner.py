@@ -167,6 +167,13 @@ def _each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[[St
             emit_json({"store": str(target.path), "profile": target.profile, "error": target.problem,
                        "declined": False}) if as_json else typer.echo(f"{PROG}: error: {target.problem}", err=True)
             continue
+        if target.alias_of is not None:
+            first = target.alias_of
+            note = (f"{target.path}: profile {target.name} is the same store file as profile {first.name} "
+                    f"({first.path}); already run as {first.name}, skipped")
+            emit_json({"store": str(target.path), "profile": target.profile, "skipped": note,
+                       "alias_of": first.name}) if as_json else typer.echo(note)
+            continue
         if target.missing:
             note = f"{target.path}: profile has no state.db yet; skipped"
             emit_json({"store": str(target.path), "profile": target.profile, "skipped": note}) if as_json \

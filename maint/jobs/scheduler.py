@@ -27,6 +27,8 @@ from typing import Any
 
 from apscheduler.executors.base import BaseExecutor, run_job
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from ruamel.yaml import YAML
@@ -61,18 +63,27 @@ class Job:
 DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 
 
-def cron_trigger(spec: str) -> CronTrigger:
+def cron_trigger(spec: str) -> BaseTrigger:
     """A crontab line read as cron reads it.
 
     APScheduler's ``from_crontab`` numbers weekdays from Monday = 0, so ``0 4 * * 0`` would fire on
     Mondays and ``1-5`` on Tuesday to Saturday. Standard cron counts Sunday = 0 (and 7); the weekday
     field is turned into day names first, which APScheduler reads unambiguously.
+
+    APScheduler also requires the day of month AND the weekday to match; cron fires when either
+    does if both are restricted (``0 3 1 * 1``: the 1st and every Monday). As in Vixie cron, a field
+    starting with ``*`` (``*``, ``*/2``) is unrestricted and the two are then ANDed; otherwise the
+    trigger is the union of the two single-field triggers.
     """
     fields = spec.split()
     if len(fields) != 5:
         raise ValueError(f"expected 5 fields (minute hour day month weekday), got {len(fields)}")
     minute, hour, day, month, weekday = fields
-    return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=_weekday_names(weekday))
+    names = _weekday_names(weekday)
+    if day.startswith("*") or weekday.startswith("*"):
+        return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=names)
+    return OrTrigger([CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week="*"),
+                      CronTrigger(minute=minute, hour=hour, day="*", month=month, day_of_week=names)])
 
 
 def _weekday_names(field: str) -> str:

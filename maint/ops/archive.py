@@ -3,7 +3,9 @@
 A compression lineage is judged by its live tip and archived as a unit, so an
 old segment of a conversation still in use never hides it on its own.
 Pinned lineages are left alone (a pin means "keep visible"); open ones only
-with ``include_open``. A hand archive clears ``auto_archived`` on what it archives, so a
+with ``include_open``. Each lineage is checked again inside the write transaction: one that became
+pinned or open, or was written to, since planning is left alone and reported (``skipped_changed``).
+A hand archive clears ``auto_archived`` on what it archives, so a
 conversation the idle sweep had hidden stays hidden until it is un-archived by hand.
 """
 
@@ -26,6 +28,7 @@ class ArchivePlan:
     sessions: int  # how many sessions the lineages hold
     skipped_open: int  # lineages that matched but are still open
     skipped_pinned: int
+    include_open: bool = False
 
     @property
     def session_ids(self) -> IdList:
@@ -73,19 +76,43 @@ def plan_archive(store: Store, filters: Filters, *, include_open: bool = False,
         return [out[i] for i in sorted(out)]
 
     return ArchivePlan(lineages=Paged(count, load), sessions=sessions, skipped_open=skipped.get("open", 0),
-                       skipped_pinned=skipped.get("pinned", 0))
+                       skipped_pinned=skipped.get("pinned", 0), include_open=include_open)
+
+
+@dataclass
+class ArchiveResult:
+    archived_ids: IdList
+    skipped_changed: list[str]  # sessions of lineages pinned, reopened or written to since planning
+
+
+def _changed(store: Store, ids: list[str], include_open: bool) -> set[str]:
+    """Inside the write transaction: the *ids* now pinned, open (unless *include_open*) or with another
+    newest message than the plan saw (``temp.maint_s``, on this connection)."""
+    pinned = "COALESCE(s.pinned, 0)" if store.has_column("sessions", "pinned") else "0"
+    out = set()
+    for chunk in chunks(ids):
+        out.update(r[0] for r in store.conn.execute(
+            f"SELECT s.id FROM sessions s JOIN temp.maint_s p ON p.id = s.id WHERE s.id IN ({ph(chunk)}) AND "
+            f"({pinned} OR (s.ended_at IS NULL AND NOT ?) OR (SELECT MAX(m.timestamp) FROM messages m "
+            f"WHERE m.session_id = s.id) IS NOT p.last_message_at)", [*chunk, int(include_open)]))
+    return out
 
 
 def execute_archive(store: Store, plan: ArchivePlan,
-                    on_progress: Callable[[int], None] | None = None) -> IdList:
+                    on_progress: Callable[[int], None] | None = None) -> ArchiveResult:
+    """Archive the planned lineages, each re-checked inside the write transaction (see :func:`_changed`)."""
     done = IdList()
+    skipped: list[str] = []
 
     # A hand archive never carries the idle sweep's provenance (Hermes's set_session_archived clears it).
     manual = (", auto_archived = 0", "(archived = 0 OR auto_archived <> 0)") \
         if store.has_column("sessions", "auto_archived") else ("", "archived = 0")
 
     def apply(batch: list[list[str]]) -> int:
-        ids = [sid for lineage in batch for sid in lineage]
+        changed = _changed(store, [sid for lineage in batch for sid in lineage], plan.include_open)
+        keep = [lineage for lineage in batch if changed.isdisjoint(lineage)]
+        skipped.extend(sid for lineage in batch if not changed.isdisjoint(lineage) for sid in lineage)
+        ids = [sid for lineage in keep for sid in lineage]
         for chunk in chunks(ids):
             store.conn.execute(f"UPDATE sessions SET archived = 1{manual[0]} WHERE {manual[1]} AND id IN ({ph(chunk)})",
                                chunk)
@@ -93,4 +120,4 @@ def execute_archive(store: Store, plan: ArchivePlan,
         return len(ids)
 
     run_batched(plan.lineages, len, apply, store.write, pacer_for(store), on_progress=on_progress)
-    return done
+    return ArchiveResult(archived_ids=done, skipped_changed=skipped)

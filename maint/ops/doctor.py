@@ -28,7 +28,7 @@ from maint.errors import CorruptStore
 from maint.ops import fts, history
 from maint.ops.diskcheck import disk_figures
 from maint.ops.journal import HERMES_DEFAULT_JOURNAL_MODE, WAL_UNSAFE_FS, filesystem_type
-from maint.ops.profiles import existing_profiles, profile_stores, scan_store
+from maint.ops.profiles import existing_profiles, profile_stores, scan_store, store_aliases
 from maint.ops.prompts import scan as scan_prompts
 from maint.ops.reap import reap_candidates
 from maint.ops.recover import find_stray
@@ -379,7 +379,7 @@ class Doctor:
         if not mine:
             self.add("profiles", OK, "not a profile store under $HERMES_HOME: profile mix-ups not checked")
             return
-        found = scan_store(store, mine[0], existing_profiles(self.home), None)
+        found = scan_store(store, mine[0], existing_profiles(self.home), None, store_aliases(self.home))
         movable = [f for f in found if f.action == "move"]
         other = [f for f in found if f.action != "move"]
         if movable:
@@ -485,10 +485,11 @@ def _num(value: float) -> str:
 
 
 def _same(a: Path, b: Path) -> bool:
-    try:
-        return Path(a).resolve() == Path(b).resolve()
-    except OSError:
-        return False
+    """The same file, however reached (a linked folder or file, a hard link)."""
+    from maint.ops.profiles import file_id
+
+    fid = file_id(a)
+    return fid is not None and fid == file_id(b)
 
 
 def _meta_time(store: Store, key: str) -> float | None:

@@ -143,8 +143,11 @@ def read_export(path: Path) -> tuple[dict[str, Record], dict[str, int], dict[str
             sid = obj.get("id")
             if not isinstance(sid, str) or not sid:
                 raise _bad(path, n, "no session id")
-            if not isinstance(obj.get("source"), str) or not _number(obj.get("started_at")):
-                raise _bad(path, n, f"session {sid!r} lacks source or started_at")
+            # started_at as export writes it: a number, or text a store kept as text (REAL affinity keeps
+            # '2026-12-01'); stored back as-is, ordered like the planners do (text counts as 0).
+            if not isinstance(obj.get("source"), str) or not (_number(obj.get("started_at"))
+                                                              or isinstance(obj.get("started_at"), str)):
+                raise _bad(path, n, f"session {sid!r} lacks source or started_at (a number, or text as exported)")
             msgs = obj.get("messages")
             if not isinstance(msgs, list):
                 raise _bad(path, n, f"session {sid!r} has no messages list")
@@ -168,7 +171,7 @@ def read_export(path: Path) -> tuple[dict[str, Record], dict[str, int], dict[str
                 _check_values(path, n, m, f"session {sid!r} message")
                 for k, v in m.items():
                     mcols[k] = mcols.get(k, 0) + (v is not None)
-            started = float(obj["started_at"])
+            started = float(obj["started_at"]) if _number(obj["started_at"]) else 0.0
             ended = obj.get("ended_at") if _number(obj.get("ended_at")) else None
             parent = obj.get("parent_session_id")
             info = SessionInfo(id=sid, source=obj["source"], started_at=started, ended_at=ended,

@@ -57,17 +57,42 @@ def normalize_profile(name: str | None) -> str | None:
     return DEFAULT if name in ("default", "main") else str(name)
 
 
-def profile_stores(home: Path | None = None) -> dict[str, Path]:
-    home = home or hermes_home()
-    stores = {}
-    if (home / "state.db").is_file():
-        stores[DEFAULT] = home / "state.db"
+def file_id(path: Path) -> tuple[int, int] | None:
+    """The file *path* resolves to, as (st_dev, st_ino): two links or a linked folder give the same one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _candidate_stores(home: Path) -> list[tuple[str, Path]]:
+    out = [(DEFAULT, home / "state.db")] if (home / "state.db").is_file() else []
     pdir = home / "profiles"
     if pdir.is_dir():
-        for child in sorted(pdir.iterdir()):
-            if (child / "state.db").is_file():
-                stores[child.name] = child / "state.db"
-    return stores
+        out += [(c.name, c / "state.db") for c in sorted(pdir.iterdir()) if (c / "state.db").is_file()]
+    return out
+
+
+def store_aliases(home: Path | None = None) -> dict[str, str]:
+    """Profile names whose state.db is the same file as an earlier name's: alias -> that name."""
+    seen: dict[tuple[int, int], str] = {}
+    aliases = {}
+    for name, path in _candidate_stores(home or hermes_home()):
+        fid = file_id(path)
+        if fid in seen:
+            aliases[name] = seen[fid]
+        elif fid is not None:
+            seen[fid] = name
+    return aliases
+
+
+def profile_stores(home: Path | None = None) -> dict[str, Path]:
+    """One entry per store file: a name whose state.db is the same file as an earlier name's (see
+    :func:`store_aliases`) is left out, so no file is scanned, snapshotted or written twice."""
+    home = home or hermes_home()
+    aliases = store_aliases(home)
+    return {name: path for name, path in _candidate_stores(home) if name not in aliases}
 
 
 def existing_profiles(home: Path | None = None) -> set[str]:
@@ -87,6 +112,7 @@ class Finding:
     routing_keys: list[list[str]] = field(default_factory=list)  # [scope, session_key]
     action: str = "report"  # move | rekey | report
     reason: str | None = None  # why, for findings that are only reported
+    target: str | None = None  # the store a move goes to when the owner names another's file (an alias)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "store": self.store, "owner": self.owner, "session_ids": self.session_ids,
@@ -97,7 +123,11 @@ def _owner(row: dict[str, Any]) -> str | None:
     return key_profile(row.get("session_key")) or normalize_profile(row.get("profile_name"))
 
 
-def scan_store(store: Store, profile: str, known: set[str], legacy_main: str | None) -> list[Finding]:
+def scan_store(store: Store, profile: str, known: set[str], legacy_main: str | None,
+               aliases: dict[str, str] | None = None) -> list[Finding]:
+    """Findings for the store of *profile*; *aliases* (alias -> name) maps profile names whose store is
+    another name's file, so rows of an alias of *profile* are at home here."""
+    aliases = aliases or {}
     cols = ["id", "parent_session_id"]
     cols += [c if store.has_column("sessions", c) else f"NULL AS {c}" for c in ("session_key", "profile_name")]
     rows = {r["id"]: r for r in store.iter_rows(f"SELECT {', '.join(cols)} FROM sessions")}
@@ -108,7 +138,7 @@ def scan_store(store: Store, profile: str, known: set[str], legacy_main: str | N
     findings: dict[tuple[str, str | None], Finding] = {}
 
     def classify(owner: str | None) -> tuple[str, str] | None:
-        if owner is None or owner == profile:
+        if owner is None or aliases.get(owner, owner) == profile:
             return None
         if owner == DEFAULT and profile != DEFAULT:
             if legacy_main == "rekey":
@@ -141,7 +171,8 @@ def scan_store(store: Store, profile: str, known: set[str], legacy_main: str | N
             claimed.add(cur)
             family.append(cur)
             stack.extend(children.get(cur, []))
-        f = findings.setdefault((kind, _owner(r)), Finding(kind, profile, _owner(r), action=action))
+        f = findings.setdefault((kind, _owner(r)), Finding(kind, profile, _owner(r), action=action,
+                                                           target=aliases.get(_owner(r))))
         f.session_ids.extend(sorted(family))
     if store.has_table("gateway_routing"):
         for scope, key in store.conn.execute("SELECT scope, session_key FROM gateway_routing"):
@@ -151,7 +182,8 @@ def scan_store(store: Store, profile: str, known: set[str], legacy_main: str | N
             kind, action = verdict
             kind = "stray_routing" if kind == "stray_sessions" else kind
             f = findings.setdefault((kind + ":routing", key_profile(key)),
-                                    Finding(kind, profile, key_profile(key), action=action))
+                                    Finding(kind, profile, key_profile(key), action=action,
+                                            target=aliases.get(key_profile(key))))
             f.routing_keys.append([scope, key])
     if store.has_table("telegram_dm_topic_bindings"):
         moving = {sid for f in findings.values() for sid in f.session_ids}
@@ -165,12 +197,16 @@ def scan_store(store: Store, profile: str, known: set[str], legacy_main: str | N
 
 def scan(home: Path | None = None, legacy_main: str | None = None) -> tuple[dict[str, Path], list[Finding]]:
     stores = profile_stores(home)
+    aliases = store_aliases(home)
     known = existing_profiles(home)
     out: list[Finding] = []
+    for alias, name in aliases.items():  # one file under two names: one store, its rows are home under both
+        out.append(Finding("shared_store", name, alias, reason=f"profiles {name} and {alias} are one store file "
+                                                               f"({stores[name]}): scanned once, as {name}"))
     for profile, path in stores.items():
         try:
             with open_store(path, readonly=True) as store:
-                out.extend(scan_store(store, profile, known, legacy_main))
+                out.extend(scan_store(store, profile, known, legacy_main, aliases))
         except StoreError as exc:  # reported; the other stores are still scanned
             out.append(Finding("unreadable_store", profile, None, reason=str(exc)))
     return stores, out
@@ -278,10 +314,14 @@ def apply(stores: dict[str, Path], findings: list[Finding]) -> list[dict[str, An
         if f.action == "rekey":
             dst_path, rekey = src_path, ("agent:main:", f"agent:{f.store}:")
         else:
-            target = DEFAULT if f.kind == "legacy_main" else f.owner
+            target = DEFAULT if f.kind == "legacy_main" else (f.target or f.owner)
             dst_path, rekey = stores.get(target), None
             if dst_path is None:
                 continue  # the owner profile exists but has no store yet: leave it reported
+            if file_id(dst_path) == file_id(src_path):  # never "move" rows within one file: the delete would lose them
+                done.append({**f.as_dict(), "to": str(dst_path), "skipped": True,
+                             "reason": f"{dst_path} is the same file as {src_path}; nothing moved"})
+                continue
         with open_store(src_path) as src:
             if f.action == "rekey":
                 _rekey_in_place(src, f, rekey)

@@ -22,6 +22,11 @@ class StoreTarget:
     profile: str | None  # None = the default store (or an explicit --db)
     missing: bool = False  # a profile folder without a state.db yet (--all-profiles reports it, skipped)
     problem: str | None = None  # why this entry cannot even be looked at (reported as a failed store)
+    alias_of: StoreTarget | None = None  # the same file as this earlier target's: run once, as that one
+
+    @property
+    def name(self) -> str:
+        return self.profile or "default"
 
 
 def profile_store(name: str) -> Path:
@@ -53,7 +58,26 @@ def resolve_targets(db: str | Path | None, profile: str | None, all_profiles: bo
         targets += _profile_targets(home / "profiles")
         if not targets:
             raise UsageError(f"--all-profiles: no state.db found under {home}")
+        targets = _mark_aliases(targets)
     return targets
+
+
+def _mark_aliases(targets: list[StoreTarget]) -> list[StoreTarget]:
+    """A target whose file (st_dev, st_ino, links followed) an earlier one already names becomes an alias of it."""
+    seen: dict[tuple[int, int], StoreTarget] = {}
+    out = []
+    for t in targets:
+        if t.missing or t.problem:
+            out.append(t)
+            continue
+        try:
+            st = os.stat(t.path)
+        except OSError:  # opening it reports the problem
+            out.append(t)
+            continue
+        first = seen.setdefault((st.st_dev, st.st_ino), t)
+        out.append(t if first is t else StoreTarget(t.path, t.profile, alias_of=first))
+    return out
 
 
 def _profile_targets(pdir: Path) -> list[StoreTarget]:

@@ -1,0 +1,78 @@
+"""Two profile names for one store file (a linked folder, a linked or hard-linked state.db) are one store."""
+
+import json
+import os
+
+import pytest
+
+from tests.conftest import query, run_subprocess, session_ids
+from tests.storegen import StoreBuilder
+
+
+def _alias(home, how):
+    """Profile a with its own sessions (one tagged profile_name='a'); profile b names a's file *how*."""
+    a = home / "profiles" / "a" / "state.db"
+    with StoreBuilder(a) as b:
+        b.session("own_a", age=1, profile_name="a", messages=3)
+        b.session("own_b", age=1, profile_name="b", messages=2)
+        b.session("old", age=200)
+    with StoreBuilder(home / "state.db") as b:
+        b.session("d1", age=1)
+    bdir = home / "profiles" / "b"
+    if how == "folder":
+        os.symlink("a", bdir)
+    else:
+        bdir.mkdir()
+        if how == "file":
+            os.symlink("../a/state.db", bdir / "state.db")
+        else:
+            os.link(a, bdir / "state.db")
+    return a
+
+
+@pytest.mark.parametrize("how", ["folder", "file", "hardlink"])
+def test_repair_profiles_apply_keeps_rows_of_an_aliased_store(how, hermes_home):
+    a = _alias(hermes_home, how)
+    before = query(a, "SELECT id, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) FROM sessions s "
+                      "ORDER BY id")
+    result = run_subprocess("repair-profiles", "--apply", "--yes", "--json", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert query(a, "SELECT id, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) FROM sessions s "
+                    "ORDER BY id") == before
+    assert [f for f in report["findings"] if f["action"] != "report"] == []
+    shared = [f for f in report["findings"] if f["kind"] == "shared_store"]
+    assert len(shared) == 1 and shared[0]["store"] == "a" and "a" in shared[0]["reason"] \
+        and "b" in shared[0]["reason"]
+
+
+def test_rows_for_an_alias_in_another_store_move_to_the_shared_file(hermes_home):
+    a = _alias(hermes_home, "folder")
+    with StoreBuilder(hermes_home / "profiles" / "c" / "state.db") as b:
+        b.session("for_b", age=1, profile_name="b", messages=2)
+    result = run_subprocess("repair-profiles", "--apply", "--yes", "--json", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    assert "for_b" in session_ids(a) and "for_b" not in session_ids(hermes_home / "profiles" / "c" / "state.db")
+    assert query(a, "SELECT COUNT(*) FROM messages WHERE session_id = 'for_b'") == [(2,)]
+
+
+@pytest.mark.parametrize("how", ["folder", "file", "hardlink"])
+def test_all_profiles_runs_a_shared_store_once_and_names_both(how, hermes_home):
+    a = _alias(hermes_home, how)
+    result = run_subprocess("prune", "--all-profiles", "--older-than", "100", "--yes", "--json",
+                            env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["profile"] for r in reports] == [None, "a", "b"]
+    ran = [r for r in reports if "matched" in r]
+    assert [r["profile"] for r in ran] == [None, "a"] and ran[1]["session_ids"] == ["old"]
+    alias = reports[2]
+    assert alias["alias_of"] == "a" and str(a) in alias["skipped"] and "b" in alias["skipped"]
+    assert session_ids(a) == {"own_a", "own_b"}
+
+
+def test_all_profiles_text_mode_names_the_alias(hermes_home):
+    _alias(hermes_home, "folder")
+    result = run_subprocess("stats", "--all-profiles", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    assert "same store file as profile a" in result.stdout
