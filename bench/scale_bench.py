@@ -1,8 +1,9 @@
 """Scale benchmark: time and peak RSS of each command at three store sizes, and how they grow.
 
 Stores are built once (cached under bench/.cache/) with plain SQL in the current upstream layout
-(schema 31: V30 plus ``auto_archived``; FTS5 indexes kept by Hermes's triggers) with a realistic
-shape: a year of history, most sessions short and a few with thousands of messages, compression
+(schema 31: V30 plus ``auto_archived``; FTS5 indexes kept by Hermes's triggers; the indexes
+hermes-agent creates, :data:`HERMES_INDEXES`, in place before the first row as in a live store) with
+a realistic shape: a year of history, most sessions short and a few with thousands of messages, compression
 lineages, delegate children, branches, open, pinned, archived and hidden sessions, content-addressed
 prompts and tool pins. Each command runs as its own CLI process; its peak RSS is that process's
 ``ru_maxrss`` (os.wait4). ``growth`` is time per session at the largest size over time per session
@@ -45,6 +46,23 @@ WORDS = ["deploy", "docker", "refactor", "auth", "test", "error", "migration", "
 RSS_TARGET_MB, RSS_SPREAD = 100.0, 0.20
 FLAT = ("prune_dry_run", "sweep", "archive_dry_run", "export", "repair_prompts")
 ABSOLUTE_S = {"list": 0.3, "stats": 0.5}
+# hermes-agent 0.19.0's SCHEMA_SQL, DEFERRED_INDEX_SQL and title index, less the ones whose columns or
+# tables this layout lacks (handoff_state, platform_message_id, async_delegations); V30_SCHEMA has
+# idx_sessions_parent and idx_messages_session already. Timings on a store without them would flatter
+# every plan that could use them and hide the cost of keeping them up to date on deletes.
+HERMES_INDEXES = """
+CREATE INDEX idx_sessions_source ON sessions(source);
+CREATE INDEX idx_sessions_source_id ON sessions(source, id);
+CREATE INDEX idx_sessions_started ON sessions(started_at DESC);
+CREATE INDEX idx_compression_locks_expires ON compression_locks(expires_at);
+CREATE INDEX idx_session_model_usage_session ON session_model_usage(session_id);
+CREATE INDEX idx_session_model_usage_model ON session_model_usage(model);
+CREATE INDEX idx_messages_session_active ON messages(session_id, active, timestamp);
+CREATE INDEX idx_messages_active_null ON messages(active) WHERE active IS NULL;
+CREATE INDEX idx_sessions_session_key ON sessions(session_key, started_at DESC);
+CREATE INDEX idx_sessions_gateway_peer ON sessions(source, user_id, chat_id, chat_type, thread_id, started_at DESC);
+CREATE UNIQUE INDEX idx_sessions_title_unique ON sessions(title) WHERE title IS NOT NULL;
+"""
 
 
 def message_count(rng: random.Random) -> int:
@@ -92,7 +110,7 @@ class Builder:
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (sid, source, config["model"], json.dumps(config), parent, started, ended,
              None if ended is None else end_reason, n, last,
-             f"{self.text(24).strip()} {sid[-6:]}" if rng.random() < 0.6 else None,
+             f"{self.text(24).strip()} {sid}" if rng.random() < 0.6 else None,
              f"/home/u/projects/p{rng.randrange(40)}", None, rng.choice(self.prompts), "f" * 64,
              n * 900, n * 300, n * 0.002, int(flags.get("archived", 0)), int(flags.get("pinned", 0)),
              int(flags.get("hidden", 0)), f"agent:main:{source}:dm:{rng.randrange(500)}", str(rng.randrange(500))))
@@ -150,7 +168,7 @@ def build_store(path: Path, sessions: int, seed: int = 15) -> None:
     started = time.time()
     conn = sqlite3.connect(tmp, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.executescript(V30_SCHEMA + V31_ADDITIONS)
+    conn.executescript(V30_SCHEMA + V31_ADDITIONS + HERMES_INDEXES)
     conn.execute("PRAGMA synchronous=OFF")
     conn.execute("BEGIN")
     rng = random.Random(seed)
@@ -178,7 +196,7 @@ def build_store(path: Path, sessions: int, seed: int = 15) -> None:
 
 
 def store_for(sessions: int) -> Path:
-    path = CACHE / f"scale_v2_{sessions}" / "state.db"
+    path = CACHE / f"scale_v3_{sessions}" / "state.db"  # v3: with Hermes's indexes
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         build_store(path, sessions)

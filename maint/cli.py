@@ -44,4 +44,7 @@ app.add_typer(jobs_cmd.jobs_app, name="jobs")
 def main(argv: list[str] | None = None) -> None:
     import typer
 
+    from maint.commands import textparams
+
+    textparams.install()
     sys.exit(run(typer.main.get_command(app), argv))

@@ -302,8 +302,9 @@ def plan_archive(store: Store, filters: Filters, *, include_open: bool = False, 
 
 
 def list_conversations(store: Store, *, source: str | None = None, limit: int = 20, workspace: str | None = None,
-                       now: float | None = None) -> tuple[list[dict], int]:
-    """Rows without the preview (the preview query did not change)."""
+                       now: float | None = None, sort: str = "last-active") -> tuple[list[dict], int]:
+    """Rows without the preview (the preview query did not change). The order by start (newest
+    first, ties by the first session's id) was added beside the order by activity this planner had."""
     now = time.time() if now is None else now
     with store.snapshot():
         sessions = load_sessions(store, now)
@@ -327,7 +328,10 @@ def list_conversations(store: Store, *, source: str | None = None, limit: int = 
                      "last_active": max(m.last_active for m in members), "started_at": root.started_at,
                      "open": tip.is_open, "segments": len(chain.ids), "pinned": pinned,
                      "archived": any(m.archived for m in members), "workspace": key})
-    rows.sort(key=lambda r: (-r["last_active"], r["id"]))
+    if sort == "started":
+        rows.sort(key=lambda r: (-r["started_at"], r["root_id"]))
+    else:
+        rows.sort(key=lambda r: (-r["last_active"], r["id"]))
     total = len(rows)
     shown = rows if not limit else rows[:limit] + [r for r in rows[limit:] if r["pinned"]]
     return shown, total

@@ -1,5 +1,6 @@
 """The real CLI as a separate process: exit codes, one-line errors, the terminal prompt."""
 
+import json
 import os
 import pty
 import select
@@ -86,3 +87,24 @@ def test_terminal_confirmation_shows_count_oldest_newest(tmp_path):
     code, screen = _run_on_pty(["prune", "--db", path], b"y\n")
     assert code == 0 and "Deleted 2 sessions" in screen
     assert session_ids(path) == {"new"}
+
+
+def test_list_and_stats_parse_their_options_without_pydantic(tmp_path):
+    """typer would coerce every text option and flag through a pydantic adapter (0.1 s of imports);
+    the pass-through gives the same values, and the command sees them."""
+    path = tmp_path / "state.db"
+    with StoreBuilder(path) as b:
+        b.session("c1", source="cli", age=2, cwd="/srv/my-project")
+        b.session("t1", source="telegram", age=1, cwd="/srv/my-project")
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "maint", "list", "--db", str(path),
+                             "--source", "cli", "--workspace", "my-project", "--limit", "5", "--json"],
+                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [row["id"] for row in json.loads(result.stdout)["sessions"]] == ["c1"]
+    assert "pydantic" not in result.stderr and "maint.ops.listing" in result.stderr  # importtime's lines
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "maint", "stats", "--db", str(path), "--json"],
+                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0 and json.loads(result.stdout)["sessions"] == 2
+    assert "pydantic" not in result.stderr and "maint.ops.stats" in result.stderr
+    bad = run_subprocess("list", "--db", path, "--sort", "newest")
+    assert bad.returncode == 2 and "--sort" in bad.stderr and "Traceback" not in bad.stderr

@@ -77,3 +77,33 @@ def test_layouts_relative_times_and_source_names(make_store, cli, layout):
     assert lines[0].split() == ["Title", "Preview", "Last", "Active", "ID"] and lines[0].index("Preview") == 23
     assert lines[2].startswith("refactoring auth ") and lines[2].split()[-3:] == ["2h", "ago", "t1"]
     assert lines[3].startswith("— ") and lines[3].split()[-3:] == ["3d", "ago", "t2"]
+
+
+def test_default_order_is_hermes_own_by_start_and_last_active_is_asked_for(make_store, cli, layout):
+    """Hermes lists conversations newest start first, a compression chain by its first session's start
+    but shown at its live tip; --sort last-active orders by activity. Without an index on the start
+    (the v30 layout here), the same rows."""
+    b = make_store(layout)
+    b.session("old_busy", age=0.1, started_age=30)  # started a month ago, active just now
+    b.session("k1", age=20, started_age=21, end_reason="compression")
+    b.session("k2", age=0.5, started_age=19.9, parent="k1")  # the chain's tip, active recently
+    b.session("fresh", age=1, started_age=1.5)
+    b.session("mid", age=5, started_age=6)
+    b.session("sub", source="subagent", age=0.2, started_age=0.3, parent="mid", model_config={"_delegate_from": "mid"})
+    b.session("gone", age=0.2, started_age=0.4, archived=1)
+    b.close()
+    assert ids(cli, b.path) == ["fresh", "mid", "k2", "old_busy"]
+    assert ids(cli, b.path, "--sort", "started") == ["fresh", "mid", "k2", "old_busy"]
+    assert ids(cli, b.path, "--sort", "last-active") == ["old_busy", "k2", "fresh", "mid"]
+    r = cli.json("list", "--db", b.path, "--limit", "3")
+    assert [row["id"] for row in r["sessions"]] == ["fresh", "mid", "k2"] and (r["total"], r["shown"]) == (4, 3)
+    assert r["sessions"][2]["root_id"] == "k1" and r["sessions"][2]["segments"] == 2
+    assert "… 1 more not shown" in cli("list", "--db", b.path, "--limit", "3").stdout
+    if layout == "v22":  # the order of Hermes's own `hermes sessions list`
+        from hermes_state import SessionDB
+
+        db = SessionDB(b.path)
+        try:
+            assert [s["id"] for s in db.list_sessions_rich(limit=20)] == ids(cli, b.path)
+        finally:
+            db.close()

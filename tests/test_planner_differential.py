@@ -8,7 +8,9 @@ pinned, hidden, archived, locked and leased sessions, reaped orphans, dangling p
 parent loops only a damaged store has. Every planner must choose exactly what
 ``tests/reference_planner.py`` chooses: prune's units and held-back reasons (with and without
 archived sessions, with sessions just reaped), archive's lineages in order and its skip counts,
-list's rows and total (with and without a workspace), the idle sweep's lineages, the pinned list,
+list's rows and total in both orders (by start: without an index on it in the v30/v31 stores, with
+Hermes's ``idx_sessions_started`` in SessionDB's; with and without a source, a limit, a workspace),
+the idle sweep's lineages, the pinned list,
 export's selection, latest session and logical groups, the delegate family of every session, and
 sweep's orphans to reap.
 """
@@ -169,13 +171,15 @@ def test_sql_planner_selects_what_the_python_planner_selected(tmp_path, layout, 
     keep = frozenset(ids[::keep_every]) if keep_every else frozenset()
     with open_store(path) as store:
         check_everything(store, now, ids, raw, include_archived, keep)
-        for source, limit, workspace in ((None, 0, None), (None, 3, None), ("cli", 0, None), (None, 2, "proj"),
-                                         (None, 0, "hermes")):
+        for sort, (source, limit, workspace) in itertools.product(
+                ("started", "last-active"),
+                ((None, 0, None), (None, 1, None), (None, 3, None), ("cli", 0, None), ("cli", 2, None),
+                 (None, 2, "proj"), (None, 0, "hermes"))):
             want, want_total = ref.list_conversations(store, source=source, limit=limit, workspace=workspace,
-                                                      now=now)
+                                                      now=now, sort=sort)
             for row in want:
                 row["preview"] = _preview(store, row["root_id"])  # the preview query did not change
-            got = list_conversations(store, source=source, limit=limit, workspace=workspace, now=now)
+            got = list_conversations(store, source=source, limit=limit, workspace=workspace, now=now, sort=sort)
             assert got == (want, want_total)
         if store.has_column("sessions", "auto_archived"):
             for days in (0.0, 3.0, 100.0):

@@ -90,3 +90,32 @@ def test_planning_sorts_with_the_small_cache_and_gives_the_write_cache_back(make
         plan_prune(store, None)
         assert store.scalar("PRAGMA cache_size") == before
     assert before < during < 0  # negative sizes are KiB: the write cache is the bigger one
+
+
+def test_the_scale_benchmark_builds_stores_with_hermes_indexes(tmp_path, monkeypatch):
+    """Timings on a store without Hermes's indexes would flatter every plan that can use one: the
+    benchmark's store has every index hermes-agent 0.19.0 creates, but those on columns or tables
+    the upstream layout it builds lacks, each defined as Hermes defines it."""
+    import sqlite3
+    from pathlib import Path
+
+    from hermes_state import SessionDB
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "bench"))
+    import scale_bench
+
+    def indexes(path):
+        conn = sqlite3.connect(path)
+        try:
+            return {name: " ".join(sql.split()) for name, sql in conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")}
+        finally:
+            conn.close()
+
+    scale_bench.build_store(tmp_path / "bench.db", 40)
+    SessionDB(tmp_path / "hermes.db").close()
+    ours, hermes = indexes(tmp_path / "bench.db"), indexes(tmp_path / "hermes.db")
+    assert set(hermes) - set(ours) == {"idx_async_delegations_delivery", "idx_messages_platform_msg_id",
+                                       "idx_sessions_handoff_state"}
+    assert {name: ours[name] for name in hermes if name in ours} == {
+        name: sql for name, sql in hermes.items() if name in ours}

@@ -57,3 +57,22 @@ def test_list_bad_limit(make_store, cli):
     b.close()
     result = cli("list", "--db", b.path, "--limit", "-1")
     assert result.exit_code == 2 and "--limit" in result.stderr
+
+
+def test_stats_flag_counts_and_an_empty_store(make_store, cli):
+    """Per-source counts (from Hermes's index on the source when the store has one) and the flag counts
+    (one pass over the table) agree; an empty store counts zeros, not nulls."""
+    b = make_store("v30")
+    b.session("a", source="cli", archived=1)
+    b.session("b", source="cli", pinned=1, ended=False)
+    b.session("c", source="cron", pinned=1, archived=1)
+    b.close()
+    r = cli.json("stats", "--db", b.path)
+    assert (r["sessions"], r["open_sessions"], r["archived_sessions"], r["pinned_sessions"]) == (3, 1, 2, 2)
+    assert r["sessions_by_source"] == {"cli": 2, "cron": 1}
+    empty = make_store("v30", name="empty.db")
+    empty.close()
+    r = cli.json("stats", "--db", empty.path)
+    assert (r["sessions"], r["messages"], r["open_sessions"], r["archived_sessions"], r["pinned_sessions"]) == \
+        (0, 0, 0, 0, 0)
+    assert r["sessions_by_source"] == {}

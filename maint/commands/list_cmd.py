@@ -20,21 +20,29 @@ def list_sessions(
         "--workspace", metavar="NEEDLE",
         help="Only one workspace (git repo root, else working directory): a path substring or the exact "
              "directory name.")] = None,
+    sort: Annotated[str, typer.Option(
+        "--sort", metavar="ORDER",
+        help="started: newest conversation start first, as Hermes lists them (stops at the limit; one lean "
+             "pass counts the rest); last-active: most recent activity first (reads every session's newest "
+             "message).")
+    ] = "started",
     as_json: JsonOpt = False,
     db: DbOpt = None,
     profile: ProfileOpt = None,
     all_profiles: AllProfilesOpt = False,
 ) -> None:
-    """Recent conversations: title, preview, last active, id. Pinned ones are always listed.
+    """Recent conversations, newest start first: title, preview, last active, id. Pinned ones are always listed.
 
-    Example: hermes-maint list --workspace my-project --limit 50
+    Example: hermes-maint list --workspace my-project --limit 50 --sort last-active
     """
-    from maint.ops.listing import list_conversations
+    from maint.ops.listing import SORTS, list_conversations
     from maint.store.connection import open_store
 
     n = parse_count("--limit", limit)
     if source is not None and not source.strip():
         raise UsageError("--source: empty value (expected a platform name, e.g. cli or telegram)")
+    if sort not in SORTS:
+        raise UsageError(f"--sort: {sort!r} (expected {' or '.join(SORTS)})")
     needle = None
     if workspace is not None:
         needle = os.path.expanduser(workspace.strip())
@@ -45,7 +53,7 @@ def list_sessions(
 
     def run(target) -> dict:
         with open_store(target.path, readonly=True) as store:
-            rows, total = list_conversations(store, source=source, limit=n, workspace=needle)
+            rows, total = list_conversations(store, source=source, limit=n, workspace=needle, sort=sort)
         return {"sessions": rows, "total": total, "shown": len(rows)}
 
     for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)

@@ -1,4 +1,4 @@
-"""list: the conversations a user would see, newest activity first.
+"""list: the conversations a user would see, newest first by start (as Hermes lists them) or by activity.
 
 Compression continuations fold into their lineage (shown at its live tip) and
 subagent runs are hidden, as in Hermes's own picker; archived and hidden
@@ -13,6 +13,7 @@ the rows it shows.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import time
@@ -43,36 +44,90 @@ def in_workspace(key: str | None, needle: str) -> bool:
     return needle in key or needle == os.path.basename(key.rstrip("/\\"))
 
 
+SORTS = ("started", "last-active")
+
+
 def list_conversations(store: Store, *, source: str | None = None, limit: int = 20, workspace: str | None = None,
-                       now: float | None = None) -> tuple[list[dict[str, Any]], int]:
+                       now: float | None = None, sort: str = "started") -> tuple[list[dict[str, Any]], int]:
     """Rows to show and the total number that matched (for the '… more not shown' line).
 
-    Only sessions of compression chains (a few, found through their parents' ``end_reason``) go
-    through the lineage tables; every other session is a conversation of its own, read straight
-    from ``sessions``: once without its newest-message lookup to count, once with it for SQLite's
-    top-N sort, and once more, limited to pinned rows, for the pinned ones past the limit.
+    ``sort="started"`` (Hermes's own order: the conversation's first session's start, newest first)
+    walks ``sessions`` by start and stops at the limit (:mod:`maint.ops.listing_by_start`), unless
+    ``workspace`` is given, which needs every chain's tip, or no limit. ``sort="last-active"``,
+    ``workspace`` and ``limit=0`` read every session: only sessions of compression chains (a few, found
+    through their parents' ``end_reason``) go through the lineage tables; every other session is a
+    conversation of its own, read straight from ``sessions``: once without its newest-message lookup
+    to count, once with it for SQLite's top-N sort, and once more, limited to pinned rows, for the
+    pinned ones past the limit.
     """
+    from maint.ops import listing_by_start
+
+    if sort not in SORTS:
+        raise ValueError(f"sort: {sort!r} (expected one of {', '.join(SORTS)})")
     now = time.time() if now is None else now
     store.conn.create_scalar_function("maint_workspace", workspace_of, 2, deterministic=True)
     store.conn.create_scalar_function("maint_in_workspace", lambda key, needle: int(in_workspace(key, needle)), 2,
                                       deterministic=True)
-    has = functools.partial(store.has_column, "sessions")
-    title = "COALESCE(NULLIF(tip.title, ''), root.title)" if has("title") else "NULL"
-    key = " ".join(f"""COALESCE(maint_workspace({'tip.git_repo_root' if has('git_repo_root') else 'NULL'},
-                                              {'tip.cwd' if has('cwd') else 'NULL'}),
-                                maint_workspace({'root.git_repo_root' if has('git_repo_root') else 'NULL'},
-                                              {'root.cwd' if has('cwd') else 'NULL'}))""".split())
-    in_workspace_sql = f"AND maint_in_workspace({key}, :workspace)" if workspace is not None else ""
-    ws_join = "JOIN sessions tip ON tip.id = c.tip JOIN sessions root ON root.id = c.key" if workspace else ""
-    # A pin means "always listed", except the hidden canonical Bot Chat; delegate runs, archived and hidden
-    # conversations are out of sight otherwise.
-    chains = f"""SELECT c.tip AS id, c.key AS root_id, r.source AS source, c.last_active AS last_active,
-               r.started_at AS started_at, c.n AS segments, c.pinned AS pinned, c.archived AS archived
-        FROM maint_c c JOIN maint_s r ON r.id = c.key {ws_join}
-        WHERE (NOT (r.kind = '{lineage.DELEGATE}' OR c.archived OR c.hidden) OR (c.pinned AND NOT c.botchat))
-          AND (:source IS NULL OR r.source = :source) {in_workspace_sql}"""
+    sql = _Sql(store, workspace)
+    order = "started_at DESC, root_id" if sort == "started" else "last_active DESC, id"
+    params = {"source": source, "workspace": workspace, "limit": limit or -1, "now": now}
+    with store.snapshot():
+        picked = None
+        if sort == "started" and workspace is None and limit:
+            picked = listing_by_start.pick(store, source=source, limit=limit, now=now)
+        if picked is None:
+            lineage.build(store, now, only=lineage.chained_ids(store))
+            total = store.scalar(f"SELECT COUNT(*) FROM ({sql.chains})", params) + \
+                store.scalar(f"SELECT COUNT(*) FROM ({sql.singles(lean=True)})", params)
+            pinned = f"SELECT * FROM ({sql.chains}) WHERE pinned" + (
+                f" UNION ALL SELECT * FROM ({sql.singles(where=_flag_sql('s.pinned'))})" if sql.has("pinned") else "")
+            chosen = f"""SELECT * FROM (SELECT * FROM ({sql.chains}) UNION ALL SELECT * FROM ({sql.singles()})
+                                       ORDER BY {order} LIMIT :limit)
+                         UNION SELECT * FROM ({pinned})"""
+        else:
+            singles, keys, total = picked
+            lineage.build(store, now, only=listing_by_start.chain_members(store, keys))
+            listing_by_start.drop(store)
+            params["picked"] = json.dumps(singles)
+            chosen = f"""SELECT * FROM ({sql.chains}) UNION ALL
+                SELECT * FROM ({sql.singles(where="s.id IN (SELECT value FROM json_each(:picked))")})"""
+        shown = store.rows(f"""
+            SELECT v.id, v.root_id, {sql.title} AS title, v.source, v.last_active, v.started_at,
+                   tip.ended_at IS NULL AS open, v.segments, v.pinned, v.archived, {sql.key} AS workspace
+            FROM ({chosen}) v
+            JOIN sessions tip ON tip.id = v.id JOIN sessions root ON root.id = v.root_id
+            ORDER BY {", ".join("v." + term for term in order.split(", "))}""", params)
+        for row in shown:
+            for flag in ("open", "pinned", "archived"):
+                row[flag] = bool(row[flag])
+            row["preview"] = _preview(store, row["root_id"])
+        lineage.drop(store)
+    return shown, total
 
-    def singles(lean: bool = False, where: str = "1") -> str:
+
+class _Sql:
+    """The list's queries for this store's columns: its chains (``temp.maint_c``) and its single sessions."""
+
+    def __init__(self, store: Store, workspace: str | None):
+        self.store, self.workspace = store, workspace
+        self.has = has = functools.partial(store.has_column, "sessions")
+        self.title = "COALESCE(NULLIF(tip.title, ''), root.title)" if has("title") else "NULL"
+        self.key = " ".join(f"""COALESCE(maint_workspace({'tip.git_repo_root' if has('git_repo_root') else 'NULL'},
+                                                   {'tip.cwd' if has('cwd') else 'NULL'}),
+                                     maint_workspace({'root.git_repo_root' if has('git_repo_root') else 'NULL'},
+                                                   {'root.cwd' if has('cwd') else 'NULL'}))""".split())
+        in_workspace_sql = f"AND maint_in_workspace({self.key}, :workspace)" if workspace is not None else ""
+        ws_join = "JOIN sessions tip ON tip.id = c.tip JOIN sessions root ON root.id = c.key" if workspace else ""
+        # A pin means "always listed", except the hidden canonical Bot Chat; delegate runs, archived and hidden
+        # conversations are out of sight otherwise.
+        self.chains = f"""SELECT c.tip AS id, c.key AS root_id, r.source AS source, c.last_active AS last_active,
+                   r.started_at AS started_at, c.n AS segments, c.pinned AS pinned, c.archived AS archived
+            FROM maint_c c JOIN maint_s r ON r.id = c.key {ws_join}
+            WHERE (NOT (r.kind = '{lineage.DELEGATE}' OR c.archived OR c.hidden) OR (c.pinned AND NOT c.botchat))
+              AND (:source IS NULL OR r.source = :source) {in_workspace_sql}"""
+
+    def singles(self, lean: bool = False, where: str = "1") -> str:
+        store, workspace = self.store, self.workspace
         one = ("s.id NOT IN (SELECT id FROM maint_chained) AND (:source IS NULL OR s.source = :source) AND "
                + where)
         cat = catalog_sql(store, ("git_repo_root", "cwd") if workspace is not None else (), one, lean, locks=False)
@@ -83,28 +138,6 @@ def list_conversations(store: Store, *, source: str | None = None, limit: int = 
             FROM ({cat}) c LEFT JOIN sessions p ON p.id = c.parent_id AND c.parent_id <> ''
             WHERE (NOT ({lineage.kind_sql(store)} = '{lineage.DELEGATE}' OR c.archived OR c.hidden)
                    OR (c.pinned AND NOT (c.hidden AND c.title IS '{CANONICAL_BOT_CHAT_TITLE}'))) {ws}"""
-
-    params = {"source": source, "workspace": workspace, "limit": limit or -1, "now": now}
-    with store.snapshot():
-        lineage.build(store, now, only=lineage.chained_ids(store))
-        total = store.scalar(f"SELECT COUNT(*) FROM ({chains})", params) + \
-            store.scalar(f"SELECT COUNT(*) FROM ({singles(lean=True)})", params)
-        pinned = f"SELECT * FROM ({chains}) WHERE pinned" + (
-            f" UNION ALL SELECT * FROM ({singles(where=_flag_sql('s.pinned'))})" if has("pinned") else "")
-        shown = store.rows(f"""
-            SELECT v.id, v.root_id, {title} AS title, v.source, v.last_active, v.started_at,
-                   tip.ended_at IS NULL AS open, v.segments, v.pinned, v.archived, {key} AS workspace
-            FROM (SELECT * FROM (SELECT * FROM ({chains}) UNION ALL SELECT * FROM ({singles()})
-                                 ORDER BY last_active DESC, id LIMIT :limit)
-                  UNION SELECT * FROM ({pinned})) v
-            JOIN sessions tip ON tip.id = v.id JOIN sessions root ON root.id = v.root_id
-            ORDER BY v.last_active DESC, v.id""", params)
-        for row in shown:
-            for flag in ("open", "pinned", "archived"):
-                row[flag] = bool(row[flag])
-            row["preview"] = _preview(store, row["root_id"])
-        lineage.drop(store)
-    return shown, total
 
 
 def _flag_sql(expr: str) -> str:

@@ -8,17 +8,23 @@ from maint.store.connection import Store, sqlite_version
 
 
 def store_stats(store: Store) -> dict[str, Any]:
-    """One pass over ``sessions`` (every per-session figure at once) and SQLite's count of ``messages``."""
-    archived = "SUM(archived = 1)" if store.has_column("sessions", "archived") else "0"
-    pinned = "SUM(pinned = 1)" if store.has_column("sessions", "pinned") else "0"
+    """Counts from one read snapshot, each the cheapest way SQLite has.
+
+    Sessions per source come from a covering index when the store has one (Hermes creates
+    ``idx_sessions_source``); the open, archived and pinned counts from one pass over the table
+    (in a single GROUP BY, SQLite would walk that index and look up every row instead);
+    messages from SQLite's count over their smallest index.
+    """
+    archived = "COALESCE(SUM(archived = 1), 0)" if store.has_column("sessions", "archived") else "0"
+    pinned = "COALESCE(SUM(pinned = 1), 0)" if store.has_column("sessions", "pinned") else "0"
     with store.snapshot():
         groups = store.conn.execute(
-            f"SELECT source, COUNT(*), SUM(ended_at IS NULL), {archived}, {pinned} FROM sessions "
-            "GROUP BY source ORDER BY COUNT(*) DESC, source").fetchall()
+            "SELECT source, COUNT(*) FROM sessions GROUP BY source ORDER BY COUNT(*) DESC, source").fetchall()
+        sessions, open_count, archived, pinned = store.conn.execute(
+            f"SELECT COUNT(*), COALESCE(SUM(ended_at IS NULL), 0), {archived}, {pinned} FROM sessions").fetchone()
         messages = store.scalar("SELECT COUNT(*) FROM messages")
         pages = store.page_stats()
-    by_source = {src: n for src, n, *_ in groups}
-    sessions, open_count, archived, pinned = (sum(g[i] for g in groups) for i in range(1, 5))
+    by_source = dict(groups)
     sizes = store.file_sizes()
     free_share = pages["freelist_count"] / pages["page_count"] if pages["page_count"] else 0.0
     return {
