@@ -257,7 +257,8 @@ class Renderer:
         self.store, self.plan, self.stamp = store, plan, stamp
         self.req = plan.request
 
-    def render(self, entry: dict, write) -> int:
+    def render(self, entry: dict, write, write_bytes) -> int:
+        """*write* takes text, *write_bytes* UTF-8 bytes (the SQL-built jsonl lines), both in one order."""
         from maint.export import render as r
 
         store, redact = self.store, self.req.redacting
@@ -269,7 +270,12 @@ class Renderer:
                         write(json.dumps(rec, ensure_ascii=False) + "\n")
                         n += 1
                 return n
-            return sum(r.write_jsonl_session(store, sid, write, redact) for sid in entry["ids"])
+            if redact:
+                return sum(r.write_jsonl_session(store, sid, write, redact) for sid in entry["ids"])
+            from maint.export.fast_jsonl import write_sessions
+
+            return write_sessions(store, entry["ids"], write_bytes,
+                                  lambda sid: r.write_jsonl_session(store, sid, write, False))
         if self.req.fmt == "trace":
             from maint.store.catalog import session_info
 
@@ -284,7 +290,7 @@ class Renderer:
 
         with self.store.snapshot():
             with atomic_text(path) as sink:
-                n = self.render(entry, sink.write)
+                n = self.render(entry, sink.write, sink.write_bytes)
             # The delete check needs the transcript as it was exported, from the same snapshot.
             prints = {sid: fingerprint(self.store, sid) for sid in entry["ids"]} \
                 if self.req.delete_after_verified else {}
@@ -293,7 +299,7 @@ class Renderer:
     def rerender_digest(self, entry: dict) -> str:
         h = hashlib.sha256()
         with self.store.snapshot():
-            self.render(entry, lambda t: h.update(t.encode("utf-8")))
+            self.render(entry, lambda t: h.update(t.encode("utf-8")), h.update)
         return h.hexdigest()
 
 
