@@ -47,7 +47,8 @@ def awkward_store(path, layout):
         t0 = 1733212345.1234567
         for n, ts in enumerate([t0, t0 + 0.00025, t0 + 0.00025, t0 - 5, t0 + 0.1 + 0.2, t0 + 86400.000001,
                                 1e16, 1e-05, 100.0]):
-            _message(b, "floats", "user" if n % 2 else "assistant", f"f{n}", ts, token_count=2**63 - 1 - n)
+            _message(b, "floats", "user" if n % 2 else "assistant", f"f{n}", ts,
+                     token_count=2**63 - 1 - n if n % 2 else n + 0.5)  # a float in an integer column stays one
         for n, value in enumerate(FLOATS):  # floats and infinities in a text-affinity column are kept as REAL
             _message(b, "floats", "tool", value, t0 + 200 + n, tool_call_id=value if n % 3 else None)
         b.session("ties", messages=0)  # gaps on and near a tie of round(x, 1): half-even, not half-up
@@ -143,6 +144,27 @@ def test_a_prompt_hash_that_is_not_text_takes_the_reference_way(tmp_path):
     assert "".join(out) == _expected(db, _all_ids(db))[0]
     assert '"system_prompts": {"5": "five"}' in "".join(out)
     assert fell_back == ["numeric_hash"]
+
+
+def test_rows_reaching_the_aggregate_out_of_id_order_are_caught(tmp_path, monkeypatch):
+    from maint.export import fast_jsonl
+
+    line_sql = fast_jsonl.line_sql
+    # Without the sort the rows come in the session index's order (by timestamp): "floats" goes back in time.
+    monkeypatch.setattr(fast_jsonl, "line_sql", lambda store: line_sql(store).replace("ORDER BY id) o", ") o"))
+    db = awkward_store(tmp_path / "state.db", "v31")
+    ids = _all_ids(db)
+    out, fell_back = [], []
+    with open_store(db, readonly=True) as store, store.snapshot():
+        assert "ORDER BY id) o" in line_sql(store)
+
+        def reference(sid):
+            fell_back.append(sid)
+            return render.write_jsonl_session(store, sid, out.append, False)
+
+        write_sessions(store, ids, lambda b: out.append(b.decode()), reference)
+    assert "".join(out) == _expected(db, ids)[0]
+    assert "floats" in fell_back and set(fell_back) - {"floats"} <= set(FALLBACK) | {"ties"}
 
 
 def test_batches_keep_order_across_statements(tmp_path, monkeypatch):

@@ -5,16 +5,18 @@ SQLite's ``json_quote`` escapes text and prints integers exactly as ``json.dumps
 does, but not floats (Python prints the shortest round-trip digits, SQLite 15 or 17) nor blobs
 (``default=str``): those go through the SQL functions below, which run Python's own code. A timing
 rounded to 0.1 ms is written by SQL when that is provably Python's ``repr(round(x, 1))`` (see
-:func:`_tenths`), by Python otherwise. Whatever the SQL cannot vouch for puts a NUL at the line's end
-and the caller renders that session the reference way: text timestamps, roles that are
-not text, an assistant's ``tool_calls`` that is a blob or not strict JSON, prompt hashes that are not
-text. Lines come back as bytes and are written as they are; one that is not UTF-8 goes the reference way,
-which fails as it always did.
+:func:`_tenths`), by Python otherwise. Whatever the SQL cannot vouch for puts a NUL in the line
+(which otherwise never holds one: every text is escaped) and the caller renders that session the
+reference way: text timestamps, roles that are not text, an assistant's ``tool_calls`` that is a
+blob or not strict JSON, prompt hashes that are not text, rows that reached the aggregate out of
+order. Lines come back as bytes and are written as they are; one that is not UTF-8 goes the
+reference way, which fails as it always did.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -33,6 +35,11 @@ def _ms(value: float) -> str:
     return _ENCODER.encode(round(value, 1))
 
 
+def _roles(roles: str) -> str:
+    """The role counts as the reference's Counter keeps them: first seen first."""
+    return _ENCODER.encode(dict(Counter(json.loads(roles))))
+
+
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -41,12 +48,31 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _value(expr: str) -> str:
+def _affinity(declared: str) -> str:
+    """SQLite's column affinity from a declared type (https://sqlite.org/datatype3.html, 3.1)."""
+    t = (declared or "").upper()
+    if "INT" in t:
+        return "integer"
+    if any(k in t for k in ("CHAR", "CLOB", "TEXT")):
+        return "text"
+    if not t or "BLOB" in t:
+        return "blob"
+    return "real" if any(k in t for k in ("REAL", "FLOA", "DOUB")) else "numeric"
+
+
+def _value(expr: str, affinity: str = "blob") -> str:
     """A column as ``json.dumps`` prints it: finite floats by ``float.__repr__``, blobs and infinities
-    by the encoder itself, the rest by SQLite."""
-    return (f"CASE typeof({expr}) WHEN 'real' THEN iif(abs({expr}) <= 1.7976931348623157e308, "
-            f"maint_repr({expr}), maint_json({expr})) WHEN 'blob' THEN maint_json({expr}) "
-            f"ELSE json_quote({expr}) END")
+    by the encoder itself, the rest by SQLite.
+
+    Types are told apart by comparisons, which cost no function call: SQLite orders NULL < numbers <
+    text < blobs, so ``x < ''`` is a number and ``x >= x''`` a blob. A text-affinity column holds no
+    number (SQLite turns one into text on the way in), a real-affinity one no integer.
+    """
+    real = f"iif(abs({expr}) <= 1.7976931348623157e308, maint_repr({expr}), maint_json({expr}))"
+    number = {"text": "", "real": f"WHEN {expr} < '' THEN {real} "}.get(
+        affinity, f"WHEN {expr} < '' THEN iif(typeof({expr}) = 'real', {real}, {expr}) ")
+    return (f"CASE WHEN {expr} IS NULL THEN 'null' {number}WHEN {expr} < x'' THEN json_quote({expr}) "
+            f"ELSE maint_json({expr}) END")
 
 
 def _tenths(expr: str) -> str:
@@ -62,47 +88,63 @@ def _tenths(expr: str) -> str:
             f"CAST(floor({expr} * 10 + 0.5) AS INTEGER) % 10), maint_ms({expr}))")
 
 
-def _object(alias: str, columns: list[str], close: str) -> str:
-    """``json.dumps`` of a row as a dict (keys in column order, ``", "`` and ``": "``), without its ``}``."""
+def _object(alias: str, columns: list[tuple[str, str]], close: str) -> str:
+    """``json.dumps`` of a row as a dict (keys in column order, ``", "`` and ``": "``), then *close*."""
     parts = []
-    for n, col in enumerate(columns):
+    for n, (col, affinity) in enumerate(columns):
         parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
-        parts.append(_value(f"{alias}.{_ident(col)}"))
+        parts.append(_value(f"{alias}.{_ident(col)}", affinity))
     return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
+
+
+def _columns(store: Store, table: str) -> list[tuple[str, str]]:
+    return [(r[1], _affinity(r[2])) for r in store.conn.execute(f"PRAGMA table_info({_ident(table)})")]
 
 
 _UNAVAILABLE = ('"available": false, "unavailable_reason": "no message has a timestamp", '
                 '"wall_clock_ms": null, "largest_gap_ms": null, "intervals": []}}')  # the block's } and the line's
 
 
-def _timings(message_cols: list[str]) -> str:
-    """The timings block closing the line, or NUL when a row has what the SQL cannot vouch for."""
-    has = set(message_cols)
-    ts = "m.timestamp" if "timestamp" in has else "NULL"
+def _messages(columns: list[tuple[str, str]], prompts: str) -> str:
+    """One ordered pass over the session's rows: the messages, the prompts, the role counts (Python's
+    Counter over the roles, in order) and the tool calls; NUL for what the SQL cannot vouch for.
+
+    The ids are sorted alone (from the session index) and the rows fetched in that order; the
+    aggregate takes them as they come, and their order is checked against a sorted copy of the ids,
+    so a plan that reorders them is caught, not trusted.
+    """
+    has = {c for c, _ in columns}
     role = "m.role" if "role" in has else "NULL"
     calls = "m.tool_calls" if "tool_calls" in has else "NULL"
+    return f"""(SELECT concat(group_concat(js, ','), ']', {prompts}, ', "timings": {{"role_counts": ',
+            maint_roles(json_group_array(iif(typeof(role) = 'blob', NULL, coalesce(nullif(role, ''), 'unknown')))),
+            ', "tool_calls_emitted": ', coalesce(SUM(iif(role = 'assistant' AND calls <> '',
+                iif(json_valid(calls) AND json_type(calls) = 'array', json_array_length(calls), 1), 0)), 0),
+            ', "complete": false, ',
+            iif(coalesce(SUM(typeof(role) NOT IN ('text', 'null')
+                             OR role = 'assistant' AND typeof(calls) NOT IN ('text', 'null')
+                             OR role = 'assistant' AND calls <> '' AND NOT json_valid(calls)), 0)
+                OR group_concat(id) IS NOT group_concat(id, ',' ORDER BY id), char(0), ''))
+        FROM (SELECT m.id AS id, {_object('m', columns, '}')} AS js, {role} AS role, {calls} AS calls
+              FROM (SELECT id FROM messages WHERE session_id = s.id ORDER BY id) o JOIN messages m ON m.id = o.id))"""
+
+
+def _intervals(columns: list[tuple[str, str]]) -> str:
+    """The rest of the timings block from the timestamps alone (the session index covers them).
+
+    NUL when a timestamp is not a float or only some messages have one.
+    """
+    ts = "m.timestamp" if "timestamp" in {c for c, _ in columns} else "NULL"
     gap = "max((ts - prev) * 1000, 0.0)"
-    return f"""(WITH w AS (SELECT m.id AS id, {ts} AS ts, {role} AS role, {calls} AS calls,
-                  LAG({ts}) OVER (ORDER BY m.id) AS prev
-              FROM messages m WHERE m.session_id = s.id)
-        SELECT CASE
-            WHEN SUM(typeof(ts) NOT IN ('real', 'null') OR typeof(role) NOT IN ('text', 'null')
-                     OR role = 'assistant' AND typeof(calls) NOT IN ('text', 'null')
-                     OR role = 'assistant' AND calls <> '' AND NOT json_valid(calls))
-                 OR COUNT(ts) NOT IN (0, COUNT(*)) THEN char(0)
-            ELSE concat('{{"role_counts": {{', (SELECT group_concat(json_quote(r) || ': ' || n, ', ' ORDER BY f)
-                    FROM (SELECT coalesce(nullif(role, ''), 'unknown') AS r, COUNT(*) AS n, MIN(id) AS f
-                          FROM w GROUP BY 1)),
-                 '}}, "tool_calls_emitted": ', coalesce(SUM(iif(role = 'assistant' AND calls <> '',
-                        iif(json_valid(calls) AND json_type(calls) = 'array', json_array_length(calls), 1), 0)), 0),
-                 ', "complete": false, ',
-                 iif(COUNT(ts) = 0, {_literal(_UNAVAILABLE)},
-                     concat('"available": true, "wall_clock_ms": ', maint_ms((MAX(ts) - MIN(ts)) * 1000),
-                            ', "largest_gap_ms": ', maint_ms(max(coalesce(MAX((ts - prev) * 1000), 0.0), 0.0)),
-                            ', "intervals": [', group_concat(concat('{{"id": ', json_quote(id),
-                                ', "since_previous_ms": ', iif(prev IS NULL, 'null', {_tenths(gap)}), '}}'),
-                                ', ' ORDER BY id), ']}}}}')))
-            END FROM w)"""
+    return f"""(SELECT CASE
+            WHEN SUM(typeof(ts) NOT IN ('real', 'null')) OR COUNT(ts) NOT IN (0, COUNT(*)) THEN char(0)
+            WHEN COUNT(ts) = 0 THEN {_literal(_UNAVAILABLE)}
+            ELSE concat('"available": true, "wall_clock_ms": ', maint_ms((MAX(ts) - MIN(ts)) * 1000),
+                ', "largest_gap_ms": ', maint_ms(max(coalesce(MAX((ts - prev) * 1000), 0.0), 0.0)),
+                ', "intervals": [', group_concat(concat('{{"id": ', json_quote(id), ', "since_previous_ms": ',
+                    iif(prev IS NULL, 'null', {_tenths(gap)}), '}}'), ', ' ORDER BY id), ']}}}}') END
+        FROM (SELECT m.id AS id, {ts} AS ts, LAG({ts}) OVER (ORDER BY m.id) AS prev
+              FROM messages m WHERE m.session_id = s.id))"""
 
 
 def line_sql(store: Store) -> str:
@@ -110,23 +152,22 @@ def line_sql(store: Store) -> str:
 
     A session missing from the store is not found (the reference raises as it always did).
     """
-    session_cols, message_cols = store.columns("sessions"), store.columns("messages")
+    session_cols, message_cols = _columns(store, "sessions"), _columns(store, "messages")
+    names = {c for c, _ in session_cols}
     head = _object("s", session_cols, ", \"messages\": [" if session_cols else "\"messages\": [")
-    prompts, end = "''", "char(10)"
+    prompts = "''"
     if store.has_table("system_prompts"):
         refs = [f"iif(typeof(s.{c}) = 'text' AND s.{c} <> '', s.{c}, NULL)"
-                for c in ("system_prompt_hash", "tool_names") if c in session_cols]
+                for c in ("system_prompt_hash", "tool_names") if c in names]
         where = f"p.hash IN ({', '.join(refs)})" if refs else "0"
-        prompts = f"""(SELECT concat(', "system_prompts": {{',
-                group_concat(json_quote(p.hash) || ': ' || {_value('p.prompt')}, ', ' ORDER BY p.hash), '}}')
-                FROM system_prompts p WHERE {where})"""
         # A hash that is not text would be a key json.dumps prints otherwise (only a store whose hash
-        # column converts the text refs matches one).
-        end = f"(SELECT iif(SUM(typeof(p.hash) <> 'text'), char(0), char(10)) FROM system_prompts p WHERE {where})"
-    messages = f"""(SELECT group_concat({_object('m', message_cols, '}')}, ',' ORDER BY m.id)
-        FROM messages m WHERE m.session_id = s.id)"""
+        # column turns the text refs into numbers matches one).
+        prompts = f"""(SELECT concat(', "system_prompts": {{',
+                group_concat(json_quote(p.hash) || ': ' || {_value('p.prompt')}, ', ' ORDER BY p.hash), '}}',
+                iif(SUM(typeof(p.hash) <> 'text'), char(0), ''))
+                FROM system_prompts p WHERE {where})"""
     return f"""SELECT s.rowid IS NOT NULL, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id),
-        CAST(concat({head}, {messages}, ']', {prompts}, ', "timings": ', {_timings(message_cols)}, {end}) AS BLOB)
+        CAST(concat({head}, {_messages(message_cols, prompts)}, {_intervals(message_cols)}, char(10)) AS BLOB)
         FROM json_each(?) j LEFT JOIN sessions s ON s.id = j.value ORDER BY j.key"""
 
 
@@ -135,6 +176,7 @@ def register(store: Store) -> None:
     conn.create_scalar_function("maint_json", _json, 1, deterministic=True)
     conn.create_scalar_function("maint_repr", float.__repr__, 1, deterministic=True)
     conn.create_scalar_function("maint_ms", _ms, 1, deterministic=True)
+    conn.create_scalar_function("maint_roles", _roles, 1, deterministic=True)
 
 
 def _batches(ids: Iterable[Any]) -> Iterator[list[Any]]:
@@ -189,7 +231,7 @@ def _write_batch(store: Store, sql: str, batch: list[str], out: _Chunks, referen
     while done < len(batch):
         try:
             for found, count, line in store.conn.execute(sql, (json.dumps(batch[done:]),)):
-                if found and line.endswith(b"}\n"):
+                if found and b"\0" not in line:
                     if not line.isascii():
                         line.decode("utf-8")  # text that is not UTF-8 fails as the reference always did
                     out.add(line)
