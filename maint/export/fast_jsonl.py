@@ -7,7 +7,7 @@ does, but not floats (Python prints the shortest round-trip digits, SQLite 15 or
 rounded to 0.1 ms is written by SQL when that is provably Python's ``repr(round(x, 1))`` (see
 :func:`_tenths`), by Python otherwise. Whatever the SQL cannot vouch for puts a NUL in the line
 (which otherwise never holds one: every text is escaped) and the caller renders that session the
-reference way: text timestamps, roles that are not text, an assistant's ``tool_calls`` that is a
+reference way: text or infinite timestamps, roles that are not text, an assistant's ``tool_calls`` that is a
 blob or not strict JSON, prompt hashes that are not text, rows that reached the aggregate out of
 order. Lines come back as bytes and are written as they are; one that is not UTF-8 goes the
 reference way, which fails as it always did.
@@ -23,6 +23,7 @@ from typing import Any
 from maint.store.connection import Store
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)  # render._dumps: the reference's encoder
+_quote = json.encoder.encode_basestring  # what that encoder does to a str (ensure_ascii=False)
 BATCH = 256  # sessions per statement: few statements, lines released as they stream
 CHUNK = 1 << 20  # bytes per write
 
@@ -31,13 +32,19 @@ def _json(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
-def _ms(value: float) -> str:
-    return _ENCODER.encode(round(value, 1))
+def _ms(value: float | None) -> str:
+    """``round(value, 1)`` as the encoder prints it (the timings' figures, finite floats).
+
+    NULL is SQLite's NaN, from infinite timestamps: those lines are given back, whatever this says.
+    """
+    return "null" if value is None else float.__repr__(round(value, 1))
 
 
 def _roles(roles: str) -> str:
-    """The role counts as the reference's Counter keeps them: first seen first."""
-    return _ENCODER.encode(dict(Counter(json.loads(roles))))
+    """The role counts as the reference's Counter keeps them, first seen first, printed as its encoder
+    prints a dict of str to int."""
+    counts = Counter(json.loads(roles))
+    return "{" + ", ".join(f"{_quote(k)}: {v}" for k, v in counts.items()) + "}"
 
 
 def _literal(text: str) -> str:
@@ -117,7 +124,7 @@ def _messages(columns: list[tuple[str, str]], prompts: str) -> str:
     role = "m.role" if "role" in has else "NULL"
     calls = "m.tool_calls" if "tool_calls" in has else "NULL"
     return f"""(SELECT concat(group_concat(js, ','), ']', {prompts}, ', "timings": {{"role_counts": ',
-            maint_roles(json_group_array(iif(typeof(role) = 'blob', NULL, coalesce(nullif(role, ''), 'unknown')))),
+            maint_roles(json_group_array(iif(typeof(role) = 'blob', 'unknown', coalesce(nullif(role, ''), 'unknown')))),
             ', "tool_calls_emitted": ', coalesce(SUM(iif(role = 'assistant' AND calls <> '',
                 iif(json_valid(calls) AND json_type(calls) = 'array', json_array_length(calls), 1), 0)), 0),
             ', "complete": false, ',
@@ -132,12 +139,13 @@ def _messages(columns: list[tuple[str, str]], prompts: str) -> str:
 def _intervals(columns: list[tuple[str, str]]) -> str:
     """The rest of the timings block from the timestamps alone (the session index covers them).
 
-    NUL when a timestamp is not a float or only some messages have one.
+    NUL when a timestamp is not a finite float or only some messages have one.
     """
     ts = "m.timestamp" if "timestamp" in {c for c, _ in columns} else "NULL"
     gap = "max((ts - prev) * 1000, 0.0)"
     return f"""(SELECT CASE
-            WHEN SUM(typeof(ts) NOT IN ('real', 'null')) OR COUNT(ts) NOT IN (0, COUNT(*)) THEN char(0)
+            WHEN SUM(typeof(ts) NOT IN ('real', 'null') OR abs(ts) > 1.7976931348623157e308)
+                 OR COUNT(ts) NOT IN (0, COUNT(*)) THEN char(0)
             WHEN COUNT(ts) = 0 THEN {_literal(_UNAVAILABLE)}
             ELSE concat('"available": true, "wall_clock_ms": ', maint_ms((MAX(ts) - MIN(ts)) * 1000),
                 ', "largest_gap_ms": ', maint_ms(max(coalesce(MAX((ts - prev) * 1000), 0.0), 0.0)),
