@@ -171,11 +171,12 @@ def test_rows_reaching_the_aggregate_out_of_id_order_are_caught(tmp_path, monkey
     assert "floats" in fell_back and set(fell_back) - {"floats"} <= set(FALLBACK) | {"ties"}
 
 
-def test_batches_keep_order_across_statements(tmp_path, monkeypatch):
+def test_batches_and_chunks_keep_order_across_statements_and_the_writing_thread(tmp_path, monkeypatch):
     from maint.export import fast_jsonl
 
     db = awkward_store(tmp_path / "state.db", "v31")
     monkeypatch.setattr(fast_jsonl, "BATCH", 3)
+    monkeypatch.setattr(fast_jsonl, "CHUNK", 1)  # every line its own hand-over to the writing thread
     ids = list(reversed(_all_ids(db)))  # any order the plan gives is kept
     out = []
     with open_store(db, readonly=True) as store, store.snapshot():

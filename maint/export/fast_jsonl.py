@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from maint.store.connection import Store
@@ -200,38 +201,56 @@ def _batches(ids: Iterable[Any]) -> Iterator[list[Any]]:
 
 def write_sessions(store: Store, ids: Iterable[Any], write: Callable[[bytes], None],
                    reference: Callable[[Any], int]) -> int:
-    """Every session's line in order, as UTF-8 written in chunks of about :data:`CHUNK` bytes;
-    *reference* renders (and counts) a session the SQL gives back."""
+    """Every session's line in order, as UTF-8 written in chunks of about :data:`CHUNK` bytes (by a
+    second thread); *reference* renders (and counts) a session the SQL gives back."""
     register(store)
     sql = line_sql(store)
     out = _Chunks(write)
     n = 0
-    for batch in _batches(ids):
-        if all(isinstance(sid, str) for sid in batch):
-            n += _write_batch(store, sql, batch, out, reference)
-        else:
-            out.flush()
-            n += sum(reference(sid) for sid in batch)
-    out.flush()
+    try:
+        for batch in _batches(ids):
+            if all(isinstance(sid, str) for sid in batch):
+                n += _write_batch(store, sql, batch, out, reference)
+            else:
+                out.flush()
+                n += sum(reference(sid) for sid in batch)
+        out.flush()
+    finally:
+        out.close()
     return n
 
 
 class _Chunks:
-    """Lines gathered into large writes; flushed before the reference writes, to keep the order."""
+    """Lines gathered into large writes, handed to one thread: hashing and writing a chunk (both
+    release the GIL) overlap SQLite building the next (apsw releases it too). One chunk is in
+    flight at a time, so memory stays at two chunks; :meth:`flush` waits for it, so the reference
+    renderer's own writes, and the end of the file, come after every line before them."""
 
     def __init__(self, write: Callable[[bytes], None]):
         self.write, self.parts, self.size = write, [], 0
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-write")
+        self.pending: Future | None = None
 
     def add(self, data: bytes) -> None:
         self.parts.append(data)
         self.size += len(data)
         if self.size >= CHUNK:
-            self.flush()
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        if self.pending is not None:
+            self.pending.result()  # raises what the write raised
+        self.pending = self.pool.submit(self.write, b"".join(self.parts)) if self.parts else None
+        self.parts, self.size = [], 0
 
     def flush(self) -> None:
-        if self.parts:
-            self.write(b"".join(self.parts))
-            self.parts, self.size = [], 0
+        self._hand_over()
+        if self.pending is not None:
+            self.pending.result()
+            self.pending = None
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
 
 
 def _write_batch(store: Store, sql: str, batch: list[str], out: _Chunks, reference: Callable[[Any], int]) -> int:
