@@ -171,6 +171,39 @@ def test_rows_reaching_the_aggregate_out_of_id_order_are_caught(tmp_path, monkey
     assert "floats" in fell_back and set(fell_back) - {"floats"} <= set(FALLBACK) | {"ties"}
 
 
+def test_a_session_too_big_to_build_whole_is_streamed_by_the_reference(tmp_path, monkeypatch):
+    from maint.export import fast_jsonl
+
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout="v31") as b:
+        b.session("small", age=20, messages=2)
+        b.session("big", age=10, messages=0)
+        for n in range(5):
+            _message(b, "big", "user", "x" * 10_000, 1700000000.0 + n)
+    monkeypatch.setattr(fast_jsonl, "LINE_BYTES", 40_000)
+    ids = _all_ids(db)
+    out, fell_back = [], []
+    with open_store(db, readonly=True) as store, store.snapshot():
+        def reference(sid):
+            fell_back.append(sid)
+            return render.write_jsonl_session(store, sid, out.append, False)
+
+        n = write_sessions(store, ids, lambda b: out.append(b.decode()), reference)
+    assert "".join(out) == _expected(db, ids)[0] and n == 7
+    assert fell_back == ["big"]
+
+
+def test_a_batch_returned_out_of_order_stops_the_export(tmp_path, monkeypatch):
+    from maint.export import fast_jsonl
+
+    line_sql = fast_jsonl.line_sql
+    monkeypatch.setattr(fast_jsonl, "line_sql", lambda store: line_sql(store) + " ORDER BY j.key DESC")
+    db = awkward_store(tmp_path / "state.db", "v31")
+    with open_store(db, readonly=True) as store, store.snapshot():
+        with pytest.raises(RuntimeError, match="in place of"):
+            write_sessions(store, ["plain", "texts"], [].append, lambda sid: 0)
+
+
 def test_batches_and_chunks_keep_order_across_statements_and_the_writing_thread(tmp_path, monkeypatch):
     from maint.export import fast_jsonl
 

@@ -7,10 +7,11 @@ does, but not floats (Python prints the shortest round-trip digits, SQLite 15 or
 rounded to 0.1 ms is written by SQL when that is provably Python's ``repr(round(x, 1))`` (see
 :func:`_tenths`), by Python otherwise. Whatever the SQL cannot vouch for puts a NUL in the line
 (which otherwise never holds one: every text is escaped) and the caller renders that session the
-reference way: text or infinite timestamps, roles that are not text, an assistant's ``tool_calls`` that is a
-blob or not strict JSON, prompt hashes that are not text, rows that reached the aggregate out of
-order. Lines come back as bytes and are written as they are; one that is not UTF-8 goes the
-reference way, which fails as it always did.
+reference way: text or infinite timestamps, roles that are not text, an assistant's ``tool_calls``
+that is a blob or not strict JSON, prompt hashes that are not text, rows that reached the aggregate
+out of order, and sessions too big to build whole (:data:`LINE_BYTES`). Lines come back as bytes
+and are written as they are; one that is not UTF-8 goes the reference way, which fails as it
+always did.
 """
 
 from __future__ import annotations
@@ -21,12 +22,17 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import apsw
+
 from maint.store.connection import Store
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)  # render._dumps: the reference's encoder
 _quote = json.encoder.encode_basestring  # what that encoder does to a str (ensure_ascii=False)
 BATCH = 256  # sessions per statement: few statements, lines released as they stream
 CHUNK = 1 << 20  # bytes per write
+# A line is built whole in memory: while the SQL runs, SQLite refuses any string longer than this
+# (SQLITE_LIMIT_LENGTH), and the session goes to the reference renderer, which streams it row by row.
+LINE_BYTES = 8 << 20
 
 
 def _json(value: Any) -> str:
@@ -157,8 +163,10 @@ def _intervals(columns: list[tuple[str, str]]) -> str:
 
 
 def line_sql(store: Store) -> str:
-    """One row per session id of the JSON array bound to ``?``: (found, messages, line).
+    """One row per session id of the JSON array bound to ``?``: (position, found, messages, line).
 
+    No ORDER BY: a sort would build every line of the batch before returning the first. json_each
+    walks the array in order and the caller checks each row's position.
     A session missing from the store is not found (the reference raises as it always did).
     """
     session_cols, message_cols = _columns(store, "sessions"), _columns(store, "messages")
@@ -175,9 +183,9 @@ def line_sql(store: Store) -> str:
                 group_concat(json_quote(p.hash) || ': ' || {_value('p.prompt')}, ', ' ORDER BY p.hash), '}}',
                 iif(SUM(typeof(p.hash) <> 'text'), char(0), ''))
                 FROM system_prompts p WHERE {where})"""
-    return f"""SELECT s.rowid IS NOT NULL, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id),
+    return f"""SELECT j.key, s.rowid IS NOT NULL, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id),
         CAST(concat({head}, {_messages(message_cols, prompts)}, {_intervals(message_cols)}, char(10)) AS BLOB)
-        FROM json_each(?) j LEFT JOIN sessions s ON s.id = j.value ORDER BY j.key"""
+        FROM json_each(?) j LEFT JOIN sessions s ON s.id = j.value"""
 
 
 def register(store: Store) -> None:
@@ -210,7 +218,7 @@ def write_sessions(store: Store, ids: Iterable[Any], write: Callable[[bytes], No
     try:
         for batch in _batches(ids):
             if all(isinstance(sid, str) for sid in batch):
-                n += _write_batch(store, sql, batch, out, reference)
+                n += _write_batch(store, sql, batch, out, _Unlimited(store, reference))
             else:
                 out.flush()
                 n += sum(reference(sid) for sid in batch)
@@ -218,6 +226,28 @@ def write_sessions(store: Store, ids: Iterable[Any], write: Callable[[bytes], No
     finally:
         out.close()
     return n
+
+
+class _Unlimited:
+    """Runs the SQL under :data:`LINE_BYTES` and the reference renderer without it (it reads a big
+    row whole, as it always did)."""
+
+    def __init__(self, store: Store, reference: Callable[[Any], int]):
+        self.conn, self.reference = store.conn, reference
+
+    def __call__(self, session_id: Any) -> int:
+        limit = self.conn.limit(apsw.SQLITE_LIMIT_LENGTH, self.normal)
+        try:
+            return self.reference(session_id)
+        finally:
+            self.conn.limit(apsw.SQLITE_LIMIT_LENGTH, limit)
+
+    def __enter__(self) -> _Unlimited:
+        self.normal = self.conn.limit(apsw.SQLITE_LIMIT_LENGTH, LINE_BYTES)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.limit(apsw.SQLITE_LIMIT_LENGTH, self.normal)
 
 
 class _Chunks:
@@ -253,21 +283,26 @@ class _Chunks:
         self.pool.shutdown(wait=True)
 
 
-def _write_batch(store: Store, sql: str, batch: list[str], out: _Chunks, reference: Callable[[Any], int]) -> int:
+def _write_batch(store: Store, sql: str, batch: list[str], out: _Chunks, reference: _Unlimited) -> int:
     n, done = 0, 0
     while done < len(batch):
         try:
-            for found, count, line in store.conn.execute(sql, (json.dumps(batch[done:]),)):
-                if found and b"\0" not in line:
-                    if not line.isascii():
-                        line.decode("utf-8")  # text that is not UTF-8 fails as the reference always did
-                    out.add(line)
-                    n += count
-                else:
-                    out.flush()
-                    n += reference(batch[done])
-                done += 1
-        except UnicodeDecodeError:
+            with reference:
+                start = done
+                for key, found, count, line in store.conn.execute(sql, (json.dumps(batch[start:]),)):
+                    if key != done - start:
+                        raise RuntimeError(f"export: SQLite returned session {key} of a batch in place of "
+                                           f"{done - start}; nothing was written")
+                    if found and b"\0" not in line:
+                        if not line.isascii():
+                            line.decode("utf-8")  # text that is not UTF-8 fails as the reference always did
+                        out.add(line)
+                        n += count
+                    else:
+                        out.flush()
+                        n += reference(batch[done])
+                    done += 1
+        except (UnicodeDecodeError, apsw.TooBigError):  # not UTF-8, or too big to build whole
             out.flush()
             n += reference(batch[done])
             done += 1
