@@ -98,6 +98,12 @@ class Sink:
         if self.size >= self.LIMIT:
             self.flush()
 
+    def write_bytes(self, data: bytes) -> None:
+        """UTF-8 already encoded (lines SQLite built), after any text written before it."""
+        self.flush()
+        self.digest.update(data)
+        self.fh.write(data)
+
     def flush(self) -> None:
         if self.parts:
             data = "".join(self.parts).encode("utf-8")

@@ -253,14 +253,19 @@ def _kept_manifest_lines(path: Path, names: set[str]) -> list[str]:
 class Renderer:
     """Renders plan entries from the open store in the chosen format."""
 
-    def __init__(self, store: Store, plan: ExportPlan, stamp: str):
-        self.store, self.plan, self.stamp = store, plan, stamp
+    def __init__(self, store: Store, plan: ExportPlan, started: float):
+        self.store, self.plan, self.started = store, plan, started  # documents say when the export began
         self.req = plan.request
 
-    def render(self, entry: dict, write) -> int:
-        from maint.export import render as r
-
+    def render(self, entry: dict, write, write_bytes) -> int:
+        """*write* takes text, *write_bytes* UTF-8 bytes (the SQL-built jsonl lines), both in one order."""
         store, redact = self.store, self.req.redacting
+        if self.req.fmt == "jsonl" and not self.req.only and not redact:
+            from maint.export.fast_jsonl import write_sessions
+
+            return write_sessions(store, entry["ids"], write_bytes, lambda sid: _reference_jsonl(store, sid, write))
+        from maint.export import render as r  # jinja2 and the redaction patterns: imported when needed
+
         if self.req.fmt == "jsonl":
             if self.req.only:
                 n = 0
@@ -277,14 +282,15 @@ class Renderer:
         if self.req.fmt == "html":
             return r.render_html(store, entry["ids"], write, redact)
         doc_fmt = "prompts.md" if self.req.only else self.req.fmt
-        return r.render_document(store, doc_fmt, entry["ids"], write, redact, entry["ids"][0], self.stamp)
+        return r.render_document(store, doc_fmt, entry["ids"], write, redact, entry["ids"][0],
+                                 r.iso_time(self.started))
 
     def write(self, entry: dict, path: str) -> dict:
         from maint.export.verified_delete import fingerprint
 
         with self.store.snapshot():
             with atomic_text(path) as sink:
-                n = self.render(entry, sink.write)
+                n = self.render(entry, sink.write, sink.write_bytes)
             # The delete check needs the transcript as it was exported, from the same snapshot.
             prints = {sid: fingerprint(self.store, sid) for sid in entry["ids"]} \
                 if self.req.delete_after_verified else {}
@@ -293,18 +299,23 @@ class Renderer:
     def rerender_digest(self, entry: dict) -> str:
         h = hashlib.sha256()
         with self.store.snapshot():
-            self.render(entry, lambda t: h.update(t.encode("utf-8")))
+            self.render(entry, lambda t: h.update(t.encode("utf-8")), h.update)
         return h.hexdigest()
+
+
+def _reference_jsonl(store: Store, session_id: str, write) -> int:
+    """A session the SQL-built export gives back, rendered (or failed) the Python way."""
+    from maint.export.render import write_jsonl_session
+
+    return write_jsonl_session(store, session_id, write, False)
 
 
 def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> dict[str, Any]:
     """Write every planned file, then the manifest, the upload and the verified delete, in that order."""
-    from maint.export.render import iso_time
-
     req = plan.request
     if plan.folder is not None and not plan.folder.exists():
         plan.folder.mkdir(mode=0o700, parents=True)
-    renderer = Renderer(store, plan, iso_time(time.time()))
+    renderer = Renderer(store, plan, time.time())
     written, scratch = [], None
     try:
         for entry in plan.entries:

@@ -1,0 +1,309 @@
+"""The jsonl backup assembled by SQLite: each session's line is built in C, byte for byte what
+:func:`maint.export.render.write_jsonl_session` writes (without redaction, which needs Python per text).
+
+SQLite's ``json_quote`` escapes text and prints integers exactly as ``json.dumps(ensure_ascii=False)``
+does, but not floats (Python prints the shortest round-trip digits, SQLite 15 or 17) nor blobs
+(``default=str``): those go through the SQL functions below, which run Python's own code. A timing
+rounded to 0.1 ms is written by SQL when that is provably Python's ``repr(round(x, 1))`` (see
+:func:`_tenths`), by Python otherwise. Whatever the SQL cannot vouch for puts a NUL in the line
+(which otherwise never holds one: every text is escaped) and the caller renders that session the
+reference way: text or infinite timestamps, roles that are not text, an assistant's ``tool_calls``
+that is a blob or not strict JSON, prompt hashes that are not text, rows that reached the aggregate
+out of order, and sessions too big to build whole (:data:`LINE_BYTES`). Lines come back as bytes
+and are written as they are; one that is not UTF-8 goes the reference way, which fails as it
+always did.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import apsw
+
+from maint.store.connection import Store
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)  # render._dumps: the reference's encoder
+_quote = json.encoder.encode_basestring  # what that encoder does to a str (ensure_ascii=False)
+BATCH = 256  # sessions per statement: few statements, lines released as they stream
+CHUNK = 1 << 20  # bytes per write
+# A line is built whole in memory: while the SQL runs, SQLite refuses any string longer than this
+# (SQLITE_LIMIT_LENGTH), and the session goes to the reference renderer, which streams it row by row.
+LINE_BYTES = 8 << 20
+
+
+def _json(value: Any) -> str:
+    return _ENCODER.encode(value)
+
+
+def _ms(value: float | None) -> str:
+    """``round(value, 1)`` as the encoder prints it (the timings' figures, finite floats).
+
+    NULL is SQLite's NaN, from infinite timestamps: those lines are given back, whatever this says.
+    """
+    return "null" if value is None else float.__repr__(round(value, 1))
+
+
+def _roles(roles: str) -> str:
+    """The role counts as the reference's Counter keeps them, first seen first, printed as its encoder
+    prints a dict of str to int."""
+    counts = Counter(json.loads(roles))
+    return "{" + ", ".join(f"{_quote(k)}: {v}" for k, v in counts.items()) + "}"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _affinity(declared: str) -> str:
+    """SQLite's column affinity from a declared type (https://sqlite.org/datatype3.html, 3.1)."""
+    t = (declared or "").upper()
+    if "INT" in t:
+        return "integer"
+    if any(k in t for k in ("CHAR", "CLOB", "TEXT")):
+        return "text"
+    if not t or "BLOB" in t:
+        return "blob"
+    return "real" if any(k in t for k in ("REAL", "FLOA", "DOUB")) else "numeric"
+
+
+def _value(expr: str, affinity: str = "blob") -> str:
+    """A column as ``json.dumps`` prints it: finite floats by ``float.__repr__``, blobs and infinities
+    by the encoder itself, the rest by SQLite.
+
+    Types are told apart by comparisons, which cost no function call: SQLite orders NULL < numbers <
+    text < blobs, so ``x < ''`` is a number and ``x >= x''`` a blob. A text-affinity column holds no
+    number (SQLite turns one into text on the way in), a real-affinity one no integer.
+    """
+    real = f"iif(abs({expr}) <= 1.7976931348623157e308, maint_repr({expr}), maint_json({expr}))"
+    number = {"text": "", "real": f"WHEN {expr} < '' THEN {real} "}.get(
+        affinity, f"WHEN {expr} < '' THEN iif(typeof({expr}) = 'real', {real}, {expr}) ")
+    return (f"CASE WHEN {expr} IS NULL THEN 'null' {number}WHEN {expr} < x'' THEN json_quote({expr}) "
+            f"ELSE maint_json({expr}) END")
+
+
+def _tenths(expr: str) -> str:
+    """``repr(round(x, 1))`` for a float x >= 0 (a gap in ms), in SQL where that is provable.
+
+    With 0 <= x < 1e8, ``x*10 + 0.5`` is computed within 2e-8 of its exact value, so away from a
+    tie (the fraction of x*10 more than 1e-6 from .5) its floor is the exact round-half-even of 10x,
+    k; Python's round returns the double nearest k/10, whose shortest repr is k/10 in fixed notation
+    (at most 9 digits). Anything else (a near tie, a huge gap) asks Python.
+    """
+    return (f"iif({expr} < 1e8 AND abs({expr} * 10 - floor({expr} * 10) - 0.5) > 1e-6, "
+            f"concat(CAST(floor({expr} * 10 + 0.5) AS INTEGER) / 10, '.', "
+            f"CAST(floor({expr} * 10 + 0.5) AS INTEGER) % 10), maint_ms({expr}))")
+
+
+def _object(alias: str, columns: list[tuple[str, str]], close: str) -> str:
+    """``json.dumps`` of a row as a dict (keys in column order, ``", "`` and ``": "``), then *close*."""
+    parts = []
+    for n, (col, affinity) in enumerate(columns):
+        parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
+        parts.append(_value(f"{alias}.{_ident(col)}", affinity))
+    return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
+
+
+def _columns(store: Store, table: str) -> list[tuple[str, str]]:
+    return [(r[1], _affinity(r[2])) for r in store.conn.execute(f"PRAGMA table_info({_ident(table)})")]
+
+
+_UNAVAILABLE = ('"available": false, "unavailable_reason": "no message has a timestamp", '
+                '"wall_clock_ms": null, "largest_gap_ms": null, "intervals": []}}')  # the block's } and the line's
+
+
+def _messages(columns: list[tuple[str, str]], prompts: str) -> str:
+    """One ordered pass over the session's rows: the messages, the prompts, the role counts (Python's
+    Counter over the roles, in order) and the tool calls; NUL for what the SQL cannot vouch for.
+
+    The ids are sorted alone (from the session index) and the rows fetched in that order; the
+    aggregate takes them as they come, and their order is checked against a sorted copy of the ids,
+    so a plan that reorders them is caught, not trusted.
+    """
+    has = {c for c, _ in columns}
+    role = "m.role" if "role" in has else "NULL"
+    calls = "m.tool_calls" if "tool_calls" in has else "NULL"
+    return f"""(SELECT concat(group_concat(js, ','), ']', {prompts}, ', "timings": {{"role_counts": ',
+            maint_roles(json_group_array(iif(typeof(role) = 'blob', 'unknown', coalesce(nullif(role, ''), 'unknown')))),
+            ', "tool_calls_emitted": ', coalesce(SUM(iif(role = 'assistant' AND calls <> '',
+                iif(json_valid(calls) AND json_type(calls) = 'array', json_array_length(calls), 1), 0)), 0),
+            ', "complete": false, ',
+            iif(coalesce(SUM(typeof(role) NOT IN ('text', 'null')
+                             OR role = 'assistant' AND typeof(calls) NOT IN ('text', 'null')
+                             OR role = 'assistant' AND calls <> '' AND NOT json_valid(calls)), 0)
+                OR group_concat(id) IS NOT group_concat(id, ',' ORDER BY id), char(0), ''))
+        FROM (SELECT m.id AS id, {_object('m', columns, '}')} AS js, {role} AS role, {calls} AS calls
+              FROM (SELECT id FROM messages WHERE session_id = s.id ORDER BY id) o JOIN messages m ON m.id = o.id))"""
+
+
+def _intervals(columns: list[tuple[str, str]]) -> str:
+    """The rest of the timings block from the timestamps alone (the session index covers them).
+
+    NUL when a timestamp is not a finite float or only some messages have one.
+    """
+    ts = "m.timestamp" if "timestamp" in {c for c, _ in columns} else "NULL"
+    gap = "max((ts - prev) * 1000, 0.0)"
+    return f"""(SELECT CASE
+            WHEN SUM(typeof(ts) NOT IN ('real', 'null') OR abs(ts) > 1.7976931348623157e308)
+                 OR COUNT(ts) NOT IN (0, COUNT(*)) THEN char(0)
+            WHEN COUNT(ts) = 0 THEN {_literal(_UNAVAILABLE)}
+            ELSE concat('"available": true, "wall_clock_ms": ', maint_ms((MAX(ts) - MIN(ts)) * 1000),
+                ', "largest_gap_ms": ', maint_ms(max(coalesce(MAX((ts - prev) * 1000), 0.0), 0.0)),
+                ', "intervals": [', group_concat(concat('{{"id": ', json_quote(id), ', "since_previous_ms": ',
+                    iif(prev IS NULL, 'null', {_tenths(gap)}), '}}'), ', ' ORDER BY id), ']}}}}') END
+        FROM (SELECT m.id AS id, {ts} AS ts, LAG({ts}) OVER (ORDER BY m.id) AS prev
+              FROM messages m WHERE m.session_id = s.id))"""
+
+
+def line_sql(store: Store) -> str:
+    """One row per session id of the JSON array bound to ``?``: (position, found, messages, line).
+
+    No ORDER BY: a sort would build every line of the batch before returning the first. json_each
+    walks the array in order and the caller checks each row's position.
+    A session missing from the store is not found (the reference raises as it always did).
+    """
+    session_cols, message_cols = _columns(store, "sessions"), _columns(store, "messages")
+    names = {c for c, _ in session_cols}
+    head = _object("s", session_cols, ", \"messages\": [" if session_cols else "\"messages\": [")
+    prompts = "''"
+    if store.has_table("system_prompts"):
+        refs = [f"iif(typeof(s.{c}) = 'text' AND s.{c} <> '', s.{c}, NULL)"
+                for c in ("system_prompt_hash", "tool_names") if c in names]
+        where = f"p.hash IN ({', '.join(refs)})" if refs else "0"
+        # A hash that is not text would be a key json.dumps prints otherwise (only a store whose hash
+        # column turns the text refs into numbers matches one).
+        prompts = f"""(SELECT concat(', "system_prompts": {{',
+                group_concat(json_quote(p.hash) || ': ' || {_value('p.prompt')}, ', ' ORDER BY p.hash), '}}',
+                iif(SUM(typeof(p.hash) <> 'text'), char(0), ''))
+                FROM system_prompts p WHERE {where})"""
+    return f"""SELECT j.key, s.rowid IS NOT NULL, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id),
+        CAST(concat({head}, {_messages(message_cols, prompts)}, {_intervals(message_cols)}, char(10)) AS BLOB)
+        FROM json_each(?) j LEFT JOIN sessions s ON s.id = j.value"""
+
+
+def register(store: Store) -> None:
+    conn = store.conn
+    conn.create_scalar_function("maint_json", _json, 1, deterministic=True)
+    conn.create_scalar_function("maint_repr", float.__repr__, 1, deterministic=True)
+    conn.create_scalar_function("maint_ms", _ms, 1, deterministic=True)
+    conn.create_scalar_function("maint_roles", _roles, 1, deterministic=True)
+
+
+def _batches(ids: Iterable[Any]) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for sid in ids:
+        batch.append(sid)
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def write_sessions(store: Store, ids: Iterable[Any], write: Callable[[bytes], None],
+                   reference: Callable[[Any], int]) -> int:
+    """Every session's line in order, as UTF-8 written in chunks of about :data:`CHUNK` bytes (by a
+    second thread); *reference* renders (and counts) a session the SQL gives back."""
+    register(store)
+    sql = line_sql(store)
+    out = _Chunks(write)
+    n = 0
+    try:
+        for batch in _batches(ids):
+            if all(isinstance(sid, str) for sid in batch):
+                n += _write_batch(store, sql, batch, out, _Unlimited(store, reference))
+            else:
+                out.flush()
+                n += sum(reference(sid) for sid in batch)
+        out.flush()
+    finally:
+        out.close()
+    return n
+
+
+class _Unlimited:
+    """Runs the SQL under :data:`LINE_BYTES` and the reference renderer without it (it reads a big
+    row whole, as it always did)."""
+
+    def __init__(self, store: Store, reference: Callable[[Any], int]):
+        self.conn, self.reference = store.conn, reference
+
+    def __call__(self, session_id: Any) -> int:
+        limit = self.conn.limit(apsw.SQLITE_LIMIT_LENGTH, self.normal)
+        try:
+            return self.reference(session_id)
+        finally:
+            self.conn.limit(apsw.SQLITE_LIMIT_LENGTH, limit)
+
+    def __enter__(self) -> _Unlimited:
+        self.normal = self.conn.limit(apsw.SQLITE_LIMIT_LENGTH, LINE_BYTES)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.limit(apsw.SQLITE_LIMIT_LENGTH, self.normal)
+
+
+class _Chunks:
+    """Lines gathered into large writes, handed to one thread: hashing and writing a chunk (both
+    release the GIL) overlap SQLite building the next (apsw releases it too). One chunk is in
+    flight at a time, so memory stays at two chunks; :meth:`flush` waits for it, so the reference
+    renderer's own writes, and the end of the file, come after every line before them."""
+
+    def __init__(self, write: Callable[[bytes], None]):
+        self.write, self.parts, self.size = write, [], 0
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-write")
+        self.pending: Future | None = None
+
+    def add(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.size += len(data)
+        if self.size >= CHUNK:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        if self.pending is not None:
+            self.pending.result()  # raises what the write raised
+        self.pending = self.pool.submit(self.write, b"".join(self.parts)) if self.parts else None
+        self.parts, self.size = [], 0
+
+    def flush(self) -> None:
+        self._hand_over()
+        if self.pending is not None:
+            self.pending.result()
+            self.pending = None
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def _write_batch(store: Store, sql: str, batch: list[str], out: _Chunks, reference: _Unlimited) -> int:
+    n, done = 0, 0
+    while done < len(batch):
+        try:
+            with reference:
+                start = done
+                for key, found, count, line in store.conn.execute(sql, (json.dumps(batch[start:]),)):
+                    if key != done - start:
+                        raise RuntimeError(f"export: SQLite returned session {key} of a batch in place of "
+                                           f"{done - start}; nothing was written")
+                    if found and b"\0" not in line:
+                        if not line.isascii():
+                            line.decode("utf-8")  # text that is not UTF-8 fails as the reference always did
+                        out.add(line)
+                        n += count
+                    else:
+                        out.flush()
+                        n += reference(batch[done])
+                    done += 1
+        except (UnicodeDecodeError, apsw.TooBigError):  # not UTF-8, or too big to build whole
+            out.flush()
+            n += reference(batch[done])
+            done += 1
+    return n

@@ -1,0 +1,102 @@
+"""Today's jsonl backup renderer, frozen: the reference the SQL-built export must match byte for byte.
+
+A copy of ``render.write_jsonl_session`` with the ``Timings`` and ``iter_messages`` it used, as they
+were before the export learned to build lines in SQLite; do not change it with the product.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
+def _dumps(obj: Any) -> str:
+    return _ENCODER.encode(obj)
+
+
+def _tool_call_count(raw: Any) -> int:
+    if not raw:
+        return 0
+    try:
+        calls = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return 1
+    return len(calls) if isinstance(calls, list) else 1
+
+
+class Timings:
+    def __init__(self) -> None:
+        self.first = self.last = self.previous = None
+        self.largest_gap = 0.0
+        self.roles: Counter = Counter()
+        self.tool_calls = 0
+        self.intervals: list = []
+
+    def add(self, msg: dict[str, Any]) -> None:
+        role = msg.get("role") or "unknown"
+        self.roles[role] += 1
+        if role == "assistant" and msg.get("tool_calls"):
+            self.tool_calls += _tool_call_count(msg["tool_calls"])
+        ts = msg.get("timestamp")
+        if not isinstance(ts, (int, float)):
+            self.intervals.append((msg.get("id"), None))
+            return
+        if self.previous is None:
+            self.intervals.append((msg.get("id"), None))
+            self.first = self.last = ts
+        else:
+            gap = (ts - self.previous) * 1000
+            gap = gap if gap > 0 else 0.0
+            if gap > self.largest_gap:
+                self.largest_gap = gap
+            self.intervals.append((msg.get("id"), round(gap, 1)))
+            if ts < self.first:
+                self.first = ts
+            if ts > self.last:
+                self.last = ts
+        self.previous = ts
+
+    def block(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role_counts": dict(self.roles), "tool_calls_emitted": self.tool_calls,
+                               "complete": False}
+        if self.first is None:
+            out.update(available=False, unavailable_reason="no message has a timestamp", wall_clock_ms=None,
+                       largest_gap_ms=None, intervals=[])
+        else:
+            out.update(available=True, wall_clock_ms=round((self.last - self.first) * 1000, 1),
+                       largest_gap_ms=round(self.largest_gap, 1),
+                       intervals=[{"id": i, "since_previous_ms": g} for i, g in self.intervals])
+        return out
+
+
+def _rows(conn, sql: str, params=()):
+    cur = conn.cursor()
+    desc = None
+    for row in cur.execute(sql, params):
+        desc = desc or [d[0] for d in cur.get_description()]
+        yield dict(zip(desc, row))
+
+
+def jsonl_line(conn, session_id: str) -> tuple[str, int]:
+    """One session's line as today's export writes it (no redaction), and its message count."""
+    row = next(_rows(conn, "SELECT * FROM sessions WHERE id = ?", (session_id,)))
+    prompts = None
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'system_prompts'").fetchall():
+        refs = sorted({v for c in ("system_prompt_hash", "tool_names") if isinstance(v := row.get(c), str) and v})
+        prompts = {h: p for h, p in conn.execute(
+            f"SELECT hash, prompt FROM system_prompts WHERE hash IN ({','.join('?' * len(refs))}) ORDER BY hash",
+            refs)} if refs else {}
+    head = _dumps(row)
+    parts = [head[:-1] + (', "messages": [' if len(row) else '"messages": [')]
+    timings = Timings()
+    n = 0
+    for msg in _rows(conn, "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)):
+        timings.add(msg)
+        parts.append(("," if n else "") + _dumps(msg))
+        n += 1
+    tail = "" if prompts is None else ', "system_prompts": ' + _dumps(prompts)
+    parts.append("]" + tail + ', "timings": ' + _dumps(timings.block()) + "}\n")
+    return "".join(parts), n

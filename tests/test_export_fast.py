@@ -1,0 +1,278 @@
+"""The SQL-built jsonl export writes exactly the bytes of today's renderer (tests/reference_jsonl.py).
+
+Stores of both layouts carry the awkward values: floats whose shortest repr SQLite would print
+otherwise, infinities, integers past 2**53, control characters, NUL, line separators, blobs, JSON
+and not-JSON in tool_calls, empty and odd roles, prompts by hash. Sessions the SQL cannot vouch
+for must take the reference way, and only those.
+"""
+
+import json
+import sqlite3
+
+import apsw
+import pytest
+
+from maint.export import render
+from maint.export.fast_jsonl import write_sessions
+from maint.store.connection import open_store
+from tests.conftest import run_subprocess
+from tests.reference_jsonl import jsonl_line
+from tests.storegen import StoreBuilder
+
+# Sessions the fast path must hand to the reference renderer, and why.
+FALLBACK = {
+    "text_ts": "a timestamp that is text",
+    "inf_ts": "timestamps that are infinite (the gaps are NaN, which SQLite makes NULL)",
+    "bad_calls": "an assistant's tool_calls that is not JSON",
+    "nan_calls": "tool_calls Python parses (NaN) but strict JSON does not",
+    "blob_calls": "an assistant's tool_calls that is a blob",
+}
+FLOATS = [1e16, 1.0e15, 123456789012345.67, 1e-05, 0.1 + 0.2, 5e-324, 1.7976931348623157e308, -0.0,
+          float("inf"), float("-inf"), 2.5, 1733212345.1234567, 0.30000000000000004, 100.0]
+TEXTS = ["quote \" backslash \\ slash /", "\x00nul\x01\x08\t\n\x0b\x0c\r\x1f\x7f", "sep \u2028 \u2029",
+         "emoji 😀 日本語 é \ufeff \ud7ff \ue000 \uffff", "", "'single'", "</script>"]
+
+
+def _message(b, sid, role, content, ts, **extra):
+    cols = {"session_id": sid, "role": role, "content": content, "timestamp": ts, **extra}
+    b.raw.execute(f"INSERT INTO messages ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                  tuple(cols.values()))
+
+
+def awkward_store(path, layout):
+    with StoreBuilder(path, layout=layout) as b:
+        b.session("plain", messages=6, title="plain one")
+        b.session("empty", messages=0)
+        b.session("floats", messages=0, estimated_cost_usd=1e16, actual_cost_usd=5e-324,
+                  input_tokens=2**63 - 1, output_tokens=-2**63, cache_read_tokens=2**53 + 1)
+        t0 = 1733212345.1234567
+        for n, ts in enumerate([t0, t0 + 0.00025, t0 + 0.00025, t0 - 5, t0 + 0.1 + 0.2, t0 + 86400.000001,
+                                1e16, 1e-05, 100.0]):
+            _message(b, "floats", "user" if n % 2 else "assistant", f"f{n}", ts,
+                     token_count=2**63 - 1 - n if n % 2 else n + 0.5)  # a float in an integer column stays one
+        for n, value in enumerate(FLOATS):  # floats and infinities in a text-affinity column are kept as REAL
+            _message(b, "floats", "tool", value, t0 + 200 + n, tool_call_id=value if n % 3 else None)
+        b.session("ties", messages=0)  # gaps on and near a tie of round(x, 1): half-even, not half-up
+        for n, ts in enumerate([0.0, 0.00025, 0.0005, 1.0, 1.00125, 1000.0, 1000.00015, 1000.00085]):
+            _message(b, "ties", "user", f"t{n}", ts)
+        b.session("texts", messages=0, title=TEXTS[1], cwd=TEXTS[3])
+        for n, text in enumerate(TEXTS):
+            _message(b, "texts", "user", text, 1700000000.0 + n * 1.5, tool_name=text, finish_reason=TEXTS[-1 - n])
+        b.session("blobs", messages=0)
+        b.set("blobs", model_config=b"\x00\xffraw")
+        _message(b, "blobs", "user", b"\x80\x81 bytes", 1700000000.25)
+        _message(b, "blobs", "assistant", "ok", 1700000001.75, tool_calls=None)
+        b.session("tools", messages=0)
+        calls = [{"id": "c1", "type": "function", "function": {"name": "t", "arguments": '{"a": 1.10}'}}]
+        for n, raw in enumerate([json.dumps(calls), json.dumps(calls * 3), '{"one": 1}', " [1, 2] ", "",
+                                 "[]", '"text"', "7"]):
+            _message(b, "tools", "assistant", "calling", 1700000000.0 + n, tool_calls=raw)
+        _message(b, "tools", "user", "not json here", 1700000100.0, tool_calls="{oops")
+        _message(b, "tools", "tool", "out", 1700000101.0, tool_call_id="c1", tool_name="t")
+        b.session("roles", messages=0)
+        for n, role in enumerate(["", "unknown", 5, "user", "", "Assistant", "assistant"]):
+            _message(b, "roles", role, f"r{n}", 1700000000.0 + n)
+        b.session("text_ts", messages=0)
+        _message(b, "text_ts", "user", "when?", "yesterday")
+        b.session("inf_ts", messages=0)
+        for ts in (float("inf"), float("inf"), 1700000000.0):
+            _message(b, "inf_ts", "user", "when?", ts)
+        b.session("bad_calls", messages=0)
+        _message(b, "bad_calls", "assistant", "x", 1700000000.0, tool_calls="{oops")
+        b.session("nan_calls", messages=0)
+        _message(b, "nan_calls", "assistant", "x", 1700000000.0, tool_calls="[NaN, 1]")
+        b.session("blob_calls", messages=0)
+        _message(b, "blob_calls", "assistant", "x", 1700000000.0, tool_calls=b"[1]")
+        b.session("quote'id\"\n", messages=2)
+        if layout != "v22":
+            ref = b.prompt("you are \"helpful\"\n😀")
+            tools = b.prompt("tools: [a, b]")
+            b.session("prompted", messages=2, system_prompt_hash=ref, tool_names=tools)
+            b.session("prompt_gone", messages=1, system_prompt_hash="0" * 64, tool_names="")
+            b.session("same_prompt", messages=1, system_prompt_hash=ref, tool_names=ref)
+    return path
+
+
+def _all_ids(db):
+    conn = sqlite3.connect(db)
+    try:
+        return [r[0] for r in conn.execute("SELECT id FROM sessions ORDER BY started_at, id")]
+    finally:
+        conn.close()
+
+
+def _expected(db, ids):
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        lines = [jsonl_line(conn, sid) for sid in ids]
+    finally:
+        conn.close()
+    return "".join(line for line, _ in lines), sum(n for _, n in lines)
+
+
+@pytest.mark.parametrize("layout", ["v22", "v31"])
+def test_sql_lines_are_the_reference_bytes_and_only_unvouched_sessions_fall_back(tmp_path, layout):
+    db = awkward_store(tmp_path / "state.db", layout)
+    ids = _all_ids(db)
+    out, fell_back = [], []
+
+    with open_store(db, readonly=True) as store, store.snapshot():
+        def reference(sid):
+            fell_back.append(sid)
+            return render.write_jsonl_session(store, sid, out.append, False)
+
+        n = write_sessions(store, ids, lambda b: out.append(b.decode()), reference)
+    expected, messages = _expected(db, ids)
+    assert "".join(out) == expected
+    assert n == messages
+    assert set(fell_back) == set(FALLBACK)
+
+
+def test_a_prompt_hash_that_is_not_text_takes_the_reference_way(tmp_path):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout="v31") as b:
+        b.session("numeric_hash", messages=1)
+        b.session("text_hash", messages=1)
+        b.raw.execute("DROP TABLE system_prompts")  # a layout whose hash column converts text to numbers
+        b.raw.execute("CREATE TABLE system_prompts (hash NUMERIC PRIMARY KEY, prompt TEXT NOT NULL)")
+        b.raw.execute("INSERT INTO system_prompts VALUES ('5', 'five'), ('abc', 'letters')")
+        b.set("numeric_hash", system_prompt_hash="5")
+        b.set("text_hash", system_prompt_hash="abc")
+    out, fell_back = [], []
+    with open_store(db, readonly=True) as store, store.snapshot():
+        def reference(sid):
+            fell_back.append(sid)
+            return render.write_jsonl_session(store, sid, out.append, False)
+
+        write_sessions(store, _all_ids(db), lambda b: out.append(b.decode()), reference)
+    assert "".join(out) == _expected(db, _all_ids(db))[0]
+    assert '"system_prompts": {"5": "five"}' in "".join(out)
+    assert fell_back == ["numeric_hash"]
+
+
+def test_rows_reaching_the_aggregate_out_of_id_order_are_caught(tmp_path, monkeypatch):
+    from maint.export import fast_jsonl
+
+    line_sql = fast_jsonl.line_sql
+    # Without the sort the rows come in the session index's order (by timestamp): "floats" goes back in time.
+    monkeypatch.setattr(fast_jsonl, "line_sql", lambda store: line_sql(store).replace("ORDER BY id) o", ") o"))
+    db = awkward_store(tmp_path / "state.db", "v31")
+    ids = _all_ids(db)
+    out, fell_back = [], []
+    with open_store(db, readonly=True) as store, store.snapshot():
+        assert "ORDER BY id) o" in line_sql(store)
+
+        def reference(sid):
+            fell_back.append(sid)
+            return render.write_jsonl_session(store, sid, out.append, False)
+
+        write_sessions(store, ids, lambda b: out.append(b.decode()), reference)
+    assert "".join(out) == _expected(db, ids)[0]
+    assert "floats" in fell_back and set(fell_back) - {"floats"} <= set(FALLBACK) | {"ties"}
+
+
+def test_a_session_too_big_to_build_whole_is_streamed_by_the_reference(tmp_path, monkeypatch):
+    from maint.export import fast_jsonl
+
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout="v31") as b:
+        b.session("small", age=20, messages=2)
+        b.session("big", age=10, messages=0)
+        for n in range(5):
+            _message(b, "big", "user", "x" * 10_000, 1700000000.0 + n)
+    monkeypatch.setattr(fast_jsonl, "LINE_BYTES", 40_000)
+    ids = _all_ids(db)
+    out, fell_back = [], []
+    with open_store(db, readonly=True) as store, store.snapshot():
+        def reference(sid):
+            fell_back.append(sid)
+            return render.write_jsonl_session(store, sid, out.append, False)
+
+        n = write_sessions(store, ids, lambda b: out.append(b.decode()), reference)
+    assert "".join(out) == _expected(db, ids)[0] and n == 7
+    assert fell_back == ["big"]
+
+
+def test_a_batch_returned_out_of_order_stops_the_export(tmp_path, monkeypatch):
+    from maint.export import fast_jsonl
+
+    line_sql = fast_jsonl.line_sql
+    monkeypatch.setattr(fast_jsonl, "line_sql", lambda store: line_sql(store) + " ORDER BY j.key DESC")
+    db = awkward_store(tmp_path / "state.db", "v31")
+    with open_store(db, readonly=True) as store, store.snapshot():
+        with pytest.raises(RuntimeError, match="in place of"):
+            write_sessions(store, ["plain", "texts"], [].append, lambda sid: 0)
+
+
+def test_batches_and_chunks_keep_order_across_statements_and_the_writing_thread(tmp_path, monkeypatch):
+    from maint.export import fast_jsonl
+
+    db = awkward_store(tmp_path / "state.db", "v31")
+    monkeypatch.setattr(fast_jsonl, "BATCH", 3)
+    monkeypatch.setattr(fast_jsonl, "CHUNK", 1)  # every line its own hand-over to the writing thread
+    ids = list(reversed(_all_ids(db)))  # any order the plan gives is kept
+    out = []
+    with open_store(db, readonly=True) as store, store.snapshot():
+        write_sessions(store, ids, lambda b: out.append(b.decode()),
+                       lambda sid: render.write_jsonl_session(store, sid, out.append, False))
+    assert "".join(out) == _expected(db, ids)[0]
+
+
+@pytest.mark.parametrize("spoil, error", [
+    ("UPDATE messages SET content = CAST(x'61ff62eda080' AS TEXT) WHERE session_id = 'broken'", UnicodeDecodeError),
+    ("UPDATE messages SET role = x'75736572' WHERE session_id = 'broken'", TypeError),  # a blob role: a dict key
+], ids=["not-utf8", "blob-role"])
+def test_what_the_reference_cannot_write_fails_the_same_after_the_lines_before_it(tmp_path, spoil, error):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout="v31") as b:
+        b.session("before", age=30, messages=2)
+        b.session("broken", age=20, messages=1)
+        b.session("after", age=10, messages=2)
+        b.raw.execute(spoil)
+    ids = _all_ids(db)
+    assert ids == ["before", "broken", "after"]
+    out, partial = [], []
+    with open_store(db, readonly=True) as store, store.snapshot():
+        with pytest.raises(error):
+            render.write_jsonl_session(store, "broken", partial.append, False)
+        with pytest.raises(error):
+            write_sessions(store, ids, lambda b: out.append(b.decode()),
+                           lambda sid: render.write_jsonl_session(store, sid, out.append, False))
+    assert "".join(out) == _expected(db, ["before"])[0] + "".join(partial)  # the file is then discarded
+
+
+def test_a_session_gone_from_the_store_fails_as_the_reference_does(tmp_path):
+    db = awkward_store(tmp_path / "state.db", "v31")
+    with open_store(db, readonly=True) as store, store.snapshot():
+        with pytest.raises(IndexError):
+            render.write_jsonl_session(store, "nope", [].append, False)
+        with pytest.raises(IndexError):
+            write_sessions(store, ["plain", "nope"], [].append,
+                           lambda sid: render.write_jsonl_session(store, sid, [].append, False))
+
+
+@pytest.mark.parametrize("layout", ["v22", "v31"])
+@pytest.mark.parametrize("args", [(), ("--older-than", "0"), ("--source", "cli", "--older-than", "0")],
+                         ids=["everything", "filtered", "two-filters"])
+def test_cli_export_file_is_the_reference_bytes(tmp_path, layout, args):
+    db = awkward_store(tmp_path / "state.db", layout)
+    out = tmp_path / "out.jsonl"
+    result = run_subprocess("export", out, "--db", db, *args)
+    assert result.returncode == 0, result.stderr
+    data = out.read_bytes()
+    ids = [json.loads(line)["id"] for line in data.split(b"\n") if line]  # not splitlines: U+2028 is in a text
+    assert set(FALLBACK) - {"inf_ts"} <= set(ids) and "texts" in ids  # both ways were taken (inf_ts is never old)
+    assert data == _expected(db, ids)[0].encode("utf-8")
+
+
+def test_cli_single_session_and_stdout_are_the_reference_bytes(tmp_path):
+    db = awkward_store(tmp_path / "state.db", "v31")
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    for sid in ("floats", "texts", "bad_calls"):
+        result = run_subprocess("export", str(folder) + "/", "--db", db, "--session-id", sid)
+        assert result.returncode == 0, result.stderr
+        assert (folder / f"hermes_session_{sid}.jsonl").read_bytes() == _expected(db, [sid])[0].encode("utf-8")
+    result = run_subprocess("export", "-", "--db", db)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == _expected(db, _all_ids(db))[0]
