@@ -177,3 +177,15 @@ def test_pending_upkeep_comes_before_new_chunks_and_a_big_unit_goes_alone():
     assert log[1] == [[50]]  # alone in its transaction
     assert log[2] == [[1], [1]]
     assert debt[0] == 0
+
+
+def test_nothing_to_prune_leaves_the_fts_config_untouched(tmp_path):
+    with StoreBuilder(tmp_path / "state.db") as b:
+        b.session("recent", age=1, messages=5)
+    db = tmp_path / "state.db"
+    with open_store(db) as store:
+        blobs = [bytes(store.conn.execute(f"SELECT block FROM {t}_data WHERE id = 10").fetchone()[0]) for t in TABLES]
+        result = execute_prune(store, plan_prune(store, None))
+        assert result.transactions == 0 and store.write_stats.transactions == 0
+        assert blobs == [bytes(store.conn.execute(f"SELECT block FROM {t}_data WHERE id = 10").fetchone()[0])
+                         for t in TABLES]  # not even the config cookie moved

@@ -9,6 +9,7 @@ session references any more, and ``parent_session_id`` of surviving children
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched
 from maint.store.catalog import locked_session_ids
 from maint.store.checkpointer import background_checkpoints
-from maint.store.fts_merges import merges_in_our_hands
+from maint.store.fts_merges import merges_in_our_hands, restore_left_over
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store
@@ -289,6 +290,13 @@ def delete_sessions(store: Store, conn, ids: list[str]) -> None:
                      f"AND NOT EXISTS (SELECT 1 FROM sessions s WHERE {still})", (json.dumps(sorted(prompt_refs)),))
 
 
+@contextlib.contextmanager
+def _nothing_to_merge(store: Store) -> Iterator[None]:
+    """Nothing to delete: FTS5's setting stays as it is (after a crashed run's is put back)."""
+    restore_left_over(store)
+    yield None
+
+
 @dataclass
 class PruneResult:
     deleted_ids: IdList
@@ -322,8 +330,8 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
     batcher = batcher or Batcher()
     pacer = pacer_for(store)
     with background_checkpoints(store) as after_commit, \
-            merges_in_our_hands(store, target_s=batcher.target_s, pause=pacer.pause,
-                                after_commit=after_commit) as merge_step:
+            (merges_in_our_hands(store, target_s=batcher.target_s, pause=pacer.pause, after_commit=after_commit)
+             if len(plan.units) else _nothing_to_merge(store)) as merge_step:
         run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, transaction,
                     pacer, batcher=batcher, on_progress=on_progress,
                     after_commit=after_commit, upkeep=merge_step)
