@@ -17,14 +17,43 @@ DAYS = 90
 EXTRA: dict = {}
 
 
+BIG_UNIT = 1000  # messages: a unit this heavy is over a chunk, so it has a transaction of its own
+
+
 def ours(db: Path) -> tuple[int, int]:
-    from maint.ops.prune import execute_prune, plan_prune
+    import contextlib
+
+    import maint.ops.prune as prune
     from maint.store.connection import open_store
 
+    # Which transactions held a big unit, so their lock (the unit's own deletion) is reported apart.
+    holds: list[tuple[float, int]] = []
+    biggest = [0]
+    real_safe = prune._still_safe
+
+    def still_safe(store, units, now):
+        biggest[0] = max([biggest[0], *(u.messages for u in units)])
+        return real_safe(store, units, now)
+
+    prune._still_safe = still_safe
     with open_store(db) as store:
-        plan = plan_prune(store, None)
-        result = execute_prune(store, plan)
+        plan = prune.plan_prune(store, None)
+        real_write = store.write
+
+        @contextlib.contextmanager
+        def write():
+            biggest[0] = 0
+            with real_write() as conn:
+                started = time.monotonic()  # the lock is ours from here (BEGIN IMMEDIATE has returned)
+                yield conn
+            holds.append((time.monotonic() - started, biggest[0]))
+
+        store.write = write
+        result = prune.execute_prune(store, plan)
     EXTRA["longest_lock_ms"] = round(result.longest_lock_s * 1000, 1)
+    EXTRA["longest_lock_ms_other_tx"] = round(max([h for h, b in holds if b < BIG_UNIT] or [0]) * 1000, 1)
+    EXTRA["big_unit_tx"] = sum(b >= BIG_UNIT for _, b in holds)
+    EXTRA["biggest_unit_messages"] = max([b for _, b in holds] or [0])
     EXTRA["transactions"] = result.transactions
     return result.messages, len(result.deleted_ids)
 

@@ -7,6 +7,9 @@ append) so a benchmark can take the worst inside its own time window, and
 ``optimizing`` (indices of the samples whose append also ran Hermes's own FTS
 optimize, which it does every 1,000 writes and which takes seconds on a big store).
 
+HERMES_WRITER_OPTIMIZE_EVERY sets Hermes's optimize cadence (0: never), so a benchmark can
+measure the job beside it rather than Hermes's own multi-second optimize.
+
 HERMES_WRITER_PATIENCE_MS makes it stricter than Hermes: that busy timeout and no
 retries, so any wait for the lock longer than that is a failed append.
 """
@@ -29,6 +32,9 @@ def main() -> None:
     if patience:
         db._conn.execute(f"PRAGMA busy_timeout={int(patience)}")
         db._WRITE_MAX_RETRIES = 1
+    cadence = os.environ.get("HERMES_WRITER_OPTIMIZE_EVERY")
+    if cadence is not None and cadence.isdigit():
+        db._OPTIMIZE_EVERY_N_WRITES = int(cadence) or 10**12
     db.create_session(sid, "cli")
     appended = failed = 0
     worst = 0.0

@@ -205,7 +205,8 @@ def test_batches_never_split_a_lineage(make_store):
 
         store.write = spy
         result = execute_prune(store, plan, batcher=Batcher(target_s=0, max_load=1))
-    assert result.transactions == 12 and len(result.deleted_ids) == 48
+    # one transaction a unit, plus any that only finish FTS5 merges (maint/store/fts_merges.py)
+    assert result.transactions >= 12 and len(result.deleted_ids) == 48
     for snapshot in seen_batches:  # before each transaction, every family is whole or gone
         for n in range(12):
             family = {f"p{n}_1", f"p{n}_2", f"p{n}_3", f"p{n}_sub"}

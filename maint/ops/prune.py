@@ -9,6 +9,7 @@ session references any more, and ``parent_session_id`` of surviving children
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched
 from maint.store.catalog import NEWEST_MESSAGE_SQL, locked_session_ids
 from maint.store.checkpointer import background_checkpoints
+from maint.store.fts_merges import merges_in_our_hands, restore_left_over
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store
@@ -288,6 +290,13 @@ def delete_sessions(store: Store, conn, ids: list[str]) -> None:
                      f"AND NOT EXISTS (SELECT 1 FROM sessions s WHERE {still})", (json.dumps(sorted(prompt_refs)),))
 
 
+@contextlib.contextmanager
+def _nothing_to_merge(store: Store) -> Iterator[None]:
+    """Nothing to delete: FTS5's setting stays as it is (after a crashed run's is put back)."""
+    restore_left_over(store)
+    yield None
+
+
 @dataclass
 class PruneResult:
     deleted_ids: IdList
@@ -302,7 +311,11 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
     deleted = IdList()
     changed: list[str] = []
     msgs = [0]
-    before = store.write_stats.transactions
+    transactions = [0]  # ours that delete or merge, not the two that hold and give back FTS5's automerge
+
+    def transaction():
+        transactions[0] += 1
+        return store.write()
 
     def apply(chunk: list[Unit]) -> int:
         ok, moved = _still_safe(store, chunk, time.time())
@@ -314,10 +327,14 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         msgs[0] += sum(u.messages for u in ok)
         return len(ids)
 
-    with background_checkpoints(store) as after_commit:
-        run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, store.write,
-                    pacer_for(store), batcher=batcher, on_progress=on_progress,
-                    after_commit=after_commit)
+    batcher = batcher or Batcher()
+    pacer = pacer_for(store)
+    with background_checkpoints(store) as after_commit, \
+            (merges_in_our_hands(store, target_s=batcher.target_s, pause=pacer.pause, after_commit=after_commit)
+             if len(plan.units) else _nothing_to_merge(store)) as merge_step:
+        run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, transaction,
+                    pacer, batcher=batcher, on_progress=on_progress,
+                    after_commit=after_commit, upkeep=merge_step)
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
-                       transactions=store.write_stats.transactions - before,
+                       transactions=transactions[0],
                        longest_lock_s=store.write_stats.longest_hold_s)

@@ -145,10 +145,15 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
                 transaction: Callable[[], AbstractContextManager], pacer: Pacer, *,
                 batcher: Batcher | None = None,
                 on_progress: Callable[[int], None] | None = None,
-                after_commit: Callable[[], None] | None = None) -> int:
+                after_commit: Callable[[], None] | None = None,
+                upkeep: Callable[[], bool] | None = None) -> int:
     """Apply *apply* to chunks of *units*, several chunks per *transaction*; returns the summed results.
 
     *after_commit* runs after each transaction (outside the write lock), before the pause.
+    *upkeep* is one bounded step of work our earlier chunks left behind (FTS5 merges, see
+    :mod:`maint.store.fts_merges`), False when none is left: each transaction runs it first, and
+    takes new chunks only once it is done, so that work never piles up. A unit heavier than a chunk
+    goes in a transaction of its own: its lock time is its own.
     """
     batcher = batcher or Batcher()
     total = 0
@@ -157,13 +162,22 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
         first = pos
         with transaction():
             opened = time.monotonic()
-            while pos < len(units):
+            worked = pending = False
+            if upkeep is not None:
+                pending = worked = upkeep()  # one step whatever the target, so the work always moves on
+                while pending and batcher.room_for_another(time.monotonic() - opened):
+                    pending = upkeep()
+            while pos < len(units) and not pending:
                 end, load = batcher.take(units, pos, weight)
+                oversized = load > batcher.chunk_load
+                if oversized and worked:
+                    break  # the big unit starts the next transaction
                 started = time.monotonic()
                 total += apply(list(units[pos:end]))
                 batcher.observe(load, time.monotonic() - started)
                 pos = end
-                if not batcher.room_for_another(time.monotonic() - opened):
+                worked = True
+                if oversized or not batcher.room_for_another(time.monotonic() - opened):
                     break
         if on_progress:
             on_progress(pos - first)
@@ -172,4 +186,3 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
         if pos < len(units):
             pacer.pause()
     return total
-

@@ -1,0 +1,141 @@
+"""While a bulk delete runs, FTS5 merge work is done by us in bounded steps instead of all at once.
+
+Each commit flushes FTS5's pending index data into a new segment, and when a
+level fills up (``automerge`` segments, default 4) FTS5 merges it. The work
+it allows itself per 64 leaf pages written is 64 x the number of levels in
+the index, and every ``optimize`` adds a level: Hermes runs one every 1,000
+writes, so a store it filled has a hundred levels or more and each merge
+runs to the end in whichever statement triggers it (measured on a store
+built through SessionDB: one statement merging 4,000 leaf pages for 2 to
+3 s, in our transaction or in a Hermes append).
+
+So for the duration we set ``automerge`` to 0 (FTS5's own switch; crisis
+merges of 16 segments stay on) and do the same merges ourselves with FTS5's
+``merge`` command, a few pages at a time, before each transaction's deletes.
+At the end the remaining merges are finished the same way and Hermes's value
+is put back exactly (a row it never wrote is removed again). The value to
+put back is saved in ``state_meta`` in the same transaction that changes it,
+so after a crash the next run restores it before anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+
+from maint.crashpoints import crash_point
+from maint.store.connection import Store
+from maint.store.fts_segments import fts5_tables, read_structure, structure_blob
+
+META_KEY = "hermes_maint.fts_automerge"
+FTS5_DEFAULT_AUTOMERGE = 4
+FTS5_DEFAULT_USERMERGE = 4
+STEP_S = 0.01  # one merge step aims at this much work, so the clock can end a transaction between steps
+MIN_PAGES, MAX_PAGES = 8, 256
+
+
+def _config(conn, table: str, key: str) -> str | None:
+    row = conn.execute(f'SELECT v FROM "{table}_config" WHERE k = ?', (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _set_config(conn, table: str, key: str, value: int) -> None:
+    # The special insert also bumps the index's config cookie, so every other connection reloads it.
+    conn.execute(f'INSERT INTO "{table}"("{table}", rank) VALUES (?, ?)', (key, value))
+
+
+def _restore(conn, saved: dict[str, str | None]) -> None:
+    """Inside the caller's transaction: Hermes's automerge exactly as it was, and our note gone."""
+    tables = set(fts5_tables(conn))
+    for table, value in saved.items():
+        if table not in tables:
+            continue
+        _set_config(conn, table, "automerge", int(value) if value is not None else FTS5_DEFAULT_AUTOMERGE)
+        if value is None:
+            conn.execute(f'DELETE FROM "{table}_config" WHERE k = \'automerge\'')
+    conn.execute("DELETE FROM state_meta WHERE key = ?", (META_KEY,))
+
+
+def restore_left_over(store: Store) -> bool:
+    """A run that died with automerge held leaves its note: put Hermes's values back. True if it did."""
+    raw = store.get_meta(META_KEY) if store.has_table("state_meta") else None
+    if raw is None:
+        return False
+    with store.write() as conn:
+        _restore(conn, json.loads(raw))
+    return True
+
+
+class MergeSteps:
+    """The merges FTS5 would have done, in steps of about :data:`STEP_S`."""
+
+    def __init__(self, store: Store, tables: list[str]):
+        self.store = store
+        self.tables = tables
+        self.min_segments = {t: int(_config(store.conn, t, "usermerge") or FTS5_DEFAULT_USERMERGE) for t in tables}
+        self.pages = 32  # leaf pages a step may write, adjusted to the time steps take
+        self.steps = 0
+
+    def step(self) -> bool:
+        """One bounded merge step inside the caller's transaction; False when nothing was left to merge."""
+        conn = self.store.conn
+        worked = False
+        for table in self.tables:
+            st = read_structure(conn, table)
+            if st is None or not st.pending_merge(self.min_segments[table]):
+                continue
+            before = structure_blob(conn, table)
+            started = time.monotonic()
+            conn.execute(f'INSERT INTO "{table}"("{table}", rank) VALUES (\'merge\', ?)', (self.pages,))
+            took = time.monotonic() - started
+            if structure_blob(conn, table) != before:
+                worked = True
+                self.steps += 1
+                # Halve after a slow step, double after a quick one, within bounds: a step's pages are
+                # what it writes, and a merge that cancels deletes against their rows reads far more.
+                if took > STEP_S:
+                    self.pages = max(MIN_PAGES, self.pages // 2)
+                elif took < STEP_S / 4:
+                    self.pages = min(MAX_PAGES, self.pages * 2)
+        return worked
+
+
+@contextlib.contextmanager
+def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], None],
+                        after_commit: Callable[[], None]) -> Iterator[Callable[[], bool] | None]:
+    """Yields one merge step (see :class:`MergeSteps`) for the caller to run inside its transactions,
+    or None when the store has no FTS5 index. On the way out the merges left are finished in
+    transactions of about *target_s* with *pause* between them, then Hermes's setting comes back."""
+    restore_left_over(store)
+    tables = fts5_tables(store.conn)
+    if not tables or not store.has_table("state_meta"):
+        yield None
+        return
+    saved = {t: _config(store.conn, t, "automerge") for t in tables}
+    if all(v is not None and int(v) == 0 for v in saved.values()):
+        yield None  # automerge already off: nothing merges behind our back, nothing to hold
+        return
+    with store.write() as conn:
+        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)", (META_KEY, json.dumps(saved)))
+        for t in tables:
+            _set_config(conn, t, "automerge", 0)
+    crash_point("fts_automerge_held")
+    steps = MergeSteps(store, tables)
+    try:
+        yield steps.step
+        pending = True
+        while pending:
+            with store.write():
+                opened = time.monotonic()
+                pending = steps.step()  # at least one step a transaction, whatever the target
+                while pending and time.monotonic() - opened < target_s:
+                    pending = steps.step()
+            after_commit()
+            if pending:
+                pause()
+    finally:
+        with store.write() as conn:
+            _restore(conn, saved)
+        after_commit()

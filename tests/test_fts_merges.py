@@ -1,0 +1,191 @@
+"""FTS5 merges held by prune for its duration: done in bounded steps, Hermes's setting put back exactly."""
+
+import json
+import os
+import subprocess
+import sys
+
+import apsw
+import pytest
+
+from maint.ops.prune import execute_prune, plan_prune
+from maint.store.batching import Batcher, Pacer, run_batched
+from maint.store.connection import open_store
+from maint.store import fts_merges
+from maint.store.fts_merges import META_KEY, MergeSteps, restore_left_over
+from maint.store.fts_segments import fts5_tables, read_structure
+from tests.conftest import REPO
+from tests.storegen import StoreBuilder
+
+TABLES = ["messages_fts", "messages_fts_trigram"]  # hermes-agent 0.19.0's
+
+
+def hermes_store(path, sessions=40, messages=30):
+    """One commit per message through SessionDB: many small segments, as Hermes leaves them."""
+    with StoreBuilder(path) as b:
+        for n in range(sessions):
+            b.session(f"old{n}", age=200, messages=messages)
+        b.session("recent", age=1, messages=5)
+    return path
+
+
+def configs(path):
+    conn = apsw.Connection(str(path))
+    try:
+        return {t: sorted(conn.execute(f"SELECT k, v FROM {t}_config")) for t in TABLES}
+    finally:
+        conn.close()
+
+
+def assert_index_whole(path):
+    conn = apsw.Connection(str(path))
+    try:
+        for t in TABLES:
+            conn.execute(f"INSERT INTO {t}({t}, rank) VALUES('integrity-check', 1)")
+        # no deleted message is still found, every kept one is
+        assert conn.execute("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'old5'").fetchone()[0] == 0
+        kept = conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+        assert conn.execute("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'message'").fetchone()[0] \
+            == kept
+    finally:
+        conn.close()
+
+
+def test_the_store_has_hermes_fts5_tables(tmp_path):
+    db = hermes_store(tmp_path / "state.db", sessions=2, messages=2)
+    with open_store(db) as store:
+        assert fts5_tables(store.conn) == TABLES
+        assert all(read_structure(store.conn, t).segments >= 1 for t in TABLES)
+
+
+@pytest.mark.parametrize("hermes_value", [None, 8])
+def test_prune_puts_automerge_back_exactly(tmp_path, hermes_value):
+    db = hermes_store(tmp_path / "state.db")
+    if hermes_value is not None:  # as if Hermes had tuned it: the row must come back with its value
+        conn = apsw.Connection(str(db))
+        conn.execute(f"INSERT INTO messages_fts(messages_fts, rank) VALUES('automerge', {hermes_value})")
+        conn.close()
+    before = configs(db)
+    with open_store(db) as store:
+        execute_prune(store, plan_prune(store, None), batcher=Batcher(target_s=0.0, max_load=30))
+        assert store.get_meta(META_KEY) is None
+    assert configs(db) == before
+    assert_index_whole(db)
+
+
+def test_merges_are_held_off_while_prune_deletes(tmp_path, monkeypatch):
+    db = hermes_store(tmp_path / "state.db")
+    seen = []
+    import maint.ops.prune as prune
+
+    real = prune.delete_sessions
+
+    def spy(store, conn, ids):
+        seen.append((conn.execute("SELECT v FROM messages_fts_config WHERE k = 'automerge'").fetchone()[0],
+                     json.loads(store.get_meta(META_KEY))))
+        real(store, conn, ids)
+
+    monkeypatch.setattr(prune, "delete_sessions", spy)
+    with open_store(db) as store:
+        execute_prune(store, plan_prune(store, None), batcher=Batcher(target_s=0.0, max_load=30))
+    assert seen and all(v == 0 and note == {"messages_fts": None, "messages_fts_trigram": None} for v, note in seen)
+
+
+def test_merge_steps_finish_what_automerge_would_have_done(tmp_path, monkeypatch):
+    monkeypatch.setattr(fts_merges, "MAX_PAGES", 8)
+    db = hermes_store(tmp_path / "state.db", sessions=4, messages=2)
+    with open_store(db) as store:
+        for t in TABLES:  # pile up segments the way a held automerge leaves them: one per commit
+            store.conn.execute(f"INSERT INTO {t}({t}, rank) VALUES('automerge', 0)")
+        for n in range(12):
+            with store.write() as conn:
+                conn.executemany("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?,?,?,?)",
+                                 [("recent", "user", f"message {n} {i} " + "lorem ipsum dolor " * 100, 1.0)
+                                  for i in range(20)])
+        assert all(read_structure(store.conn, t).pending_merge(4) for t in TABLES)
+        steps = MergeSteps(store, TABLES)
+        steps.pages = 8
+        n = 0
+        while True:
+            with store.write():
+                if not steps.step():
+                    break
+            n += 1
+        assert n >= 4  # bounded steps, not one merge of everything
+        assert not any(read_structure(store.conn, t).pending_merge(4) for t in TABLES)
+        store.conn.execute("DELETE FROM messages WHERE session_id = 'old1'")
+    assert_index_whole(db)
+
+
+def test_a_run_killed_with_merges_held_is_put_right_by_the_next(tmp_path):
+    db = hermes_store(tmp_path / "state.db")
+    before = configs(db)
+    env = dict(os.environ, HERMES_MAINT_CRASH_AT="fts_automerge_held")
+    killed = subprocess.run([sys.executable, "-m", "maint", "prune", "--db", str(db), "--yes"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9
+    held = configs(db)
+    assert all(("automerge", 0) in rows for rows in held.values())
+    with open_store(db) as store:
+        assert json.loads(store.get_meta(META_KEY)) == {"messages_fts": None, "messages_fts_trigram": None}
+        assert restore_left_over(store)
+        assert store.get_meta(META_KEY) is None
+        assert not restore_left_over(store)
+    assert configs(db) == before
+    # and a whole run after a kill restores first, then prunes
+    killed = subprocess.run([sys.executable, "-m", "maint", "prune", "--db", str(db), "--yes"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9
+    done = subprocess.run([sys.executable, "-m", "maint", "prune", "--db", str(db), "--yes"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert configs(db) == before
+    assert_index_whole(db)
+
+
+class Tx:
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        self.log.append([])
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_pending_upkeep_comes_before_new_chunks_and_a_big_unit_goes_alone():
+    log: list[list] = []
+    debt = [3]  # three steps of leftover work
+
+    def upkeep():
+        if debt[0] == 0:
+            return False
+        debt[0] -= 1
+        log[-1].append("merge")
+        return True
+
+    def apply(batch):
+        log[-1].append(list(batch))
+        return len(batch)
+
+    units = [1, 1, 50, 1, 1]  # weights; 50 is over the chunk budget
+    total = run_batched(units, lambda u: u, apply, lambda: Tx(log), Pacer(lambda: 0),
+                        batcher=Batcher(target_s=60, chunk_s=0.0), upkeep=upkeep)  # chunks of weight 1
+    assert total == 5
+    assert log[0] == ["merge", "merge", "merge", [1], [1]]  # the debt first, then chunks; the big one waits
+    assert log[1] == [[50]]  # alone in its transaction
+    assert log[2] == [[1], [1]]
+    assert debt[0] == 0
+
+
+def test_nothing_to_prune_leaves_the_fts_config_untouched(tmp_path):
+    with StoreBuilder(tmp_path / "state.db") as b:
+        b.session("recent", age=1, messages=5)
+    db = tmp_path / "state.db"
+    with open_store(db) as store:
+        blobs = [bytes(store.conn.execute(f"SELECT block FROM {t}_data WHERE id = 10").fetchone()[0]) for t in TABLES]
+        result = execute_prune(store, plan_prune(store, None))
+        assert result.transactions == 0 and store.write_stats.transactions == 0
+        assert blobs == [bytes(store.conn.execute(f"SELECT block FROM {t}_data WHERE id = 10").fetchone()[0])
+                         for t in TABLES]  # not even the config cookie moved
