@@ -36,6 +36,11 @@ def prune(
     from maint.store.connection import open_store
 
     metrics = metrics_target(metrics_file)
+    from maint.ops.prune import max_unit_seconds
+    from maint.store.batching import target_from_env
+    from maint.store.connection import busy_timeout_from_env
+
+    max_unit_seconds(), target_from_env(), busy_timeout_from_env()  # bad settings refused before anything is written
 
     def run(target) -> dict:
         with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
@@ -49,7 +54,7 @@ def prune(
             # Text size is read only when someone will look at it (preview or prompt).
             report["bytes"] = plan_stored_bytes(store) if (dry_run or not yes) else None
             if dry_run or not count:
-                report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[])
+                report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[], skipped_too_big=[])
                 if dry_run:
                     report["session_ids"] = plan.session_ids
                 return report
@@ -65,6 +70,7 @@ def prune(
                 session_ids=result.deleted_ids, matched=len(result.deleted_ids), messages=result.messages,
                 deleted=len(result.deleted_ids), transactions=result.transactions,
                 longest_lock_ms=round(result.longest_lock_s * 1000, 1), skipped_changed=result.skipped_changed,
+                skipped_too_big=result.skipped_too_big,
             )
             return report
 
@@ -90,3 +96,7 @@ def _render(r: dict) -> None:
         typer.echo(f"  kept {n} matching lineage(s): {reason.replace('_', ' ')}")
     if r.get("skipped_changed"):
         typer.echo(f"  skipped {len(r['skipped_changed'])} sessions that changed while pruning")
+    if r.get("skipped_too_big"):
+        typer.echo(f"  kept {len(r['skipped_too_big'])} sessions in conversations too big to delete while other "
+                   "processes have the store open (their delete would hold the lock past HERMES_MAINT_MAX_UNIT_S); "
+                   "stop Hermes and prune again")

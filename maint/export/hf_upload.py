@@ -18,14 +18,13 @@ Every repo path is checked before the first request, and the result is reported 
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import threading
 from pathlib import Path
 from typing import Any
 
-from maint.errors import MaintError, UsageError
+from maint.errors import MaintError
 
 DATASET = "hermes-traces"
 TIMEOUT_ENV = "HERMES_MAINT_HTTP_TIMEOUT_S"
@@ -55,16 +54,9 @@ def http_deadline() -> float:
 
 
 def _seconds(name: str, default: float, most: int) -> float:
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or not 0 < value <= most:
-        raise UsageError(f"{name}={raw!r}: expected a number of seconds above 0, at most {most}")
-    return value
+    from maint.settings import env_number
+
+    return env_number(name, default, low=0, high=most)
 
 
 def install_timeouts(seconds: float, deadline: float) -> None:

@@ -247,16 +247,9 @@ def next_runs(jobs: list[Job], now: datetime | None = None) -> list[tuple[Job, d
 
 def stop_grace() -> float:
     """Seconds a running job gets to stop after SIGTERM/SIGINT (``HERMES_MAINT_STOP_GRACE_S``)."""
-    raw = os.environ.get(STOP_GRACE_ENV)
-    if raw is None or not raw.strip():
-        return DEFAULT_STOP_GRACE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or not 0 <= value <= 86400:
-        raise UsageError(f"{STOP_GRACE_ENV}={raw!r}: expected a number of seconds from 0 to 86400")
-    return value
+    from maint.settings import env_number
+
+    return env_number(STOP_GRACE_ENV, DEFAULT_STOP_GRACE_S, low=0, high=86400, low_open=False)
 
 
 class _Running:

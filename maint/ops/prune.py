@@ -21,6 +21,7 @@ from maint.store.batching import Batcher, pacer_for, run_batched
 from maint.store.catalog import NEWEST_MESSAGE_SQL, locked_session_ids
 from maint.store.checkpointer import background_checkpoints
 from maint.store.fts_merges import merges_in_our_hands, restore_left_over
+from maint.store.holders import other_connections
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store
@@ -304,12 +305,30 @@ class PruneResult:
     skipped_changed: list[str]
     transactions: int
     longest_lock_s: float
+    skipped_too_big: list[str] = field(default_factory=list)
+
+
+# A unit is deleted in one transaction, so the lock is held for all of its messages. Hermes gives up
+# on a write after about 15 s of waiting; while other processes have the store open, a unit whose
+# delete would hold the lock longer than HERMES_MAINT_MAX_UNIT_S is held back instead.
+MAX_UNIT_ENV = "HERMES_MAINT_MAX_UNIT_S"
+DEFAULT_MAX_UNIT_S = 5.0
+SLOWEST_S_PER_MESSAGE = 0.0002  # the slowest rate measured on stores Hermes built (0.08-0.2 ms)
+
+
+def max_unit_seconds() -> float:
+    from maint.settings import env_number
+
+    return env_number(MAX_UNIT_ENV, DEFAULT_MAX_UNIT_S, low=0, high=86400)
 
 
 def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = None,
                   on_progress: Callable[[int], None] | None = None) -> PruneResult:
     deleted = IdList()
     changed: list[str] = []
+    too_big: list[str] = []
+    max_unit_s = max_unit_seconds()
+    others: list[int | None] = []  # counted once, at the first unit that needs it
     msgs = [0]
     transactions = [0]  # ours that delete or merge, not the two that hold and give back FTS5's automerge
 
@@ -317,7 +336,18 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         transactions[0] += 1
         return store.write()
 
+    def too_long(unit: Unit) -> bool:
+        if unit.messages * max(SLOWEST_S_PER_MESSAGE, 1 / batcher.rate) <= max_unit_s:
+            return False
+        if not others:
+            others.append(other_connections(store.path))
+        return others[0] != 0  # None: nobody can say no one else has it open
+
     def apply(chunk: list[Unit]) -> int:
+        held = [u for u in chunk if too_long(u)]
+        if held:
+            too_big.extend(sid for u in held for sid in u.session_ids)
+            chunk = [u for u in chunk if not any(u is h for h in held)]
         ok, moved = _still_safe(store, chunk, time.time())
         changed.extend(sid for u in moved for sid in u.session_ids)
         ids = [sid for u in ok for sid in u.session_ids]
@@ -337,4 +367,4 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
                     after_commit=after_commit, upkeep=merge_step)
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=transactions[0],
-                       longest_lock_s=store.write_stats.longest_hold_s)
+                       longest_lock_s=store.write_stats.longest_hold_s, skipped_too_big=too_big)

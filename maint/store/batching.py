@@ -13,7 +13,6 @@ asleep in SQLite's busy handler to wake and take the lock.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -97,17 +96,19 @@ def pacer_for(store) -> Pacer:
     return Pacer(store.data_version, writers=lambda: other_connections(store.path))
 
 
-def _target_from_env() -> float:
+def target_from_env() -> float:
     """HERMES_MAINT_BATCH_MS overrides the lock time each transaction aims at."""
-    raw = os.environ.get("HERMES_MAINT_BATCH_MS", "")
-    return int(raw) / 1000 if raw.isdigit() else DEFAULT_TARGET_S
+    from maint.settings import env_number
+
+    return env_number("HERMES_MAINT_BATCH_MS", DEFAULT_TARGET_S * 1000, low=0, high=60_000,
+                      unit="milliseconds") / 1000
 
 
 @dataclass
 class Batcher:
     """How much work goes in one chunk, learnt from the measured rate (work units per second)."""
 
-    target_s: float = field(default_factory=_target_from_env)
+    target_s: float = field(default_factory=target_from_env)
     chunk_s: float | None = None  # default: DEFAULT_CHUNK_S, never more than the target
     rate: float = 6000.0  # before the first measurement
     min_load: int = 1

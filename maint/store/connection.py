@@ -390,8 +390,10 @@ def quote_ident(name: str) -> str:
 
 def busy_timeout_from_env() -> int:
     """HERMES_MAINT_BUSY_MS overrides how long we wait for Hermes's write lock."""
-    raw = os.environ.get("HERMES_MAINT_BUSY_MS", "")
-    return int(raw) if raw.isascii() and raw.isdigit() else DEFAULT_BUSY_TIMEOUT_MS
+    from maint.settings import env_number
+
+    return int(env_number("HERMES_MAINT_BUSY_MS", DEFAULT_BUSY_TIMEOUT_MS, low=0, high=3_600_000, low_open=False,
+                          unit="milliseconds"))
 
 
 def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Connection, str | None]:

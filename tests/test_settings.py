@@ -1,0 +1,65 @@
+"""Numbers set through the environment are checked like arguments (a hostile try found HERMES_MAINT_BATCH_MS=²
+ending in a traceback and 'abc', '-5' or 'nan' silently ignored), and a conversation too big to delete within
+Hermes's patience is kept while other processes have the store open (a 320k-message session held the lock 45 s
+and Hermes's writes failed)."""
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import run_subprocess
+from tests.storegen import StoreBuilder
+
+
+@pytest.fixture
+def store(tmp_path):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("small", age=100, messages=2)
+        b.session("big", age=100, messages=60)
+    return db
+
+
+@pytest.mark.parametrize("name", ["HERMES_MAINT_BATCH_MS", "HERMES_MAINT_BUSY_MS", "HERMES_MAINT_MAX_UNIT_S"])
+@pytest.mark.parametrize("value", ["abc", "-5", "nan", "inf", "²", "1e12"])
+@pytest.mark.parametrize("command", ["prune", "sweep"])
+def test_bad_number_settings_are_refused_before_anything_is_written(store, name, value, command):
+    before = store.read_bytes()
+    args = ["prune", "--older-than", "30d", "--yes"] if command == "prune" else ["sweep", "--force"]
+    r = run_subprocess(*args, "--db", store, env={name: value})
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    line, = r.stderr.strip().splitlines()
+    assert f"{name}={value!r}" in line and "expected a number" in line and "Traceback" not in r.stderr
+    assert store.read_bytes() == before
+
+
+HOLD = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT count(*) FROM sessions').fetchone();"
+        "print('open', flush=True); sys.stdin.read()")
+
+
+def test_a_conversation_too_big_for_the_lock_is_kept_while_the_store_is_in_use(store):
+    # 60 messages at the slowest measured rate (0.2 ms each) is 12 ms: over a 5 ms limit.
+    env = {"HERMES_MAINT_MAX_UNIT_S": "0.005"}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        r = run_subprocess("prune", "--older-than", "30d", "--yes", "--json", "--db", store, env=env)
+    finally:
+        holder.communicate("")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["session_ids"] == ["small"] and report["skipped_too_big"] == ["big"], report
+    c = sqlite3.connect(store)
+    assert c.execute("SELECT count(*) FROM messages WHERE session_id = 'big'").fetchone() == (60,)
+    c.close()  # an open connection of this process would count as another user of the store
+    text = run_subprocess("prune", "--older-than", "30d", "--dry-run", "--db", store, env=env)
+    assert text.returncode == 0 and "big" in text.stdout, text.stdout
+    # Nobody else has it open: the delete's lock time harms no one, so it goes.
+    again = run_subprocess("prune", "--older-than", "30d", "--yes", "--json", "--db", store, env=env)
+    assert again.returncode == 0, again.stderr
+    final = json.loads(again.stdout)
+    assert final["session_ids"] == ["big"] and final["skipped_too_big"] == [], json.dumps(final)
