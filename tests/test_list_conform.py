@@ -107,3 +107,28 @@ def test_default_order_is_hermes_own_by_start_and_last_active_is_asked_for(make_
             assert [s["id"] for s in db.list_sessions_rich(limit=20)] == ids(cli, b.path)
         finally:
             db.close()
+
+
+def test_wide_characters_keep_the_columns(make_store, cli):
+    """A CJK title or preview takes two columns a character: the Last Active column must still line up."""
+    from unicodedata import east_asian_width
+
+    b = make_store("v30")
+    b.session("ja", age=2 / 24, title="日本語のタイトルがとても長いセッションです")
+    b.session("en", age=3.5, title="plain title")
+    b.close()
+    import sqlite3
+    c = sqlite3.connect(b.path)
+    c.execute("UPDATE messages SET content = ? WHERE session_id = 'ja'",
+              ("認証モジュールのリファクタリングを手伝って" * 3,))
+    c.commit()
+    c.close()
+    lines = cli("list", "--db", b.path).stdout.splitlines()
+
+    def col(line: str, text: str) -> int:  # terminal column where *text* starts
+        head = line[:line.index(text)]
+        return sum(2 if east_asian_width(c) in ("W", "F") else 1 for c in head)
+
+    assert col(lines[0], "Last Active") == 64
+    rows = {line.split()[-1]: line for line in lines[2:]}
+    assert col(rows["ja"], "2h ago") == 64 and col(rows["en"], "3d ago") == 64

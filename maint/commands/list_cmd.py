@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, ProfileOpt
-from maint.commands.output import printable
+from maint.commands.output import fit, printable
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
 from maint.selection.timeparse import parse_count
@@ -78,8 +78,8 @@ def _render(r: dict) -> None:
         title, preview = printable(row["title"] or "—"), printable(row["preview"])
         sid = printable(row["id"])
         if titled:
-            typer.echo(f"{title[:22]:<22} {preview[:40]:<40} {when:<13} {sid}")
+            typer.echo(f"{fit(title, 22)} {fit(preview, 40)} {when:<13} {sid}")
         else:
-            typer.echo(f"{preview[:50]:<50} {when:<13} {printable(source_label(row['source'])):<6} {sid}")
+            typer.echo(f"{fit(preview, 50)} {when:<13} {fit(printable(source_label(row['source'])), 6)} {sid}")
     if r["total"] > r["shown"]:
         typer.echo(f"… {r['total'] - r['shown']} more not shown (use --limit N to see more)")

@@ -23,6 +23,20 @@ def printable(text: object) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
+def fit(text: str, width: int) -> str:
+    """*text* cut and padded to *width* terminal columns: wide (CJK) characters take two."""
+    from unicodedata import east_asian_width
+
+    out, used = [], 0
+    for ch in text:
+        w = 2 if east_asian_width(ch) in ("W", "F") else 1
+        if used + w > width:
+            break
+        out.append(ch)
+        used += w
+    return "".join(out) + " " * (width - used)
+
+
 def fmt_time(ts: float | None) -> str:
     if ts is None:
         return "-"
