@@ -76,6 +76,7 @@ class PrunePlan:
     sessions: int  # how many sessions the units hold
     messages: int
     store: Store
+    planned_at: float = 0.0  # wall clock when planning began: a session started later is new
 
     @property
     def session_ids(self) -> IdList:
@@ -109,6 +110,7 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
     reason, or its subtree's first failing one. All of it runs in SQLite over
     temp tables (see :mod:`maint.store.lineage`); the plan is read back a page at a time.
     """
+    planned_at = time.time()
     now = time.time() if now is None else now
     store.refuse_unknown_references()  # before planning, so --dry-run says it too
     implicit = None
@@ -199,7 +201,8 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
             "SELECT COUNT(*), COALESCE(SUM(n), 0), COALESCE(SUM(messages), 0) FROM maint_unit").fetchone()
     store.plan_generation += 1
     return PrunePlan(units=Paged(units, _unit_loader(store, store.plan_generation)), filters=filters,
-                     implicit_days=implicit, held_back=held, sessions=sessions, messages=messages, store=store)
+                     implicit_days=implicit, held_back=held, sessions=sessions, messages=messages, store=store,
+                     planned_at=planned_at)
 
 
 def message_counts(store: Store, ids: list[str]) -> dict[str, tuple[int, int]]:
@@ -235,9 +238,18 @@ def stored_bytes(store: Store, ids: list[str]) -> int:
     return total
 
 
-def _still_safe(store: Store, units: list[Unit], now: float) -> tuple[list[Unit], list[Unit]]:
-    """Read-check inside the write transaction: (units to delete, units reopened, pinned, locked or written to)."""
+def _still_safe(store: Store, units: list[Unit], now: float,
+                planned_at: float = 0.0) -> tuple[list[Unit], list[Unit]]:
+    """Read-check inside the write transaction: (units to delete, units reopened, pinned, locked, written to
+    or given a child since *planned_at*: a subagent run started under a session after the plan is not
+    in its unit, and would be left behind with its parent gone)."""
     ids = [sid for u in units for sid in u.session_ids]
+    new_parents: set[str] = set()
+    if planned_at:
+        planned = json.dumps(ids)
+        new_parents.update(p for (p,) in store.conn.execute(
+            "SELECT parent_session_id FROM sessions WHERE parent_session_id IN (SELECT value FROM json_each(?1)) "
+            "AND id NOT IN (SELECT value FROM json_each(?1)) AND started_at >= ?2", (planned, planned_at)))
     pinned = "COALESCE(pinned, 0)" if store.has_column("sessions", "pinned") else "0"
     rows = {}
     for chunk in chunks(ids):
@@ -252,7 +264,7 @@ def _still_safe(store: Store, units: list[Unit], now: float) -> tuple[list[Unit]
             if sid not in rows:
                 continue  # already gone: nothing to do for it
             ended, pin, last = rows[sid]
-            if ended is None or pin or sid in locked or last != unit.last_message_at.get(sid):
+            if ended is None or pin or sid in locked or last != unit.last_message_at.get(sid) or sid in new_parents:
                 return False
         return True
 
@@ -348,7 +360,7 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         if held:
             too_big.extend(sid for u in held for sid in u.session_ids)
             chunk = [u for u in chunk if not any(u is h for h in held)]
-        ok, moved = _still_safe(store, chunk, time.time())
+        ok, moved = _still_safe(store, chunk, time.time(), plan.planned_at)
         changed.extend(sid for u in moved for sid in u.session_ids)
         ids = [sid for u in ok for sid in u.session_ids]
         if ids:
