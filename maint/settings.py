@@ -24,6 +24,10 @@ def env_number(name: str, default: float, *, low: float, high: float, low_open: 
         value = math.nan
     too_low = value <= low if low_open else value < low
     if not math.isfinite(value) or too_low or value > high:
-        floor = f"above {low:g}" if low_open else f"from {low:g}"
-        raise UsageError(f"{name}={raw!r}: expected a number of {unit} {floor}, at most {high:g}")
+        floor = f"above {_plain(low)}" if low_open else f"from {_plain(low)}"
+        raise UsageError(f"{name}={raw!r}: expected a number of {unit} {floor}, at most {_plain(high)}")
     return value
+
+
+def _plain(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"

@@ -85,7 +85,7 @@ def _pty_answer(args, keys: bytes):
     proc = subprocess.Popen([sys.executable, "-m", "maint", *map(str, args)], stdin=slave, stdout=slave,
                             stderr=slave, cwd=REPO, close_fds=True, preexec_fn=controlling_terminal)
     os.close(slave)
-    screen, answered, deadline = b"", False, time.time() + 60
+    screen, answered, deadline = b"", 0.0, time.time() + 60
     while time.time() < deadline and proc.poll() is None:
         ready, _, _ = select.select([master], [], [], 0.2)
         if ready:
@@ -93,9 +93,11 @@ def _pty_answer(args, keys: bytes):
                 screen += os.read(master, 4096)
             except OSError:
                 break
-        if not answered and b"[y/N]" in screen:
+        if b"[y/N]" in screen and (not answered or time.time() - answered > 5):
+            # Pressed again when it has not ended 5 s later, as a person would: on a loaded machine the
+            # first key can land while the line editor is still setting the terminal up.
             os.write(master, keys)
-            answered = True
+            answered = time.time()
     code = proc.wait(timeout=30)
     try:
         while select.select([master], [], [], 0.2)[0]:

@@ -455,11 +455,14 @@ def test_session_prefixes_are_case_sensitive(tmp_path):
     assert run_subprocess("export", "--session-id", "old0", "--db", store).returncode == 0
 
 
-@pytest.mark.parametrize("env", [{"HERMES_MAINT_BUSY_MS": "²"}, {"HERMES_MAINT_CRASH_AT": "tx_begun:x"}])
-def test_malformed_tuning_variables_do_not_crash(env, tmp_path):
+def test_malformed_tuning_variables_do_not_crash(tmp_path):
     store = _store(tmp_path / "state.db")
-    result = run_subprocess("stats", "--db", store, env=env)
+    result = run_subprocess("stats", "--db", store, env={"HERMES_MAINT_CRASH_AT": "tx_begun:x"})
     assert result.returncode == 0 and "Traceback" not in result.stderr
+    # A number setting that is not a number is refused, not ignored (tests/test_settings.py has the rest).
+    result = run_subprocess("stats", "--db", store, env={"HERMES_MAINT_BUSY_MS": "²"})
+    line, = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and "HERMES_MAINT_BUSY_MS='²'" in line and "at most 3600000" in line, line
 
 
 def test_arguments_that_are_not_utf8_are_usage_errors(tmp_path):
