@@ -2,6 +2,7 @@
 
 import fcntl
 import os
+import signal
 import re
 import subprocess
 import sys
@@ -79,13 +80,16 @@ def _pty_answer(args, keys: bytes):
     master, slave = pty.openpty()
 
     def controlling_terminal():  # so that ^C on the terminal is a SIGINT to the command, as for a person
+        # A shell starts commands with SIGINT at its default; pytest-xdist's workers ignore it, and an
+        # ignored SIGINT is inherited (Python then installs no KeyboardInterrupt handler at all).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     proc = subprocess.Popen([sys.executable, "-m", "maint", *map(str, args)], stdin=slave, stdout=slave,
                             stderr=slave, cwd=REPO, close_fds=True, preexec_fn=controlling_terminal)
     os.close(slave)
-    screen, answered, deadline = b"", 0.0, time.time() + 60
+    screen, answered, deadline = b"", False, time.time() + 60
     while time.time() < deadline and proc.poll() is None:
         ready, _, _ = select.select([master], [], [], 0.2)
         if ready:
@@ -93,11 +97,9 @@ def _pty_answer(args, keys: bytes):
                 screen += os.read(master, 4096)
             except OSError:
                 break
-        if b"[y/N]" in screen and (not answered or time.time() - answered > 5):
-            # Pressed again when it has not ended 5 s later, as a person would: on a loaded machine the
-            # first key can land while the line editor is still setting the terminal up.
+        if not answered and b"[y/N]" in screen:
             os.write(master, keys)
-            answered = time.time()
+            answered = True
     code = proc.wait(timeout=30)
     try:
         while select.select([master], [], [], 0.2)[0]:
