@@ -437,6 +437,13 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
     _check_header(path)
     if not readonly and not os.access(path, os.W_OK):
         raise StoreError(f"{path}: store is read-only (no write permission); nothing was changed")
+    links = os.stat(path).st_nlink
+    if not readonly and links > 1:
+        # SQLite keeps the WAL beside the name a file is opened by: a WAL left beside another hard link is
+        # replayed over our changes the next time the file is opened by that name (a corrupt store).
+        raise StoreError(f"{path}: the store file has {links} hard links; refusing to change it (SQLite keeps a "
+                         "separate WAL beside each name, so a write through one name can be undone or corrupted "
+                         "through another); keep one name and use a symlink for the others")
     lock = None if readonly else run_lock(path)
     try:
         conn, note = _connect(path, readonly, busy_timeout_ms)
