@@ -148,7 +148,7 @@ def test_second_signal_while_stopping_is_idempotent(tmp_path):
 
 @pytest.mark.parametrize(("dow", "weekdays"), [
     ("0", {"Sun"}), ("7", {"Sun"}), ("1-5", {"Mon", "Tue", "Wed", "Thu", "Fri"}), ("5-7", {"Fri", "Sat", "Sun"}),
-    ("sat,sun", {"Sat", "Sun"})])
+    ("sat,sun", {"Sat", "Sun"}), ("7-7", {"Sun"}), ("0-0", {"Sun"})])
 def test_cron_weekdays_count_from_sunday_as_cron_does(dow, weekdays):
     """APScheduler's own crontab reader counts Monday = 0: the shipped Sunday job would run on Mondays."""
     from datetime import datetime, timedelta

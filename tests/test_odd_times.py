@@ -97,3 +97,24 @@ def test_what_cannot_be_dated_is_never_old_and_a_text_timestamp_hides_nothing(tm
     done = run_subprocess("prune", "--older-than", "30d", "--yes", "--json", "--db", db)
     report = _strict(done.stdout)
     assert done.returncode == 0 and report["session_ids"] == ["old"] and report["skipped_changed"] == [], done.stderr
+
+
+@pytest.mark.parametrize("value", ["9223372036854775808", "99999999999999999999", "٣"])
+def test_list_limit_out_of_range_or_not_ascii_is_a_usage_error(store, value):
+    r = run_subprocess("list", "--limit", value, "--db", store)
+    line, = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and "--limit" in line and "whole number from 0" in line and "Traceback" not in r.stderr
+
+
+def test_archive_of_a_session_with_a_text_message_timestamp_is_not_taken_for_a_change(tmp_path):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("textts", age=100, messages=3)
+    c = sqlite3.connect(db)
+    c.execute("UPDATE messages SET timestamp = 'yesterday' WHERE id = (SELECT MIN(id) FROM messages)")
+    c.commit()
+    c.close()
+    r = run_subprocess("archive", "--older-than", "90d", "--yes", "--json", "--db", db)
+    assert r.returncode == 0, r.stderr
+    report = _strict(r.stdout)
+    assert report["skipped_changed"] == [] and report["session_ids"] == ["textts"], report

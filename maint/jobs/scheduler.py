@@ -97,7 +97,7 @@ def _weekday_names(field: str) -> str:
             lo, hi = 0, 6
         elif "-" in base:
             lo_text, hi_text = base.split("-", 1)
-            lo, hi = _weekday(lo_text), _weekday(hi_text, end=True)
+            lo, hi = _weekday(lo_text, end=True), _weekday(hi_text, end=True)  # 7-7 is Sunday, not 0-7
             if lo > hi:
                 raise ValueError(f"bad weekday range {part!r}")
         else:

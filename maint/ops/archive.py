@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from maint.store.catalog import NEWEST_MESSAGE_SQL
 from maint.store import lineage
 from maint.store.batching import pacer_for, run_batched
 from maint.selection.filters import Filters
@@ -93,8 +94,8 @@ def _changed(store: Store, ids: list[str], include_open: bool) -> set[str]:
     for chunk in chunks(ids):
         out.update(r[0] for r in store.conn.execute(
             f"SELECT s.id FROM sessions s JOIN temp.maint_s p ON p.id = s.id WHERE s.id IN ({ph(chunk)}) AND "
-            f"({pinned} OR (s.ended_at IS NULL AND NOT ?) OR (SELECT MAX(m.timestamp) FROM messages m "
-            f"WHERE m.session_id = s.id) IS NOT p.last_message_at)", [*chunk, int(include_open)]))
+            f"({pinned} OR (s.ended_at IS NULL AND NOT ?) OR {NEWEST_MESSAGE_SQL} IS NOT p.last_message_at)",
+            [*chunk, int(include_open)]))
     return out
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from maint.store import lineage
 from maint.store.batching import pacer_for, run_batched
-from maint.store.catalog import locked_session_ids
+from maint.store.catalog import NEWEST_MESSAGE_SQL, locked_session_ids
 from maint.store.connection import Store
 from maint.store.sqlutil import IdList, Paged, ph
 
@@ -79,7 +79,7 @@ def _marks_sql(store: Store) -> str:
     last = "last_activity_at" if store.has_column("sessions", "last_activity_at") else "NULL"
     pinned = "COALESCE(pinned, 0)" if store.has_column("sessions", "pinned") else "0"
     return (f"SELECT id, ended_at, {pinned}, {last}, archived, "
-            f"(SELECT MAX(timestamp) FROM messages m WHERE m.session_id = s.id) FROM sessions s")
+            f"{NEWEST_MESSAGE_SQL} FROM sessions s")
 
 
 def _marks(store: Store, ids: list[str]) -> dict[str, tuple]:

@@ -45,10 +45,13 @@ def parse_moment(flag: str, value: str, now: float | None = None) -> float:
     return moment
 
 
+MAX_COUNT = 2**62  # SQLite's LIMIT takes a signed 64-bit integer
+
+
 def parse_count(flag: str, value: str | int) -> int:
     text = str(value).strip()
-    if not re.fullmatch(r"\d+", text):
-        raise UsageError(f"{flag}: bad value {value!r} (expected a whole number >= 0)")
+    if not re.fullmatch(r"[0-9]+", text) or int(text) > MAX_COUNT:
+        raise UsageError(f"{flag}: bad value {value!r} (expected a whole number from 0 to {MAX_COUNT})")
     return int(text)
 
 
