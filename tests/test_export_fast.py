@@ -26,6 +26,7 @@ FALLBACK = {
     "bad_calls": "an assistant's tool_calls that is not JSON",
     "nan_calls": "tool_calls Python parses (NaN) but strict JSON does not",
     "blob_calls": "an assistant's tool_calls that is a blob",
+    "nul_calls": "tool_calls with a NUL: SQLite's JSON reading stops there, Python's does not",
 }
 FLOATS = [1e16, 1.0e15, 123456789012345.67, 1e-05, 0.1 + 0.2, 5e-324, 1.7976931348623157e308, -0.0,
           float("inf"), float("-inf"), 2.5, 1733212345.1234567, 0.30000000000000004, 100.0]
@@ -83,6 +84,8 @@ def awkward_store(path, layout):
         _message(b, "nan_calls", "assistant", "x", 1700000000.0, tool_calls="[NaN, 1]")
         b.session("blob_calls", messages=0)
         _message(b, "blob_calls", "assistant", "x", 1700000000.0, tool_calls=b"[1]")
+        b.session("nul_calls", messages=0)
+        _message(b, "nul_calls", "assistant", "x", 1700000000.0, tool_calls="[1,2]\x00junk")
         b.session("quote'id\"\n", messages=2)
         if layout != "v22":
             ref = b.prompt("you are \"helpful\"\n😀")

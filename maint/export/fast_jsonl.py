@@ -137,7 +137,8 @@ def _messages(columns: list[tuple[str, str]], prompts: str) -> str:
             ', "complete": false, ',
             iif(coalesce(SUM(typeof(role) NOT IN ('text', 'null')
                              OR role = 'assistant' AND typeof(calls) NOT IN ('text', 'null')
-                             OR role = 'assistant' AND calls <> '' AND NOT json_valid(calls)), 0)
+                             OR role = 'assistant' AND calls <> '' AND NOT json_valid(calls)
+                             OR role = 'assistant' AND instr(calls, char(0)) > 0), 0)
                 OR group_concat(id) IS NOT group_concat(id, ',' ORDER BY id), char(0), ''))
         FROM (SELECT m.id AS id, {_object('m', columns, '}')} AS js, {role} AS role, {calls} AS calls
               FROM (SELECT id FROM messages WHERE session_id = s.id ORDER BY id) o JOIN messages m ON m.id = o.id))"""
