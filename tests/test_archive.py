@@ -134,3 +134,15 @@ def test_session_written_to_after_planning_is_left_alone(make_store):
         "strftime('%s','now'))"))
     assert rows(path, "SELECT id FROM sessions WHERE archived = 1 ORDER BY id") == [("a1",), ("a2",), ("b1",)]
     assert sorted(result.archived_ids) == ["a1", "a2", "b1"] and result.skipped_changed == ["c1"]
+
+
+def test_session_given_a_child_after_planning_keeps_its_lineage(make_store):
+    """A compression continuation or subagent run started under a planned session while the prompt waited was
+    left out of the re-check (hostile try): a half-archived conversation whose new tip is open."""
+    import time
+
+    path, result = _plan_then_change(make_store, lambda c: c.execute(
+        "INSERT INTO sessions (id, source, parent_session_id, started_at) VALUES ('c2', 'cli', 'c1', ?)",
+        (time.time(),)))
+    assert rows(path, "SELECT id FROM sessions WHERE archived = 1 ORDER BY id") == [("a1",), ("a2",), ("b1",)]
+    assert sorted(result.archived_ids) == ["a1", "a2", "b1"] and result.skipped_changed == ["c1"]

@@ -11,6 +11,7 @@ conversation the idle sweep had hidden stays hidden until it is un-archived by h
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ class ArchivePlan:
     skipped_open: int  # lineages that matched but are still open
     skipped_pinned: int
     include_open: bool = False
+    planned_at: float = 0.0  # wall clock when planning began: a session started later is new
 
     @property
     def session_ids(self) -> IdList:
@@ -42,7 +44,8 @@ def plan_archive(store: Store, filters: Filters, *, include_open: bool = False,
     held back when one is pinned, or open (unless *include_open*); else its segments not archived by
     hand go (one the idle sweep hid becomes a hand archive: it no longer comes back on resume).
     Lineages come least recently active first (ties: table order)."""
-    now = time.time() if now is None else now
+    planned_at = time.time()
+    now = planned_at if now is None else now
     conn = store.conn
     with store.planning():
         lineage.build(store, now, filters)
@@ -77,7 +80,7 @@ def plan_archive(store: Store, filters: Filters, *, include_open: bool = False,
         return [out[i] for i in sorted(out)]
 
     return ArchivePlan(lineages=Paged(count, load), sessions=sessions, skipped_open=skipped.get("open", 0),
-                       skipped_pinned=skipped.get("pinned", 0), include_open=include_open)
+                       skipped_pinned=skipped.get("pinned", 0), include_open=include_open, planned_at=planned_at)
 
 
 @dataclass
@@ -86,16 +89,20 @@ class ArchiveResult:
     skipped_changed: list[str]  # sessions of lineages pinned, reopened or written to since planning
 
 
-def _changed(store: Store, ids: list[str], include_open: bool) -> set[str]:
-    """Inside the write transaction: the *ids* now pinned, open (unless *include_open*) or with another
-    newest message than the plan saw (``temp.maint_s``, on this connection)."""
+def _changed(store: Store, ids: list[str], include_open: bool, planned_at: float = 0.0) -> set[str]:
+    """Inside the write transaction: the *ids* now pinned, open (unless *include_open*), with another
+    newest message than the plan saw (``temp.maint_s``, on this connection), or given a child session
+    since *planned_at* (a compression continuation or subagent run the plan did not see)."""
     pinned = "COALESCE(s.pinned, 0)" if store.has_column("sessions", "pinned") else "0"
     out = set()
+    planned = json.dumps(ids)
     for chunk in chunks(ids):
         out.update(r[0] for r in store.conn.execute(
             f"SELECT s.id FROM sessions s JOIN temp.maint_s p ON p.id = s.id WHERE s.id IN ({ph(chunk)}) AND "
-            f"({pinned} OR (s.ended_at IS NULL AND NOT ?) OR {NEWEST_MESSAGE_SQL} IS NOT p.last_message_at)",
-            [*chunk, int(include_open)]))
+            f"({pinned} OR (s.ended_at IS NULL AND NOT ?) OR {NEWEST_MESSAGE_SQL} IS NOT p.last_message_at "
+            f"OR (? > 0 AND EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id = s.id AND c.started_at >= ? "
+            f"AND c.id NOT IN (SELECT value FROM json_each(?)))))",
+            [*chunk, int(include_open), planned_at, planned_at, planned]))
     return out
 
 
@@ -110,7 +117,7 @@ def execute_archive(store: Store, plan: ArchivePlan,
         if store.has_column("sessions", "auto_archived") else ("", "archived = 0")
 
     def apply(batch: list[list[str]]) -> int:
-        changed = _changed(store, [sid for lineage in batch for sid in lineage], plan.include_open)
+        changed = _changed(store, [sid for lineage in batch for sid in lineage], plan.include_open, plan.planned_at)
         keep = [lineage for lineage in batch if changed.isdisjoint(lineage)]
         skipped.extend(sid for lineage in batch if not changed.isdisjoint(lineage) for sid in lineage)
         ids = [sid for lineage in keep for sid in lineage]
