@@ -22,7 +22,7 @@ def _tool_call_count(raw: Any) -> int:
         return 0
     try:
         calls = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser
         return 1
     return len(calls) if isinstance(calls, list) else 1
 

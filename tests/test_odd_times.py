@@ -118,3 +118,25 @@ def test_archive_of_a_session_with_a_text_message_timestamp_is_not_taken_for_a_c
     assert r.returncode == 0, r.stderr
     report = _strict(r.stdout)
     assert report["skipped_changed"] == [] and report["session_ids"] == ["textts"], report
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "md", "html", "trace"])
+def test_deeply_nested_tool_calls_do_not_stop_the_export(tmp_path, fmt):
+    """One tool_calls nested 1,500 deep ended every export of the store in a RecursionError (hostile try): it is
+    read as what it is, text that is not usable JSON."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("deep", age=100, messages=2)
+        b.session("fine", age=100, messages=2)
+    c = sqlite3.connect(db)
+    c.execute("UPDATE messages SET role = 'assistant', tool_calls = ? WHERE id = (SELECT MAX(id) FROM messages "
+              "WHERE session_id = 'deep')", ("[" * 1500 + "]" * 1500,))
+    c.commit()
+    c.close()
+    out = tmp_path / "out"
+    args = ["--session-id", "deep"] if fmt == "trace" else ["--older-than", "1d"]
+    r = run_subprocess("export", out, "--db", db, "--format", fmt, *args)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    if fmt == "jsonl":
+        lines = {json.loads(line)["id"]: json.loads(line) for line in out.read_text().splitlines()}
+        assert set(lines) == {"deep", "fine"} and lines["deep"]["timings"]["tool_calls_emitted"] == 1

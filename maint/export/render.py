@@ -49,7 +49,7 @@ def iso_time(ts: Any) -> str:
 def tool_call_names(raw: Any) -> str:
     try:
         calls = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser
         return str(raw)
     if not isinstance(calls, list):
         return ""
@@ -177,7 +177,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         try:
             parsed = json.loads(content) if content.startswith("[") else None
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser
             parsed = None
         if isinstance(parsed, list):
             content = parsed
@@ -202,7 +202,7 @@ def _stable_id(call: dict[str, Any]) -> str:
 def _tool_uses(raw: Any) -> list[dict[str, Any]]:
     try:
         calls = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser
         return []
     out = []
     for call in calls if isinstance(calls, list) else []:
@@ -212,7 +212,7 @@ def _tool_uses(raw: Any) -> list[dict[str, Any]]:
         args = fn.get("arguments")
         try:
             parsed = json.loads(args) if isinstance(args, str) and args.strip() else (args or {})
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser
             parsed = {"_raw": args}
         out.append({"type": "tool_use", "id": call.get("id") or f"toolu_{_stable_id(call)}",
                     "name": fn.get("name") or call.get("name") or "tool", "input": parsed})
