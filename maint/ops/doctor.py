@@ -422,7 +422,7 @@ class Doctor:
 
     # -- last sweep, VACUUM, backup ---------------------------------------------------------------
     def check_ages(self, store: Store) -> None:
-        last_sweep = _meta_time(store, "last_auto_prune")
+        last_sweep = store.meta_time("last_auto_prune")
         interval_h = self.cfg.session("min_interval_hours")
         interval_h = interval_h if isinstance(interval_h, (int, float)) and not isinstance(interval_h, bool) \
             and interval_h >= 0 else 24
@@ -439,7 +439,7 @@ class Doctor:
                      self.cmd("sweep"), at=last_sweep)
         else:
             self.add("last_sweep", OK, f"last sweep {_age(self.now - last_sweep)} ago", at=last_sweep)
-        last_vacuum = _meta_time(store, "last_vacuum")
+        last_vacuum = store.meta_time("last_vacuum")
         days = self.cfg.session("min_vacuum_interval_days")
         self.add("last_vacuum", OK, (f"last VACUUM {_age(self.now - last_vacuum)} ago" if last_vacuum
                                      else "no VACUUM recorded") + f" (min_vacuum_interval_days {days}; the sweep "
@@ -490,14 +490,6 @@ def _same(a: Path, b: Path) -> bool:
 
     fid = file_id(a)
     return fid is not None and fid == file_id(b)
-
-
-def _meta_time(store: Store, key: str) -> float | None:
-    try:
-        value = float(store.get_meta(key) or "")
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value > 0 else None
 
 
 def _root_pages(store: Store) -> dict[int, str]:

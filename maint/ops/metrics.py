@@ -123,14 +123,6 @@ def parse(text: str) -> list[Sample]:
     return out
 
 
-def _meta_time(store: Store, key: str) -> float | None:
-    try:
-        value = float(store.get_meta(key) or "")
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value > 0 else None
-
-
 def collect(store: Store, profile: str, *, doctor: dict[str, Any] | None = None,
             now: float | None = None) -> list[Sample]:
     """Every figure for one store, read through a read-only connection."""
@@ -147,7 +139,7 @@ def collect(store: Store, profile: str, *, doctor: dict[str, Any] | None = None,
            sample("hermes_maint_metrics_updated_timestamp_seconds", now)]
     for name, key in (("hermes_maint_last_sweep_timestamp_seconds", "last_auto_prune"),
                       ("hermes_maint_last_vacuum_timestamp_seconds", "last_vacuum")):
-        when = _meta_time(store, key)
+        when = store.meta_time(key)
         if when is not None:
             out.append(sample(name, when))
     backup = history.latest(store, "backup")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import math
 import os
 import stat
 import struct
@@ -295,6 +296,14 @@ class Store:
     # -- Hermes's key/value table -------------------------------------
     def get_meta(self, key: str) -> str | None:
         return self.scalar("SELECT value FROM state_meta WHERE key = ?", (key,))
+
+    def meta_time(self, key: str) -> float | None:
+        """A marker's time (seconds since the epoch), or None when it is absent or not a positive finite number."""
+        try:
+            value = float(self.get_meta(key) or "")
+        except ValueError:
+            return None
+        return value if math.isfinite(value) and value > 0 else None
 
     def set_meta(self, key: str, value: str) -> None:
         with self.write() as conn:
