@@ -11,12 +11,11 @@ conversation the idle sweep had hidden stays hidden until it is un-archived by h
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from maint.store.catalog import NEWEST_MESSAGE_SQL
+from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since
 from maint.store import lineage
 from maint.store.batching import pacer_for, run_batched
 from maint.selection.filters import Filters
@@ -94,15 +93,12 @@ def _changed(store: Store, ids: list[str], include_open: bool, planned_at: float
     newest message than the plan saw (``temp.maint_s``, on this connection), or given a child session
     since *planned_at* (a compression continuation or subagent run the plan did not see)."""
     pinned = "COALESCE(s.pinned, 0)" if store.has_column("sessions", "pinned") else "0"
-    out = set()
-    planned = json.dumps(ids)
+    out = given_children_since(store, ids, planned_at)
     for chunk in chunks(ids):
         out.update(r[0] for r in store.conn.execute(
             f"SELECT s.id FROM sessions s JOIN temp.maint_s p ON p.id = s.id WHERE s.id IN ({ph(chunk)}) AND "
-            f"({pinned} OR (s.ended_at IS NULL AND NOT ?) OR {NEWEST_MESSAGE_SQL} IS NOT p.last_message_at "
-            f"OR (? > 0 AND EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id = s.id AND c.started_at >= ? "
-            f"AND c.id NOT IN (SELECT value FROM json_each(?)))))",
-            [*chunk, int(include_open), planned_at, planned_at, planned]))
+            f"({pinned} OR (s.ended_at IS NULL AND NOT ?) OR {NEWEST_MESSAGE_SQL} IS NOT p.last_message_at)",
+            [*chunk, int(include_open)]))
     return out
 
 

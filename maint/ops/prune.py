@@ -18,7 +18,7 @@ from typing import Any
 
 from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched
-from maint.store.catalog import NEWEST_MESSAGE_SQL, locked_session_ids
+from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since, locked_session_ids
 from maint.store.checkpointer import background_checkpoints
 from maint.store.fts_merges import merges_in_our_hands, restore_left_over
 from maint.store.holders import other_connections
@@ -244,12 +244,7 @@ def _still_safe(store: Store, units: list[Unit], now: float,
     or given a child since *planned_at*: a subagent run started under a session after the plan is not
     in its unit, and would be left behind with its parent gone)."""
     ids = [sid for u in units for sid in u.session_ids]
-    new_parents: set[str] = set()
-    if planned_at:
-        planned = json.dumps(ids)
-        new_parents.update(p for (p,) in store.conn.execute(
-            "SELECT parent_session_id FROM sessions WHERE parent_session_id IN (SELECT value FROM json_each(?1)) "
-            "AND id NOT IN (SELECT value FROM json_each(?1)) AND started_at >= ?2", (planned, planned_at)))
+    new_parents = given_children_since(store, ids, planned_at)
     pinned = "COALESCE(pinned, 0)" if store.has_column("sessions", "pinned") else "0"
     rows = {}
     for chunk in chunks(ids):
