@@ -36,11 +36,9 @@ def prune(
     from maint.store.connection import open_store
 
     metrics = metrics_target(metrics_file)
-    from maint.ops.prune import max_unit_seconds
-    from maint.store.batching import target_from_env
-    from maint.store.connection import busy_timeout_from_env
+    from maint.ops.prune import check_settings
 
-    max_unit_seconds(), target_from_env(), busy_timeout_from_env()  # bad settings refused before anything is written
+    check_settings()
 
     def run(target) -> dict:
         with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store

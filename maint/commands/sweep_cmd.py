@@ -35,11 +35,9 @@ def sweep(
     from maint.ops.sweep import run_sweep
 
     metrics = metrics_target(metrics_file)
-    from maint.ops.prune import max_unit_seconds
-    from maint.store.batching import target_from_env
-    from maint.store.connection import busy_timeout_from_env
+    from maint.ops.prune import check_settings
 
-    max_unit_seconds(), target_from_env(), busy_timeout_from_env()  # bad settings refused before anything is written
+    check_settings()
     interactive = sys.stdin.isatty() and not as_json
 
     def run(target) -> dict:

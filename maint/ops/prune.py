@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from maint.store import lineage
-from maint.store.batching import Batcher, pacer_for, run_batched
+from maint.store.batching import Batcher, pacer_for, run_batched, target_from_env
 from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since, locked_session_ids
 from maint.store.checkpointer import background_checkpoints
 from maint.store.fts_merges import merges_in_our_hands, restore_left_over
 from maint.store.holders import other_connections
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
-from maint.store.connection import Store
+from maint.store.connection import Store, busy_timeout_from_env
 
 PLAN_TABLES = ("maint_pc", "maint_sb", "maint_vis", "maint_um", "maint_unit")
 
@@ -327,6 +327,11 @@ def max_unit_seconds() -> float:
     from maint.settings import env_number
 
     return env_number(MAX_UNIT_ENV, DEFAULT_MAX_UNIT_S, low=0, high=86400)
+
+
+def check_settings() -> None:
+    """Read every setting a bulk delete uses, so a bad one is refused before anything is written."""
+    max_unit_seconds(), target_from_env(), busy_timeout_from_env()
 
 
 def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = None,
