@@ -43,6 +43,17 @@ def copy_store(src: Path, dst_dir: Path) -> Path:
 
 
 
+def messages_in(db: Path) -> int:
+    """How many messages the store holds (read-only: the cached stores stay as built)."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+    finally:
+        conn.close()
+
+
 def store_mb(path: Path) -> float:
     return sum(Path(str(path) + s).stat().st_size for s in ("", "-wal") if Path(str(path) + s).exists()) / 2**20
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import os
 
-from common import store_args, CACHE, ROOT, base_store, copy_store, store_mb, write_result
+from common import store_args, CACHE, ROOT, base_store, copy_store, messages_in, store_mb, write_result
 from fts_shape import shape
 from hermes_store import hermes_built_store
 
@@ -106,7 +106,7 @@ def main() -> None:
             rows[name] = run_one(name, db, args.interval, args.hermes_optimize)
         fts = {t: {k: v[k] for k in ("levels", "segments", "data_rows", "idx_rows", "terms")}
                for t, v in shape(src).items()}
-        messages = _count(src)
+        messages = messages_in(src)
         print(f"\n{kind} store: {messages} messages, {store_mb(src):.0f} MB; "
               f"writer every {args.interval * 1000:.0f} ms, its FTS optimize {'on' if args.hermes_optimize else 'off'}")
         for t, v in fts.items():
@@ -117,16 +117,6 @@ def main() -> None:
                          "results": rows}
     write_result("prune", {"writer_interval_s": args.interval, "writer_optimize": args.hermes_optimize,
                            "machine_note": "2 cores shared with other engineers' benchmarks", "stores": payload})
-
-
-def _count(db: Path) -> int:
-    import sqlite3
-
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
-    finally:
-        conn.close()
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import CACHE, ROOT, store_mb, write_result
+from common import CACHE, ROOT, messages_in, store_mb, write_result
 
 from maint.demo import V30_SCHEMA
 from tests.storegen import V31_ADDITIONS
@@ -281,7 +281,7 @@ def main() -> None:
         table[n] = run_size(n, work)
     shutil.rmtree(work, ignore_errors=True)
     judged = verdicts(sizes, table)
-    stores = {n: {"mb": round(store_mb(store_for(n))), "messages": _messages(store_for(n))} for n in sizes}
+    stores = {n: {"mb": round(store_mb(store_for(n))), "messages": messages_in(store_for(n))} for n in sizes}
     head = "".join(f"{f'{n // 1000}k s':>10}{'MB':>6}" for n in sizes)
     print("\nscale benchmark: " + ", ".join(f"{n} sessions / {stores[n]['messages']} messages / {stores[n]['mb']} MB"
                                             for n in sizes))
@@ -295,14 +295,6 @@ def main() -> None:
         print(f"{name:<17}{cells}{v['growth'] if v['growth'] is not None else '-':>8}  {target}{mark}")
     write_result("scale-quick" if args.quick else "scale",
                  {"sizes": sizes, "stores": stores, "results": {str(n): table[n] for n in sizes}, "verdicts": judged})
-
-
-def _messages(path: Path) -> int:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
-    finally:
-        conn.close()
 
 
 if __name__ == "__main__":
