@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from maint.errors import MaintError
+from maint.settings import env_number
 
 DATASET = "hermes-traces"
 TIMEOUT_ENV = "HERMES_MAINT_HTTP_TIMEOUT_S"
@@ -45,18 +46,12 @@ class HubTimeout(Exception):
 
 def http_timeout() -> float:
     """Seconds each Hub request may take to connect, and between bytes read or written."""
-    return _seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, 3600)
+    return env_number(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, low=0, high=3600)
 
 
 def http_deadline() -> float:
     """Seconds each Hub request may take from its first byte sent to its answer's last byte read."""
-    return _seconds(DEADLINE_ENV, DEFAULT_DEADLINE_S, 86400)
-
-
-def _seconds(name: str, default: float, most: int) -> float:
-    from maint.settings import env_number
-
-    return env_number(name, default, low=0, high=most)
+    return env_number(DEADLINE_ENV, DEFAULT_DEADLINE_S, low=0, high=86400)
 
 
 def install_timeouts(seconds: float, deadline: float) -> None:
