@@ -28,10 +28,11 @@ def test_pinned_sessions_always_listed(make_store, cli):
     shown = [row["id"] for row in r["sessions"]]
     # The three newest, then every pinned one the limit cut off.
     assert shown == ["new0", "new1", "new2", "pinned_sub", "pinned_arch", "pinned_hidden"]
-    assert r["total"] == 10 and r["shown"] == 6
+    assert r["total"] == 10 and r["shown"] == 6 and r["more"] is True
     row = next(x for x in r["sessions"] if x["id"] == "pinned_arch")
     assert row["pinned"] is True and row["archived"] is True
-    assert "… 4 more not shown" in cli("list", "--db", b.path, "--limit", "3").stdout
+    assert cli("list", "--db", b.path, "--limit", "3").stdout.endswith(
+        "\n… more not shown (use --limit N to see more)\n")
 
 
 def test_workspace_filter(make_store, cli, layout, tmp_path, monkeypatch):
@@ -98,7 +99,8 @@ def test_default_order_is_hermes_own_by_start_and_last_active_is_asked_for(make_
     r = cli.json("list", "--db", b.path, "--limit", "3")
     assert [row["id"] for row in r["sessions"]] == ["fresh", "mid", "k2"] and (r["total"], r["shown"]) == (4, 3)
     assert r["sessions"][2]["root_id"] == "k1" and r["sessions"][2]["segments"] == 2
-    assert "… 1 more not shown" in cli("list", "--db", b.path, "--limit", "3").stdout
+    assert cli("list", "--db", b.path, "--limit", "3").stdout.endswith(
+        "\n… more not shown (use --limit N to see more)\n")
     if layout == "v22":  # the order of Hermes's own `hermes sessions list`
         from hermes_state import SessionDB
 
@@ -132,3 +134,63 @@ def test_wide_characters_keep_the_columns(make_store, cli):
     assert col(lines[0], "Last Active") == 64
     rows = {line.split()[-1]: line for line in lines[2:]}
     assert col(rows["ja"], "2h ago") == 64 and col(rows["en"], "3d ago") == 64
+
+
+def text_ids(cli, path, *args):
+    """The ids of the text listing (last column) and whether it ends with the docs' "more" line."""
+    out = cli("list", "--db", path, *args).stdout.splitlines()
+    more = out[-1] == "… more not shown (use --limit N to see more)"
+    return [line.split()[-1] for line in out[2:len(out) - more]], more
+
+
+def test_text_list_walks_past_sessions_nobody_sees(make_store, cli, layout):
+    """The text listing does not count: it walks sessions by start until it has the page and one more
+    conversation; dozens of newer subagent runs and archived sessions only make it walk further."""
+    b = make_store(layout)
+    b.session("orch", age=50, started_age=50)
+    for n in range(40):
+        b.session(f"sub{n:02d}", source="subagent", age=0.01, started_age=0.5 + n / 1000, parent="orch",
+                  model_config={"_delegate_from": "orch"})
+        b.session(f"arch{n:02d}", age=0.01, started_age=0.6 + n / 1000, archived=1)
+    b.session("seen1", age=2, started_age=3)
+    b.session("seen2", age=4, started_age=5)
+    b.close()
+    assert text_ids(cli, b.path, "--limit", "1") == (["seen1"], True)
+    assert text_ids(cli, b.path, "--limit", "2") == (["seen1", "seen2"], True)  # orch is the third
+    assert text_ids(cli, b.path, "--limit", "3") == (["seen1", "seen2", "orch"], False)
+    r = cli.json("list", "--db", b.path, "--limit", "2")
+    assert (r["total"], r["shown"], r["more"]) == (3, 2, True)
+
+
+def test_text_list_places_a_chain_by_its_first_start_past_the_walk(make_store, cli, layout):
+    """A compression chain whose live tip started just now is listed where its first session started,
+    even when that start is far past the newest sessions the walk read first."""
+    b = make_store(layout)
+    b.session("k1", age=40, started_age=60, end_reason="compression")
+    b.session("k2", age=0.01, started_age=0.02, parent="k1")
+    for n in range(12):
+        b.session(f"new{n:02d}", age=1 + n, started_age=1 + n)
+    b.close()
+    news = [f"new{n:02d}" for n in range(12)]
+    assert text_ids(cli, b.path, "--limit", "12") == (news, True)
+    assert text_ids(cli, b.path, "--limit", "13") == (news + ["k2"], False)
+    assert ids(cli, b.path, "--limit", "13")[-1] == "k2"
+
+
+def test_no_more_line_when_only_pinned_ones_are_past_the_limit(make_store, cli):
+    b = make_store("v30")
+    for n in range(3):
+        b.session(f"new{n}", age=1 + n)
+    b.session("old_pin", age=30, pinned=1)
+    b.session("old_chain1", age=20, started_age=25, end_reason="compression")
+    b.session("old_chain2", age=19, started_age=19.5, parent="old_chain1", pinned=1)
+    b.close()
+    assert text_ids(cli, b.path, "--limit", "3") == (["new0", "new1", "new2", "old_chain2", "old_pin"], False)
+    r = cli.json("list", "--db", b.path, "--limit", "3")
+    assert (r["total"], r["shown"], r["more"]) == (5, 5, False)
+    b2 = make_store("v30", name="b2.db")
+    for n in range(4):
+        b2.session(f"new{n}", age=1 + n)
+    b2.session("old_pin", age=30, pinned=1)
+    b2.close()
+    assert text_ids(cli, b2.path, "--limit", "3") == (["new0", "new1", "new2", "old_pin"], True)

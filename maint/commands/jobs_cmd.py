@@ -80,7 +80,7 @@ def dry_parse(root: Any, args: list[str]) -> dict[str, Any]:
                 params = dict(sub.params)
     except click_exc.UsageError as exc:
         raise UsageError(f"`{PROG} {shown}` does not parse: {exc.format_message()}") from None
-    except click_exc.Exit:
+    except typer.Exit:
         raise UsageError(f"`{PROG} {shown}` only prints and exits; it is not a job") from None
     if (params.get("db") is not None) + (params.get("profile") is not None) + bool(params.get("all_profiles")) > 1:
         raise UsageError(f"`{PROG} {shown}`: --db, --profile and --all-profiles are mutually exclusive "

@@ -53,8 +53,9 @@ def list_sessions(
 
     def run(target) -> dict:
         with open_store(target.path, readonly=True) as store:
-            rows, total = list_conversations(store, source=source, limit=n, workspace=needle, sort=sort)
-        return {"sessions": rows, "total": total, "shown": len(rows)}
+            rows, total, more = list_conversations(store, source=source, limit=n, workspace=needle, sort=sort,
+                                                   count=as_json)
+        return {"sessions": rows, "total": total, "shown": len(rows), "more": more}
 
     for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
 
@@ -81,5 +82,5 @@ def _render(r: dict) -> None:
             typer.echo(f"{fit(title, 22)} {fit(preview, 40)} {when:<13} {sid}")
         else:
             typer.echo(f"{fit(preview, 50)} {when:<13} {fit(printable(source_label(row['source'])), 6)} {sid}")
-    if r["total"] > r["shown"]:
-        typer.echo(f"… {r['total'] - r['shown']} more not shown (use --limit N to see more)")
+    if r["more"]:
+        typer.echo("… more not shown (use --limit N to see more)")

@@ -48,12 +48,15 @@ SORTS = ("started", "last-active")
 
 
 def list_conversations(store: Store, *, source: str | None = None, limit: int = 20, workspace: str | None = None,
-                       now: float | None = None, sort: str = "started") -> tuple[list[dict[str, Any]], int]:
-    """Rows to show and the total number that matched (for the '… more not shown' line).
+                       now: float | None = None, sort: str = "started",
+                       count: bool = True) -> tuple[list[dict[str, Any]], int | None, bool]:
+    """Rows to show, how many conversations matched (None when not *count*) and whether any of them is
+    not shown (the '… more not shown' line).
 
     ``sort="started"`` (Hermes's own order: the conversation's first session's start, newest first)
     walks ``sessions`` by start and stops at the limit (:mod:`maint.ops.listing_by_start`), unless
-    ``workspace`` is given, which needs every chain's tip, or no limit. ``sort="last-active"``,
+    ``workspace`` is given, which needs every chain's tip, or no limit; counting the rest then takes
+    one lean pass over every session, which ``count=False`` skips. ``sort="last-active"``,
     ``workspace`` and ``limit=0`` read every session: only sessions of compression chains (a few, found
     through their parents' ``end_reason``) go through the lineage tables; every other session is a
     conversation of its own, read straight from ``sessions``: once without its newest-message lookup
@@ -72,9 +75,12 @@ def list_conversations(store: Store, *, source: str | None = None, limit: int = 
     order = "started_at DESC, root_id" if sort == "started" else "last_active DESC, id"
     params = {"source": source, "workspace": workspace, "limit": limit or -1, "now": now}
     with store.snapshot():
-        picked = None
+        picked, total, more = None, None, False
         if sort == "started" and workspace is None and limit:
-            picked = listing_by_start.pick(store, source=source, limit=limit, now=now)
+            if count:
+                picked = listing_by_start.pick(store, source=source, limit=limit, now=now)
+            else:
+                picked = listing_by_start.page(store, source=source, limit=limit, now=now)
         if picked is None:
             lineage.build(store, now, only=lineage.chained_ids(store))
             total = store.scalar(f"SELECT COUNT(*) FROM ({sql.chains})", params) + \
@@ -85,7 +91,11 @@ def list_conversations(store: Store, *, source: str | None = None, limit: int = 
                                        ORDER BY {order} LIMIT :limit)
                          UNION SELECT * FROM ({pinned})"""
         else:
-            singles, keys, total = picked
+            singles, keys, counted = picked
+            if count:
+                total = counted
+            else:
+                more = counted
             lineage.build(store, now, only=listing_by_start.chain_members(store, keys))
             listing_by_start.drop(store)
             params["picked"] = json.dumps(singles)
@@ -102,7 +112,9 @@ def list_conversations(store: Store, *, source: str | None = None, limit: int = 
                 row[flag] = bool(row[flag])
             row["preview"] = _preview(store, row["root_id"])
         lineage.drop(store)
-    return shown, total
+    if total is not None:
+        more = total > len(shown)
+    return shown, total if count else None, more
 
 
 class _Sql:

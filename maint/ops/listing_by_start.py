@@ -21,7 +21,7 @@ from maint.store import lineage
 from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, _flag, catalog_sql
 from maint.store.connection import Store
 
-TEMP_TABLES = ("maint_li", "maint_lw", "maint_lc", "maint_lv")
+TEMP_TABLES = ("maint_lp", "maint_lx", "maint_li", "maint_lw", "maint_lc", "maint_lv")
 
 
 def _lean_sql(store: Store, where: str) -> str:
@@ -60,8 +60,9 @@ def _plain_visible_sql(store: Store, a: str = "s") -> str:
 
 def pick(store: Store, *, source: str | None, limit: int, now: float) -> tuple[list[Any], list[Any], int] | None:
     """(single sessions, chain keys, total): the visible conversations to show, newest start first
-    within the limit plus every pinned one; None when parent links loop (a damaged store), for the
-    caller to build the full lineage instead. Call inside a snapshot; :func:`drop` cleans up."""
+    within the limit plus every pinned one, and how many are visible in all; None when parent links
+    loop (a damaged store), for the caller to build the full lineage instead. Reads every session's
+    row once. Call inside a snapshot; :func:`drop` cleans up."""
     conn, params = store.conn, {"source": source, "now": now}
     plain = _plain_sql(store)
     pinned_flag = _flag("s.pinned") if store.has_column("sessions", "pinned") else "0"
@@ -71,13 +72,91 @@ def pick(store: Store, *, source: str | None, limit: int, now: float) -> tuple[l
     pinned = _json_list(pinned)
     drop(store)
     # The other sessions: children, sessions ended by a compression, sessions with a marker.
-    conn.execute(f"CREATE TEMP TABLE maint_li AS SELECT *, cont AS chained FROM ({_lean_sql(store, f'NOT {plain}')})",
-                 params)
+    if not _judge(store, f"NOT {plain}", params):
+        return None
+    total += store.scalar("SELECT COUNT(*) FROM maint_lv")
+    pinned += [r[0] for r in conn.execute("SELECT id FROM maint_li WHERE NOT chained AND visible AND pinned")]
+    page = [r[0] for r in conn.execute(f"""
+        SELECT o.id FROM sessions o
+        WHERE CASE WHEN o.id IN (SELECT id FROM maint_li) THEN o.id IN (SELECT id FROM maint_lv)
+                   ELSE {_plain_visible_sql(store, 'o')} END
+        ORDER BY o.started_at DESC, o.id LIMIT :limit""", {**params, "limit": limit or -1})]
+    return (*_keys(store, page, pinned), total)
+
+
+# The first walk reads this many sessions by start per row asked for; each further walk reads four times more.
+WALK_FACTOR = 4
+
+
+def page(store: Store, *, source: str | None, limit: int, now: float) -> tuple[list[Any], list[Any], bool] | None:
+    """(single sessions, chain keys, more): what :func:`pick` shows, and whether any visible
+    conversation is left out, without counting them: reads the newest sessions by start (a few
+    times *limit*, more if too few of them are listed), the pinned ones, and the compression
+    chains they belong to. None as for :func:`pick`. Call inside a snapshot; :func:`drop` cleans up."""
+    conn, params = store.conn, {"source": source, "now": now}
+    plain = _plain_sql(store)
+    pinned_flag = _flag("s.pinned") if store.has_column("sessions", "pinned") else "0"
+    pinned_ids = store.scalar(f"SELECT json_group_array(s.id) FROM sessions s WHERE {pinned_flag}")
+    want = WALK_FACTOR * (limit + 1)
+    while True:
+        drop(store)
+        conn.execute("CREATE TEMP TABLE maint_lp (pos INTEGER PRIMARY KEY, id)")
+        conn.execute("INSERT INTO maint_lp (id) SELECT id FROM sessions ORDER BY started_at DESC, id LIMIT ?",
+                     (want,))
+        walked_all = store.scalar("SELECT COUNT(*) FROM maint_lp") < want
+        # The chains these sessions may belong to, whole: up through parents that ended with a compression,
+        # then down through such parents' children (more than the chains; the rules below judge them).
+        conn.execute(f"""CREATE TEMP TABLE maint_lx AS WITH RECURSIVE
+            up(id) AS (SELECT s.id FROM sessions s
+                       WHERE s.id IN (SELECT id FROM maint_lp UNION ALL SELECT value FROM json_each(:pinned))
+                         AND NOT {plain}
+                       UNION SELECT p.id FROM up JOIN sessions c ON c.id = up.id
+                             JOIN sessions p ON p.id = c.parent_session_id AND c.parent_session_id <> ''
+                             WHERE {_ended_compressing(store, 'p')}),
+            down(id) AS (SELECT id FROM up
+                         UNION SELECT c.id FROM down JOIN sessions d ON d.id = down.id
+                               JOIN sessions c ON c.parent_session_id = d.id
+                               WHERE {_ended_compressing(store, 'd')})
+            SELECT id FROM down""", {"pinned": pinned_ids})
+        if not _judge(store, "s.id IN (SELECT id FROM maint_lx)", params):
+            return None
+        listed = conn.execute(f"""
+            SELECT p.id, CASE WHEN v.id IS NOT NULL THEN v.pinned ELSE {_flag_or_0(store, 'o', 'pinned')} END
+            FROM maint_lp p JOIN sessions o ON o.id = p.id LEFT JOIN maint_lv v ON v.id = p.id
+            WHERE CASE WHEN p.id IN (SELECT id FROM maint_li) THEN v.id IS NOT NULL
+                       ELSE {_plain_visible_sql(store, 'o')} END
+            ORDER BY p.pos""", params).fetchall()
+        more = any(not shown_anyway for _, shown_anyway in listed[limit:])
+        if more or walked_all:
+            break
+        want *= WALK_FACTOR
+    pinned = [r[0] for r in conn.execute(f"""
+        SELECT o.id FROM sessions o WHERE o.id IN (SELECT value FROM json_each(:pinned))
+          AND o.id NOT IN (SELECT id FROM maint_li) AND {_plain_visible_sql(store, 'o')}""",
+        {"pinned": pinned_ids, "source": source})]
+    pinned += [r[0] for r in conn.execute("SELECT id FROM maint_li WHERE NOT chained AND visible AND pinned")]
+    return (*_keys(store, [sid for sid, _ in listed[:limit]], pinned), more)
+
+
+def _ended_compressing(store: Store, a: str) -> str:
+    return f"{a}.end_reason = 'compression'" if store.has_column("sessions", "end_reason") else "0"
+
+
+def _flag_or_0(store: Store, a: str, col: str) -> str:
+    return _flag(f"{a}.{col}") if store.has_column("sessions", col) else "0"
+
+
+def _judge(store: Store, where: str, params: dict[str, Any]) -> bool:
+    """Judges the sessions matching *where* (none of them plain, the set closed under compression
+    edges) by the lineage rules: ``maint_li`` (each one), ``maint_lw`` (each chain's members under its
+    first segment), ``maint_lc`` (each chain, keyed by the member that started first) and ``maint_lv``
+    (the listed ones: chain keys and sessions of no chain, with their pin). False when a continuation
+    is reached from no first segment: parent links loop."""
+    conn = store.conn
+    conn.execute(f"CREATE TEMP TABLE maint_li AS SELECT *, cont AS chained FROM ({_lean_sql(store, where)})", params)
     conn.execute("CREATE INDEX temp.maint_li_id ON maint_li(id)")
     conn.execute("CREATE INDEX temp.maint_li_parent ON maint_li(parent_id) WHERE cont")
     conn.execute("UPDATE maint_li SET chained = 1 WHERE NOT cont AND id IN (SELECT parent_id FROM maint_li WHERE cont)")
-    total += store.scalar("SELECT COUNT(*) FROM maint_li WHERE NOT chained AND visible")
-    pinned += [r[0] for r in conn.execute("SELECT id FROM maint_li WHERE NOT chained AND visible AND pinned")]
     # Each chain from its first segment down; a continuation never reached sits on a loop.
     conn.execute("""CREATE TEMP TABLE maint_lw AS WITH RECURSIVE w(top, id) AS (
             SELECT id, id FROM maint_li WHERE chained AND NOT cont
@@ -86,7 +165,7 @@ def pick(store: Store, *, source: str | None, limit: int, now: float) -> tuple[l
         SELECT top, id FROM w""")
     if store.scalar("SELECT (SELECT COUNT(*) FROM maint_lw) < (SELECT COUNT(*) FROM maint_li WHERE chained)"):
         drop(store)
-        return None
+        return False
     conn.execute("CREATE INDEX temp.maint_lw_top ON maint_lw(top)")
     # A chain is as visible as its key (the member that started first) and all its segments make it.
     conn.execute(f"""CREATE TEMP TABLE maint_lc AS
@@ -100,20 +179,21 @@ def pick(store: Store, *, source: str | None, limit: int, now: float) -> tuple[l
                       ORDER BY x.started_at, x.id LIMIT 1) AS key
               FROM maint_lw w JOIN maint_li i ON i.id = w.id GROUP BY w.top) g
         JOIN maint_li k ON k.id = g.key""", params)
-    total += store.scalar("SELECT COUNT(*) FROM maint_lc WHERE visible")
-    conn.execute("""CREATE TEMP TABLE maint_lv AS SELECT key AS id FROM maint_lc WHERE visible
-        UNION ALL SELECT id FROM maint_li WHERE NOT chained AND visible""")
-    page = [r[0] for r in conn.execute(f"""
-        SELECT o.id FROM sessions o
-        WHERE CASE WHEN o.id IN (SELECT id FROM maint_li) THEN o.id IN (SELECT id FROM maint_lv)
-                   ELSE {_plain_visible_sql(store, 'o')} END
-        ORDER BY o.started_at DESC, o.id LIMIT :limit""", {**params, "limit": limit or -1})]
-    chain_keys = set(r[0] for r in conn.execute(
+    conn.execute("""CREATE TEMP TABLE maint_lv AS SELECT key AS id, pinned FROM maint_lc WHERE visible
+        UNION ALL SELECT id, pinned FROM maint_li WHERE NOT chained AND visible""")
+    conn.execute("CREATE INDEX temp.maint_lv_id ON maint_lv(id)")
+    return True
+
+
+def _keys(store: Store, page: list[Any], pinned: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The page's and the pinned conversations, split into single sessions and chain keys."""
+    chain_keys = set(r[0] for r in store.conn.execute(
         "SELECT key FROM maint_lc WHERE visible AND (pinned OR key IN (SELECT value FROM json_each(?)))",
         (_dumps(page),)))
     singles = [sid for sid in page if sid not in chain_keys]
-    singles += [sid for sid in pinned if sid not in set(singles)]
-    return singles, sorted(chain_keys, key=str), total
+    seen = set(singles)
+    singles += [sid for sid in pinned if sid not in seen]
+    return singles, sorted(chain_keys, key=str)
 
 
 def chain_members(store: Store, keys: list[Any]) -> str:
