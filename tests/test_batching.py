@@ -210,3 +210,56 @@ def test_prune_without_a_second_connection_leaves_the_copy_back_to_sqlite(tmp_pa
         result = execute_prune(store, plan_prune(store, None))
         assert len(result.deleted_ids) == 50
         assert store.scalar("PRAGMA wal_autocheckpoint") == 1000
+
+
+def test_foreign_locks_sees_another_process_holding_the_store_open(tmp_path):
+    """Every WAL connection locks the -shm while open; our own locks are not another process's."""
+    from maint.store.holders import foreign_locks
+
+    db = small_store(tmp_path)
+    code = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM sessions').fetchall();"
+            "print('open', flush=True); sys.stdin.read()")
+    with open_store(db) as store:
+        assert foreign_locks(db) is False
+        proc = subprocess.Popen([sys.executable, "-c", code, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True)
+        try:
+            assert proc.stdout.readline().strip() == "open"
+            assert foreign_locks(db) is True
+            assert pacer_for(store).alone() is False
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+        assert proc.returncode == 0
+        assert foreign_locks(db) is False and pacer_for(store).alone() is True
+
+
+def test_pause_returns_at_once_when_nobody_else_has_the_store_open(tmp_path):
+    counts = []
+
+    def writers():
+        counts.append(1)
+        return 0
+
+    with open_store(small_store(tmp_path)) as store:
+        pacer = Pacer(store.data_version, writers=writers, alone=lambda: True)
+        pacer.exposed_since = time.monotonic() - 10  # would be a 100 ms step
+        started = time.monotonic()
+        pacer.pause()
+        assert time.monotonic() - started < 0.05 and len(counts) == 1
+        # Someone opened the store since the count: counted again, and the whole step runs.
+        pacer.alone = lambda: False
+        pacer.exposed_since = time.monotonic() - 10
+        started = time.monotonic()
+        pacer.pause()
+        assert time.monotonic() - started >= 0.1 and len(counts) == 2
+
+
+def test_a_rollback_journal_store_is_never_alone(tmp_path):
+    db = small_store(tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    with open_store(db) as store:
+        assert str(store.scalar("PRAGMA journal_mode")).lower() == "delete"
+        assert pacer_for(store).alone() is False

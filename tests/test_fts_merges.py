@@ -117,6 +117,31 @@ def test_merge_steps_finish_what_automerge_would_have_done(tmp_path, monkeypatch
     assert_index_whole(db)
 
 
+def test_during_the_run_a_level_waits_for_more_segments_and_the_end_merges_down_to_usermerge(tmp_path):
+    """Merging a level once it holds 12 segments (4 short of FTS5's crisis merge) instead of 4 rewrites
+    each delete marker fewer times over a long run; the end still leaves what automerge would."""
+    db = hermes_store(tmp_path / "state.db", sessions=4, messages=2)
+    with open_store(db) as store:
+        for t in TABLES:
+            store.conn.execute(f"INSERT INTO {t}({t}, rank) VALUES('automerge', 0)")
+        for n in range(6):
+            with store.write() as conn:
+                conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?,?,?,?)",
+                             ("recent", "user", f"message {n}", 1.0))
+        steps = MergeSteps(store, TABLES)
+        assert steps.run_segments == {t: 12 for t in TABLES}
+        with store.write():
+            assert steps.step() is False  # 6 or 7 segments a level: left for later
+        assert all(read_structure(store.conn, t).pending_merge(4) for t in TABLES)
+        steps.finishing = True
+        while True:
+            with store.write():
+                if not steps.step():
+                    break
+        assert not any(read_structure(store.conn, t).pending_merge(4) for t in TABLES)
+    assert_index_whole(db)
+
+
 def test_a_run_killed_with_merges_held_is_put_right_by_the_next(tmp_path):
     db = hermes_store(tmp_path / "state.db")
     before = configs(db)

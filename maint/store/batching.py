@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
-from maint.store.holders import other_connections
+from maint.store.holders import foreign_locks, other_connections
 
 U = TypeVar("U")
 
@@ -61,11 +61,17 @@ class Pacer:
     sooner: that writer is served. With more, one commit cannot be told from another's (a quick
     writer goes in twice while a third still sleeps), and with none visible, or an incomplete count,
     a commit proves nothing: those pauses run their whole step.
+
+    When the last count found no other connection and *alone* still says so (no other process has
+    opened the store since: a cheap check, run at every pause), there is nobody to let in and the
+    pause returns at once; when *alone* says otherwise, the count is taken again.
     """
 
-    def __init__(self, data_version: Callable[[], int], writers: Callable[[], int | None] = lambda: None):
+    def __init__(self, data_version: Callable[[], int], writers: Callable[[], int | None] = lambda: None,
+                 alone: Callable[[], bool] = lambda: False):
         self.data_version = data_version
         self.writers = writers
+        self.alone = alone
         self.exposed_since = time.monotonic()
         self._expected: int | None = None
         self._counted_at = float("-inf")
@@ -77,6 +83,11 @@ class Pacer:
         return self._expected
 
     def pause(self) -> None:
+        if self.expected_writers() == 0:
+            if self.alone():
+                self.exposed_since = time.monotonic()
+                return
+            self._counted_at = float("-inf")  # someone has opened the store since the count
         one_writer = self.expected_writers() == 1
         start = time.monotonic()
         deadline = start + busy_retry_within(start - self.exposed_since) + MARGIN_S
@@ -92,8 +103,14 @@ class Pacer:
 
 
 def pacer_for(store) -> Pacer:
-    """A pacer that knows how many other connections the store has (see :mod:`maint.store.holders`)."""
-    return Pacer(store.data_version, writers=lambda: other_connections(store.path))
+    """A pacer that knows how many other connections the store has (see :mod:`maint.store.holders`).
+
+    Only a WAL store can tell it is alone: every connection to it locks the ``-shm`` while open (a
+    rollback-journal connection locks nothing between its transactions, so those pauses always run).
+    """
+    wal = str(store.scalar("PRAGMA journal_mode")).lower() == "wal"
+    return Pacer(store.data_version, writers=lambda: other_connections(store.path),
+                 alone=lambda: wal and foreign_locks(store.path) is False)
 
 
 def target_from_env() -> float:

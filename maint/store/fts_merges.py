@@ -12,7 +12,11 @@ built through SessionDB: one statement merging 4,000 leaf pages for 2 to
 So for the duration we set ``automerge`` to 0 (FTS5's own switch; crisis
 merges of 16 segments stay on) and do the same merges ourselves with FTS5's
 ``merge`` command, a few pages at a time, before each transaction's deletes.
-At the end the remaining merges are finished the same way and Hermes's value
+While the deletes go on, a level is merged once it holds 4 segments fewer than
+FTS5's crisis merge (``crisismerge``, default 16: 12) rather than ``usermerge``
+(4): every merge rewrites the delete markers it takes in, and the wider fan-in
+rewrites each of them fewer times (a 100k-session sweep: 84 s to 76 s). At the
+end the remaining merges, down to ``usermerge``, are finished the same way and Hermes's value
 is put back exactly (a row it never wrote is removed again). The value to
 put back is saved in ``state_meta`` in the same transaction that changes it,
 so after a crash the next run restores it before anything else.
@@ -75,6 +79,9 @@ class MergeSteps:
         self.store = store
         self.tables = tables
         self.min_segments = {t: int(_config(store.conn, t, "usermerge") or FTS5_DEFAULT_USERMERGE) for t in tables}
+        self.run_segments = {t: max(self.min_segments[t], int(_config(store.conn, t, "crisismerge") or 16) - 4)
+                             for t in tables}
+        self.finishing = False
         self.pages = 32  # leaf pages a step may write, adjusted to the time steps take
         self.steps = 0
 
@@ -84,7 +91,8 @@ class MergeSteps:
         worked = False
         for table in self.tables:
             st = read_structure(conn, table)
-            if st is None or not st.pending_merge(self.min_segments[table]):
+            floor = (self.min_segments if self.finishing else self.run_segments)[table]
+            if st is None or not st.pending_merge(floor):
                 continue
             before = structure_blob(conn, table)
             started = time.monotonic()
@@ -125,6 +133,7 @@ def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], No
     steps = MergeSteps(store, tables)
     try:
         yield steps.step
+        steps.finishing = True
         pending = True
         while pending:
             with store.write():

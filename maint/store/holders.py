@@ -152,6 +152,34 @@ def other_connections(db: Path) -> int | None:
     return None if report.unknown else sum(h.connections for h in report.holders)
 
 
+def foreign_locks(db: Path) -> bool | None:
+    """Whether another process holds a POSIX lock on the store, its ``-wal`` or its ``-shm``
+    (Linux's ``/proc/locks``: one read, unlike the process scan). Every WAL-mode SQLite connection keeps
+    a read lock on the ``-shm`` for as long as it is open, so False means no other WAL connection is
+    open, whatever its process or container. None where ``/proc/locks`` cannot be read.
+    """
+    targets = _targets(Path(db))
+    try:
+        with open("/proc/locks") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    me = str(os.getpid())
+    for line in text.splitlines():
+        # "1: POSIX  ADVISORY  READ 7188 fe:00:2146434 128 128"; "1: -> POSIX ..." for a request waiting on it
+        parts = [p for p in line.split() if p != "->"]
+        if len(parts) < 6 or parts[5].count(":") != 2:
+            continue
+        major, minor, inode = parts[5].split(":")
+        try:
+            key = (os.makedev(int(major, 16), int(minor, 16)), int(inode))
+        except ValueError:
+            continue
+        if key in targets and parts[4] != me:  # OFD locks show pid -1, another namespace's 0: not ours
+            return True
+    return False
+
+
 STOP_HERMES = "stop the gateway and other Hermes processes first"
 
 
