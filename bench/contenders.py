@@ -31,9 +31,9 @@ def ours(db: Path) -> tuple[int, int]:
     biggest = [0]
     real_safe = prune._still_safe
 
-    def still_safe(store, units, now):
+    def still_safe(store, units, *args, **kwargs):
         biggest[0] = max([biggest[0], *(u.messages for u in units)])
-        return real_safe(store, units, now)
+        return real_safe(store, units, *args, **kwargs)
 
     prune._still_safe = still_safe
     with open_store(db) as store:
