@@ -13,6 +13,7 @@ from maint.store.batching import BUSY_DELAYS_MS, Batcher, Pacer, busy_retry_with
 from maint.store.holders import other_connections
 from maint.ops.prune import execute_prune, plan_prune
 from maint.store.connection import open_store
+from tests.conftest import REPO
 from tests.live import LiveHermes
 from tests.storegen import StoreBuilder
 
@@ -263,3 +264,22 @@ def test_a_rollback_journal_store_is_never_alone(tmp_path):
     with open_store(db) as store:
         assert str(store.scalar("PRAGMA journal_mode")).lower() == "delete"
         assert pacer_for(store).alone() is False
+
+
+def test_inside_another_pid_namespace_locks_prove_nothing(tmp_path):
+    """/proc/locks leaves out the locks of processes outside the namespace of its /proc mount: from inside
+    a container a Hermes on the host is invisible there, so the store is never taken for unshared."""
+    import shutil
+
+    db = small_store(tmp_path)
+    code = ("import sys; from maint.store.holders import foreign_locks, proc_shows_every_process;"
+            "print(foreign_locks(sys.argv[1]), proc_shows_every_process())")
+    with open_store(db) as store:  # our process holds the -shm lock, outside the child's namespace
+        assert store.scalar("SELECT COUNT(*) FROM sessions") == 1
+        run = subprocess.run([shutil.which("unshare"), "--pid", "--fork", "--mount-proc", sys.executable, "-c", code,
+                              str(db)], capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.split() == ["None", "False"]
+        here = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=60,
+                              cwd=REPO)
+        assert here.stdout.split() == ["True", "True"]

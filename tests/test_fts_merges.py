@@ -142,6 +142,26 @@ def test_during_the_run_a_level_waits_for_more_segments_and_the_end_merges_down_
     assert_index_whole(db)
 
 
+@pytest.mark.parametrize("rows", [{"crisismerge": "abc"}, {"usermerge": "x", "crisismerge": 1.5},
+                                  {"automerge": "abc"}, {"automerge": 100, "usermerge": 99}])
+def test_options_fts5_would_ignore_neither_stop_a_prune_nor_change(tmp_path, rows, cli):
+    """Hand-edited rows FTS5 ignores (it keeps its defaults): the prune runs, the rows come back as they were."""
+    db = hermes_store(tmp_path / "state.db", sessions=10, messages=5)
+    conn = apsw.Connection(str(db))
+    for key, value in rows.items():
+        for t in TABLES:
+            conn.execute(f"INSERT OR REPLACE INTO {t}_config(k, v) VALUES (?, ?)", (key, value))
+    conn.close()
+    before = configs(db)
+    result = cli("prune", "--db", db, "--older-than", "30", "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["deleted"] == 10
+    assert configs(db) == before
+    with open_store(db) as store:
+        assert store.get_meta(META_KEY) is None
+    assert_index_whole(db)
+
+
 def test_a_run_killed_with_merges_held_is_put_right_by_the_next(tmp_path):
     db = hermes_store(tmp_path / "state.db")
     before = configs(db)

@@ -194,3 +194,41 @@ def test_no_more_line_when_only_pinned_ones_are_past_the_limit(make_store, cli):
     b2.session("old_pin", age=30, pinned=1)
     b2.close()
     assert text_ids(cli, b2.path, "--limit", "3") == (["new0", "new1", "new2", "old_pin"], True)
+
+
+def test_text_list_takes_the_largest_limit(make_store, cli):
+    b = make_store("v30")
+    for n in range(3):
+        b.session(f"s{n}", age=1 + n)
+    b.close()
+    top = "4611686018427387904"  # the largest --limit accepted
+    for limit in (top, "2305843009213693951"):
+        result = cli("list", "--db", b.path, "--limit", limit)
+        assert result.exit_code == 0, result.output
+        assert text_ids(cli, b.path, "--limit", limit) == (["s0", "s1", "s2"], False)
+
+
+def test_a_walk_past_its_bound_counts_instead(make_store, monkeypatch):
+    """Thousands of subagent runs newer than anything listed: past MAX_WALK sessions read by start, the
+    text listing judges every session once (as --json does) instead of walking on."""
+    from maint.ops import listing_by_start
+    from maint.ops.listing import list_conversations
+    from maint.store.connection import open_store
+
+    b = make_store("v30")
+    b.session("orch", age=50, started_age=50)
+    for n in range(60):
+        b.session(f"sub{n:02d}", source="subagent", age=0.01, started_age=0.5 + n / 1000, parent="orch",
+                  model_config={"_delegate_from": "orch"})
+    b.session("seen1", age=2, started_age=3)
+    b.session("seen2", age=4, started_age=5)
+    b.close()
+    monkeypatch.setattr(listing_by_start, "MAX_WALK", 40)
+    picks = []
+    real_pick = listing_by_start.pick
+    monkeypatch.setattr(listing_by_start, "pick", lambda *a, **k: picks.append(1) or real_pick(*a, **k))
+    with open_store(b.path) as store:
+        rows, total, more = list_conversations(store, limit=1, count=False)
+        assert ([r["id"] for r in rows], total, more) == (["seen1"], None, True) and picks == [1]
+        rows, total, more = list_conversations(store, limit=3, count=False)
+        assert ([r["id"] for r in rows], total, more) == (["seen1", "seen2", "orch"], None, False)

@@ -75,12 +75,13 @@ def list_conversations(store: Store, *, source: str | None = None, limit: int = 
     order = "started_at DESC, root_id" if sort == "started" else "last_active DESC, id"
     params = {"source": source, "workspace": workspace, "limit": limit or -1, "now": now}
     with store.snapshot():
-        picked, total, more = None, None, False
+        picked, total, more, counted = None, None, False, count
         if sort == "started" and workspace is None and limit:
-            if count:
-                picked = listing_by_start.pick(store, source=source, limit=limit, now=now)
-            else:
+            if not count:
                 picked = listing_by_start.page(store, source=source, limit=limit, now=now)
+            if count or picked is listing_by_start.TOO_FAR:
+                counted = True
+                picked = listing_by_start.pick(store, source=source, limit=limit, now=now)
         if picked is None:
             lineage.build(store, now, only=lineage.chained_ids(store))
             total = store.scalar(f"SELECT COUNT(*) FROM ({sql.chains})", params) + \
@@ -91,11 +92,11 @@ def list_conversations(store: Store, *, source: str | None = None, limit: int = 
                                        ORDER BY {order} LIMIT :limit)
                          UNION SELECT * FROM ({pinned})"""
         else:
-            singles, keys, counted = picked
-            if count:
-                total = counted
+            singles, keys, found = picked
+            if counted:
+                total = found
             else:
-                more = counted
+                more = found
             lineage.build(store, now, only=listing_by_start.chain_members(store, keys))
             listing_by_start.drop(store)
             params["picked"] = json.dumps(singles)

@@ -86,13 +86,19 @@ def pick(store: Store, *, source: str | None, limit: int, now: float) -> tuple[l
 
 # The first walk reads this many sessions by start per row asked for; each further walk reads four times more.
 WALK_FACTOR = 4
+# Past this many sessions read by start (a large --limit, or thousands of subagent runs newer than anything
+# listed), judging every session once (:func:`pick`) costs less than walking on.
+MAX_WALK = 4096
+TOO_FAR = "too far"
 
 
-def page(store: Store, *, source: str | None, limit: int, now: float) -> tuple[list[Any], list[Any], bool] | None:
+def page(store: Store, *, source: str | None, limit: int,
+         now: float) -> tuple[list[Any], list[Any], bool] | str | None:
     """(single sessions, chain keys, more): what :func:`pick` shows, and whether any visible
     conversation is left out, without counting them: reads the newest sessions by start (a few
     times *limit*, more if too few of them are listed), the pinned ones, and the compression
-    chains they belong to. None as for :func:`pick`. Call inside a snapshot; :func:`drop` cleans up."""
+    chains they belong to. None as for :func:`pick`; :data:`TOO_FAR` when that would read more than
+    :data:`MAX_WALK` sessions. Call inside a snapshot; :func:`drop` cleans up."""
     conn, params = store.conn, {"source": source, "now": now}
     plain = _plain_sql(store)
     pinned_flag = _flag("s.pinned") if store.has_column("sessions", "pinned") else "0"
@@ -100,6 +106,8 @@ def page(store: Store, *, source: str | None, limit: int, now: float) -> tuple[l
     want = WALK_FACTOR * (limit + 1)
     while True:
         drop(store)
+        if want > MAX_WALK:
+            return TOO_FAR
         conn.execute("CREATE TEMP TABLE maint_lp (pos INTEGER PRIMARY KEY, id)")
         conn.execute("INSERT INTO maint_lp (id) SELECT id FROM sessions ORDER BY started_at DESC, id LIMIT ?",
                      (want,))

@@ -40,9 +40,34 @@ STEP_S = 0.01  # one merge step aims at this much work, so the clock can end a t
 MIN_PAGES, MAX_PAGES = 8, 256
 
 
-def _config(conn, table: str, key: str) -> str | None:
+FTS5_DEFAULT_CRISISMERGE = 16
+FTS5_MAX_SEGMENT = 2000
+
+
+def fts5_int(value: object, default: int, low: int, high: int) -> int:
+    """An integer option as FTS5 reads it (``sqlite3Fts5ConfigSetValue``): a value that is not an integer
+    in [*low*, *high*] is ignored, so the default holds (hand-edited rows must not stop a run)."""
+    try:
+        n = int(str(value).strip()) if value is not None else None
+    except ValueError:
+        n = None
+    return n if n is not None and low <= n <= high else default
+
+
+def _settable(value: int | str | None) -> bool:
+    """True when FTS5's own ``automerge`` insert of *value* stores what was there: an integer in range
+    (or its digits, as notes written before the type was kept hold it)."""
+    if isinstance(value, str) and value.isdigit() and str(int(value)) == value:
+        value = int(value)
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 64
+
+
+def _config(conn, table: str, key: str) -> int | float | str | None:
+    """The stored value with its type (a blob as text: the note that keeps it is JSON)."""
     row = conn.execute(f'SELECT v FROM "{table}_config" WHERE k = ?', (key,)).fetchone()
-    return None if row is None else str(row[0])
+    if row is None:
+        return None
+    return row[0].decode("utf-8", "replace") if isinstance(row[0], bytes) else row[0]
 
 
 def _set_config(conn, table: str, key: str, value: int) -> None:
@@ -50,15 +75,18 @@ def _set_config(conn, table: str, key: str, value: int) -> None:
     conn.execute(f'INSERT INTO "{table}"("{table}", rank) VALUES (?, ?)', (key, value))
 
 
-def _restore(conn, saved: dict[str, str | None]) -> None:
+def _restore(conn, saved: dict[str, int | float | str | None]) -> None:
     """Inside the caller's transaction: Hermes's automerge exactly as it was, and our note gone."""
     tables = set(fts5_tables(conn))
     for table, value in saved.items():
         if table not in tables:
             continue
-        _set_config(conn, table, "automerge", int(value) if value is not None else FTS5_DEFAULT_AUTOMERGE)
+        _set_config(conn, table, "automerge", fts5_int(value, FTS5_DEFAULT_AUTOMERGE, 0, 64))
         if value is None:
             conn.execute(f'DELETE FROM "{table}_config" WHERE k = \'automerge\'')
+        elif not _settable(value):
+            # A value FTS5 ignores (hand-edited): the row comes back as it was; FTS5 reads it as before.
+            conn.execute(f'UPDATE "{table}_config" SET v = ? WHERE k = \'automerge\'', (value,))
     conn.execute("DELETE FROM state_meta WHERE key = ?", (META_KEY,))
 
 
@@ -78,9 +106,11 @@ class MergeSteps:
     def __init__(self, store: Store, tables: list[str]):
         self.store = store
         self.tables = tables
-        self.min_segments = {t: int(_config(store.conn, t, "usermerge") or FTS5_DEFAULT_USERMERGE) for t in tables}
-        self.run_segments = {t: max(self.min_segments[t], int(_config(store.conn, t, "crisismerge") or 16) - 4)
+        self.min_segments = {t: fts5_int(_config(store.conn, t, "usermerge"), FTS5_DEFAULT_USERMERGE, 2, 16)
                              for t in tables}
+        crisis = {t: fts5_int(_config(store.conn, t, "crisismerge"), FTS5_DEFAULT_CRISISMERGE, 2,
+                              FTS5_MAX_SEGMENT - 1) for t in tables}
+        self.run_segments = {t: max(self.min_segments[t], crisis[t] - 4) for t in tables}
         self.finishing = False
         self.pages = 32  # leaf pages a step may write, adjusted to the time steps take
         self.steps = 0
@@ -122,7 +152,7 @@ def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], No
         yield None
         return
     saved = {t: _config(store.conn, t, "automerge") for t in tables}
-    if all(v is not None and int(v) == 0 for v in saved.values()):
+    if all(v is not None and fts5_int(v, FTS5_DEFAULT_AUTOMERGE, 0, 64) == 0 for v in saved.values()):
         yield None  # automerge already off: nothing merges behind our back, nothing to hold
         return
     with store.write() as conn:
