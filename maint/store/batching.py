@@ -27,7 +27,7 @@ U = TypeVar("U")
 # Set by the job loop on SIGTERM/SIGINT: bulk work stops after the transaction in flight.
 CANCEL = threading.Event()
 
-DEFAULT_TARGET_S = 0.08
+DEFAULT_TARGET_S = 0.15
 DEFAULT_CHUNK_S = 0.045
 
 # SQLite's default busy handler, which every Hermes connection uses (Python's sqlite3 with
