@@ -246,3 +246,24 @@ def test_sweep_cli_json_keys(home):
     result = run_subprocess("sweep", "--json", env={"HERMES_HOME": str(home)})
     r = json.loads(result.stdout)
     assert {"swept", "skipped_reason", "reaped_ids", "pruned_ids", "vacuumed", "vacuum_reason"} <= set(r)
+
+
+def test_the_kept_report_is_the_printed_report_as_json_text(hermes_home):
+    """The report goes into state_meta in pieces, into a text value of its exact byte size: many ids
+    (several pieces of a thousand), ids outside ASCII, and a value SQL's JSON functions still read."""
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    with StoreBuilder(hermes_home / "state.db") as b:
+        for n in range(2100):
+            b.session(f"古い_{n:04d}" if n % 7 == 0 else f"old_{n:04d}", age=200, messages=1)
+    report = sweep(hermes_home, force=True)
+    assert len(report["pruned_ids"]) == 2100
+    conn = sqlite3.connect(hermes_home / "state.db")
+    try:
+        kind, valid, count = conn.execute(
+            "SELECT typeof(value), json_valid(value), json_array_length(value, '$.pruned_ids') FROM state_meta "
+            "WHERE key = 'hermes_maint.last_sweep_report'").fetchone()
+    finally:
+        conn.close()
+    assert (kind, valid, count) == ("text", 1, 2100)
+    kept = json.loads(meta(hermes_home / "state.db", "hermes_maint.last_sweep_report"))
+    assert kept == json.loads(json.dumps(report, default=list))
