@@ -1,5 +1,7 @@
 """Transactions bounded by the clock, and the pause that lets a waiting Hermes writer in."""
 
+import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -283,3 +285,64 @@ def test_inside_another_pid_namespace_locks_prove_nothing(tmp_path):
         here = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=60,
                               cwd=REPO)
         assert here.stdout.split() == ["True", "True"]
+
+
+RAW_WRITER = """
+import os, sqlite3, sys, time, json
+db, stop, tag = sys.argv[1], sys.argv[2], sys.argv[3]
+c = sqlite3.connect(db, timeout=1.0, isolation_level=None)  # SQLite's busy handler for 1 s, no retry
+c.execute("INSERT INTO sessions(id, source, started_at) VALUES (?, 'cli', ?)", (tag, time.time()))
+open(stop + "." + tag, "w").close()
+done, failed = 0, 0
+while not os.path.exists(stop):
+    try:
+        c.execute("BEGIN IMMEDIATE")
+        c.execute("INSERT INTO messages(session_id, role, content, timestamp) VALUES (?, 'user', 'hi', ?)",
+                  (tag, time.time()))
+        c.execute("COMMIT")
+        done += 1
+    except sqlite3.OperationalError:
+        failed += 1
+        if c.in_transaction:
+            c.execute("ROLLBACK")
+    time.sleep(0.01)
+print(json.dumps({"done": done, "failed": failed}))
+"""
+
+
+@pytest.mark.serial
+@pytest.mark.slow
+def test_two_writers_beside_a_real_prune_never_run_out_of_patience(tmp_path):
+    """Two writers that give up after 1 s (SQLite's handler, no retry) beside a prune: each pause lets one
+    in, and the other, refused while that one held the lock, sleeps its next step; the pause stays open
+    for it (a hostile try saw one of two writers fail in every run with 150 ms transactions)."""
+    from tests.storegen import bulk_store
+
+    db = tmp_path / "state.db"
+    bulk_store(db, sessions=4000, messages_per_session=12, old_share=0.9)
+    stop = str(tmp_path / "stop")
+    procs = [subprocess.Popen([sys.executable, "-c", RAW_WRITER, str(db), stop, f"w{i}"], stdout=subprocess.PIPE,
+                              text=True) for i in range(2)]
+    deadline = time.time() + 30
+    while not all(os.path.exists(f"{stop}.w{i}") for i in range(2)):
+        assert time.time() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+    with open_store(db) as store:
+        result = execute_prune(store, plan_prune(store, None))
+    open(stop, "w").close()
+    outs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    assert result.messages > 30000 and result.transactions >= 10
+    assert [o["failed"] for o in outs] == [0, 0] and all(o["done"] > 50 for o in outs)
+
+
+def test_with_several_writers_each_commit_keeps_the_window_open_up_to_a_bound(tmp_path):
+    """Commits every 2 ms with two writers counted: each may have refused the other, so the pause lasts
+    one more step after each, up to MAX_PAUSE_S (we must move on too)."""
+    from maint.store.batching import MAX_PAUSE_S
+
+    db = small_store(tmp_path)
+    with open_store(db) as store:
+        pacer = Pacer(store.data_version, writers=lambda: 2)
+        pacer.exposed_since = time.monotonic() - 10  # 100 ms steps
+        took = run_pause_beside_commits(db, pacer)
+        assert MAX_PAUSE_S - 0.01 <= took < MAX_PAUSE_S + 0.1

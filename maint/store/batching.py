@@ -37,6 +37,9 @@ BUSY_DELAYS_MS = (1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100)
 # Scheduler slack on top of that step, and how often we look for a writer's commit.
 MARGIN_S = 0.003
 POLL_S = 0.0005
+# However many writers keep committing, a pause ends after this long (they are served in turn;
+# we must move on too).
+MAX_PAUSE_S = 0.3
 # How often the count of other connections is taken again (processes come and go).
 RECOUNT_S = 5.0
 
@@ -91,13 +94,21 @@ class Pacer:
         one_writer = self.expected_writers() == 1
         start = time.monotonic()
         deadline = start + busy_retry_within(start - self.exposed_since) + MARGIN_S
+        longest = start + MAX_PAUSE_S
         version = self.data_version()
         while time.monotonic() < deadline:
             time.sleep(POLL_S)
-            if one_writer and self.data_version() != version:
+            now_version = self.data_version()
+            if now_version == version:
+                continue
+            if one_writer:
                 # Served. The exposure stands all the same, in case a second writer has appeared
                 # since the count: the next window then stays long enough for it.
                 return
+            # Another writer committed: one that tried while it held the lock was refused and sleeps
+            # its next step, so the window stays open one more step after this commit (within limits).
+            version, now = now_version, time.monotonic()
+            deadline = min(longest, max(deadline, now + busy_retry_within(now - self.exposed_since) + MARGIN_S))
         # The whole step went by: whoever was waiting has tried, so the count starts again.
         self.exposed_since = time.monotonic()
 
