@@ -96,16 +96,35 @@ def check_regular_file(path: Path) -> os.stat_result:
     return st
 
 
+# A checkpoint that grows the file writes page 1 (and its new page count) before the last page: until
+# it ends, a healthy store looks short. A short file beside a WAL is read again for this long.
+CHECKPOINT_GRACE_S, CHECKPOINT_POLL_S = 3.0, 0.05
+
+
 def _check_header(path: Path) -> None:
     """Refuse special, non-SQLite and truncated files without opening them through SQLite."""
     check_regular_file(path)
+    deadline = time.monotonic() + CHECKPOINT_GRACE_S
+    while True:
+        short = _check_header_once(path)
+        if short is None:
+            return
+        wal = Path(str(path) + "-wal")
+        if time.monotonic() >= deadline or not (wal.exists() and wal.stat().st_size > 0):
+            raise CorruptStore(f"{path}: truncated or corrupt store ({short[0]} bytes, header says {short[1]}); "
+                               "refusing")
+        time.sleep(CHECKPOINT_POLL_S)
+
+
+def _check_header_once(path: Path) -> tuple[int, int] | None:
+    """(file size, size the header gives) when the file is shorter than its header says, else None."""
     try:
-        size = path.stat().st_size
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks, even if swapped for a FIFO meanwhile
         with os.fdopen(fd, "rb") as fh:
             if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
                 raise StoreError(f"{path}: is not a regular file; refusing to open it")
             header = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size  # after the header: a checkpoint writes page 1 first
     except PermissionError:
         raise StoreError(f"{path}: permission denied (cannot read the store)") from None
     except OSError as exc:
@@ -121,9 +140,8 @@ def _check_header(path: Path) -> None:
     if page_size < 512 or page_size & (page_size - 1):
         raise StoreError(f"{path}: corrupt SQLite header (page size {page_size}); refusing")
     if pages and change_counter == valid_for and size < pages * page_size:
-        raise CorruptStore(
-            f"{path}: truncated or corrupt store ({size} bytes, header says {pages * page_size}); refusing"
-        )
+        return size, pages * page_size
+    return None
 
 
 def header_bytes(path: Path) -> tuple[int, int]:
