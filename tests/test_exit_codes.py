@@ -83,6 +83,9 @@ def _pty_answer(args, keys: bytes):
         # A shell starts commands with SIGINT at its default; pytest-xdist's workers ignore it, and an
         # ignored SIGINT is inherited (Python then installs no KeyboardInterrupt handler at all).
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # ... and with no signal blocked: a mask is inherited across exec too, and a blocked SIGINT
+        # stays pending for ever (the hang this test showed three times under xdist; not confirmed).
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
