@@ -14,6 +14,7 @@ the index is sorted in full, which is slower, not different.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -48,11 +49,14 @@ def _plain_sql(store: Store, a: str = "s") -> str:
             f"AND NOT COALESCE(instr({mc}, '_from') > 0 OR instr({mc}, '\\u') > 0, 0))")
 
 
+def _flag_or_0(store: Store, a: str, col: str) -> str:
+    """Flag *col* of row *a* as 0/1, or 0 where the layout lacks the column."""
+    return _flag(f"{a}.{col}") if store.has_column("sessions", col) else "0"
+
+
 def _plain_visible_sql(store: Store, a: str = "s") -> str:
     """Whether a plain session is listed: the rule of :func:`_lean_sql` for a root."""
-    def flag(col: str) -> str:
-        return _flag(f"{a}.{col}") if store.has_column("sessions", col) else "0"
-
+    flag = functools.partial(_flag_or_0, store, a)
     title = f"{a}.title" if store.has_column("sessions", "title") else "NULL"
     return (f"(:source IS NULL OR {a}.source = :source) AND (NOT ({flag('archived')} OR {flag('hidden')}) "
             f"OR ({flag('pinned')} AND NOT ({flag('hidden')} AND {title} IS '{CANONICAL_BOT_CHAT_TITLE}')))")
@@ -65,7 +69,7 @@ def pick(store: Store, *, source: str | None, limit: int, now: float) -> tuple[l
     row once. Call inside a snapshot; :func:`drop` cleans up."""
     conn, params = store.conn, {"source": source, "now": now}
     plain = _plain_sql(store)
-    pinned_flag = _flag("s.pinned") if store.has_column("sessions", "pinned") else "0"
+    pinned_flag = _flag_or_0(store, "s", "pinned")
     total, pinned = conn.execute(f"""
         SELECT COUNT(*), json_group_array(s.id) FILTER (WHERE {pinned_flag})
         FROM sessions s WHERE {plain} AND {_plain_visible_sql(store)}""", params).fetchone()
@@ -101,7 +105,7 @@ def page(store: Store, *, source: str | None, limit: int,
     :data:`MAX_WALK` sessions. Call inside a snapshot; :func:`drop` cleans up."""
     conn, params = store.conn, {"source": source, "now": now}
     plain = _plain_sql(store)
-    pinned_flag = _flag("s.pinned") if store.has_column("sessions", "pinned") else "0"
+    pinned_flag = _flag_or_0(store, "s", "pinned")
     pinned_ids = store.scalar(f"SELECT json_group_array(s.id) FROM sessions s WHERE {pinned_flag}")
     want = WALK_FACTOR * (limit + 1)
     while True:
@@ -149,9 +153,6 @@ def page(store: Store, *, source: str | None, limit: int,
 def _ended_compressing(store: Store, a: str) -> str:
     return f"{a}.end_reason = 'compression'" if store.has_column("sessions", "end_reason") else "0"
 
-
-def _flag_or_0(store: Store, a: str, col: str) -> str:
-    return _flag(f"{a}.{col}") if store.has_column("sessions", col) else "0"
 
 
 def _judge(store: Store, where: str, params: dict[str, Any]) -> bool:
