@@ -42,6 +42,7 @@ MIN_PAGES, MAX_PAGES = 8, 256
 
 FTS5_DEFAULT_CRISISMERGE = 16
 FTS5_MAX_SEGMENT = 2000
+FTS5_MAX_AUTOMERGE = 64
 
 
 def fts5_int(value: object, default: int, low: int, high: int) -> int:
@@ -54,12 +55,17 @@ def fts5_int(value: object, default: int, low: int, high: int) -> int:
     return n if n is not None and low <= n <= high else default
 
 
+def _automerge(value: object) -> int:
+    """The ``automerge`` FTS5 works with for a stored value."""
+    return fts5_int(value, FTS5_DEFAULT_AUTOMERGE, 0, FTS5_MAX_AUTOMERGE)
+
+
 def _settable(value: int | str | None) -> bool:
     """True when FTS5's own ``automerge`` insert of *value* stores what was there: an integer in range
     (or its digits, as notes written before the type was kept hold it)."""
     if isinstance(value, str) and value.isdigit() and str(int(value)) == value:
         value = int(value)
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 64
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= FTS5_MAX_AUTOMERGE
 
 
 def _config(conn, table: str, key: str) -> int | float | str | None:
@@ -81,7 +87,7 @@ def _restore(conn, saved: dict[str, int | float | str | None]) -> None:
     for table, value in saved.items():
         if table not in tables:
             continue
-        _set_config(conn, table, "automerge", fts5_int(value, FTS5_DEFAULT_AUTOMERGE, 0, 64))
+        _set_config(conn, table, "automerge", _automerge(value))
         if value is None:
             conn.execute(f'DELETE FROM "{table}_config" WHERE k = \'automerge\'')
         elif not _settable(value):
@@ -152,7 +158,7 @@ def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], No
         yield None
         return
     saved = {t: _config(store.conn, t, "automerge") for t in tables}
-    if all(v is not None and fts5_int(v, FTS5_DEFAULT_AUTOMERGE, 0, 64) == 0 for v in saved.values()):
+    if all(v is not None and _automerge(v) == 0 for v in saved.values()):
         yield None  # automerge already off: nothing merges behind our back, nothing to hold
         return
     with store.write() as conn:
