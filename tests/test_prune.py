@@ -214,35 +214,38 @@ def test_batches_never_split_a_lineage(make_store):
             assert family <= snapshot or not (family & snapshot)
 
 
-def test_session_written_to_after_planning_is_kept(make_store):
+def two_old_sessions(make_store):
+    """A store with two sessions old enough to prune, 'old' and 'old2'; its path."""
     b = make_store()
     b.session("old", age=200)
     b.session("old2", age=200)
     b.close()
-    with open_store(b.path) as store:
+    return b.path
+
+
+def test_session_written_to_after_planning_is_kept(make_store):
+    path = two_old_sessions(make_store)
+    with open_store(path) as store:
         plan = plan_prune(store, None)
         store.conn.execute("INSERT INTO messages (session_id, role, content, timestamp) "
                            "VALUES ('old', 'user', 'late', strftime('%s','now'))")
         result = execute_prune(store, plan)
-    assert result.deleted_ids == ["old2"] or sorted(result.deleted_ids) == ["old2"]
-    assert result.skipped_changed == ["old"] and session_ids(b.path) == {"old"}
+    assert list(result.deleted_ids) == ["old2"]
+    assert result.skipped_changed == ["old"] and session_ids(path) == {"old"}
 
 
 def test_child_started_after_planning_keeps_its_parent(make_store):
     """A subagent run started under a planned session while the prompt waited used to lose its parent (the
     parent went, the child stayed with its link cleared); the re-check inside the transaction now sees it."""
-    b = make_store()
-    b.session("old", age=200)
-    b.session("old2", age=200)
-    b.close()
-    with open_store(b.path) as store:
+    path = two_old_sessions(make_store)
+    with open_store(path) as store:
         plan = plan_prune(store, None)
-        other = sqlite3.connect(b.path)
+        other = sqlite3.connect(path)
         other.execute("INSERT INTO sessions (id, source, parent_session_id, model_config, started_at) "
                       "VALUES ('late_child', 'subagent', 'old', ?, ?)", ('{"_delegate_from": "old"}', time.time()))
         other.commit()
         other.close()
         result = execute_prune(store, plan)
     assert list(result.deleted_ids) == ["old2"] and result.skipped_changed == ["old"]
-    assert session_ids(b.path) == {"old", "late_child"}
-    assert q(b.path, "SELECT parent_session_id FROM sessions WHERE id = 'late_child'") == [("old",)]
+    assert session_ids(path) == {"old", "late_child"}
+    assert q(path, "SELECT parent_session_id FROM sessions WHERE id = 'late_child'") == [("old",)]
