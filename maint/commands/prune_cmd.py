@@ -32,7 +32,7 @@ def prune(
     delegate (subagent) children go with their parent.
     """
     from maint.commands.recording import metrics_target
-    from maint.ops.prune import execute_prune, plan_prune, plan_stored_bytes
+    from maint.ops.prune import execute_prune, plan_prune, plan_stored_bytes, recover_interrupted
     from maint.store.connection import open_store
 
     metrics = metrics_target(metrics_file)
@@ -42,6 +42,8 @@ def prune(
 
     def run(target) -> dict:
         with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
+            if not dry_run:
+                recover_interrupted(store)
             plan = plan_prune(store, filters, include_archived=include_archived)
             count = plan.sessions
             report = {

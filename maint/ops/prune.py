@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from maint.ops.fts_detach import detaching, put_back_left_over
 from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched, target_from_env
 from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since, locked_session_ids
@@ -298,6 +299,13 @@ def delete_sessions(store: Store, conn, ids: list[str]) -> None:
                      f"AND NOT EXISTS (SELECT 1 FROM sessions s WHERE {still})", (json.dumps(sorted(prompt_refs)),))
 
 
+def recover_interrupted(store: Store) -> None:
+    """Put back what a prune killed midway left for the next run (our run lock is held, so it is not running):
+    Hermes's FTS5 ``automerge``, and a conversation's messages taken out of the index ahead of its delete."""
+    restore_left_over(store)
+    put_back_left_over(store)
+
+
 @contextlib.contextmanager
 def _nothing_to_merge(store: Store) -> Iterator[None]:
     """Nothing to delete: FTS5's setting stays as it is (after a crashed run's is put back)."""
@@ -365,18 +373,28 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         ids = [sid for u in ok for sid in u.session_ids]
         if ids:
             delete_sessions(store, store.conn, ids)
+        if detacher is not None and detacher.out([sid for u in chunk for sid in u.session_ids]):
+            detacher.settle(store.conn, deleted=detacher.out(ids))
         deleted.extend(ids)
         msgs[0] += sum(u.messages for u in ok)
         return len(ids)
+
+    def lighten(unit: Unit) -> Callable[[], bool] | None:
+        """A unit too big for one transaction leaves the FTS indexes first (see maint.ops.fts_detach),
+        unless it is to be held back or has changed since planning."""
+        if detacher is None or too_long(unit) or not _still_safe(store, [unit], time.time(), plan.planned_at)[0]:
+            return None
+        return detacher.start(unit.session_ids)
 
     batcher = batcher or Batcher()
     pacer = pacer_for(store)
     with background_checkpoints(store) as after_commit, \
             (merges_in_our_hands(store, target_s=batcher.target_s, pause=pacer.pause, after_commit=after_commit)
-             if len(plan.units) else _nothing_to_merge(store)) as merge_step:
+             if len(plan.units) else _nothing_to_merge(store)) as merge_step, \
+            detaching(store, piece=int(batcher.chunk_load)) as detacher:
         run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, transaction,
                     pacer, batcher=batcher, on_progress=on_progress,
-                    after_commit=after_commit, upkeep=merge_step)
+                    after_commit=after_commit, upkeep=merge_step, lighten=lighten)
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=transactions[0],
                        longest_lock_s=store.write_stats.longest_hold_s, skipped_too_big=too_big)

@@ -175,7 +175,8 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
                 batcher: Batcher | None = None,
                 on_progress: Callable[[int], None] | None = None,
                 after_commit: Callable[[], None] | None = None,
-                upkeep: Callable[[], bool] | None = None) -> int:
+                upkeep: Callable[[], bool] | None = None,
+                lighten: Callable[[U], Callable[[], bool] | None] | None = None) -> int:
     """Apply *apply* to chunks of *units*, several chunks per *transaction*; returns the summed results.
 
     *after_commit* runs after each transaction (outside the write lock), before the pause.
@@ -183,10 +184,14 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
     :mod:`maint.store.fts_merges`), False when none is left: each transaction runs it first, and
     takes new chunks only once it is done, so that work never piles up. A unit heavier than a chunk
     goes in a transaction of its own: its lock time is its own.
+    *lighten*, given a unit that would hold the lock past the target, returns one bounded step (False
+    when done) that moves part of its work into transactions of their own ahead of it (see
+    :mod:`maint.ops.fts_detach`), or None; the unit is applied once its steps are done.
     """
     batcher = batcher or Batcher()
     total = 0
     pos = 0
+    lightening: tuple[int, Callable[[], bool] | None] | None = None  # (position, its step) once asked
     while pos < len(units) and not CANCEL.is_set():
         first = pos
         with transaction():
@@ -196,6 +201,17 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
                 pending = worked = upkeep()  # one step whatever the target, so the work always moves on
                 while pending and batcher.room_for_another(time.monotonic() - opened):
                     pending = upkeep()
+            if not pending and lighten is not None and (lightening is None or lightening[0] != pos) \
+                    and max(1, weight(units[pos])) / batcher.rate > batcher.target_s:
+                lightening = (pos, lighten(units[pos]))
+            if not pending and lightening is not None and lightening[0] == pos and lightening[1] is not None:
+                step = lightening[1]
+                pending = worked = step()  # the unit waits for the next transaction after its last step
+                while pending and batcher.room_for_another(time.monotonic() - opened):
+                    pending = step()
+                if not pending:
+                    lightening = (pos, None)
+                pending = True
             while pos < len(units) and not pending:
                 end, load = batcher.take(units, pos, weight)
                 oversized = load > batcher.chunk_load
@@ -203,7 +219,8 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
                     break  # the big unit starts the next transaction
                 started = time.monotonic()
                 total += apply(list(units[pos:end]))
-                batcher.observe(load, time.monotonic() - started)
+                if lightening is None or not pos <= lightening[0] < end:
+                    batcher.observe(load, time.monotonic() - started)  # a lightened unit's rate is not the rule
                 pos = end
                 worked = True
                 if oversized or not batcher.room_for_another(time.monotonic() - opened):

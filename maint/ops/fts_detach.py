@@ -1,0 +1,187 @@
+"""A conversation too big for one short transaction leaves Hermes's full-text index first, a piece at a time.
+
+Deleting a message row costs little; taking it out of an FTS5 index costs the
+rest (its text is tokenized again, and the trigram index writes a delete marker
+for every three characters). On a store SessionDB built, a 3,439-message
+conversation held the lock for 0.25 to 0.3 s in its one transaction, against
+0.06 s for the same delete with its messages already out of both indexes.
+
+So before the transaction that deletes such a conversation, its messages leave
+each index that keeps its own copy of the text (hermes-agent 0.19's layout)
+in transactions of their own, of the usual length, with writers let in between.
+The delete trigger then finds nothing left to remove. Meanwhile the
+conversation itself is whole; only a search misses it. A note in ``state_meta``,
+written with the first piece, names its sessions; the transaction that deletes
+them removes it. If they are not deleted after all (the conversation changed,
+the run was stopped or died), their messages go back into the indexes with
+the expression of Hermes's own insert trigger, and the note goes.
+
+Only an index whose delete trigger is exactly ``DELETE FROM t WHERE rowid =
+old.id`` (with the insert trigger's condition, if any) is taken apart this way:
+removing a row it no longer holds is then a no-op. Others (an external-content
+index, where a delete is a ``'delete'`` command that must match the row) are
+left to their triggers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from maint.ops.fts import Fill, fill_of, is_inline
+from maint.store.connection import Store
+
+NOTE_KEY = "hermes_maint.fts_detached"
+STEP_S = 0.02  # one piece aims at this much lock time, so the clock can end a transaction between pieces
+MIN_PIECE, MAX_PIECE = 16, 20_000
+
+_DELETE = re.compile(r"AFTER\s+DELETE\s+ON\s+\"?messages\"?\s*(?:WHEN\s+(.*?))?\s*BEGIN\s+DELETE\s+FROM\s+\"?(\w+)\"?"
+                     r"\s+WHERE\s+rowid\s*=\s*old\.id\s*;\s*END\s*$", re.I | re.S)
+
+
+def _same_condition(a: str | None, b: str | None) -> bool:
+    def norm(s: str | None) -> str:
+        return re.sub(r"\s+", " ", re.sub(r"\b(?:new|old|m)\.", "m.", s or "", flags=re.I)).strip().lower()
+    return norm(a) == norm(b)
+
+
+def _keyed_by_message_id(fill: Fill) -> bool:
+    """The insert trigger writes each message under its own id as the index's rowid."""
+    return (fill.columns.split(",")[0].strip().lower() == "rowid"
+            and re.match(r"\s*m\.id\s*,", fill.values, re.I) is not None)
+
+
+@dataclass(frozen=True)
+class Index:
+    """An inline FTS5 index fed from ``messages``: how Hermes fills it, so rows taken out can go back."""
+
+    table: str
+    fill: Fill
+
+
+def detachable(store: Store) -> list[Index]:
+    """The indexes whose rows may leave ahead of their messages (see the module docstring)."""
+    deletes: dict[str, list[str | None]] = {}
+    for (sql,) in store.conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'messages'"):
+        m = _DELETE.search(sql or "")
+        if m:
+            deletes.setdefault(m.group(2), []).append(m.group(1))
+    found = []
+    for table in store.fts_tables:
+        conditions = deletes.get(table)
+        if not conditions or len(conditions) != 1 or not is_inline(store, table):
+            continue
+        fill = fill_of(store, table)
+        if fill is not None and _keyed_by_message_id(fill) and _same_condition(conditions[0], fill.where):
+            found.append(Index(table, fill))
+    return found
+
+
+_MESSAGES_OF = "SELECT m.id FROM messages m WHERE m.session_id IN (SELECT value FROM json_each(?))"
+
+
+def put_back(conn, indexes: Sequence[Index], session_ids: Sequence[str]) -> None:
+    """Inside the caller's transaction: every message of these sessions that an index should hold and does not
+    goes back in, as Hermes's insert trigger would have written it."""
+    ids = json.dumps(list(session_ids))
+    for ix in indexes:
+        cond = f" AND ({ix.fill.where})" if ix.fill.where else ""
+        conn.execute(f'INSERT INTO "{ix.table}"({ix.fill.columns}) SELECT {ix.fill.values} FROM messages m '
+                     f"WHERE m.session_id IN (SELECT value FROM json_each(?)){cond} "
+                     f'AND NOT EXISTS (SELECT 1 FROM "{ix.table}" f WHERE f.rowid = m.id) ORDER BY m.id', (ids,))
+
+
+def put_back_left_over(store: Store) -> bool:
+    """A run that stopped with a conversation out of the index left its note: put its messages back. True if so."""
+    raw = store.get_meta(NOTE_KEY) if store.has_table("state_meta") else None
+    if raw is None:
+        return False
+    try:
+        sessions = [s for s in json.loads(raw).get("sessions", []) if isinstance(s, str)]
+    except (ValueError, AttributeError):
+        sessions = []  # a damaged note: repair-fts refills whatever is missing
+    with store.write() as conn:
+        put_back(conn, detachable(store), sessions)
+        conn.execute("DELETE FROM state_meta WHERE key = ?", (NOTE_KEY,))
+    return True
+
+
+class Detacher:
+    """Takes one conversation at a time out of the detachable indexes, in pieces of about :data:`STEP_S`."""
+
+    def __init__(self, store: Store, indexes: list[Index], piece: int):
+        self.store = store
+        self.indexes = indexes
+        self.piece = max(MIN_PIECE, min(MAX_PIECE, piece))
+        self.sessions: list[str] | None = None
+        self._after: int | None = None  # the last message id taken out; None before the first piece
+        self.pieces = 0
+
+    def start(self, session_ids: Sequence[str]) -> Callable[[], bool]:
+        """Begin on a conversation (its note is written with the first piece); returns its step."""
+        assert self.sessions is None, "one conversation at a time"
+        self.sessions, self._after = list(session_ids), None
+        return self.step
+
+    def step(self) -> bool:
+        """Inside the caller's transaction: the next piece of messages leaves every index. False once none is left."""
+        assert self.sessions is not None
+        conn = self.store.conn
+        ids = json.dumps(self.sessions)
+        if self._after is None:
+            self._after = -(2 ** 63)
+            conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
+                         (NOTE_KEY, json.dumps({"sessions": self.sessions})))
+        started = time.monotonic()
+        upto = self.store.scalar(f"SELECT MAX(id) FROM ({_MESSAGES_OF} AND m.id > ? ORDER BY m.id LIMIT ?)",
+                                 (ids, self._after, self.piece))
+        if upto is None:
+            return False
+        for ix in self.indexes:
+            cond = f" AND ({ix.fill.where})" if ix.fill.where else ""
+            conn.execute(f'DELETE FROM "{ix.table}" WHERE rowid IN ({_MESSAGES_OF} AND m.id > ? AND m.id <= ?{cond})',
+                         (ids, self._after, upto))
+        self._after = upto
+        self.pieces += 1
+        took = time.monotonic() - started
+        if took > STEP_S:
+            self.piece = max(MIN_PIECE, self.piece // 2)
+        elif took < STEP_S / 4:
+            self.piece = min(MAX_PIECE, self.piece * 2)
+        return True
+
+    def out(self, session_ids: Sequence[str]) -> bool:
+        """True when these are (among) the sessions taken out."""
+        return self.sessions is not None and bool(set(session_ids) & set(self.sessions))
+
+    def settle(self, conn, deleted: bool) -> None:
+        """Inside the transaction that deletes the conversation (or gives it up): the note goes, and
+        if it was given up its messages go back into the indexes."""
+        if self.sessions is None:
+            return
+        if not deleted:
+            put_back(conn, self.indexes, self.sessions)
+        conn.execute("DELETE FROM state_meta WHERE key = ?", (NOTE_KEY,))
+        self.sessions = None
+
+
+@contextlib.contextmanager
+def detaching(store: Store, piece: int) -> Iterator[Detacher | None]:
+    """A :class:`Detacher` for the run (None when no index of this store can be taken apart). A note a
+    crashed run left is dealt with first; whatever is still out when the run ends goes back."""
+    put_back_left_over(store)
+    indexes = detachable(store) if store.has_table("state_meta") else []
+    if not indexes:
+        yield None
+        return
+    detacher = Detacher(store, indexes, piece)
+    try:
+        yield detacher
+    finally:
+        if detacher.sessions is not None:
+            with store.write() as conn:
+                detacher.settle(conn, deleted=False)

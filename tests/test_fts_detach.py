@@ -1,0 +1,188 @@
+"""A conversation too big for one short transaction leaves Hermes's FTS indexes in pieces before its delete."""
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import apsw
+import pytest
+
+import maint.ops.prune as prune
+from maint.ops.fts_detach import NOTE_KEY, Detacher, detachable, put_back_left_over
+from maint.ops.prune import execute_prune, plan_prune
+from maint.store.batching import Batcher, Pacer
+from maint.store.connection import open_store
+from tests.conftest import run_subprocess
+from tests.storegen import StoreBuilder
+
+TABLES = ["messages_fts", "messages_fts_trigram"]  # hermes-agent 0.19.0's
+
+
+def store_with_a_big_one(path, big=240):
+    with StoreBuilder(path) as b:
+        for n in range(6):
+            b.session(f"small{n}", age=200, messages=3)
+        b.session("big", age=200, messages=big)
+        b.session("recent", age=1, messages=4)
+    return path
+
+
+def fts_rows(path, table, session_id):
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(f"SELECT COUNT(*) FROM {table} WHERE rowid IN "
+                            "(SELECT id FROM messages WHERE session_id = ?)", (session_id,)).fetchone()[0]
+    finally:
+        conn.close()
+
+
+def assert_index_complete(path):
+    """Integrity per FTS5, every message indexed once, and a word of each kept session found by search."""
+    conn = apsw.Connection(str(path))
+    try:
+        for t in TABLES:
+            conn.execute(f"INSERT INTO {t}({t}, rank) VALUES('integrity-check', 1)")
+            assert conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone() == \
+                conn.execute("SELECT COUNT(*) FROM messages").fetchone()
+        for (sid,) in list(conn.execute("SELECT id FROM sessions")):
+            n = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
+            assert conn.execute("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?",
+                                (f'"{sid}"',)).fetchone()[0] == n
+            assert conn.execute("SELECT COUNT(*) FROM messages_fts_trigram WHERE messages_fts_trigram MATCH ?",
+                                (f'"of {sid} "',)).fetchone()[0] == n
+    finally:
+        conn.close()
+
+
+def small_batches():
+    # The big session (241 units) is far past 1 ms of work at the starting rate; the small ones are not.
+    return Batcher(target_s=0.001, chunk_s=0.001)
+
+
+def test_hermes_019_indexes_can_be_taken_apart_and_external_content_ones_cannot(tmp_path):
+    for layout, expected in (("v22", TABLES), ("v30", []), ("v31", [])):
+        db = tmp_path / f"{layout}.db"
+        with StoreBuilder(db, layout=layout) as b:
+            b.session("a", messages=2)
+        with open_store(db) as store:
+            assert [ix.table for ix in detachable(store)] == expected, layout
+
+
+def test_an_index_whose_delete_trigger_differs_from_its_insert_is_left_to_its_trigger(tmp_path):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("a", messages=2)
+    conn = sqlite3.connect(db)
+    conn.executescript("""DROP TRIGGER messages_fts_trigram_delete;
+        CREATE TRIGGER messages_fts_trigram_delete AFTER DELETE ON messages WHEN old.role <> 'tool' BEGIN
+            DELETE FROM messages_fts_trigram WHERE rowid = old.id;
+        END;""")
+    conn.close()
+    with open_store(db) as store:
+        assert [ix.table for ix in detachable(store)] == ["messages_fts"]
+
+
+def test_the_big_conversation_is_out_of_every_index_before_the_transaction_that_deletes_it(tmp_path, monkeypatch):
+    db = store_with_a_big_one(tmp_path / "state.db")
+    seen = {}
+    real = prune.delete_sessions
+
+    def spy(store, conn, ids):
+        for sid in ids:
+            seen[sid] = [fts_rows_in(conn, t, sid) for t in TABLES] + [store.get_meta(NOTE_KEY) is not None]
+        real(store, conn, ids)
+
+    pieces = []
+    real_step = Detacher.step
+
+    def counting_step(self):
+        more = real_step(self)
+        pieces.append(more)
+        return more
+
+    monkeypatch.setattr(prune, "delete_sessions", spy)
+    monkeypatch.setattr(Detacher, "step", counting_step)
+    with open_store(db) as store:
+        result = execute_prune(store, plan_prune(store, None), batcher=small_batches())
+        assert store.get_meta(NOTE_KEY) is None
+    assert seen["big"] == [0, 0, True]  # nothing left for the trigger, and the note still names it
+    assert all(seen[f"small{n}"] == [3, 3, False] for n in range(6))  # small ones go the usual way
+    assert pieces.count(True) >= 3  # in pieces: 240 messages at 16 or more a piece
+    assert "big" in result.deleted_ids and result.messages == 240 + 18
+    assert_index_complete(db)
+
+
+def fts_rows_in(conn, table, sid):
+    return conn.execute(f"SELECT COUNT(*) FROM {table} WHERE rowid IN "
+                        "(SELECT id FROM messages WHERE session_id = ?)", (sid,)).fetchone()[0]
+
+
+APPEND = ("import sys, pathlib; from hermes_state import SessionDB; db = SessionDB(pathlib.Path(sys.argv[1])); "
+          "db.append_message('big', 'user', 'one more message of big about topic1'); db.close()")
+
+
+def test_a_conversation_written_to_while_it_was_out_of_the_index_goes_back_in(tmp_path, monkeypatch):
+    db = store_with_a_big_one(tmp_path / "state.db")
+    written = []
+    with open_store(db) as store:
+        def pause_with_a_write(self):
+            # Hermes appends from its own process (two SQLite libraries must not share one in a process).
+            if not written and fts_rows_in(store.conn, "messages_fts", "big") < 240:  # part of it is out
+                subprocess.run([sys.executable, "-c", APPEND, str(db)], check=True, timeout=60)
+                written.append(True)
+
+        monkeypatch.setattr(Pacer, "pause", pause_with_a_write)
+        result = execute_prune(store, plan_prune(store, None), batcher=small_batches())
+        assert store.get_meta(NOTE_KEY) is None
+    assert written == [True]
+    assert "big" in result.skipped_changed and "big" not in result.deleted_ids
+    assert fts_rows(db, "messages_fts", "big") == fts_rows(db, "messages_fts_trigram", "big") == 241
+    assert_index_complete(db)
+
+
+def test_a_run_stopped_with_a_conversation_out_of_the_index_puts_it_back(tmp_path, monkeypatch):
+    db = store_with_a_big_one(tmp_path / "state.db")
+    import maint.store.batching as batching
+
+    with open_store(db) as store:
+        def stop_after_a_piece(self):
+            if fts_rows_in(store.conn, "messages_fts", "big") < 240:
+                batching.CANCEL.set()  # as SIGTERM does in the job loop
+
+        monkeypatch.setattr(Pacer, "pause", stop_after_a_piece)
+        try:
+            result = execute_prune(store, plan_prune(store, None), batcher=small_batches())
+        finally:
+            batching.CANCEL.clear()
+        assert store.get_meta(NOTE_KEY) is None
+    assert "big" not in result.deleted_ids
+    assert fts_rows(db, "messages_fts", "big") == fts_rows(db, "messages_fts_trigram", "big") == 240
+    assert_index_complete(db)
+
+
+@pytest.mark.parametrize("nth", [2, 4])
+def test_a_crash_with_a_conversation_out_of_the_index_is_put_back_by_the_next_run(tmp_path, nth):
+    db = store_with_a_big_one(tmp_path / "state.db")
+    conn = sqlite3.connect(db)  # only the big one is old enough, so the first transactions are its pieces
+    conn.execute("UPDATE sessions SET ended_at = strftime('%s','now') - 86400 WHERE id LIKE 'small%'")
+    conn.execute("UPDATE messages SET timestamp = strftime('%s','now') - 86400 WHERE session_id LIKE 'small%'")
+    conn.commit()
+    conn.close()
+    env = {"HERMES_MAINT_BATCH_MS": "1", "HERMES_MAINT_CRASH_AT": f"tx_committed:{nth}"}
+    killed = run_subprocess("prune", "--db", db, "--yes", "--older-than", "90d", env=env)
+    assert killed.returncode == -9, killed.stderr
+    out = fts_rows(db, "messages_fts", "big")
+    assert 0 <= out < 240 and fts_rows(db, "messages_fts_trigram", "big") == out  # pieces out, in step
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = 'big'").fetchone()[0] == 240  # whole
+    assert json.loads(conn.execute("SELECT value FROM state_meta WHERE key = ?", (NOTE_KEY,)).fetchone()[0]) \
+        == {"sessions": ["big"]}
+    conn.close()
+    # The next run, whatever it selects (here: nothing), puts the messages back first.
+    again = run_subprocess("prune", "--db", db, "--yes", "--older-than", "9999d")
+    assert again.returncode == 0, again.stderr
+    assert fts_rows(db, "messages_fts", "big") == fts_rows(db, "messages_fts_trigram", "big") == 240
+    assert_index_complete(db)
+    with open_store(db) as store:
+        assert store.get_meta(NOTE_KEY) is None and not put_back_left_over(store)
