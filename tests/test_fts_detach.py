@@ -56,7 +56,7 @@ def assert_index_complete(path):
 
 
 def small_batches():
-    # The big session (241 units) is far past 1 ms of work at the starting rate; the small ones are not.
+    # A chunk is 1 ms at the starting rate (6 units): the big session (241) is heavier, the small ones (4) are not.
     return Batcher(target_s=0.001, chunk_s=0.001)
 
 

@@ -4,8 +4,9 @@ A transaction takes whole units (a lineage with its delegate children is never
 split) in chunks of about ``chunk_s`` of work and commits once its lock time
 reaches ``target_s``. Work per row is uneven (FTS5 flushes and merges its index
 in the middle of a statement), so the clock ends a transaction rather than a
-row count predicted from the last one. A unit bigger than the budget still
-goes in one transaction: atomicity beats the target.
+row count predicted from the last one. A unit is never split: one bigger
+than a chunk goes in a transaction of its own (atomicity beats the target),
+after whatever work can leave ahead of it has (``lighten``).
 
 Between transactions :class:`Pacer` holds back long enough for every writer
 asleep in SQLite's busy handler to wake and take the lock.
@@ -184,9 +185,9 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
     :mod:`maint.store.fts_merges`), False when none is left: each transaction runs it first, and
     takes new chunks only once it is done, so that work never piles up. A unit heavier than a chunk
     goes in a transaction of its own: its lock time is its own.
-    *lighten*, given a unit that would hold the lock past the target, returns one bounded step (False
-    when done) that moves part of its work into transactions of their own ahead of it (see
-    :mod:`maint.ops.fts_detach`), or None; the unit is applied once its steps are done.
+    *lighten*, given a unit heavier than a chunk, returns one bounded step (False when done) that moves
+    part of its work into transactions of their own ahead of it (see :mod:`maint.ops.fts_detach`), or
+    None; the unit is applied, alone, in the transaction after its last step. Its rate is not learnt.
     """
     batcher = batcher or Batcher()
     total = 0
@@ -202,7 +203,7 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
                 while pending and batcher.room_for_another(time.monotonic() - opened):
                     pending = upkeep()
             if not pending and lighten is not None and (lightening is None or lightening[0] != pos) \
-                    and max(1, weight(units[pos])) / batcher.rate > batcher.target_s:
+                    and max(1, weight(units[pos])) > batcher.chunk_load:
                 lightening = (pos, lighten(units[pos]))
             if not pending and lightening is not None and lightening[0] == pos and lightening[1] is not None:
                 step = lightening[1]
