@@ -186,3 +186,34 @@ def test_a_crash_with_a_conversation_out_of_the_index_is_put_back_by_the_next_ru
     assert_index_complete(db)
     with open_store(db) as store:
         assert store.get_meta(NOTE_KEY) is None and not put_back_left_over(store)
+
+
+def test_doctor_reports_what_a_killed_prune_left_and_repair_fts_puts_it_back(tmp_path):
+    db = store_with_a_big_one(tmp_path / "state.db")
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE sessions SET ended_at = strftime('%s','now') - 86400 WHERE id LIKE 'small%'")
+    conn.execute("UPDATE messages SET timestamp = strftime('%s','now') - 86400 WHERE session_id LIKE 'small%'")
+    conn.commit()
+    conn.close()
+    env = {"HERMES_MAINT_BATCH_MS": "1", "HERMES_MAINT_CRASH_AT": "tx_committed:3"}
+    assert run_subprocess("prune", "--db", db, "--yes", "--older-than", "90d", env=env).returncode == -9
+    assert fts_rows(db, "messages_fts", "big") < 240
+    doctor = run_subprocess("doctor", "--db", db, "--json")
+    found = [f for f in json.loads(doctor.stdout)["findings"] if f["kind"] == "interrupted_prune"]
+    assert [(f["severity"], len(f["data"]["left"])) for f in found] == [("warning", 2)], found  # automerge + rows
+    assert "repair-fts --apply" in found[0]["fix"]
+    shown = run_subprocess("repair-fts", "--db", db)  # a report writes nothing
+    assert shown.returncode == 0 and "stopped midway" in shown.stdout
+    assert fts_rows(db, "messages_fts", "big") < 240
+    again = run_subprocess("repair-fts", "--db", db, "--apply", "--yes", "--json")
+    assert again.returncode == 0, again.stderr
+    assert fts_rows(db, "messages_fts", "big") == fts_rows(db, "messages_fts_trigram", "big") == 240
+    assert_index_complete(db)
+    with open_store(db) as store:
+        assert store.get_meta(NOTE_KEY) is None and not put_back_left_over(store)
+    assert json.loads(again.stdout)["recovered"] is True
+    conn = apsw.Connection(str(db))
+    try:  # Hermes's automerge is back too (it never wrote the row: the row is gone again)
+        assert [list(conn.execute(f"SELECT v FROM {t}_config WHERE k = 'automerge'")) for t in TABLES] == [[], []]
+    finally:
+        conn.close()

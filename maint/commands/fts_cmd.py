@@ -33,6 +33,7 @@ def repair_fts(
     """
     from maint.commands.recording import metrics_target
     from maint.ops import fts
+    from maint.ops.prune import interrupted, recover_interrupted
     from maint.store.connection import open_store
     from maint.store.holders import STOP_HERMES, refuse_if_held
 
@@ -44,15 +45,23 @@ def repair_fts(
         with open_store(target.path, readonly=True) as store:
             damaged = fts.damaged(store)
             checked = store.fts_tables
+            left = interrupted(store)
         report = {"apply": apply, "dry_run": not apply, "checked": checked, "damaged": damaged, "rebuilt": [],
-                  "how": {}}
-        if not apply or not damaged:
+                  "how": {}, "interrupted": left, "recovered": False}
+        if not apply or not (damaged or left):
             return report
         refuse_if_held(target.path, force=force, doing="rebuild the search index of", advice=STOP_HERMES)
-        confirm_or_refuse(yes, f"Rebuild {', '.join(damaged)} in {target.path}?", [
+        confirm_or_refuse(yes, f"Repair the search indexes of {target.path}?", [
             f"  {t}: {lines[0]}" for t, lines in damaged.items()] + [
-            "Each index is rebuilt in one transaction; no message changes."])
+            f"  left by a prune stopped midway: {what}" for what in left] + [
+            "What a stopped prune left is put back first; each damaged index is then rebuilt in one "
+            "transaction; no message changes."])
         with open_store(target.path) as store:
+            if left:
+                recover_interrupted(store)  # the messages it took out go back, so the index may be whole again
+                report["recovered"] = True
+                damaged = fts.damaged(store)
+                report["damaged"] = damaged
             for table in damaged:
                 report["how"][table] = fts.rebuild(store, table)
                 report["rebuilt"].append(table)
@@ -67,6 +76,9 @@ def repair_fts(
 
 
 def _render(r: dict) -> None:
+    for what in r["interrupted"]:
+        typer.echo(f"  left by a prune stopped midway: {what}"
+                   + ("; put back" if r["recovered"] else "; the next prune or sweep puts it back (or --apply)"))
     if not r["damaged"]:
         typer.echo(f"Search indexes ok ({', '.join(r['checked']) or 'none present'}).")
         return

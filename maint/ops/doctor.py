@@ -229,6 +229,17 @@ class Doctor:
             else:
                 self.add("fts_index", OK, f"search index {table}: ok", table=table)
 
+    def check_interrupted(self, store: Store) -> None:
+        from maint.ops.prune import interrupted
+
+        left = interrupted(store)
+        if left:
+            self.add("interrupted_prune", WARNING, f"a prune stopped midway left {'; and '.join(left)}: the next "
+                                                   "prune or sweep puts it back first",
+                     self.cmd("repair-fts", "--apply"), left=left)
+        else:
+            self.add("interrupted_prune", OK, "no prune left anything half done")
+
     def check_schema(self, store: Store) -> None:
         version = store.schema_version
         layout = _fts_layout(store)
@@ -354,6 +365,7 @@ class Doctor:
             self.add("degraded_prompts", OK, "no degraded stored prompt"
                      + (f" ({len(prompts.unverifiable)} unverifiable, left alone)" if prompts.unverifiable else ""))
         self.check_profiles(store)
+        self.check_interrupted(store)
         candidates = reap_candidates(store, self.retention(), self.now)
         if candidates:
             fix = (self.cmd("sweep", "--force") if self.auto_prune_on()

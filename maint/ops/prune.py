@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from maint.ops.fts_detach import detaching, put_back_left_over
+from maint.ops.fts_detach import NOTE_KEY as FTS_DETACHED_KEY, detaching, put_back_left_over
 from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched, target_from_env
 from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since, locked_session_ids
 from maint.store.checkpointer import background_checkpoints
-from maint.store.fts_merges import merges_in_our_hands, restore_left_over
+from maint.store.fts_merges import META_KEY as FTS_AUTOMERGE_KEY, merges_in_our_hands, restore_left_over
 from maint.store.holders import other_connections
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
@@ -297,6 +297,18 @@ def delete_sessions(store: Store, conn, ids: list[str]) -> None:
         still = " OR ".join(f"s.{c} = system_prompts.hash" for c in ref_cols)
         conn.execute(f"DELETE FROM system_prompts WHERE hash IN ({each}) "
                      f"AND NOT EXISTS (SELECT 1 FROM sessions s WHERE {still})", (json.dumps(sorted(prompt_refs)),))
+
+
+def interrupted(store: Store) -> list[str]:
+    """What a prune killed midway left for the next run to put back (read only; [] when nothing)."""
+    if not store.has_table("state_meta"):
+        return []
+    left = []
+    if store.get_meta(FTS_AUTOMERGE_KEY) is not None:
+        left.append("FTS5 automerge held at 0 (Hermes's value is kept in state_meta)")
+    if store.get_meta(FTS_DETACHED_KEY) is not None:
+        left.append("a conversation's messages out of the search index ahead of a delete that did not happen")
+    return left
 
 
 def recover_interrupted(store: Store) -> None:
