@@ -143,7 +143,8 @@ def test_during_the_run_a_level_waits_for_more_segments_and_the_end_merges_down_
 
 
 @pytest.mark.parametrize("rows", [{"crisismerge": "abc"}, {"usermerge": "x", "crisismerge": 1.5},
-                                  {"automerge": "abc"}, {"automerge": 100, "usermerge": 99}])
+                                  {"automerge": "abc"}, {"automerge": 100, "usermerge": 99},
+                                  {"automerge": "8"}, {"automerge": b"8"}, {"automerge": 2.0}])
 def test_options_fts5_would_ignore_neither_stop_a_prune_nor_change(tmp_path, rows, cli):
     """Hand-edited rows FTS5 ignores (it keeps its defaults): the prune runs, the rows come back as they were."""
     db = hermes_store(tmp_path / "state.db", sessions=10, messages=5)
@@ -234,3 +235,15 @@ def test_nothing_to_prune_leaves_the_fts_config_untouched(tmp_path):
         assert result.transactions == 0 and store.write_stats.transactions == 0
         assert blobs == [bytes(store.conn.execute(f"SELECT block FROM {t}_data WHERE id = 10").fetchone()[0])
                          for t in TABLES]  # not even the config cookie moved
+
+
+@pytest.mark.parametrize("stored, read", [(8, 8), ("8", 8), (b"8", 4), ("x", 4), (None, 4)])
+def test_merge_levels_read_usermerge_as_fts5_does(tmp_path, stored, read):
+    """Digits stored as text are a number to FTS5 (numeric affinity); a blob is not."""
+    db = hermes_store(tmp_path / "state.db", sessions=1, messages=1)
+    if stored is not None:
+        conn = apsw.Connection(str(db))
+        conn.execute("INSERT OR REPLACE INTO messages_fts_config(k, v) VALUES ('usermerge', ?)", (stored,))
+        conn.close()
+    with open_store(db) as store:
+        assert MergeSteps(store, TABLES).min_segments == {"messages_fts": read, "messages_fts_trigram": 4}

@@ -56,24 +56,39 @@ def fts5_int(value: object, default: int, low: int, high: int) -> int:
 
 
 def _automerge(value: object) -> int:
-    """The ``automerge`` FTS5 works with for a stored value."""
+    """The ``automerge`` FTS5 works with for a stored value (a blob is not a number to FTS5: ignored)."""
+    value = _untag(value)
+    if isinstance(value, bytes):
+        return FTS5_DEFAULT_AUTOMERGE
     return fts5_int(value, FTS5_DEFAULT_AUTOMERGE, 0, FTS5_MAX_AUTOMERGE)
 
 
-def _settable(value: int | str | None) -> bool:
+def _settable(value: object) -> bool:
     """True when FTS5's own ``automerge`` insert of *value* stores what was there: an integer in range
-    (or its digits, as notes written before the type was kept hold it)."""
+    (or its digits, as notes written before text was tagged hold it)."""
     if isinstance(value, str) and value.isdigit() and str(int(value)) == value:
         value = int(value)
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= FTS5_MAX_AUTOMERGE
 
 
-def _config(conn, table: str, key: str) -> int | float | str | None:
-    """The stored value with its type (a blob as text: the note that keeps it is JSON)."""
+def _config(conn, table: str, key: str) -> int | float | dict | None:
+    """The stored value, its type kept in JSON (the note that holds it): text and blobs are tagged."""
     row = conn.execute(f'SELECT v FROM "{table}_config" WHERE k = ?', (key,)).fetchone()
-    if row is None:
-        return None
-    return row[0].decode("utf-8", "replace") if isinstance(row[0], bytes) else row[0]
+    if row is None or isinstance(row[0], (int, float)):
+        return None if row is None else row[0]
+    return {"blob": row[0].hex()} if isinstance(row[0], bytes) else {"text": row[0]}
+
+
+def _untag(value: object) -> object:
+    """The SQLite value a saved one stands for (a blob as bytes, text as str)."""
+    if isinstance(value, dict):
+        if "blob" in value:
+            try:
+                return bytes.fromhex(str(value["blob"]))
+            except ValueError:
+                return None
+        return str(value.get("text", ""))
+    return value
 
 
 def _set_config(conn, table: str, key: str, value: int) -> None:
@@ -81,18 +96,18 @@ def _set_config(conn, table: str, key: str, value: int) -> None:
     conn.execute(f'INSERT INTO "{table}"("{table}", rank) VALUES (?, ?)', (key, value))
 
 
-def _restore(conn, saved: dict[str, int | float | str | None]) -> None:
-    """Inside the caller's transaction: Hermes's automerge exactly as it was, and our note gone."""
+def _restore(conn, saved: dict[str, object]) -> None:
+    """Inside the caller's transaction: Hermes's automerge exactly as it was (value and type), and our note gone."""
     tables = set(fts5_tables(conn))
     for table, value in saved.items():
         if table not in tables:
             continue
-        _set_config(conn, table, "automerge", _automerge(value))
+        _set_config(conn, table, "automerge", _automerge(value))  # also makes every connection reload it
         if value is None:
             conn.execute(f'DELETE FROM "{table}_config" WHERE k = \'automerge\'')
         elif not _settable(value):
-            # A value FTS5 ignores (hand-edited): the row comes back as it was; FTS5 reads it as before.
-            conn.execute(f'UPDATE "{table}_config" SET v = ? WHERE k = \'automerge\'', (value,))
+            # Hand-edited (text, a blob, out of range): the row comes back as it was; FTS5 reads it as before.
+            conn.execute(f'UPDATE "{table}_config" SET v = ? WHERE k = \'automerge\'', (_untag(value),))
     conn.execute("DELETE FROM state_meta WHERE key = ?", (META_KEY,))
 
 
@@ -112,9 +127,9 @@ class MergeSteps:
     def __init__(self, store: Store, tables: list[str]):
         self.store = store
         self.tables = tables
-        self.min_segments = {t: fts5_int(_config(store.conn, t, "usermerge"), FTS5_DEFAULT_USERMERGE, 2, 16)
+        self.min_segments = {t: fts5_int(_untag(_config(store.conn, t, "usermerge")), FTS5_DEFAULT_USERMERGE, 2, 16)
                              for t in tables}
-        crisis = {t: fts5_int(_config(store.conn, t, "crisismerge"), FTS5_DEFAULT_CRISISMERGE, 2,
+        crisis = {t: fts5_int(_untag(_config(store.conn, t, "crisismerge")), FTS5_DEFAULT_CRISISMERGE, 2,
                               FTS5_MAX_SEGMENT - 1) for t in tables}
         self.run_segments = {t: max(self.min_segments[t], crisis[t] - 4) for t in tables}
         self.finishing = False
