@@ -247,3 +247,62 @@ def test_merge_levels_read_usermerge_as_fts5_does(tmp_path, stored, read):
         conn.close()
     with open_store(db) as store:
         assert MergeSteps(store, TABLES).min_segments == {"messages_fts": read, "messages_fts_trigram": 4}
+
+
+def test_a_long_run_merges_wider_levels_so_each_delete_marker_is_rewritten_about_twice():
+    from maint.store.fts_merges import run_fan_in
+
+    assert [run_fan_in(t, 12) for t in (0, 40, 434, 10**9)] == [12, 13, 42, 128]
+    assert run_fan_in(434, 60) == 60  # never narrower than Hermes's own crisis merge allows
+
+
+@pytest.mark.parametrize("hermes_crisis", [None, 20, "20"])
+def test_crisismerge_is_held_above_the_run_fan_in_and_put_back_exactly(tmp_path, hermes_crisis):
+    from maint.ops.prune import interrupted
+    from maint.store.fts_merges import CRISIS_KEY, merges_in_our_hands
+
+    db = hermes_store(tmp_path / "state.db", sessions=2, messages=2)
+    if hermes_crisis is not None:
+        conn = apsw.Connection(str(db))
+        for t in TABLES:
+            conn.execute(f"INSERT OR REPLACE INTO {t}_config(k, v) VALUES ('crisismerge', ?)", (hermes_crisis,))
+        conn.close()
+    before = configs(db)
+    with open_store(db) as store:
+        with merges_in_our_hands(store, target_s=0.01, pause=lambda: None, after_commit=lambda: None,
+                                 expected_transactions=900) as step:
+            held = {t: dict(store.conn.execute(f"SELECT k, v FROM {t}_config")) for t in TABLES}
+            assert all(h["crisismerge"] == 64 and h["automerge"] == 0 for h in held.values()), held  # 2*30+4
+            assert json.loads(store.get_meta(CRISIS_KEY)) == {t: None if hermes_crisis is None else
+                                                              (20 if hermes_crisis == 20 else {"text": "20"})
+                                                              for t in TABLES}
+            assert len(interrupted(store)) == 2  # what doctor would report if we died here
+            assert step() is False  # nothing to merge on this store
+        assert store.get_meta(CRISIS_KEY) is None and interrupted(store) == []
+    assert configs(db) == before
+
+
+KILLED_WHILE_HELD = """
+import os, signal, sys
+from maint.store.connection import open_store
+from maint.store.fts_merges import merges_in_our_hands
+store = open_store(sys.argv[1])
+with merges_in_our_hands(store, target_s=0.01, pause=lambda: None, after_commit=lambda: None,
+                         expected_transactions=900):
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_run_killed_with_crisismerge_held_is_put_right_by_the_next(tmp_path):
+    from maint.store.fts_merges import CRISIS_KEY
+
+    db = hermes_store(tmp_path / "state.db", sessions=2, messages=2)
+    before = configs(db)
+    killed = subprocess.run([sys.executable, "-c", KILLED_WHILE_HELD, str(db)], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    assert all(("crisismerge", 64) in rows for rows in configs(db).values())
+    with open_store(db) as again:
+        assert restore_left_over(again)
+        assert again.get_meta(CRISIS_KEY) is None and again.get_meta(META_KEY) is None
+    assert configs(db) == before

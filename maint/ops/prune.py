@@ -21,7 +21,8 @@ from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched, target_from_env
 from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since, locked_session_ids
 from maint.store.checkpointer import background_checkpoints
-from maint.store.fts_merges import META_KEY as FTS_AUTOMERGE_KEY, merges_in_our_hands, restore_left_over
+from maint.store.fts_merges import (CRISIS_KEY as FTS_CRISIS_KEY, META_KEY as FTS_AUTOMERGE_KEY, merges_in_our_hands,
+                                   restore_left_over)
 from maint.store.holders import other_connections
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
@@ -306,6 +307,8 @@ def interrupted(store: Store) -> list[str]:
     left = []
     if store.get_meta(FTS_AUTOMERGE_KEY) is not None:
         left.append("FTS5 automerge held at 0 (Hermes's value is kept in state_meta)")
+    if store.get_meta(FTS_CRISIS_KEY) is not None:
+        left.append("FTS5 crisismerge held high (Hermes's value is kept in state_meta)")
     if store.get_meta(FTS_DETACHED_KEY) is not None:
         left.append("a conversation's messages out of the search index ahead of a delete that did not happen")
     return left
@@ -341,6 +344,9 @@ class PruneResult:
 MAX_UNIT_ENV = "HERMES_MAINT_MAX_UNIT_S"
 DEFAULT_MAX_UNIT_S = 5.0
 SLOWEST_S_PER_MESSAGE = 0.0002  # the slowest rate measured on stores Hermes built (0.08-0.2 ms)
+# Messages (and sessions) deleted a second on the scale benchmark's stores: only to foresee how many
+# commits a run makes, which sets how wide FTS5 merges may be (maint.store.fts_merges.run_fan_in).
+TYPICAL_RATE = 15_000
 
 
 def max_unit_seconds() -> float:
@@ -401,7 +407,9 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
     batcher = batcher or Batcher()
     pacer = pacer_for(store)
     with background_checkpoints(store) as after_commit, \
-            (merges_in_our_hands(store, target_s=batcher.target_s, pause=pacer.pause, after_commit=after_commit)
+            (merges_in_our_hands(store, target_s=batcher.target_s, pause=pacer.pause, after_commit=after_commit,
+                                 expected_transactions=(plan.messages + plan.sessions)
+                                 / (TYPICAL_RATE * max(batcher.target_s, 0.001)))
              if len(plan.units) else _nothing_to_merge(store)) as merge_step, \
             detaching(store, piece=int(batcher.chunk_load)) as detacher:
         run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, transaction,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -34,6 +35,7 @@ from maint.store.connection import Store
 from maint.store.fts_segments import fts5_tables, read_structure, structure_blob
 
 META_KEY = "hermes_maint.fts_automerge"
+CRISIS_KEY = "hermes_maint.fts_crisismerge"
 FTS5_DEFAULT_AUTOMERGE = 4
 FTS5_DEFAULT_USERMERGE = 4
 STEP_S = 0.01  # one merge step aims at this much work, so the clock can end a transaction between steps
@@ -43,6 +45,7 @@ MIN_PAGES, MAX_PAGES = 8, 256
 FTS5_DEFAULT_CRISISMERGE = 16
 FTS5_MAX_SEGMENT = 2000
 FTS5_MAX_AUTOMERGE = 64
+MAX_RUN_FAN_IN = 128  # segments a level may gather during a run (FTS5 allows 2,000 in all)
 
 
 def fts5_int(value: object, default: int, low: int, high: int) -> int:
@@ -96,42 +99,65 @@ def _set_config(conn, table: str, key: str, value: int) -> None:
     conn.execute(f'INSERT INTO "{table}"("{table}", rank) VALUES (?, ?)', (key, value))
 
 
-def _restore(conn, saved: dict[str, object]) -> None:
-    """Inside the caller's transaction: Hermes's automerge exactly as it was (value and type), and our note gone."""
+def _crisismerge(value: object) -> int:
+    value = _untag(value)
+    return FTS5_DEFAULT_CRISISMERGE if isinstance(value, bytes) else \
+        fts5_int(value, FTS5_DEFAULT_CRISISMERGE, 2, FTS5_MAX_SEGMENT - 1)
+
+
+_HELD = {META_KEY: ("automerge", _automerge), CRISIS_KEY: ("crisismerge", _crisismerge)}
+
+
+def _restore(conn, saved: dict[str, object], note: str = META_KEY) -> None:
+    """Inside the caller's transaction: Hermes's option exactly as it was (value and type), and our note gone."""
+    option, effective = _HELD[note]
     tables = set(fts5_tables(conn))
     for table, value in saved.items():
         if table not in tables:
             continue
-        _set_config(conn, table, "automerge", _automerge(value))  # also makes every connection reload it
+        _set_config(conn, table, option, effective(value))  # also makes every connection reload it
         if value is None:
-            conn.execute(f'DELETE FROM "{table}_config" WHERE k = \'automerge\'')
-        elif not _settable(value):
-            # Hand-edited (text, a blob, out of range): the row comes back as it was; FTS5 reads it as before.
-            conn.execute(f'UPDATE "{table}_config" SET v = ? WHERE k = \'automerge\'', (_untag(value),))
-    conn.execute("DELETE FROM state_meta WHERE key = ?", (META_KEY,))
+            conn.execute(f'DELETE FROM "{table}_config" WHERE k = ?', (option,))
+        elif not (option == "automerge" and _settable(value)):
+            # Anything the insert above may not have stored as it was (text, a blob, out of range): the
+            # row comes back exactly; FTS5 reads it as before.
+            conn.execute(f'UPDATE "{table}_config" SET v = ? WHERE k = ?', (_untag(value), option))
+    conn.execute("DELETE FROM state_meta WHERE key = ?", (note,))
 
 
 def restore_left_over(store: Store) -> bool:
-    """A run that died with automerge held leaves its note: put Hermes's values back. True if it did."""
-    raw = store.get_meta(META_KEY) if store.has_table("state_meta") else None
-    if raw is None:
+    """A run that died with merges held leaves its notes: put Hermes's values back. True if it did."""
+    if not store.has_table("state_meta"):
         return False
-    with store.write() as conn:
-        _restore(conn, json.loads(raw))
-    return True
+    done = False
+    for note in _HELD:
+        raw = store.get_meta(note)
+        if raw is None:
+            continue
+        with store.write() as conn:
+            _restore(conn, json.loads(raw), note)
+        done = True
+    return done
+
+
+def run_fan_in(expected_transactions: float, hermes_floor: int) -> int:
+    """Segments a level gathers before we merge it during a run: about 2 x the square root of the run's
+    commits, so that each delete marker is rewritten about twice (once in the run, once at its end)
+    however long the run, rather than once per level of a deepening tree; never below Hermes's own
+    (*hermes_floor*: crisis merge - 4)."""
+    return max(hermes_floor, min(MAX_RUN_FAN_IN, math.ceil(2 * math.sqrt(max(0.0, expected_transactions)))))
 
 
 class MergeSteps:
     """The merges FTS5 would have done, in steps of about :data:`STEP_S`."""
 
-    def __init__(self, store: Store, tables: list[str]):
+    def __init__(self, store: Store, tables: list[str], fan_in: dict[str, int] | None = None):
         self.store = store
         self.tables = tables
         self.min_segments = {t: fts5_int(_untag(_config(store.conn, t, "usermerge")), FTS5_DEFAULT_USERMERGE, 2, 16)
                              for t in tables}
-        crisis = {t: fts5_int(_untag(_config(store.conn, t, "crisismerge")), FTS5_DEFAULT_CRISISMERGE, 2,
-                              FTS5_MAX_SEGMENT - 1) for t in tables}
-        self.run_segments = {t: max(self.min_segments[t], crisis[t] - 4) for t in tables}
+        crisis = {t: _crisismerge(_config(store.conn, t, "crisismerge")) for t in tables}
+        self.run_segments = {t: max(self.min_segments[t], (fan_in or {}).get(t, crisis[t] - 4)) for t in tables}
         self.finishing = False
         self.pages = 32  # leaf pages a step may write, adjusted to the time steps take
         self.steps = 0
@@ -163,10 +189,15 @@ class MergeSteps:
 
 @contextlib.contextmanager
 def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], None],
-                        after_commit: Callable[[], None]) -> Iterator[Callable[[], bool] | None]:
+                        after_commit: Callable[[], None],
+                        expected_transactions: float = 0.0) -> Iterator[Callable[[], bool] | None]:
     """Yields one merge step (see :class:`MergeSteps`) for the caller to run inside its transactions,
     or None when the store has no FTS5 index. On the way out the merges left are finished in
-    transactions of about *target_s* with *pause* between them, then Hermes's setting comes back."""
+    transactions of about *target_s* with *pause* between them, then Hermes's settings come back.
+
+    For a run of many commits (*expected_transactions*, an estimate) a level may gather more segments
+    than FTS5's crisis merge allows (:func:`run_fan_in`); ``crisismerge`` is then held above that
+    for the run, saved and put back like ``automerge``."""
     restore_left_over(store)
     tables = fts5_tables(store.conn)
     if not tables or not store.has_table("state_meta"):
@@ -176,12 +207,20 @@ def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], No
     if all(v is not None and _automerge(v) == 0 for v in saved.values()):
         yield None  # automerge already off: nothing merges behind our back, nothing to hold
         return
+    crisis = {t: _config(store.conn, t, "crisismerge") for t in tables}
+    fan_in = {t: run_fan_in(expected_transactions, _crisismerge(crisis[t]) - 4) for t in tables}
+    raise_crisis = {t: fan_in[t] + 4 for t in tables if fan_in[t] + 4 > _crisismerge(crisis[t])}
     with store.write() as conn:
         conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)", (META_KEY, json.dumps(saved)))
         for t in tables:
             _set_config(conn, t, "automerge", 0)
+        if raise_crisis:
+            conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
+                         (CRISIS_KEY, json.dumps({t: crisis[t] for t in raise_crisis})))
+            for t, value in raise_crisis.items():
+                _set_config(conn, t, "crisismerge", value)
     crash_point("fts_automerge_held")
-    steps = MergeSteps(store, tables)
+    steps = MergeSteps(store, tables, fan_in)
     try:
         yield steps.step
         steps.finishing = True
@@ -198,4 +237,6 @@ def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], No
     finally:
         with store.write() as conn:
             _restore(conn, saved)
+            if raise_crisis:
+                _restore(conn, {t: crisis[t] for t in raise_crisis}, CRISIS_KEY)
         after_commit()
