@@ -217,3 +217,97 @@ def test_doctor_reports_what_a_killed_prune_left_and_repair_fts_puts_it_back(tmp
         assert [list(conn.execute(f"SELECT v FROM {t}_config WHERE k = 'automerge'")) for t in TABLES] == [[], []]
     finally:
         conn.close()
+
+
+def killed_with_pieces_out(tmp_path):
+    """A store whose prune was SIGKILLed while the big conversation was partly out of the index."""
+    db = store_with_a_big_one(tmp_path / "state.db")
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE sessions SET ended_at = strftime('%s','now') - 86400 WHERE id LIKE 'small%'")
+    conn.execute("UPDATE messages SET timestamp = strftime('%s','now') - 86400 WHERE session_id LIKE 'small%'")
+    conn.commit()
+    conn.close()
+    env = {"HERMES_MAINT_BATCH_MS": "1", "HERMES_MAINT_CRASH_AT": "tx_committed:3"}
+    assert run_subprocess("prune", "--db", db, "--yes", "--older-than", "90d", env=env).returncode == -9
+    assert fts_rows(db, "messages_fts", "big") < 240
+    return db
+
+
+def test_a_prune_that_refuses_without_confirmation_puts_nothing_back_either(tmp_path):
+    from tests.conftest import file_hash
+
+    db = killed_with_pieces_out(tmp_path)
+    before = file_hash(db)
+    refused = run_subprocess("prune", "--db", db, "--older-than", "90d", input="")
+    assert refused.returncode == 2, refused.stderr
+    assert file_hash(db) == before  # "nothing was changed" is true
+    with open_store(db, readonly=True) as store:
+        assert store.get_meta(NOTE_KEY) is not None
+
+
+def test_a_sweep_skipped_by_its_interval_still_puts_back_what_a_killed_run_left(tmp_path):
+    db = killed_with_pieces_out(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("sessions: {auto_prune: true, retention_days: 90, min_interval_hours: 24}\n")
+    conn = sqlite3.connect(db)  # Hermes's own start-up sweep has just run
+    conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('last_auto_prune', strftime('%s','now'))")
+    conn.commit()
+    conn.close()
+    swept = run_subprocess("sweep", "--db", db, "--json", env={"HERMES_HOME": str(home)})
+    assert swept.returncode == 0, swept.stderr
+    assert json.loads(swept.stdout)["swept"] is False
+    assert fts_rows(db, "messages_fts", "big") == fts_rows(db, "messages_fts_trigram", "big") == 240
+    assert_index_complete(db)
+
+
+@pytest.mark.parametrize("value", ['{"sessions": null}', '{"sessions": 5}', '{"sessions": [1]}', "[[\"big\"]]",
+                                   "not json", "[" * 100_000 + "]" * 100_000])
+def test_a_damaged_note_is_dropped_with_a_warning_not_a_traceback(tmp_path, value):
+    db = killed_with_pieces_out(tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE state_meta SET value = ? WHERE key = ?", (value, NOTE_KEY))
+    conn.commit()
+    conn.close()
+    again = run_subprocess("prune", "--db", db, "--yes", "--older-than", "9999d")
+    assert again.returncode == 0, again.stderr
+    assert "Traceback" not in again.stderr and "repair-fts --apply" in again.stderr
+    with open_store(db) as store:
+        assert store.get_meta(NOTE_KEY) is None
+    fixed = run_subprocess("repair-fts", "--db", db, "--apply", "--yes")  # what the warning says to run
+    assert fixed.returncode == 0, fixed.stderr
+    assert_index_complete(db)
+
+
+def test_each_piece_costs_its_own_size_not_the_whole_conversation(tmp_path, monkeypatch):
+    """Counted in SQLite VM steps (no clock): the second piece of a 2,000-message conversation costs
+    about what the second piece of a 200-message one does."""
+    import maint.ops.fts_detach as fd
+
+    monkeypatch.setattr(fd, "MIN_PIECE", 16)
+    monkeypatch.setattr(fd, "MAX_PIECE", 16)
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("long", age=200, messages=2000)
+        b.session("short", age=200, messages=200)
+    cost = {}
+    with open_store(db) as store:
+        ticks = [0]
+
+        def tick():
+            ticks[0] += 1
+            return False
+
+        for sid in ("long", "short"):
+            d = Detacher(store, detachable(store), piece=16)
+            with store.write() as conn:
+                step = d.start([sid])
+                step()  # the first piece also lists the conversation
+                store.conn.set_progress_handler(tick, 100)
+                ticks[0] = 0
+                step()
+                store.conn.set_progress_handler(None)
+                cost[sid] = ticks[0]
+                d.settle(conn, deleted=False)
+    assert cost["long"] < 2 * cost["short"], cost
+    assert_index_complete(db)

@@ -485,3 +485,38 @@ def test_a_nan_idle_threshold_archives_nothing(tmp_path):
     assert query(home / "state.db", "SELECT archived FROM sessions WHERE id = 'fresh'") == [(0,)]
     idle = run_subprocess("archive", "--idle", "--dry-run", env={"HERMES_HOME": str(home)})
     assert idle.returncode == 2 and "auto_archive_days: bad value" in idle.stderr
+
+
+def test_two_jobs_of_one_process_never_change_one_store_at_once(tmp_path):
+    """The job loop runs jobs as threads of one process: the run lock is per thread within it, so an
+    overlapping prune and sweep cannot both hold FTS5's settings or the index notes (each would
+    save the other's held values as Hermes's); nested opens by one thread still share it."""
+    import threading
+
+    from maint.store.connection import open_store
+    from maint.store.runlock import RunLockHeld
+
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("a", messages=2)
+    seen = []
+    with open_store(db) as store:
+        with open_store(db):  # nested, same thread: shared
+            pass
+
+        def other_job():
+            try:
+                open_store(db).close()
+                seen.append("opened")
+            except RunLockHeld as exc:
+                seen.append(str(exc))
+
+        t = threading.Thread(target=other_job)
+        t.start()
+        t.join()
+        assert store.get_meta("x") is None
+    assert len(seen) == 1 and "another job of this hermes-maint" in seen[0], seen
+    t = threading.Thread(target=other_job)  # once released, another thread may take it
+    t.start()
+    t.join()
+    assert seen[1] == "opened"

@@ -42,8 +42,6 @@ def prune(
 
     def run(target) -> dict:
         with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
-            if not dry_run:
-                recover_interrupted(store)
             plan = plan_prune(store, filters, include_archived=include_archived)
             count = plan.sessions
             report = {
@@ -54,6 +52,9 @@ def prune(
             # Text size is read only when someone will look at it (preview or prompt).
             report["bytes"] = plan_stored_bytes(store) if (dry_run or not yes) else None
             if dry_run or not count:
+                if not dry_run and yes:
+                    # Nothing to delete, but what a killed run left goes back (the delete itself does this first).
+                    recover_interrupted(store)
                 report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[], skipped_too_big=[])
                 if dry_run:
                     report["session_ids"] = plan.session_ids

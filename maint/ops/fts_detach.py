@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +35,8 @@ from dataclasses import dataclass
 
 from maint.ops.fts import Fill, fill_of, is_inline
 from maint.store.connection import Store
+
+log = logging.getLogger(__name__)
 
 NOTE_KEY = "hermes_maint.fts_detached"
 STEP_S = 0.02  # one piece aims at this much lock time, so the clock can end a transaction between pieces
@@ -95,17 +98,30 @@ def put_back(conn, indexes: Sequence[Index], session_ids: Sequence[str]) -> None
                      f'AND NOT EXISTS (SELECT 1 FROM "{ix.table}" f WHERE f.rowid = m.id) ORDER BY m.id', (ids,))
 
 
+def _sessions_of(raw: str) -> list[str] | None:
+    """The session ids a note names, or None when it is not the note we write."""
+    try:
+        note = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    sessions = note.get("sessions") if isinstance(note, dict) else None
+    if not isinstance(sessions, list) or not all(isinstance(sid, str) for sid in sessions):
+        return None
+    return sessions
+
+
 def put_back_left_over(store: Store) -> bool:
     """A run that stopped with a conversation out of the index left its note: put its messages back. True if so."""
     raw = store.get_meta(NOTE_KEY) if store.has_table("state_meta") else None
     if raw is None:
         return False
-    try:
-        sessions = [s for s in json.loads(raw).get("sessions", []) if isinstance(s, str)]
-    except (ValueError, AttributeError):
-        sessions = []  # a damaged note: repair-fts refills whatever is missing
+    sessions = _sessions_of(raw)
+    if sessions is None:
+        log.warning("%s: the note of a conversation taken out of the search index is damaged (%r…); it is "
+                    "dropped: `hermes-maint repair-fts --apply` refills whatever the index misses",
+                    store.path, raw[:80])
     with store.write() as conn:
-        put_back(conn, detachable(store), sessions)
+        put_back(conn, detachable(store), sessions or [])
         conn.execute("DELETE FROM state_meta WHERE key = ?", (NOTE_KEY,))
     return True
 
@@ -128,23 +144,30 @@ class Detacher:
         return self.step
 
     def step(self) -> bool:
-        """Inside the caller's transaction: the next piece of messages leaves every index. False once none is left."""
+        """Inside the caller's transaction: the next piece of messages leaves every index. False once none is left.
+
+        The conversation's message ids are listed once, in a temp table keyed by id, so each piece costs
+        its own size (reading the whole conversation at every piece made a 100k-message one quadratic).
+        A message Hermes adds meanwhile is not in the list: the delete trigger takes it, or the
+        conversation has changed and is put back whole."""
         assert self.sessions is not None
         conn = self.store.conn
-        ids = json.dumps(self.sessions)
         if self._after is None:
             self._after = -(2 ** 63)
             conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
                          (NOTE_KEY, json.dumps({"sessions": self.sessions})))
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS maint_detach (id INTEGER PRIMARY KEY)")
+            conn.execute("DELETE FROM temp.maint_detach")
+            conn.execute(f"INSERT INTO temp.maint_detach {_MESSAGES_OF}", (json.dumps(self.sessions),))
         started = time.monotonic()
-        upto = self.store.scalar(f"SELECT MAX(id) FROM ({_MESSAGES_OF} AND m.id > ? ORDER BY m.id LIMIT ?)",
-                                 (ids, self._after, self.piece))
+        upto = self.store.scalar("SELECT MAX(id) FROM (SELECT id FROM temp.maint_detach WHERE id > ? "
+                                 "ORDER BY id LIMIT ?)", (self._after, self.piece))
         if upto is None:
             return False
         for ix in self.indexes:
             cond = f" AND ({ix.fill.where})" if ix.fill.where else ""
-            conn.execute(f'DELETE FROM "{ix.table}" WHERE rowid IN ({_MESSAGES_OF} AND m.id > ? AND m.id <= ?{cond})',
-                         (ids, self._after, upto))
+            conn.execute(f'DELETE FROM "{ix.table}" WHERE rowid IN (SELECT m.id FROM temp.maint_detach d '
+                         f'JOIN messages m ON m.id = d.id WHERE d.id > ? AND d.id <= ?{cond})', (self._after, upto))
         self._after = upto
         self.pieces += 1
         took = time.monotonic() - started
@@ -166,6 +189,7 @@ class Detacher:
         if not deleted:
             put_back(conn, self.indexes, self.sessions)
         conn.execute("DELETE FROM state_meta WHERE key = ?", (NOTE_KEY,))
+        conn.execute("DROP TABLE IF EXISTS temp.maint_detach")
         self.sessions = None
 
 

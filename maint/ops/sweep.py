@@ -26,7 +26,7 @@ from maint.store.locks import LockHeld, maintenance_lock
 from maint.store.runlock import RunLockHeld
 from maint.store.sqlutil import write_json
 from maint.ops.auto_archive import claim_idle_marker, execute_idle_archive, missing_column, plan_idle_archive
-from maint.ops.prune import execute_prune, plan_prune
+from maint.ops.prune import execute_prune, plan_prune, recover_interrupted
 from maint.ops.reap import reap, reap_candidates
 from maint.store.connection import Store, open_store
 from maint.ops.vacuum import detect_replication, space_shortfall, vacuum_in_place
@@ -239,6 +239,7 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
     with store:
         try:
             with maintenance_lock(store.path):
+                recover_interrupted(store)  # what a killed run of ours left goes back, swept or not
                 claim = claim_marker(store, interval_s, now, force)
                 if not claim.claimed:
                     hours = (now - claim.previous) / 3600

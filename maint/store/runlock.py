@@ -6,7 +6,9 @@ and take turns holding the write lock far past the budget. A non-blocking ``floc
 ``<db>.hermes-maint.lock`` (0600, created without following links) is held while a writable
 Store is open; a second process is refused, naming the holder's pid. The kernel drops the lock
 when its process dies, so a killed run never leaves a stale lock. Within one process the lock
-is counted, so nested opens of the same store share it.
+belongs to the thread that took it: nested opens by that thread share it (counted), and another
+thread (another job of the job loop) is refused as another process would be, so two runs never
+save each other's held FTS5 settings or index notes as Hermes's.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class RunLock:
     key: str
     fd: int
     count: int = 1
+    owner: int = 0  # the thread that holds it
 
     def release(self) -> None:
         with _guard:
@@ -52,6 +55,9 @@ def run_lock(db: Path) -> RunLock:
     key = os.path.realpath(db)
     with _guard:
         if key in _held:
+            if _held[key].owner != threading.get_ident():
+                raise RunLockHeld(f"{db}: another job of this hermes-maint (pid {os.getpid()}) is working on this "
+                                  "store; nothing was changed, run again when it has finished")
             _held[key].count += 1
             return _held[key]
         path = lock_path(Path(key))
@@ -72,5 +78,5 @@ def run_lock(db: Path) -> RunLock:
                              "changed, run again when it has finished") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        lock = _held[key] = RunLock(key, fd)
+        lock = _held[key] = RunLock(key, fd, owner=threading.get_ident())
         return lock
