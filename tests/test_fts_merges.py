@@ -249,11 +249,11 @@ def test_merge_levels_read_usermerge_as_fts5_does(tmp_path, stored, read):
         assert MergeSteps(store, TABLES).min_segments == {"messages_fts": read, "messages_fts_trigram": 4}
 
 
-def test_a_long_run_merges_wider_levels_so_each_delete_marker_is_rewritten_about_twice():
+def test_a_long_run_merges_wider_levels_so_each_delete_marker_is_rewritten_once():
     from maint.store.fts_merges import run_fan_in
 
-    assert [run_fan_in(t, 12) for t in (0, 40, 434, 10**9)] == [12, 13, 42, 128]
-    assert run_fan_in(434, 60) == 60  # never narrower than Hermes's own crisis merge allows
+    assert [run_fan_in(t, 12) for t in (0, 40, 434, 10**9)] == [12, 14, 145, 400]
+    assert run_fan_in(100, 60) == 60  # never narrower than Hermes's own crisis merge allows
 
 
 @pytest.mark.parametrize("hermes_crisis", [None, 20, "20"])
@@ -272,7 +272,7 @@ def test_crisismerge_is_held_above_the_run_fan_in_and_put_back_exactly(tmp_path,
         with merges_in_our_hands(store, target_s=0.01, pause=lambda: None, after_commit=lambda: None,
                                  expected_transactions=900) as step:
             held = {t: dict(store.conn.execute(f"SELECT k, v FROM {t}_config")) for t in TABLES}
-            assert all(h["crisismerge"] == 64 and h["automerge"] == 0 for h in held.values()), held  # 2*30+4
+            assert all(h["crisismerge"] == 304 and h["automerge"] == 0 for h in held.values()), held  # 900/3+4
             assert json.loads(store.get_meta(CRISIS_KEY)) == {t: None if hermes_crisis is None else
                                                               (20 if hermes_crisis == 20 else {"text": "20"})
                                                               for t in TABLES}
@@ -301,7 +301,7 @@ def test_a_run_killed_with_crisismerge_held_is_put_right_by_the_next(tmp_path):
     killed = subprocess.run([sys.executable, "-c", KILLED_WHILE_HELD, str(db)], cwd=REPO, capture_output=True,
                             text=True, timeout=120)
     assert killed.returncode == -9, killed.stderr
-    assert all(("crisismerge", 64) in rows for rows in configs(db).values())
+    assert all(("crisismerge", 304) in rows for rows in configs(db).values())
     with open_store(db) as again:
         assert restore_left_over(again)
         assert again.get_meta(CRISIS_KEY) is None and again.get_meta(META_KEY) is None

@@ -45,7 +45,7 @@ MIN_PAGES, MAX_PAGES = 8, 256
 FTS5_DEFAULT_CRISISMERGE = 16
 FTS5_MAX_SEGMENT = 2000
 FTS5_MAX_AUTOMERGE = 64
-MAX_RUN_FAN_IN = 128  # segments a level may gather during a run (FTS5 allows 2,000 in all)
+MAX_RUN_FAN_IN = 400  # segments a level may gather during a run (FTS5 allows 2,000 in all)
 
 
 def fts5_int(value: object, default: int, low: int, high: int) -> int:
@@ -141,11 +141,12 @@ def restore_left_over(store: Store) -> bool:
 
 
 def run_fan_in(expected_transactions: float, hermes_floor: int) -> int:
-    """Segments a level gathers before we merge it during a run: about 2 x the square root of the run's
-    commits, so that each delete marker is rewritten about twice (once in the run, once at its end)
-    however long the run, rather than once per level of a deepening tree; never below Hermes's own
-    (*hermes_floor*: crisis merge - 4)."""
-    return max(hermes_floor, min(MAX_RUN_FAN_IN, math.ceil(2 * math.sqrt(max(0.0, expected_transactions)))))
+    """Segments a level gathers before we merge it during a run: a third of the run's commits, so
+    that level 0 is merged at most a few times and what it merges into stays under ``usermerge``
+    (4): each delete marker is rewritten once however long the run, instead of once per level of
+    a tree that deepens with it. Never below Hermes's own (*hermes_floor*: crisis merge - 4), nor
+    above :data:`MAX_RUN_FAN_IN` (past which a marker is rewritten twice)."""
+    return max(hermes_floor, min(MAX_RUN_FAN_IN, math.ceil(max(0.0, expected_transactions) / 3)))
 
 
 class MergeSteps:
