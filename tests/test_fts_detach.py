@@ -55,6 +55,14 @@ def assert_index_complete(path):
         conn.close()
 
 
+def assert_all_back(db):
+    """The big conversation is whole in both indexes again, the index is complete, and no note is left."""
+    assert fts_rows(db, "messages_fts", "big") == fts_rows(db, "messages_fts_trigram", "big") == 240
+    assert_index_complete(db)
+    with open_store(db) as store:
+        assert store.get_meta(NOTE_KEY) is None and not put_back_left_over(store)
+
+
 def small_batches():
     # A chunk is 1 ms at the starting rate (6 units): the big session (241) is heavier, the small ones (4) are not.
     return Batcher(target_s=0.001, chunk_s=0.001)
@@ -161,10 +169,11 @@ def test_a_run_stopped_with_a_conversation_out_of_the_index_puts_it_back(tmp_pat
     assert_index_complete(db)
 
 
-@pytest.mark.parametrize("nth", [2, 4])
-def test_a_crash_with_a_conversation_out_of_the_index_is_put_back_by_the_next_run(tmp_path, nth):
+def killed_with_pieces_out(tmp_path, nth=3):
+    """A store whose prune was SIGKILLed at its *nth* commit, while the big conversation was partly out of
+    the index (only the big one is old enough, so the first transactions are its pieces)."""
     db = store_with_a_big_one(tmp_path / "state.db")
-    conn = sqlite3.connect(db)  # only the big one is old enough, so the first transactions are its pieces
+    conn = sqlite3.connect(db)
     conn.execute("UPDATE sessions SET ended_at = strftime('%s','now') - 86400 WHERE id LIKE 'small%'")
     conn.execute("UPDATE messages SET timestamp = strftime('%s','now') - 86400 WHERE session_id LIKE 'small%'")
     conn.commit()
@@ -172,6 +181,13 @@ def test_a_crash_with_a_conversation_out_of_the_index_is_put_back_by_the_next_ru
     env = {"HERMES_MAINT_BATCH_MS": "1", "HERMES_MAINT_CRASH_AT": f"tx_committed:{nth}"}
     killed = run_subprocess("prune", "--db", db, "--yes", "--older-than", "90d", env=env)
     assert killed.returncode == -9, killed.stderr
+    assert fts_rows(db, "messages_fts", "big") < 240
+    return db
+
+
+@pytest.mark.parametrize("nth", [2, 4])
+def test_a_crash_with_a_conversation_out_of_the_index_is_put_back_by_the_next_run(tmp_path, nth):
+    db = killed_with_pieces_out(tmp_path, nth)
     out = fts_rows(db, "messages_fts", "big")
     assert 0 <= out < 240 and fts_rows(db, "messages_fts_trigram", "big") == out  # pieces out, in step
     conn = sqlite3.connect(db)
@@ -182,22 +198,11 @@ def test_a_crash_with_a_conversation_out_of_the_index_is_put_back_by_the_next_ru
     # The next run, whatever it selects (here: nothing), puts the messages back first.
     again = run_subprocess("prune", "--db", db, "--yes", "--older-than", "9999d")
     assert again.returncode == 0, again.stderr
-    assert fts_rows(db, "messages_fts", "big") == fts_rows(db, "messages_fts_trigram", "big") == 240
-    assert_index_complete(db)
-    with open_store(db) as store:
-        assert store.get_meta(NOTE_KEY) is None and not put_back_left_over(store)
+    assert_all_back(db)
 
 
 def test_doctor_reports_what_a_killed_prune_left_and_repair_fts_puts_it_back(tmp_path):
-    db = store_with_a_big_one(tmp_path / "state.db")
-    conn = sqlite3.connect(db)
-    conn.execute("UPDATE sessions SET ended_at = strftime('%s','now') - 86400 WHERE id LIKE 'small%'")
-    conn.execute("UPDATE messages SET timestamp = strftime('%s','now') - 86400 WHERE session_id LIKE 'small%'")
-    conn.commit()
-    conn.close()
-    env = {"HERMES_MAINT_BATCH_MS": "1", "HERMES_MAINT_CRASH_AT": "tx_committed:3"}
-    assert run_subprocess("prune", "--db", db, "--yes", "--older-than", "90d", env=env).returncode == -9
-    assert fts_rows(db, "messages_fts", "big") < 240
+    db = killed_with_pieces_out(tmp_path)
     doctor = run_subprocess("doctor", "--db", db, "--json")
     found = [f for f in json.loads(doctor.stdout)["findings"] if f["kind"] == "interrupted_prune"]
     assert [(f["severity"], len(f["data"]["left"])) for f in found] == [("warning", 2)], found  # automerge + rows
@@ -207,30 +212,13 @@ def test_doctor_reports_what_a_killed_prune_left_and_repair_fts_puts_it_back(tmp
     assert fts_rows(db, "messages_fts", "big") < 240
     again = run_subprocess("repair-fts", "--db", db, "--apply", "--yes", "--json")
     assert again.returncode == 0, again.stderr
-    assert fts_rows(db, "messages_fts", "big") == fts_rows(db, "messages_fts_trigram", "big") == 240
-    assert_index_complete(db)
-    with open_store(db) as store:
-        assert store.get_meta(NOTE_KEY) is None and not put_back_left_over(store)
+    assert_all_back(db)
     assert json.loads(again.stdout)["recovered"] is True
     conn = apsw.Connection(str(db))
     try:  # Hermes's automerge is back too (it never wrote the row: the row is gone again)
         assert [list(conn.execute(f"SELECT v FROM {t}_config WHERE k = 'automerge'")) for t in TABLES] == [[], []]
     finally:
         conn.close()
-
-
-def killed_with_pieces_out(tmp_path):
-    """A store whose prune was SIGKILLed while the big conversation was partly out of the index."""
-    db = store_with_a_big_one(tmp_path / "state.db")
-    conn = sqlite3.connect(db)
-    conn.execute("UPDATE sessions SET ended_at = strftime('%s','now') - 86400 WHERE id LIKE 'small%'")
-    conn.execute("UPDATE messages SET timestamp = strftime('%s','now') - 86400 WHERE session_id LIKE 'small%'")
-    conn.commit()
-    conn.close()
-    env = {"HERMES_MAINT_BATCH_MS": "1", "HERMES_MAINT_CRASH_AT": "tx_committed:3"}
-    assert run_subprocess("prune", "--db", db, "--yes", "--older-than", "90d", env=env).returncode == -9
-    assert fts_rows(db, "messages_fts", "big") < 240
-    return db
 
 
 def test_a_prune_that_refuses_without_confirmation_puts_nothing_back_either(tmp_path):
