@@ -316,7 +316,8 @@ def interrupted(store: Store) -> list[str]:
 
 def recover_interrupted(store: Store) -> None:
     """Put back what a prune killed midway left for the next run (our run lock is held, so it is not running):
-    Hermes's FTS5 ``automerge``, and a conversation's messages taken out of the index ahead of its delete."""
+    Hermes's FTS5 ``automerge`` and ``crisismerge``, and a conversation's messages taken out of the index
+    ahead of its delete."""
     restore_left_over(store)
     put_back_left_over(store)
 
