@@ -299,3 +299,10 @@ def test_each_piece_costs_its_own_size_not_the_whole_conversation(tmp_path, monk
                 d.settle(conn, deleted=False)
     assert cost["long"] < 2 * cost["short"], cost
     assert_index_complete(db)
+
+
+def test_doctor_keeps_the_finding_name_apart_from_its_text(tmp_path):
+    db = killed_with_pieces_out(tmp_path)
+    shown = run_subprocess("doctor", "--db", db)
+    line = next(ln for ln in shown.stdout.splitlines() if "interrupted_prune" in ln)
+    assert "interrupted_prune a prune stopped midway" in " ".join(line.split()), line

@@ -306,3 +306,32 @@ def test_a_run_killed_with_crisismerge_held_is_put_right_by_the_next(tmp_path):
         assert restore_left_over(again)
         assert again.get_meta(CRISIS_KEY) is None and again.get_meta(META_KEY) is None
     assert configs(db) == before
+
+
+def test_crisismerge_is_read_as_fts5_reads_it():
+    from maint.store.fts_merges import _crisismerge
+
+    assert [_crisismerge(v) for v in (None, 20, {"text": "50"}, 5000, 1, 0, -3, 20.5, {"blob": "3230"})] == \
+        [16, 20, 50, 1999, 16, 16, 16, 16, 16]
+
+
+@pytest.mark.parametrize("note", [META_KEY, "hermes_maint.fts_crisismerge"])
+@pytest.mark.parametrize("raw", ["garbage{", "[1,2]", '{"messages_fts": [1]}', '{"messages_fts": {"x": 1}}'])
+def test_a_damaged_settings_note_is_dropped_with_a_warning_and_the_run_goes_on(tmp_path, cli, note, raw):
+    db = hermes_store(tmp_path / "state.db", sessions=10, messages=5)
+    conn = apsw.Connection(str(db))
+    for t in TABLES:  # as a killed run left them
+        conn.execute(f"INSERT INTO {t}({t}, rank) VALUES('automerge', 0)")
+        conn.execute(f"INSERT INTO {t}({t}, rank) VALUES('crisismerge', 300)")
+    conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?)", (note, raw))
+    conn.close()
+    done = subprocess.run([sys.executable, "-m", "maint", "prune", "--db", str(db), "--older-than", "30", "--yes",
+                           "--json"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "is damaged" in done.stderr
+    assert json.loads(done.stdout)["deleted"] == 10
+    option = "automerge" if note == META_KEY else "crisismerge"
+    assert all(option not in dict(rows) for rows in configs(db).values())  # back to FTS5's default
+    with open_store(db) as store:
+        assert store.get_meta(note) is None
+    assert_index_whole(db)

@@ -487,12 +487,15 @@ def test_a_nan_idle_threshold_archives_nothing(tmp_path):
     assert idle.returncode == 2 and "auto_archive_days: bad value" in idle.stderr
 
 
-def test_two_jobs_of_one_process_never_change_one_store_at_once(tmp_path):
+def test_two_jobs_of_one_process_never_change_one_store_at_once(tmp_path, monkeypatch):
     """The job loop runs jobs as threads of one process: the run lock is per thread within it, so an
     overlapping prune and sweep cannot both hold FTS5's settings or the index notes (each would
-    save the other's held values as Hermes's); nested opens by one thread still share it."""
+    save the other's held values as Hermes's); nested opens by one thread still share it. Another
+    job waits for the store a while (a skipped sweep holds it only for its notice and history row),
+    then is refused."""
     import threading
 
+    import maint.store.runlock as runlock
     from maint.store.connection import open_store
     from maint.store.runlock import RunLockHeld
 
@@ -500,23 +503,30 @@ def test_two_jobs_of_one_process_never_change_one_store_at_once(tmp_path):
     with StoreBuilder(db) as b:
         b.session("a", messages=2)
     seen = []
+
+    def other_job():
+        try:
+            open_store(db).close()
+            seen.append("opened")
+        except RunLockHeld as exc:
+            seen.append(str(exc))
+
+    monkeypatch.setattr(runlock, "THREAD_WAIT_S", 0.05)
     with open_store(db) as store:
         with open_store(db):  # nested, same thread: shared
             pass
-
-        def other_job():
-            try:
-                open_store(db).close()
-                seen.append("opened")
-            except RunLockHeld as exc:
-                seen.append(str(exc))
-
         t = threading.Thread(target=other_job)
         t.start()
         t.join()
         assert store.get_meta("x") is None
     assert len(seen) == 1 and "another job of this hermes-maint" in seen[0], seen
-    t = threading.Thread(target=other_job)  # once released, another thread may take it
+    monkeypatch.setattr(runlock, "THREAD_WAIT_S", 60.0)
+    store = open_store(db)
+    t = threading.Thread(target=other_job)  # waits while the store is held, opens once it is let go
     t.start()
-    t.join()
-    assert seen[1] == "opened"
+    t.join(0.2)
+    assert t.is_alive() and len(seen) == 1
+    seen.append("released")
+    store.close()
+    t.join(60)
+    assert seen[1:] == ["released", "opened"]

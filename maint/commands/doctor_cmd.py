@@ -81,11 +81,12 @@ def _render(r: dict, several: bool) -> None:
 
     if not several:
         typer.echo(f"Store: {r['store']}")
+    width = max([17] + [len(f["kind"]) + 2 for f in r["findings"]])  # a kind never runs into its text
     for f in sorted(r["findings"], key=lambda f: -RANK[f["severity"]]):
         label = f["severity"].upper() if f["severity"] != "ok" else "ok"
-        typer.echo(f"  {label:<9}{f['kind']:<17}{f['what']}")
+        typer.echo(f"  {label:<9}{f['kind']:<{width}}{f['what']}")
         if f["fix"]:
-            typer.echo(f"  {'':<9}{'':<17}fix: {f['fix']}")
+            typer.echo(f"  {'':<9}{'':<{width}}fix: {f['fix']}")
     c = r["counts"]
     typer.echo(f"{r['worst'].upper()}: " + ", ".join(f"{c[s]} {s}" for s in reversed(SEVERITIES))
                + f" ({r['seconds']:.1f}s)")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +34,8 @@ from collections.abc import Callable, Iterator
 from maint.crashpoints import crash_point
 from maint.store.connection import Store
 from maint.store.fts_segments import fts5_tables, read_structure, structure_blob
+
+log = logging.getLogger(__name__)
 
 META_KEY = "hermes_maint.fts_automerge"
 CRISIS_KEY = "hermes_maint.fts_crisismerge"
@@ -100,9 +103,13 @@ def _set_config(conn, table: str, key: str, value: int) -> None:
 
 
 def _crisismerge(value: object) -> int:
+    """The ``crisismerge`` FTS5 works with: a non-integer or negative value is ignored, 0 and 1 mean the
+    default, and from ``FTS5_MAX_SEGMENT`` on it is clamped below it (``sqlite3Fts5ConfigSetValue``)."""
     value = _untag(value)
-    return FTS5_DEFAULT_CRISISMERGE if isinstance(value, bytes) else \
-        fts5_int(value, FTS5_DEFAULT_CRISISMERGE, 2, FTS5_MAX_SEGMENT - 1)
+    n = None if isinstance(value, bytes) else fts5_int(value, -1, 0, 2**62)
+    if n is None or n < 0:
+        return FTS5_DEFAULT_CRISISMERGE
+    return FTS5_DEFAULT_CRISISMERGE if n <= 1 else min(n, FTS5_MAX_SEGMENT - 1)
 
 
 _HELD = {META_KEY: ("automerge", _automerge), CRISIS_KEY: ("crisismerge", _crisismerge)}
@@ -134,10 +141,45 @@ def restore_left_over(store: Store) -> bool:
         raw = store.get_meta(note)
         if raw is None:
             continue
+        saved = _saved_values(raw)
         with store.write() as conn:
-            _restore(conn, json.loads(raw), note)
+            if saved is None:
+                _give_back_defaults(store, conn, note, raw)
+            else:
+                _restore(conn, saved, note)
         done = True
     return done
+
+
+def _saved_values(raw: str) -> dict[str, object] | None:
+    """The values a note keeps, or None when it is not the note we write (hand-edited, damaged)."""
+    try:
+        saved = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(saved, dict) or not all(isinstance(t, str) for t in saved):
+        return None
+    for value in saved.values():
+        tagged = isinstance(value, dict) and len(value) == 1 and isinstance(next(iter(value.values())), str) \
+            and next(iter(value)) in ("text", "blob")
+        if not (value is None or tagged or isinstance(value, (int, float, str)) and not isinstance(value, bool)):
+            return None
+    return saved
+
+
+def _give_back_defaults(store: Store, conn, note: str, raw: str) -> None:
+    """A damaged note: Hermes's values are lost, so each option still at what a run of ours sets it to
+    (automerge 0, crisismerge above FTS5's default) goes back to FTS5's default, and the note goes."""
+    option, _ = _HELD[note]
+    log.warning("%s: our note %s is damaged (%r…); it is dropped, and %s goes back to FTS5's default where a run "
+                "of ours had changed it", store.path, note, str(raw)[:60], option)
+    for table in fts5_tables(conn):
+        value = _untag(_config(conn, table, option))
+        ours = value == 0 if option == "automerge" else \
+            isinstance(value, int) and not isinstance(value, bool) and value > FTS5_DEFAULT_CRISISMERGE
+        if ours:
+            _restore(conn, {table: None}, note)
+    conn.execute("DELETE FROM state_meta WHERE key = ?", (note,))
 
 
 def run_fan_in(expected_transactions: float, hermes_floor: int) -> int:

@@ -7,8 +7,9 @@ and take turns holding the write lock far past the budget. A non-blocking ``floc
 Store is open; a second process is refused, naming the holder's pid. The kernel drops the lock
 when its process dies, so a killed run never leaves a stale lock. Within one process the lock
 belongs to the thread that took it: nested opens by that thread share it (counted), and another
-thread (another job of the job loop) is refused as another process would be, so two runs never
-save each other's held FTS5 settings or index notes as Hermes's.
+thread (another job of the job loop) waits up to :data:`THREAD_WAIT_S` for it, then is refused as
+another process would be, so two runs never save each other's held FTS5 settings or index notes
+as Hermes's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ class RunLockHeld(StoreError):
 
 _held: dict[str, RunLock] = {}
 _guard = threading.Lock()
+_released = threading.Condition(_guard)
+# How long a job waits for another job of this process to let go of the store (a skipped sweep holds
+# it for its notice and history row only) before it is refused.
+THREAD_WAIT_S = 10.0
 
 
 def lock_path(db: Path) -> Path:
@@ -48,12 +53,15 @@ class RunLock:
                 return
             _held.pop(self.key, None)
             os.close(self.fd)  # closing the descriptor drops the flock
+            _released.notify_all()
 
 
 def run_lock(db: Path) -> RunLock:
     """Take the run lock for *db* or raise :class:`StoreError` naming the process that has it."""
     key = os.path.realpath(db)
     with _guard:
+        if key in _held and _held[key].owner != threading.get_ident():
+            _released.wait_for(lambda: key not in _held, THREAD_WAIT_S)
         if key in _held:
             if _held[key].owner != threading.get_ident():
                 raise RunLockHeld(f"{db}: another job of this hermes-maint (pid {os.getpid()}) is working on this "
