@@ -205,7 +205,8 @@ def test_doctor_reports_what_a_killed_prune_left_and_repair_fts_puts_it_back(tmp
     db = killed_with_pieces_out(tmp_path)
     doctor = run_subprocess("doctor", "--db", db, "--json")
     found = [f for f in json.loads(doctor.stdout)["findings"] if f["kind"] == "interrupted_prune"]
-    assert [(f["severity"], len(f["data"]["left"])) for f in found] == [("warning", 2)], found  # automerge + rows
+    # automerge, crisismerge and the rows out of the index
+    assert [(f["severity"], len(f["data"]["left"])) for f in found] == [("warning", 3)], found
     assert "repair-fts --apply" in found[0]["fix"]
     shown = run_subprocess("repair-fts", "--db", db)  # a report writes nothing
     assert shown.returncode == 0 and "stopped midway" in shown.stdout

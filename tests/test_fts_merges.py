@@ -256,6 +256,34 @@ def test_a_long_run_merges_wider_levels_so_each_delete_marker_is_rewritten_once(
     assert run_fan_in(100, 60) == 60  # never narrower than Hermes's own crisis merge allows
 
 
+def test_hermes_commits_during_a_run_never_crisis_merge_a_level_while_it_gathers(tmp_path):
+    """Our steps merge a level once it holds the run's fan-in, a few pages at a time, while Hermes's
+    commits keep adding segments to it. With crisismerge only 4 above the fan-in, an append on a
+    SessionDB-built store merged the 23 segments of level 0 in its own commit (192 ms, beside a
+    prune); held at twice the fan-in, at least 16 above, those commits only add segments."""
+    from maint.store.fts_merges import merges_in_our_hands
+
+    db = hermes_store(tmp_path / "state.db", sessions=2, messages=2)
+    with open_store(db) as store:
+        with merges_in_our_hands(store, target_s=0.01, pause=lambda: None, after_commit=lambda: None,
+                                 expected_transactions=0):
+            fan_in = 12  # Hermes's own crisis merge (16) - 4: the narrowest a run takes
+            writer = apsw.Connection(str(db))
+            try:
+                for n in range(100):
+                    level0 = [len(read_structure(writer, t).levels[0].leaves) for t in TABLES]
+                    if min(level0) >= fan_in + 15:
+                        break
+                    before = [read_structure(writer, t).segments for t in TABLES]
+                    writer.execute("INSERT INTO messages (session_id, role, content, timestamp) "
+                                   "VALUES ('recent', 'user', ?, 1.0)", (f"live {n}",))
+                    after = [read_structure(writer, t).segments for t in TABLES]
+                    assert after == [b + 1 for b in before], (n, level0, before, after)  # added, nothing merged
+            finally:
+                writer.close()
+            assert min(level0) >= fan_in + 15
+
+
 @pytest.mark.parametrize("hermes_crisis", [None, 20, "20"])
 def test_crisismerge_is_held_above_the_run_fan_in_and_put_back_exactly(tmp_path, hermes_crisis):
     from maint.ops.prune import interrupted
@@ -272,7 +300,7 @@ def test_crisismerge_is_held_above_the_run_fan_in_and_put_back_exactly(tmp_path,
         with merges_in_our_hands(store, target_s=0.01, pause=lambda: None, after_commit=lambda: None,
                                  expected_transactions=900) as step:
             held = {t: dict(store.conn.execute(f"SELECT k, v FROM {t}_config")) for t in TABLES}
-            assert all(h["crisismerge"] == 304 and h["automerge"] == 0 for h in held.values()), held  # 900/3+4
+            assert all(h["crisismerge"] == 600 and h["automerge"] == 0 for h in held.values()), held  # 2 x 900/3
             assert json.loads(store.get_meta(CRISIS_KEY)) == {t: None if hermes_crisis is None else
                                                               (20 if hermes_crisis == 20 else {"text": "20"})
                                                               for t in TABLES}
@@ -301,7 +329,7 @@ def test_a_run_killed_with_crisismerge_held_is_put_right_by_the_next(tmp_path):
     killed = subprocess.run([sys.executable, "-c", KILLED_WHILE_HELD, str(db)], cwd=REPO, capture_output=True,
                             text=True, timeout=120)
     assert killed.returncode == -9, killed.stderr
-    assert all(("crisismerge", 304) in rows for rows in configs(db).values())
+    assert all(("crisismerge", 600) in rows for rows in configs(db).values())
     with open_store(db) as again:
         assert restore_left_over(again)
         assert again.get_meta(CRISIS_KEY) is None and again.get_meta(META_KEY) is None

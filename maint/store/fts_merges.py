@@ -19,7 +19,10 @@ rewrites each of them fewer times (a 100k-session sweep: 84 s to 76 s). At the
 end the remaining merges, down to ``usermerge``, are finished the same way and Hermes's value
 is put back exactly (a row it never wrote is removed again). The value to
 put back is saved in ``state_meta`` in the same transaction that changes it,
-so after a crash the next run restores it before anything else.
+so after a crash the next run restores it before anything else. ``crisismerge``
+is held too, well above the level size we merge at (:func:`run_crisis`): a
+level keeps gathering Hermes's commits while our steps merge it, and FTS5
+would otherwise merge it whole inside one of those commits.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ FTS5_DEFAULT_CRISISMERGE = 16
 FTS5_MAX_SEGMENT = 2000
 FTS5_MAX_AUTOMERGE = 64
 MAX_RUN_FAN_IN = 400  # segments a level may gather during a run (FTS5 allows 2,000 in all)
+MAX_RUN_CRISIS = 800  # and the most it may hold before FTS5 merges it in whichever commit comes
 
 
 def fts5_int(value: object, default: int, low: int, high: int) -> int:
@@ -191,6 +195,14 @@ def run_fan_in(expected_transactions: float, hermes_floor: int) -> int:
     return max(hermes_floor, min(MAX_RUN_FAN_IN, math.ceil(max(0.0, expected_transactions) / 3)))
 
 
+def run_crisis(fan_in: int) -> int:
+    """``crisismerge`` for a run: room above the fan-in for the segments that land while our steps merge
+    a level (Hermes's commits and ours, one per index each). FTS5's own 4 was too little: an append
+    beside a prune merged a whole level in its commit. Twice the fan-in, at least 16 above it, within
+    :data:`MAX_RUN_CRISIS`."""
+    return min(MAX_RUN_CRISIS, max(2 * fan_in, fan_in + 16))
+
+
 class MergeSteps:
     """The merges FTS5 would have done, in steps of about :data:`STEP_S`."""
 
@@ -252,7 +264,7 @@ def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], No
         return
     crisis = {t: _config(store.conn, t, "crisismerge") for t in tables}
     fan_in = {t: run_fan_in(expected_transactions, _crisismerge(crisis[t]) - 4) for t in tables}
-    raise_crisis = {t: fan_in[t] + 4 for t in tables if fan_in[t] + 4 > _crisismerge(crisis[t])}
+    raise_crisis = {t: run_crisis(fan_in[t]) for t in tables if run_crisis(fan_in[t]) > _crisismerge(crisis[t])}
     with store.write() as conn:
         conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)", (META_KEY, json.dumps(saved)))
         for t in tables:
