@@ -149,6 +149,34 @@ def test_a_conversation_written_to_while_it_was_out_of_the_index_goes_back_in(tm
     assert_index_complete(db)
 
 
+def test_a_conversation_given_up_goes_back_a_piece_per_transaction_with_writers_let_in(tmp_path, monkeypatch):
+    """Put back in one transaction, a 100k-message conversation held the lock 3.8 s: it goes back in
+    pieces of the usual length, each its own transaction, and the note goes with the last."""
+    import maint.ops.fts_detach as fd
+
+    monkeypatch.setattr(fd, "MAX_PIECE", 32)
+    db = store_with_a_big_one(tmp_path / "state.db")
+    written, back = [], []
+    with open_store(db) as store:
+        def pause(self):
+            indexed = fts_rows_in(store.conn, "messages_fts", "big")
+            if not written and indexed < 240:
+                subprocess.run([sys.executable, "-c", APPEND, str(db)], check=True, timeout=60)
+                written.append(True)  # the conversation changed: it is given up
+            elif written:
+                back.append((indexed, store.get_meta(NOTE_KEY) is not None))
+
+        monkeypatch.setattr(Pacer, "pause", pause)
+        result = execute_prune(store, plan_prune(store, None), batcher=small_batches())
+        assert store.get_meta(NOTE_KEY) is None
+    assert "big" in result.skipped_changed
+    lowest = min(range(len(back)), key=lambda i: back[i][0])  # taken out until the delete saw the change
+    partly = [n for n, noted in back[lowest + 1:] if noted and back[lowest][0] < n < 241]
+    assert len(partly) >= 2 and partly == sorted(set(partly)), back  # coming back, a piece between two pauses
+    assert fts_rows(db, "messages_fts", "big") == fts_rows(db, "messages_fts_trigram", "big") == 241
+    assert_index_complete(db)
+
+
 def test_a_run_stopped_with_a_conversation_out_of_the_index_puts_it_back(tmp_path, monkeypatch):
     db = store_with_a_big_one(tmp_path / "state.db")
     import maint.store.batching as batching
@@ -196,6 +224,22 @@ def test_a_crash_with_a_conversation_out_of_the_index_is_put_back_by_the_next_ru
         == {"sessions": ["big"]}
     conn.close()
     # The next run, whatever it selects (here: nothing), puts the messages back first.
+    again = run_subprocess("prune", "--db", db, "--yes", "--older-than", "9999d")
+    assert again.returncode == 0, again.stderr
+    assert_all_back(db)
+
+
+def test_a_crash_while_putting_back_leaves_the_note_and_the_run_after_finishes(tmp_path):
+    db = killed_with_pieces_out(tmp_path, 4)
+    out = fts_rows(db, "messages_fts", "big")
+    # One piece a transaction; the first two put FTS5's automerge and crisismerge back.
+    env = {"HERMES_MAINT_BATCH_MS": "0.001", "HERMES_MAINT_CRASH_AT": "tx_committed:3"}
+    killed = run_subprocess("prune", "--db", db, "--yes", "--older-than", "9999d", env=env)
+    assert killed.returncode == -9, killed.stderr
+    partly = fts_rows(db, "messages_fts", "big")
+    assert out < partly < 240, (out, partly)  # one piece back, committed on its own
+    with open_store(db, readonly=True) as store:
+        assert json.loads(store.get_meta(NOTE_KEY)) == {"sessions": ["big"]}
     again = run_subprocess("prune", "--db", db, "--yes", "--older-than", "9999d")
     assert again.returncode == 0, again.stderr
     assert_all_back(db)
@@ -297,7 +341,9 @@ def test_each_piece_costs_its_own_size_not_the_whole_conversation(tmp_path, monk
                 step()
                 store.conn.set_progress_handler(None)
                 cost[sid] = ticks[0]
-                d.settle(conn, deleted=False)
+                d.settle(conn, deleted=False)  # given up: it goes back a piece at a time
+                while d.give_back_step():
+                    pass
     assert cost["long"] < 2 * cost["short"], cost
     assert_index_complete(db)
 

@@ -14,7 +14,10 @@ conversation itself is whole; only a search misses it. A note in ``state_meta``,
 written with the first piece, names its sessions; the transaction that deletes
 them removes it. If they are not deleted after all (the conversation changed,
 the run was stopped or died), their messages go back into the indexes with
-the expression of Hermes's own insert trigger, and the note goes.
+the expression of Hermes's own insert trigger, in pieces of the same length
+with writers let in between (a 100k-message conversation put back in one
+transaction held the lock 3.8 s), and the note goes with the last piece. A
+piece puts back only what an index lacks, so pieces after a crash are safe.
 
 Only an index whose delete trigger is exactly ``DELETE FROM t WHERE rowid =
 old.id`` (with the insert trigger's condition, if any) is taken apart this way:
@@ -87,17 +90,6 @@ def detachable(store: Store) -> list[Index]:
 _MESSAGES_OF = "SELECT m.id FROM messages m WHERE m.session_id IN (SELECT value FROM json_each(?))"
 
 
-def put_back(conn, indexes: Sequence[Index], session_ids: Sequence[str]) -> None:
-    """Inside the caller's transaction: every message of these sessions that an index should hold and does not
-    goes back in, as Hermes's insert trigger would have written it."""
-    ids = json.dumps(list(session_ids))
-    for ix in indexes:
-        cond = f" AND ({ix.fill.where})" if ix.fill.where else ""
-        conn.execute(f'INSERT INTO "{ix.table}"({ix.fill.columns}) SELECT {ix.fill.values} FROM messages m '
-                     f"WHERE m.session_id IN (SELECT value FROM json_each(?)){cond} "
-                     f'AND NOT EXISTS (SELECT 1 FROM "{ix.table}" f WHERE f.rowid = m.id) ORDER BY m.id', (ids,))
-
-
 def _sessions_of(raw: str) -> list[str] | None:
     """The session ids a note names, or None when it is not the note we write."""
     try:
@@ -110,8 +102,9 @@ def _sessions_of(raw: str) -> list[str] | None:
     return sessions
 
 
-def put_back_left_over(store: Store) -> bool:
-    """A run that stopped with a conversation out of the index left its note: put its messages back. True if so."""
+def put_back_left_over(store: Store, target_s: float | None = None, pause: Callable[[], None] | None = None) -> bool:
+    """A run that stopped with a conversation out of the index left its note: put its messages back, in
+    transactions of about *target_s* with *pause* between them. True if there was a note."""
     raw = store.get_meta(NOTE_KEY) if store.has_table("state_meta") else None
     if raw is None:
         return False
@@ -120,10 +113,32 @@ def put_back_left_over(store: Store) -> bool:
         log.warning("%s: the note of a conversation taken out of the search index is damaged (%r…); it is "
                     "dropped: `hermes-maint repair-fts --apply` refills whatever the index misses",
                     store.path, raw[:80])
-    with store.write() as conn:
-        put_back(conn, detachable(store), sessions or [])
-        conn.execute("DELETE FROM state_meta WHERE key = ?", (NOTE_KEY,))
+        with store.write() as conn:
+            conn.execute("DELETE FROM state_meta WHERE key = ?", (NOTE_KEY,))
+        return True
+    detacher = Detacher(store, detachable(store), MIN_PIECE)
+    detacher.sessions = sessions
+    detacher.give_back()
+    _give_back_all(store, detacher, target_s, pause)
     return True
+
+
+def _give_back_all(store: Store, detacher: Detacher, target_s: float | None,
+                   pause: Callable[[], None] | None) -> None:
+    """Every piece left to put back, a transaction of about *target_s* at a time, *pause* between them."""
+    from maint.store.batching import pacer_for, target_from_env
+
+    target_s = target_from_env() if target_s is None else target_s
+    pause = pause or pacer_for(store).pause
+    while True:
+        with store.write():
+            opened = time.monotonic()
+            pending = detacher.give_back_step()  # at least one piece a transaction, whatever the target
+            while pending and time.monotonic() - opened < target_s:
+                pending = detacher.give_back_step()
+        if not pending:
+            return
+        pause()
 
 
 class Detacher:
@@ -135,6 +150,7 @@ class Detacher:
         self.piece = max(MIN_PIECE, min(MAX_PIECE, piece))
         self.sessions: list[str] | None = None
         self._after: int | None = None  # the last message id taken out; None before the first piece
+        self._back: int | None = None  # the last message id put back; None unless it is being put back
         self.pieces = 0
 
     def start(self, session_ids: Sequence[str]) -> Callable[[], bool]:
@@ -156,12 +172,9 @@ class Detacher:
             self._after = -(2 ** 63)
             conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
                          (NOTE_KEY, json.dumps({"sessions": self.sessions})))
-            conn.execute("CREATE TEMP TABLE IF NOT EXISTS maint_detach (id INTEGER PRIMARY KEY)")
-            conn.execute("DELETE FROM temp.maint_detach")
-            conn.execute(f"INSERT INTO temp.maint_detach {_MESSAGES_OF}", (json.dumps(self.sessions),))
+            self._list()
         started = time.monotonic()
-        upto = self.store.scalar("SELECT MAX(id) FROM (SELECT id FROM temp.maint_detach WHERE id > ? "
-                                 "ORDER BY id LIMIT ?)", (self._after, self.piece))
+        upto = self._next(self._after)
         if upto is None:
             return False
         for ix in self.indexes:
@@ -170,11 +183,56 @@ class Detacher:
                          f'JOIN messages m ON m.id = d.id WHERE d.id > ? AND d.id <= ?{cond})', (self._after, upto))
         self._after = upto
         self.pieces += 1
-        took = time.monotonic() - started
+        self._adapt(time.monotonic() - started)
+        return True
+
+    def _list(self) -> None:
+        conn = self.store.conn
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS maint_detach (id INTEGER PRIMARY KEY)")
+        conn.execute("DELETE FROM temp.maint_detach")
+        conn.execute(f"INSERT INTO temp.maint_detach {_MESSAGES_OF}", (json.dumps(self.sessions),))
+
+    def _next(self, after: int) -> int | None:
+        """The last id of the next piece after *after*, or None when the list is done."""
+        return self.store.scalar("SELECT MAX(id) FROM (SELECT id FROM temp.maint_detach WHERE id > ? "
+                                 "ORDER BY id LIMIT ?)", (after, self.piece))
+
+    def _adapt(self, took: float) -> None:
         if took > STEP_S:
             self.piece = max(MIN_PIECE, self.piece // 2)
         elif took < STEP_S / 4:
             self.piece = min(MAX_PIECE, self.piece * 2)
+
+    def give_back(self) -> None:
+        """The conversation is not to be deleted after all: its messages go back, a piece per
+        :meth:`give_back_step`, in the transactions that follow (the note stays until the last)."""
+        if self.sessions is not None and self._back is None:
+            self._back = -(2 ** 63)
+            self._after = None
+
+    def give_back_step(self) -> bool:
+        """Inside the caller's transaction: the next piece goes back where an index lacks it (it is listed
+        again, with what Hermes added since); the last call removes the note. False once nothing is left."""
+        if self.sessions is None or self._back is None:
+            return False
+        conn = self.store.conn
+        if self._back == -(2 ** 63):
+            self._list()
+        started = time.monotonic()
+        upto = self._next(self._back)
+        if upto is None:
+            conn.execute("DELETE FROM state_meta WHERE key = ?", (NOTE_KEY,))
+            conn.execute("DROP TABLE IF EXISTS temp.maint_detach")
+            self.sessions = self._back = None
+            return False
+        for ix in self.indexes:
+            cond = f" AND ({ix.fill.where})" if ix.fill.where else ""
+            conn.execute(f'INSERT INTO "{ix.table}"({ix.fill.columns}) SELECT {ix.fill.values} FROM '
+                         f"temp.maint_detach d JOIN messages m ON m.id = d.id WHERE d.id > ? AND d.id <= ?{cond} "
+                         f'AND NOT EXISTS (SELECT 1 FROM "{ix.table}" f WHERE f.rowid = m.id) ORDER BY m.id',
+                         (self._back, upto))
+        self._back = upto
+        self._adapt(time.monotonic() - started)
         return True
 
     def out(self, session_ids: Sequence[str]) -> bool:
@@ -182,22 +240,25 @@ class Detacher:
         return self.sessions is not None and bool(set(session_ids) & set(self.sessions))
 
     def settle(self, conn, deleted: bool) -> None:
-        """Inside the transaction that deletes the conversation (or gives it up): the note goes, and
-        if it was given up its messages go back into the indexes."""
+        """Inside the transaction that deletes the conversation (or gives it up): the note goes, or, if
+        it was given up, its messages start going back (:meth:`give_back_step`)."""
         if self.sessions is None:
             return
         if not deleted:
-            put_back(conn, self.indexes, self.sessions)
+            self.give_back()
+            return
         conn.execute("DELETE FROM state_meta WHERE key = ?", (NOTE_KEY,))
         conn.execute("DROP TABLE IF EXISTS temp.maint_detach")
         self.sessions = None
 
 
 @contextlib.contextmanager
-def detaching(store: Store, piece: int) -> Iterator[Detacher | None]:
+def detaching(store: Store, piece: int, target_s: float | None = None,
+              pause: Callable[[], None] | None = None) -> Iterator[Detacher | None]:
     """A :class:`Detacher` for the run (None when no index of this store can be taken apart). A note a
-    crashed run left is dealt with first; whatever is still out when the run ends goes back."""
-    put_back_left_over(store)
+    crashed run left is dealt with first; whatever is still out when the run ends goes back, in
+    transactions of about *target_s* with *pause* between them."""
+    put_back_left_over(store, target_s, pause)
     indexes = detachable(store) if store.has_table("state_meta") else []
     if not indexes:
         yield None
@@ -207,5 +268,5 @@ def detaching(store: Store, piece: int) -> Iterator[Detacher | None]:
         yield detacher
     finally:
         if detacher.sessions is not None:
-            with store.write() as conn:
-                detacher.settle(conn, deleted=False)
+            detacher.give_back()
+            _give_back_all(store, detacher, target_s, pause)

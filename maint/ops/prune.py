@@ -412,10 +412,16 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
                                  expected_transactions=(plan.messages + plan.sessions)
                                  / (TYPICAL_RATE * max(batcher.target_s, 0.001)))
              if len(plan.units) else _nothing_to_merge(store)) as merge_step, \
-            detaching(store, piece=int(batcher.chunk_load)) as detacher:
+            detaching(store, piece=int(batcher.chunk_load), target_s=batcher.target_s, pause=pacer.pause) as detacher:
+        def upkeep() -> bool:
+            """What earlier transactions left: a given-up conversation going back into the index, then merges."""
+            if detacher is not None and detacher.give_back_step():
+                return True
+            return merge_step() if merge_step is not None else False
+
         run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, transaction,
-                    pacer, batcher=batcher, on_progress=on_progress,
-                    after_commit=after_commit, upkeep=merge_step, lighten=lighten)
+                    pacer, batcher=batcher, on_progress=on_progress, after_commit=after_commit,
+                    upkeep=upkeep if merge_step is not None or detacher is not None else None, lighten=lighten)
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=transactions[0],
                        longest_lock_s=store.write_stats.longest_hold_s, skipped_too_big=too_big)
