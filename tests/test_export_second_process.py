@@ -106,8 +106,8 @@ def test_another_file_at_the_store_path_is_refused_by_the_second_process(tmp_pat
     st = os.stat(db)
     fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
-        done = subprocess.run([sys.executable, "-m", "maint.export.second_process", str(db), str(st.st_dev),
-                               str(st.st_ino + 1), str(fd), str(os.getpid())],
+        done = subprocess.run([sys.executable, "-c", sp._BOOT, sp.ROOT, str(db), str(st.st_dev),
+                               str(st.st_ino + 1), str(fd), str(fd), str(os.getpid())],
                               input=json.dumps(["plain"]).encode() + b"\n", capture_output=True, pass_fds=(fd,),
                               timeout=60)
     finally:
@@ -116,7 +116,7 @@ def test_another_file_at_the_store_path_is_refused_by_the_second_process(tmp_pat
     assert (tmp_path / "out").read_bytes() == b""
 
 
-@pytest.mark.parametrize("value", ["3", "0", "1.5", "two"])
+@pytest.mark.parametrize("value", ["3", "0", "1.5", "two", "2.0", "+2", " 2 ", "1e0", "\uff12"])
 def test_the_processes_setting_is_checked(monkeypatch, value):
     monkeypatch.setenv(sp.PROCESSES_ENV, value)
     with pytest.raises(UsageError, match=sp.PROCESSES_ENV):
@@ -128,6 +128,8 @@ def test_the_processes_setting_takes_one_or_two_within_the_cores(monkeypatch):
     monkeypatch.setenv(sp.PROCESSES_ENV, "1")
     assert sp.export_processes() == 1
     monkeypatch.delenv(sp.PROCESSES_ENV)
+    assert sp.export_processes() == min(2, cores)
+    monkeypatch.setenv(sp.PROCESSES_ENV, "")  # empty is unset, as for every HERMES_MAINT_* setting
     assert sp.export_processes() == min(2, cores)
 
 
@@ -254,3 +256,239 @@ def test_a_snapshot_that_has_read_already_is_not_shared(tmp_path, monkeypatch):
                         lambda sid: render.write_jsonl_session(store, sid, out.append, False), tmp_path, 2)
     assert spy.results == []
     assert "".join(out) == _expected(db, ids)[0]
+
+
+# -- the first hostile try of the second process -----------------------------------------------
+
+def _titled(db, title):
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE sessions SET title = ?", (title,))
+    conn.commit()
+    conn.close()
+
+
+def test_a_store_replaced_after_it_was_opened_is_never_read_by_the_second_process(tmp_path, monkeypatch):
+    """Finding 1: the second process was told the inode the path named when it started, not the file
+    this process had open, and half the export came from the other store (exit 0)."""
+    a = awkward_store(tmp_path / "a" / "state.db", "v31")
+    b = awkward_store(tmp_path / "b" / "state.db", "v31")
+    _titled(a, "STORE-A")
+    _titled(b, "STORE-B")
+    ids = _all_ids(a)
+    expected = _expected(a, ids)[0]
+    monkeypatch.setattr(sp, "SPLIT_MESSAGES", 1)
+    out = []
+    with open_store(a, readonly=True) as store, store.snapshot():
+        for suffix in ("", "-wal", "-shm"):  # the other store takes the name; this one stays open
+            if os.path.exists(f"{b}{suffix}"):
+                os.replace(f"{b}{suffix}", f"{a}{suffix}")
+        sp.write_shared(store, ids, lambda data: out.append(data.decode()),
+                        lambda sid: render.write_jsonl_session(store, sid, out.append, False), tmp_path, 2)
+    assert "".join(out) == expected
+    assert "STORE-B" not in "".join(out)
+
+
+def test_a_store_renamed_away_after_it_was_opened_is_exported_by_one_process(tmp_path, monkeypatch):
+    """Finding 2d: counting the messages beside the snapshot opened the path again and failed the export."""
+    db = awkward_store(tmp_path / "state.db", "v31")
+    ids = _all_ids(db)
+    expected = _expected(db, ids)[0]
+    monkeypatch.setattr(sp, "SPLIT_MESSAGES", 1)
+    spy = _Spy(monkeypatch)
+    out = []
+    with open_store(db, readonly=True) as store, store.snapshot():
+        os.rename(db, tmp_path / "moved.db")
+        sp.write_shared(store, ids, lambda data: out.append(data.decode()),
+                        lambda sid: render.write_jsonl_session(store, sid, out.append, False), tmp_path, 2)
+    assert "".join(out) == expected and spy.results == []
+
+
+def test_message_counts_past_sqlite_integers_and_missing_ones_still_balance(tmp_path, monkeypatch):
+    """Finding 2e: two counts of 2**63 - 1 overflowed SQLite's SUM and failed the export; finding 9: NULL
+    counts made every selection look empty (never shared)."""
+    db = awkward_store(tmp_path / "state.db", "v31")
+    ids = _all_ids(db)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE sessions SET message_count = NULL")
+    conn.commit()
+    with open_store(db, readonly=True) as store:
+        assert sp._estimate(store, ids) == sum(_expected(db, [sid])[1] for sid in ids)
+    conn.execute("UPDATE sessions SET message_count = 9223372036854775807 WHERE id IN ('plain', 'texts')")
+    conn.commit()
+    conn.close()
+    monkeypatch.setattr(sp, "SPLIT_MESSAGES", 1)
+    spy = _Spy(monkeypatch)
+    text, n, _ = _shared(db, ids, tmp_path)
+    assert (text, n) == _expected(db, ids)
+    assert spy.results and spy.results[0] is not None
+
+
+def _deep_calls(depth):
+    return "[" + "[" * (depth - 1) + "]" * (depth - 1) + ", 0, 0]"
+
+
+def _nested(frames, fn):
+    return fn() if frames == 0 else _nested(frames - 1, fn)
+
+
+@pytest.mark.parametrize("depth, parsed", [(990, True), (1000, True), (1001, False)])
+def test_json_nested_near_the_limit_parses_alike_at_any_stack_depth(depth, parsed):
+    """Finding 3: Python's parser gave up at its recursion limit less the caller's stack depth, so the
+    second process (a shallower stack) counted 3 tool calls where this process counted 1."""
+    from maint.export import json_text
+
+    text = _deep_calls(depth)
+
+    def parse():
+        try:
+            return len(json_text.loads(text))
+        except ValueError:
+            return None
+
+    assert {_nested(frames, parse) for frames in (0, 150, 400)} == ({3} if parsed else {None})
+
+
+def test_deep_tool_calls_count_the_same_by_sql_and_by_the_reference_renderer_deep_in_the_stack(tmp_path):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout="v31") as b:
+        for sid, ts in (("sql", 1.7e9), ("reference", "yesterday")):  # a text timestamp: the reference's way
+            b.session(sid, age=10, messages=0)
+            b.raw.execute("INSERT INTO messages (session_id, role, content, tool_calls, timestamp) "
+                          "VALUES (?, 'assistant', 'x', ?, ?)", (sid, _deep_calls(980), ts))
+    from maint.export.fast_jsonl import write_sessions
+
+    out = []
+    with open_store(db, readonly=True) as store, store.snapshot():
+        def reference(sid):
+            return render.write_jsonl_session(store, sid, lambda t: out.append(t.encode()), False)
+
+        _nested(200, lambda: write_sessions(store, ["sql", "reference"], out.append, reference))
+    counts = [json.loads(line)["timings"]["tool_calls_emitted"] for line in b"".join(out).split(b"\n") if line]
+    assert counts == [3, 3]
+
+
+PLANTED = """
+import pathlib
+pathlib.Path({marker!r}).write_text("ran")
+"""
+
+
+def test_a_maint_package_in_the_working_directory_is_never_run_as_the_second_process(tmp_path, monkeypatch):
+    """Finding 4: ``python -m`` put the working directory first on the path, so a planted ``maint`` ran
+    as the second process and the export appended what it wrote."""
+    planted = tmp_path / "planted"
+    marker = tmp_path / "marker"
+    (planted / "maint" / "export").mkdir(parents=True)
+    for init in (planted / "maint" / "__init__.py", planted / "maint" / "export" / "__init__.py"):
+        init.write_text(PLANTED.format(marker=str(marker)))
+    (planted / "maint" / "export" / "second_process.py").write_text(PLANTED.format(marker=str(marker)))
+    db = awkward_store(tmp_path / "state.db", "v31")
+    ids = _all_ids(db)
+    monkeypatch.setattr(sp, "SPLIT_MESSAGES", 1)
+    monkeypatch.chdir(planted)
+    spy = _Spy(monkeypatch)
+    text, n, _ = _shared(db, ids, tmp_path)
+    assert not marker.exists()
+    assert spy.results and spy.results[0] is not None and (text, n) == _expected(db, ids)
+
+
+def test_too_little_room_beside_the_output_keeps_the_export_in_one_process(tmp_path, monkeypatch):
+    """Finding 5: the second half is written twice beside the output; with little room the second
+    process filled the folder and the whole export failed where one process succeeds."""
+    db = awkward_store(tmp_path / "state.db", "v31")
+    ids = _all_ids(db)
+    monkeypatch.setattr(sp, "SPLIT_MESSAGES", 1)
+    real = os.statvfs(tmp_path)
+    size = sum(os.path.getsize(f"{db}{suffix}") for suffix in ("", "-wal") if os.path.exists(f"{db}{suffix}"))
+
+    class Tight:  # the disk figures, a true seam: just under twice the store's size free
+        f_frsize, f_bavail = 1, 2 * size - 1
+
+    monkeypatch.setattr(sp.os, "statvfs", lambda path: Tight)
+    spy = _Spy(monkeypatch)
+    assert _shared(db, ids, tmp_path)[0] == _expected(db, ids)[0]
+    assert spy.results == []
+    monkeypatch.setattr(sp.os, "statvfs", lambda path: real)
+    _shared(db, ids, tmp_path)
+    assert spy.results and spy.results[0] is not None
+
+
+def test_a_failed_second_process_gives_its_files_back_before_this_one_writes_its_part(tmp_path, monkeypatch):
+    db = awkward_store(tmp_path / "state.db", "v31")
+    ids = _all_ids(db)
+    monkeypatch.setattr(sp, "SPLIT_MESSAGES", 1)
+    monkeypatch.setenv("HERMES_MAINT_CRASH_AT", "export_second_process")
+    events = []
+    close, write = sp._Helper.close, sp.write_sessions
+
+    def closing(helper):
+        events.append("close" if not helper.out_file.closed else "closed again")
+        close(helper)
+
+    def writing(*args):
+        events.append("write")
+        return write(*args)
+
+    monkeypatch.setattr(sp._Helper, "close", closing)
+    monkeypatch.setattr(sp, "write_sessions", writing)
+    assert _shared(db, ids, tmp_path)[:2] == _expected(db, ids)
+    assert events[:3] == ["write", "close", "write"], events
+
+
+def _started_with_a_stand_in_parent(db, tmp_path, env):
+    """A second process whose first process is a stand-in that has it render, then waits to be killed."""
+    code = f"""
+import json, os, subprocess, sys, tempfile, time
+sys.path.insert(0, {sp.ROOT!r})
+from maint.export import second_process as sp
+from maint.store.connection import open_store
+store = open_store({str(db)!r}, readonly=True)
+helper = sp._Helper(store, __import__('pathlib').Path({str(tmp_path)!r}))
+with store.snapshot():
+    assert helper.share_snapshot()
+    assert helper.start([r[0] for r in store.conn.execute("SELECT id FROM sessions")], 0)
+    print(helper.proc.pid, flush=True)
+    time.sleep(600)
+"""
+    stand_in = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, **env})
+    return stand_in, int(stand_in.stdout.readline())
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_second_process_ends_within_a_moment_of_the_first_one_even_mid_session(tmp_path):
+    """Finding 6: it looked for its first process only between batches of 256 sessions, and lived on
+    for seconds (a batch of huge sessions) holding a snapshot and half the output."""
+    db = awkward_store(tmp_path / "state.db", "v31")
+    stand_in, child = _started_with_a_stand_in_parent(db, tmp_path, {"HERMES_MAINT_HANG_AT": "export_second_process"})
+    try:
+        time.sleep(0.5)
+        assert _alive(child)  # rendering (held at the hang point, as in a long session)
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+    assert stand_in.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def test_a_second_process_that_stops_making_progress_is_given_up(tmp_path, monkeypatch):
+    """Finding 7: the first process waited for it without end (a stopped or hung second process)."""
+    db = awkward_store(tmp_path / "state.db", "v31")
+    ids = _all_ids(db)
+    monkeypatch.setattr(sp, "SPLIT_MESSAGES", 1)
+    monkeypatch.setattr(sp, "STALL_S", 1.0)
+    monkeypatch.setenv("HERMES_MAINT_HANG_AT", "export_second_process")
+    spy = _Spy(monkeypatch)
+    started = time.monotonic()
+    assert _shared(db, ids, tmp_path)[:2] == _expected(db, ids)
+    assert spy.results == [None] and time.monotonic() - started < 30

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from jinja2 import Environment, FunctionLoader, select_autoescape
 
+from maint.export import json_text
 from maint.store.catalog import SessionInfo
 from maint.export.redact import redact_row, redact_text, redact_value
 from maint.store.connection import Store
@@ -48,7 +49,7 @@ def iso_time(ts: Any) -> str:
 
 def tool_call_names(raw: Any) -> str:
     try:
-        calls = json.loads(raw) if isinstance(raw, str) else raw
+        calls = json_text.loads(raw) if isinstance(raw, str) else raw
     except (ValueError, RecursionError):  # not JSON, or nested past the parser
         return str(raw)
     if not isinstance(calls, list):
@@ -176,7 +177,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
         return []
     if isinstance(content, str):
         try:
-            parsed = json.loads(content) if content.startswith("[") else None
+            parsed = json_text.loads(content) if content.startswith("[") else None
         except (ValueError, RecursionError):  # not JSON, or nested past the parser
             parsed = None
         if isinstance(parsed, list):
@@ -201,7 +202,7 @@ def _stable_id(call: dict[str, Any]) -> str:
 
 def _tool_uses(raw: Any) -> list[dict[str, Any]]:
     try:
-        calls = json.loads(raw) if isinstance(raw, str) else raw
+        calls = json_text.loads(raw) if isinstance(raw, str) else raw
     except (ValueError, RecursionError):  # not JSON, or nested past the parser
         return []
     out = []
@@ -211,7 +212,7 @@ def _tool_uses(raw: Any) -> list[dict[str, Any]]:
         fn = call.get("function") or {}
         args = fn.get("arguments")
         try:
-            parsed = json.loads(args) if isinstance(args, str) and args.strip() else (args or {})
+            parsed = json_text.loads(args) if isinstance(args, str) and args.strip() else (args or {})
         except (ValueError, RecursionError):  # not JSON, or nested past the parser
             parsed = {"_raw": args}
         out.append({"type": "tool_use", "id": call.get("id") or f"toolu_{_stable_id(call)}",

@@ -6,11 +6,11 @@ memory stays flat however large the store grows.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 from collections.abc import Iterator
 
+from maint.export import json_text
 from maint.store.connection import Store
 
 def iter_messages(store: Store, session_id: str, *, display: bool = False) -> Iterator[dict[str, Any]]:
@@ -30,7 +30,7 @@ def _tool_call_count(raw: Any) -> int:
     if not raw:
         return 0
     try:
-        calls = json.loads(raw) if isinstance(raw, str) else raw
+        calls = json_text.loads(raw) if isinstance(raw, str) else raw
     except (ValueError, RecursionError):  # not JSON, or nested past the parser
         return 1
     return len(calls) if isinstance(calls, list) else 1

@@ -161,6 +161,10 @@ def header_journal_mode(path: Path) -> str:
 class Store:
     """An open Hermes store. Use :func:`open_store`."""
 
+    # (st_dev, st_ino) of the file opened: the path named it before and after the open. None when it
+    # did not (the file was replaced meanwhile), so nothing may trust the path to be this store.
+    file_id: tuple[int, int] | None = None
+
     def __init__(self, path: Path, conn: apsw.Connection):
         self.path = path
         self.conn = conn
@@ -464,7 +468,8 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
     _check_header(path)
     if not readonly and not os.access(path, os.W_OK):
         raise StoreError(f"{path}: store is read-only (no write permission); nothing was changed")
-    links = os.stat(path).st_nlink
+    before = os.stat(path)
+    links = before.st_nlink
     if not readonly and links > 1:
         # SQLite keeps the WAL beside the name a file is opened by: a WAL left beside another hard link is
         # replayed over our changes the next time the file is opened by that name (a corrupt store).
@@ -481,6 +486,10 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
     conn.set_busy_handler(polling_busy_handler(busy_timeout_ms))
     register_functions(conn)
     store = Store(path, conn)
+    with contextlib.suppress(OSError):
+        after = os.stat(path)
+        if (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino):
+            store.file_id = (after.st_dev, after.st_ino)
     store.note = note
     store.run_lock = lock
     try:
