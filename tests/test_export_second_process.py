@@ -492,3 +492,59 @@ def test_a_second_process_that_stops_making_progress_is_given_up(tmp_path, monke
     started = time.monotonic()
     assert _shared(db, ids, tmp_path)[:2] == _expected(db, ids)
     assert spy.results == [None] and time.monotonic() - started < 30
+
+
+# -- the second hostile try ----------------------------------------------------------------------
+
+def test_depth_is_linear_in_a_text_cut_off_inside_a_string():
+    """Finding 1: strings were cut out by a regex that, in a text cut off inside a string, started over
+    at every escaped quote: 140 KB of a truncated tool call took 39 s to export."""
+    from maint.export import json_text
+
+    text = '[{"id": "c1", "function": {"arguments": "{\\"text\\": \\"' + 'x = [\\"a\\"]; ' * 40_000
+    started = time.monotonic()
+    with pytest.raises(ValueError):
+        json_text.loads(text)
+    assert time.monotonic() - started < 3  # was about 20 s: a guard against the hang, not a benchmark
+    assert [json_text.depth(t) for t in ('[1,[2,{"a":"[[[\\"]]"}]]', '"\\\\"[]', '["a\\\\",[1]]', "[")] == [3, 1, 2, 1]
+
+
+def test_a_store_with_a_second_name_is_exported_by_one_process(tmp_path, monkeypatch):
+    """Finding 2: a hard link under another name has its own WAL; the second process could read the
+    same inode through it and half the export came from the other WAL's state."""
+    db = awkward_store(tmp_path / "a" / "state.db", "v31")
+    (tmp_path / "b").mkdir()
+    os.link(db, tmp_path / "b" / "state.db")
+    ids = _all_ids(db)
+    monkeypatch.setattr(sp, "SPLIT_MESSAGES", 1)
+    spy = _Spy(monkeypatch)
+    assert _shared(db, ids, tmp_path)[:2] == _expected(db, ids)
+    assert spy.results == []
+
+
+SITE = """
+import json.encoder
+_quote = json.encoder.encode_basestring
+json.encoder.encode_basestring = lambda s: _quote(s).upper()
+"""
+
+
+@pytest.mark.slow
+def test_the_second_process_runs_with_this_interpreters_flags(tmp_path):
+    """Finding 3: a command run with ``python -I`` ignores PYTHONPATH's sitecustomize; its second process
+    did not, and wrote role counts in capitals."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITE)
+    db = _big_store(tmp_path / "state.db")
+    outs = {}
+    for processes in ("1", "2"):
+        out = tmp_path / f"out{processes}.jsonl"
+        boot = f"import sys; sys.path.insert(0, {sp.ROOT!r}); from maint.cli import main; sys.exit(main())"
+        done = subprocess.run([sys.executable, "-I", "-c", boot, "export", str(out), "--db", str(db)],
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(site), sp.PROCESSES_ENV: processes})
+        assert done.returncode == 0, done.stderr
+        outs[processes] = out.read_bytes()
+    assert b'"USER"' not in outs["2"]
+    assert outs["1"] == outs["2"]

@@ -341,6 +341,16 @@ def test_crisismerge_is_read_as_fts5_reads_it():
 
     assert [_crisismerge(v) for v in (None, 20, {"text": "50"}, 5000, 1, 0, -3, 20.5, {"blob": "3230"})] == \
         [16, 20, 50, 1999, 16, 16, 16, 16, 16]
+    # FTS5 reads it with sqlite3_value_int: the low 32 bits, signed (a hostile try found 2**32 + 5 read as 1999)
+    assert [_crisismerge(v) for v in (2**32 + 5, {"text": str(2**32 + 5)}, 2**31, 2**32 - 1, 2**63 - 1, 2**64)] == \
+        [5, 5, 16, 16, 16, 16]
+
+
+def test_automerge_and_usermerge_are_read_with_their_low_32_bits_too():
+    from maint.store.fts_merges import _automerge, fts5_int
+
+    assert [_automerge(v) for v in (2**32 + 3, 2**32, 2**31 + 3, 65)] == [3, 0, 4, 4]
+    assert fts5_int(2**32 + 8, 4, 2, 16) == 8 and fts5_int(2**32 + 17, 4, 2, 16) == 4
 
 
 @pytest.mark.parametrize("note", [META_KEY, "hermes_maint.fts_crisismerge"])

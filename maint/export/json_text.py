@@ -16,18 +16,30 @@ from typing import Any
 
 MAX_DEPTH = 1000  # SQLite's JSON_MAX_DEPTH: json_valid() takes 1,000 nested arrays, not 1,001
 SHALLOW = 100  # brackets in all: parsed straight away, whatever the stack depth
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_BRACKET = re.compile(r"[\[\]{}]")
+_SPECIAL = re.compile(r'[\\"\[\]{}]')
 
 
 def depth(text: str) -> int:
-    """How deep the arrays and objects of *text* nest (brackets inside strings do not count)."""
+    """How deep the arrays and objects of *text* nest (brackets inside strings do not count), in one
+    pass over its quotes, backslashes and brackets: linear, however the text is cut off."""
     level = deepest = 0
-    for b in _BRACKET.findall(_STRING.sub("", text)):
-        if b in "[{":
+    in_string, skip = False, -1
+    for m in _SPECIAL.finditer(text):
+        at = m.start()
+        if at == skip:
+            continue  # the character a backslash escapes
+        c = m.group()
+        if in_string:
+            if c == "\\":
+                skip = at + 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
             level += 1
             deepest = max(deepest, level)
-        else:
+        elif c in "]}":
             level -= 1
     return deepest
 

@@ -7,10 +7,10 @@ this process writes the first half; this process then appends that file. The out
 byte the one-process output: the same code builds every line, in the same order.
 
 Both processes read one state of one file. The second process is started from the ``maint``
-package this process runs (never one found in the working directory) and refuses a store that is
-not the file this process opened (device and inode); the two snapshots are taken while this
-process holds the write lock, which keeps every commit out for a moment (at most :data:`GATE_S`)
-and writes nothing.
+package this process runs, with its interpreter flags (never a ``maint`` in the working directory),
+and refuses a store that is not the file this process opened (device and inode) or that has a
+second name (another WAL); the two snapshots are taken while this process holds the write lock,
+which keeps every commit out for a moment (at most :data:`GATE_S`) and writes nothing.
 
 Whatever goes wrong with the second process (it fails, is killed, stops making progress, finds
 another file at the store's path; the lock is not had within :data:`GATE_WAIT_S`; the store cannot
@@ -133,8 +133,18 @@ def _room(folder: Path, store: Store) -> bool:
     return st.f_bavail * st.f_frsize >= 2 * size
 
 
-_BOOT = ("import sys; sys.path[0] = sys.argv[1]; "
+# The package's folder first, and neither the working directory ('' with -c) nor '.' anywhere.
+_BOOT = ("import sys; sys.path[:] = [sys.argv[1]] + [p for p in sys.path if p not in ('', '.')]; "
          "from maint.export.second_process import main; sys.exit(main(sys.argv[2:]))")
+
+
+def _one_name(path: Path | str) -> bool:
+    """SQLite keeps a WAL beside each name a file is opened by: a store with a second hard link can be
+    read through another WAL by a process that opens the same inode under the other name."""
+    try:
+        return os.stat(path).st_nlink == 1
+    except OSError:
+        return False
 
 
 class _Helper:
@@ -147,10 +157,11 @@ class _Helper:
         dev, ino = store.file_id or (0, 0)
         fds = (self.ids_file.fileno(), self.out_file.fileno())
         try:
-            # -c with the package's own folder first on the path: never a ``maint`` from the working directory
+            # This interpreter's flags (-I, -E, -s...), and the package's own folder first on the path: never
+            # a ``maint`` from the working directory.
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, ROOT, str(store.path), str(dev), str(ino), *map(str, fds),
-                 str(os.getpid())],
+                [sys.executable, *subprocess._args_from_interpreter_flags(), "-c", _BOOT, ROOT, str(store.path),
+                 str(dev), str(ino), *map(str, fds), str(os.getpid())],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=fds, bufsize=0)
         except BaseException:
             self.ids_file.close()
@@ -193,7 +204,7 @@ class _Helper:
             gate.close()
             return False
         try:
-            if _file_id(store.path) != store.file_id:
+            if _file_id(store.path) != store.file_id or not _one_name(store.path):
                 return False  # the lock is on whatever the path names now, not on this store
             if store.conn.txn_state("main") != apsw.SQLITE_TXN_NONE:
                 return False  # this process's snapshot was taken before the lock: it cannot be shared
@@ -274,7 +285,7 @@ def write_shared(store: Store, ids: Sequence[Any], write: Callable[[bytes], None
     taken here. One that has already read cannot be shared, and this process does all the work.
     """
     folder = folder or Path(tempfile.gettempdir())
-    if processes < 2 or len(ids) < 2 or store.file_id is None \
+    if processes < 2 or len(ids) < 2 or store.file_id is None or not _one_name(store.path) \
             or store.conn.txn_state("main") != apsw.SQLITE_TXN_NONE:
         return write_sessions(store, ids, write, reference)
     total = _estimate(store, ids)
@@ -363,8 +374,8 @@ def _main(argv: list[str]) -> int:
         return 1
     _watch(int(parent))
     with open_store(path, readonly=True) as store:
-        if store.file_id != (int(dev), int(ino)):
-            return 1  # not the file the first process reads: it does this part itself
+        if store.file_id != (int(dev), int(ino)) or not _one_name(path):
+            return 1  # not the file (or not the WAL) the first process reads: it does this part itself
         _say("open")
         if sys.stdin.readline() != "go\n":
             return 1

@@ -57,11 +57,15 @@ MAX_RUN_CRISIS = 800  # and the most it may hold before FTS5 merges it in whiche
 
 def fts5_int(value: object, default: int, low: int, high: int) -> int:
     """An integer option as FTS5 reads it (``sqlite3Fts5ConfigSetValue``): a value that is not an integer
-    in [*low*, *high*] is ignored, so the default holds (hand-edited rows must not stop a run)."""
+    in [*low*, *high*] is ignored, so the default holds (hand-edited rows must not stop a run). FTS5 takes
+    it with ``sqlite3_value_int``, which keeps a 64-bit integer's low 32 bits as a signed int (2**32 + 5
+    is 5, 2**31 is negative)."""
     try:
         n = int(str(value).strip()) if value is not None else None
     except ValueError:
         n = None
+    if n is not None:
+        n = (n + 2**31) % 2**32 - 2**31 if -(2**63) <= n < 2**63 else None  # past 64 bits SQLite reads a REAL
     return n if n is not None and low <= n <= high else default
 
 
@@ -110,7 +114,7 @@ def _crisismerge(value: object) -> int:
     """The ``crisismerge`` FTS5 works with: a non-integer or negative value is ignored, 0 and 1 mean the
     default, and from ``FTS5_MAX_SEGMENT`` on it is clamped below it (``sqlite3Fts5ConfigSetValue``)."""
     value = _untag(value)
-    n = None if isinstance(value, bytes) else fts5_int(value, -1, 0, 2**62)
+    n = None if isinstance(value, bytes) else fts5_int(value, -1, 0, 2**31)
     if n is None or n < 0:
         return FTS5_DEFAULT_CRISISMERGE
     return FTS5_DEFAULT_CRISISMERGE if n <= 1 else min(n, FTS5_MAX_SEGMENT - 1)
