@@ -373,3 +373,33 @@ def test_a_damaged_settings_note_is_dropped_with_a_warning_and_the_run_goes_on(t
     with open_store(db) as store:
         assert store.get_meta(note) is None
     assert_index_whole(db)
+
+
+def test_every_transaction_of_a_run_follows_a_pause_after_our_previous_commit(tmp_path, monkeypatch):
+    """A Hermes append waited 333 ms beside a prune (two of our transactions): the run's last one, the
+    merges left over and the one that gives Hermes's settings back followed each other with no pause
+    between, so a writer that had waited through the first met the next. Traced on the SessionDB-built
+    store; here the order of our commits and pauses is checked on a small one."""
+    from maint.store.connection import Store
+
+    db = hermes_store(tmp_path / "state.db", sessions=20, messages=30)
+    events = []
+    real_pause, real_write = Pacer.pause, Store.write
+
+    def pause(self):
+        events.append("pause")
+        real_pause(self)
+
+    def write(self):
+        events.append("tx")
+        return real_write(self)
+
+    monkeypatch.setattr(Pacer, "pause", pause)
+    monkeypatch.setattr(Store, "write", write)
+    with open_store(db) as store:
+        plan = plan_prune(store, None)
+        events.clear()
+        execute_prune(store, plan, batcher=Batcher(target_s=0.001, chunk_s=0.001))
+    assert events.count("tx") >= 4, events
+    back_to_back = [i for i in range(1, len(events)) if events[i] == events[i - 1] == "tx"]
+    assert back_to_back == [], events

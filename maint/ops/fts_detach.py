@@ -136,9 +136,9 @@ def _give_back_all(store: Store, detacher: Detacher, target_s: float | None,
             pending = detacher.give_back_step()  # at least one piece a transaction, whatever the target
             while pending and time.monotonic() - opened < target_s:
                 pending = detacher.give_back_step()
+        pause()  # the last one too: the caller's next transaction follows
         if not pending:
             return
-        pause()
 
 
 class Detacher:

@@ -180,7 +180,8 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
                 lighten: Callable[[U], Callable[[], bool] | None] | None = None) -> int:
     """Apply *apply* to chunks of *units*, several chunks per *transaction*; returns the summed results.
 
-    *after_commit* runs after each transaction (outside the write lock), before the pause.
+    *after_commit* runs after each transaction (outside the write lock), before the pause, which
+    follows every transaction, the last one too: no two of ours meet without writers let in between.
     *upkeep* is one bounded step of work our earlier chunks left behind (FTS5 merges, see
     :mod:`maint.store.fts_merges`), False when none is left: each transaction runs it first, and
     takes new chunks only once it is done, so that work never piles up. A unit heavier than a chunk
@@ -230,6 +231,5 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
             on_progress(pos - first)
         if after_commit:
             after_commit()
-        if pos < len(units):
-            pacer.pause()
+        pacer.pause()  # after the last one too: the caller's next transaction (merges left, settings back) follows
     return total

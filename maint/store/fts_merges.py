@@ -279,6 +279,8 @@ def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], No
             for t, value in raise_crisis.items():
                 _set_config(conn, t, "crisismerge", value)
     crash_point("fts_automerge_held")
+    after_commit()
+    pause()  # writers in before the run's first transaction
     steps = MergeSteps(store, tables, fan_in)
     try:
         yield steps.step
@@ -291,8 +293,7 @@ def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], No
                 while pending and time.monotonic() - opened < target_s:
                     pending = steps.step()
             after_commit()
-            if pending:
-                pause()
+            pause()  # the last one too: giving Hermes's settings back is one more transaction
     finally:
         with store.write() as conn:
             _restore(conn, saved)
