@@ -548,3 +548,43 @@ def test_the_second_process_runs_with_this_interpreters_flags(tmp_path):
         outs[processes] = out.read_bytes()
     assert b'"USER"' not in outs["2"]
     assert outs["1"] == outs["2"]
+
+
+class _Through:
+    """A call through C (functools.partial of a callable object): it spends more of the recursion limit
+    than the Python frames it leaves show."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, n):
+        import functools
+
+        return self.fn() if n == 0 else functools.partial(_Through(self.fn), n - 1)()
+
+
+def test_json_1000_deep_parses_below_calls_through_c_and_in_threads_at_once():
+    """Third hostile try: the limit was raised by the Python frames counted plus 100, and 50 calls through
+    C used that up; the limit, one for all threads, was set and put back by each parse on its own."""
+    import threading
+
+    from maint.export import json_text
+
+    text = _deep_calls(1000)
+    before = sys.getrecursionlimit()
+    assert len(_Through(lambda: json_text.loads(text))(300)) == 3
+    errors = []
+
+    def parse_some():
+        try:
+            for _ in range(10):
+                assert len(json_text.loads(text)) == 3 and json_text.loads("[[1]]") == [[1]]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=parse_some) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and sys.getrecursionlimit() == before

@@ -9,13 +9,16 @@ parses whatever the stack depth.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 MAX_DEPTH = 1000  # SQLite's JSON_MAX_DEPTH: json_valid() takes 1,000 nested arrays, not 1,001
-SHALLOW = 100  # brackets in all: parsed straight away, whatever the stack depth
+SHALLOW = 100  # brackets in all, or levels: parsed in place, whatever the caller's stack
 _SPECIAL = re.compile(r'[\\"\[\]{}]')
 
 
@@ -45,7 +48,13 @@ def depth(text: str) -> int:
 
 
 def loads(text: str | bytes) -> Any:
-    """``json.loads``, with the nesting rule above; ValueError for what is not JSON by it."""
+    """``json.loads``, with the nesting rule above; ValueError for what is not JSON by it.
+
+    Deep JSON (past :data:`SHALLOW` levels) is parsed in a thread of its own, whose stack holds
+    nothing else, under a recursion limit raised for it: the caller's own depth (which C calls in
+    between make larger than its Python frames show) never decides. ``NaN`` and ``Infinity`` are
+    taken, as Python's parser always took them (the renderer's output is kept as it was).
+    """
     if isinstance(text, bytes):
         text = text.decode("utf-8")
     if text.count("[") + text.count("{") <= SHALLOW:
@@ -53,12 +62,43 @@ def loads(text: str | bytes) -> Any:
     nesting = depth(text)
     if nesting > MAX_DEPTH:
         raise ValueError(f"JSON nested deeper than {MAX_DEPTH}")
-    frames, frame = 0, sys._getframe()
-    while frame is not None:
-        frames, frame = frames + 1, frame.f_back
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, frames + nesting + 100))
-    try:
+    if nesting <= SHALLOW:
         return json.loads(text)
+    result: list[Any] = []
+    failure: list[BaseException] = []
+
+    def parse() -> None:
+        try:
+            result.append(json.loads(text))
+        except BaseException as exc:  # handed to the caller below
+            failure.append(exc)
+
+    with _raised_limit(nesting + 200):
+        worker = threading.Thread(target=parse, name="json-deep")
+        worker.start()
+        worker.join()
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+_LIMIT_LOCK = threading.Lock()
+_ASKED: list[int] = []  # limits asked for by the deep parses under way
+_SAVED: list[int] = []  # the limit before the first of them
+
+
+@contextlib.contextmanager
+def _raised_limit(needed: int) -> Iterator[None]:
+    """The interpreter's recursion limit (one for all threads) at least *needed* while any parse needs it,
+    then back to what it was."""
+    with _LIMIT_LOCK:
+        if not _ASKED:
+            _SAVED[:] = [sys.getrecursionlimit()]
+        _ASKED.append(needed)
+        sys.setrecursionlimit(max(_SAVED[0], *_ASKED))
+    try:
+        yield
     finally:
-        sys.setrecursionlimit(limit)
+        with _LIMIT_LOCK:
+            _ASKED.remove(needed)
+            sys.setrecursionlimit(max(_SAVED[0], *_ASKED) if _ASKED else _SAVED[0])
