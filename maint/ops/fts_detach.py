@@ -126,19 +126,10 @@ def put_back_left_over(store: Store, target_s: float | None = None, pause: Calla
 def _give_back_all(store: Store, detacher: Detacher, target_s: float | None,
                    pause: Callable[[], None] | None) -> None:
     """Every piece left to put back, a transaction of about *target_s* at a time, *pause* between them."""
-    from maint.store.batching import pacer_for, target_from_env
+    from maint.store.batching import pacer_for, run_steps, target_from_env
 
-    target_s = target_from_env() if target_s is None else target_s
-    pause = pause or pacer_for(store).pause
-    while True:
-        with store.write():
-            opened = time.monotonic()
-            pending = detacher.give_back_step()  # at least one piece a transaction, whatever the target
-            while pending and time.monotonic() - opened < target_s:
-                pending = detacher.give_back_step()
-        pause()  # the last one too: the caller's next transaction follows
-        if not pending:
-            return
+    run_steps(detacher.give_back_step, store.write, pause or pacer_for(store).pause,
+              target_from_env() if target_s is None else target_s)
 
 
 class Detacher:

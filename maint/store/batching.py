@@ -233,3 +233,20 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
             after_commit()
         pacer.pause()  # after the last one too: the caller's next transaction (merges left, settings back) follows
     return total
+
+
+def run_steps(step: Callable[[], bool], transaction: Callable[[], AbstractContextManager], pause: Callable[[], None],
+              target_s: float, after_commit: Callable[[], None] | None = None) -> None:
+    """Run *step* (one bounded piece of work, False once none is left) until it is done, in transactions of
+    about *target_s*, each holding at least one step whatever the target; *after_commit* and *pause*
+    follow every transaction, the last one too (the caller's next transaction follows it)."""
+    pending = True
+    while pending:
+        with transaction():
+            opened = time.monotonic()
+            pending = step()
+            while pending and time.monotonic() - opened < target_s:
+                pending = step()
+        if after_commit:
+            after_commit()
+        pause()

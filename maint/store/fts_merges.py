@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from maint.crashpoints import crash_point
+from maint.store.batching import run_steps
 from maint.store.connection import Store
 from maint.store.fts_segments import fts5_tables, read_structure, structure_blob
 
@@ -285,15 +286,8 @@ def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], No
     try:
         yield steps.step
         steps.finishing = True
-        pending = True
-        while pending:
-            with store.write():
-                opened = time.monotonic()
-                pending = steps.step()  # at least one step a transaction, whatever the target
-                while pending and time.monotonic() - opened < target_s:
-                    pending = steps.step()
-            after_commit()
-            pause()  # the last one too: giving Hermes's settings back is one more transaction
+        # the last pause too: giving Hermes's settings back is one more transaction
+        run_steps(steps.step, store.write, pause, target_s, after_commit)
     finally:
         with store.write() as conn:
             _restore(conn, saved)
