@@ -1,8 +1,7 @@
 """Export benchmark: our streaming jsonl export vs Hermes 0.19.0's export_all + json dump vs a plain pass.
 
-The plain pass is one streaming read (sqlite3 rows -> json lines, no product logic); ours runs as shipped
-(a second process on a machine with two cores) and with one process (ours_one). Each runs in its
-own process on the same store, writing to the same folder; the store is read once first so the page
+The plain pass is one streaming read (sqlite3 rows -> json lines, no product logic); ours runs as shipped.
+Each runs in its own process on the same store, writing to the same folder; the store is read once first so the page
 cache is warm for all three, and the order rotates between rounds (--runs). Figures are min and median
 per contender (wall and CPU seconds: on a shared machine CPU time is the steadier figure), and the
 ratios of each round. The store is then doubled to show that our memory stays
@@ -23,17 +22,6 @@ from common import store_args, CACHE, ROOT, base_store, store_mb, write_result
 SCRIPTS = {
     "ours": """
         import os
-        from maint.export.pipeline import ExportRequest, plan_export, run_export
-        from maint.store.connection import open_store
-        if os.path.exists(OUT_PATH):
-            os.unlink(OUT_PATH)
-        with open_store(DB, readonly=True) as s:
-            r = run_export(s, plan_export(s, ExportRequest(output=OUT_PATH)))
-        OUT.update(messages=r["messages"])
-    """,
-    "ours_one": """
-        import os
-        os.environ["HERMES_MAINT_EXPORT_PROCESSES"] = "1"
         from maint.export.pipeline import ExportRequest, plan_export, run_export
         from maint.store.connection import open_store
         if os.path.exists(OUT_PATH):
@@ -65,7 +53,7 @@ SCRIPTS = {
     """,
 }
 
-NAMES = ["plain", "hermes", "ours_one", "ours"]
+NAMES = ["plain", "hermes", "ours"]
 
 RUNNER = """
 import json, resource, sys, time

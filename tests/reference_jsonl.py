@@ -17,12 +17,36 @@ def _dumps(obj: Any) -> str:
     return _ENCODER.encode(obj)
 
 
+def _nesting(text: str) -> int:
+    """Array/object depth, brackets in strings not counted (a plain character walk)."""
+    level = deepest = 0
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            level += 1
+            deepest = max(deepest, level)
+        elif c in "]}":
+            level -= 1
+    return deepest
+
+
 def _tool_call_count(raw: Any) -> int:
     if not raw:
         return 0
+    if isinstance(raw, str) and _nesting(raw) > 100:  # deeper than the documented bound: not taken as JSON
+        return 1
     try:
         calls = json.loads(raw) if isinstance(raw, str) else raw
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser
+    except ValueError:  # not JSON
         return 1
     return len(calls) if isinstance(calls, list) else 1
 

@@ -335,3 +335,45 @@ def test_writer_appending_between_export_and_delete_refuses(store, tmp_path, mon
     assert result.exit_code == 1 and "changed since it was exported" in result.stderr
     assert "old_cli" in session_ids(store) and (tmp_path / "bk" / "old_cli.jsonl").exists()
     assert query(store, "SELECT COUNT(*) FROM messages WHERE session_id='old_cli'") == [(5,)]
+
+
+# -- stored JSON nested past the bound ------------------------------------------------------------
+
+def test_json_text_depth_counts_brackets_outside_strings_only():
+    from maint.export import json_text
+
+    texts = ('[1,[2,{"a":"[[[\\"]]"}]]', '"\\\\"[]', '["a\\\\",[1]]', "[")
+    assert [json_text.depth(t) for t in texts] == [3, 1, 2, 1]
+    cut_off = '[{"id": "c1", "function": {"arguments": "{\\"text\\": \\"' + 'x = [\\"a\\"]; ' * 40_000
+    assert json_text.depth(cut_off) == 3
+
+
+def _through_c(fn, n):
+    """*fn* called below *n* calls through C (functools.partial), which spend the recursion limit unseen."""
+    import functools
+
+    return fn() if n == 0 else functools.partial(_through_c, fn, n - 1)()
+
+
+def test_json_within_the_bound_parses_from_any_stack_depth_and_deeper_is_not_json():
+    from maint.export import json_text
+
+    bound = json_text.MAX_DEPTH
+    assert _through_c(lambda: json_text.loads("[" * bound + "]" * bound), 600) is not None
+    for nesting in (bound + 1, 1000, 100_000):
+        with pytest.raises(ValueError, match="nested deeper"):
+            _through_c(lambda n=nesting: json_text.loads("[" * n + "]" * n), 600)
+    assert json_text.loads(json.dumps([{"a": "[{" * 300}])) == [{"a": "[{" * 300}]  # brackets in a string
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "trace", "jsonl"])
+def test_tool_calls_nested_100000_deep_export_in_every_format(tmp_path, fmt):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("deep", age=5, messages=1)
+        b.raw.execute("INSERT INTO messages (session_id, role, content, tool_calls, timestamp) "
+                      "VALUES ('deep', 'assistant', 'x', ?, 1700000000)", ("[" * 100_000 + "]" * 100_000,))
+    result = run_export(tmp_path / "out", "--db", db, "--session-id", "deep", "--format", fmt, "--json")
+    assert result.returncode == 0, result.stderr
+    (written,) = json.loads(result.stdout)["written"]
+    assert written["messages"] >= 1 and "Traceback" not in result.stderr

@@ -27,6 +27,8 @@ FALLBACK = {
     "nan_calls": "tool_calls Python parses (NaN) but strict JSON does not",
     "blob_calls": "an assistant's tool_calls that is a blob",
     "nul_calls": "tool_calls with a NUL: SQLite's JSON reading stops there, Python's does not",
+    "deep_calls": "tool_calls with more brackets than json_text.MAX_DEPTH: Python decides how deep they nest",
+    "bracket_calls": "tool_calls with many brackets inside strings: shallow, but only Python can tell",
 }
 FLOATS = [1e16, 1.0e15, 123456789012345.67, 1e-05, 0.1 + 0.2, 5e-324, 1.7976931348623157e308, -0.0,
           float("inf"), float("-inf"), 2.5, 1733212345.1234567, 0.30000000000000004, 100.0]
@@ -86,6 +88,13 @@ def awkward_store(path, layout):
         _message(b, "blob_calls", "assistant", "x", 1700000000.0, tool_calls=b"[1]")
         b.session("nul_calls", messages=0)
         _message(b, "nul_calls", "assistant", "x", 1700000000.0, tool_calls="[1,2]\x00junk")
+        b.session("deep_calls", messages=0)
+        for n, nesting in enumerate((101, 150, 1000, 5000)):  # past the bound: one call, as text that is not JSON
+            _message(b, "deep_calls", "assistant", "x", 1700000000.0 + n,
+                     tool_calls="[1, " + "[" * nesting + "]" * nesting + "]")
+        _message(b, "deep_calls", "assistant", "x", 1700000010.0, tool_calls="[1, " + "[" * 100 + "]" * 100 + "]")
+        b.session("bracket_calls", messages=0)
+        _message(b, "bracket_calls", "assistant", "x", 1700000000.0, tool_calls=json.dumps([{"a": "[{" * 300}, 2]))
         b.session("quote'id\"\n", messages=2)
         if layout != "v22":
             ref = b.prompt("you are \"helpful\"\n😀")

@@ -8,8 +8,9 @@ rounded to 0.1 ms is written by SQL when that is provably Python's ``repr(round(
 :func:`_tenths`), by Python otherwise. Whatever the SQL cannot vouch for puts a NUL in the line
 (which otherwise never holds one: every text is escaped) and the caller renders that session the
 reference way: text or infinite timestamps, roles that are not text, an assistant's ``tool_calls``
-that is a blob or not strict JSON, prompt hashes that are not text, rows that reached the aggregate
-out of order, and sessions too big to build whole (:data:`LINE_BYTES`). Lines come back as bytes
+that is a blob, not strict JSON or holds more brackets than :data:`~maint.export.json_text.MAX_DEPTH`,
+prompt hashes that are not text, rows that reached the aggregate out of order, and sessions too big
+to build whole (:data:`LINE_BYTES`). Lines come back as bytes
 and are written as they are; one that is not UTF-8 goes the reference way, which fails as it
 always did.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 import apsw
 
+from maint.export.json_text import MAX_DEPTH
 from maint.store.connection import Store
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)  # render._dumps: the reference's encoder
@@ -138,7 +140,9 @@ def _messages(columns: list[tuple[str, str]], prompts: str) -> str:
             iif(coalesce(SUM(typeof(role) NOT IN ('text', 'null')
                              OR role = 'assistant' AND typeof(calls) NOT IN ('text', 'null')
                              OR role = 'assistant' AND calls <> '' AND NOT json_valid(calls)
-                             OR role = 'assistant' AND instr(calls, char(0)) > 0), 0)
+                             OR role = 'assistant' AND instr(calls, char(0)) > 0
+                             OR role = 'assistant'
+                              AND length(calls) - length(replace(replace(calls, '[', ''), '{{', '')) > {MAX_DEPTH}), 0)
                 OR group_concat(id) IS NOT group_concat(id, ',' ORDER BY id), char(0), ''))
         FROM (SELECT m.id AS id, {_object('m', columns, '}')} AS js, {role} AS role, {calls} AS calls
               FROM (SELECT id FROM messages WHERE session_id = s.id ORDER BY id) o JOIN messages m ON m.id = o.id))"""

@@ -1,24 +1,18 @@
-"""JSON text parsed alike wherever it is parsed: nested at most as deep as SQLite reads it.
+"""Stored JSON text parsed alike wherever it is parsed, and never deeper than :data:`MAX_DEPTH`.
 
-Python's parser gives up at its recursion limit less the caller's own stack depth, so one
-``tool_calls`` text could parse in one place and not in another (this process and the export's
-second process, or SQLite's ``json_valid`` and the Python renderer) when nested about 1,000 deep.
-Here JSON nested deeper than SQLite's limit (:data:`MAX_DEPTH`) is not JSON, and JSON within it
-parses whatever the stack depth.
+Python's parser recurses, so JSON nested near its recursion limit parses or fails depending on how
+deep the caller's own stack is. Hermes's own JSON never nests more than a few levels; text nested
+deeper than :data:`MAX_DEPTH` is therefore not taken as JSON anywhere (it stays the text it is), and
+what is within the bound parses from any caller. The depth is found in one linear pass before parsing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import sys
-import threading
-from collections.abc import Iterator
 from typing import Any
 
-MAX_DEPTH = 1000  # SQLite's JSON_MAX_DEPTH: json_valid() takes 1,000 nested arrays, not 1,001
-SHALLOW = 100  # brackets in all, or levels: parsed in place, whatever the caller's stack
+MAX_DEPTH = 100
 _SPECIAL = re.compile(r'[\\"\[\]{}]')
 
 
@@ -48,57 +42,12 @@ def depth(text: str) -> int:
 
 
 def loads(text: str | bytes) -> Any:
-    """``json.loads``, with the nesting rule above; ValueError for what is not JSON by it.
+    """``json.loads``, or ValueError for text that is not JSON or nests deeper than :data:`MAX_DEPTH`.
 
-    Deep JSON (past :data:`SHALLOW` levels) is parsed in a thread of its own, whose stack holds
-    nothing else, under a recursion limit raised for it: the caller's own depth (which C calls in
-    between make larger than its Python frames show) never decides. ``NaN`` and ``Infinity`` are
-    taken, as Python's parser always took them (the renderer's output is kept as it was).
+    ``NaN`` and ``Infinity`` are taken, as Python's parser takes them.
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8")
-    if text.count("[") + text.count("{") <= SHALLOW:
-        return json.loads(text)  # nests too little to meet any recursion limit: the usual way
-    nesting = depth(text)
-    if nesting > MAX_DEPTH:
-        raise ValueError(f"JSON nested deeper than {MAX_DEPTH}")
-    if nesting <= SHALLOW:
-        return json.loads(text)
-    result: list[Any] = []
-    failure: list[BaseException] = []
-
-    def parse() -> None:
-        try:
-            result.append(json.loads(text))
-        except BaseException as exc:  # handed to the caller below
-            failure.append(exc)
-
-    with _raised_limit(nesting + 200):
-        worker = threading.Thread(target=parse, name="json-deep")
-        worker.start()
-        worker.join()
-    if failure:
-        raise failure[0]
-    return result[0]
-
-
-_LIMIT_LOCK = threading.Lock()
-_ASKED: list[int] = []  # limits asked for by the deep parses under way
-_SAVED: list[int] = []  # the limit before the first of them
-
-
-@contextlib.contextmanager
-def _raised_limit(needed: int) -> Iterator[None]:
-    """The interpreter's recursion limit (one for all threads) at least *needed* while any parse needs it,
-    then back to what it was."""
-    with _LIMIT_LOCK:
-        if not _ASKED:
-            _SAVED[:] = [sys.getrecursionlimit()]
-        _ASKED.append(needed)
-        sys.setrecursionlimit(max(_SAVED[0], *_ASKED))
-    try:
-        yield
-    finally:
-        with _LIMIT_LOCK:
-            _ASKED.remove(needed)
-            sys.setrecursionlimit(max(_SAVED[0], *_ASKED) if _ASKED else _SAVED[0])
+    if text.count("[") + text.count("{") > MAX_DEPTH and depth(text) > MAX_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return json.loads(text)

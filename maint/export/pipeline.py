@@ -80,7 +80,6 @@ class ExportPlan:
     folder: Path | None  # created by run_export when it does not exist
     manifest: Path | None
     manifest_lines: list[str]  # lines kept from an existing manifest
-    processes: int = 1  # a big jsonl export may share its work with a second process
 
 
 def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = None) -> ExportPlan:
@@ -121,9 +120,7 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
     if req.fmt in ("md", "qmd") and folder is not None:
         manifest = folder / "manifest.jsonl"
         kept = _kept_manifest_lines(manifest, {Path(e["path"]).name for e in entries})
-    from maint.export.second_process import export_processes
-
-    return ExportPlan(req, chosen, entries, folder, manifest, kept, export_processes())
+    return ExportPlan(req, chosen, entries, folder, manifest, kept)
 
 
 def _refuse_splitting_a_lineage(store: Store, session_id: str) -> None:
@@ -264,12 +261,9 @@ class Renderer:
         """*write* takes text, *write_bytes* UTF-8 bytes (the SQL-built jsonl lines), both in one order."""
         store, redact = self.store, self.req.redacting
         if self.req.fmt == "jsonl" and not self.req.only and not redact:
-            from maint.export.second_process import write_shared
+            from maint.export.fast_jsonl import write_sessions
 
-            path = entry.get("path")
-            folder = Path(path).parent if path not in (None, STDOUT) else None
-            return write_shared(store, entry["ids"], write_bytes, lambda sid: _reference_jsonl(store, sid, write),
-                                folder, self.plan.processes)
+            return write_sessions(store, entry["ids"], write_bytes, lambda sid: _reference_jsonl(store, sid, write))
         from maint.export import render as r  # jinja2 and the redaction patterns: imported when needed
 
         if self.req.fmt == "jsonl":

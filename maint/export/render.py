@@ -50,7 +50,7 @@ def iso_time(ts: Any) -> str:
 def tool_call_names(raw: Any) -> str:
     try:
         calls = json_text.loads(raw) if isinstance(raw, str) else raw
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser
+    except ValueError:  # not JSON, or nested past json_text.MAX_DEPTH
         return str(raw)
     if not isinstance(calls, list):
         return ""
@@ -178,7 +178,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         try:
             parsed = json_text.loads(content) if content.startswith("[") else None
-        except (ValueError, RecursionError):  # not JSON, or nested past the parser
+        except ValueError:  # not JSON, or nested past json_text.MAX_DEPTH
             parsed = None
         if isinstance(parsed, list):
             content = parsed
@@ -203,7 +203,7 @@ def _stable_id(call: dict[str, Any]) -> str:
 def _tool_uses(raw: Any) -> list[dict[str, Any]]:
     try:
         calls = json_text.loads(raw) if isinstance(raw, str) else raw
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser
+    except ValueError:  # not JSON, or nested past json_text.MAX_DEPTH
         return []
     out = []
     for call in calls if isinstance(calls, list) else []:
@@ -213,7 +213,7 @@ def _tool_uses(raw: Any) -> list[dict[str, Any]]:
         args = fn.get("arguments")
         try:
             parsed = json_text.loads(args) if isinstance(args, str) and args.strip() else (args or {})
-        except (ValueError, RecursionError):  # not JSON, or nested past the parser
+        except ValueError:  # not JSON, or nested past json_text.MAX_DEPTH
             parsed = {"_raw": args}
         out.append({"type": "tool_use", "id": call.get("id") or f"toolu_{_stable_id(call)}",
                     "name": fn.get("name") or call.get("name") or "tool", "input": parsed})

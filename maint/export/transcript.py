@@ -31,7 +31,7 @@ def _tool_call_count(raw: Any) -> int:
         return 0
     try:
         calls = json_text.loads(raw) if isinstance(raw, str) else raw
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser
+    except ValueError:  # not JSON, or nested past json_text.MAX_DEPTH
         return 1
     return len(calls) if isinstance(calls, list) else 1
 
