@@ -6,9 +6,7 @@ CLI back.
 
 import typer
 
-from maint import __version__
-
-PROG = "hermes-maint"
+from maint import PROG, __version__
 
 app = typer.Typer(
     name=PROG,

@@ -7,6 +7,7 @@ import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, ProfileOpt
 from maint.commands.runner import for_each_store
+from maint.fmt import fmt_bytes
 from maint.store.targets import resolve_targets
 
 
@@ -30,27 +31,10 @@ def autoprune(
     Each Hermes home has its own config.yaml: on/off edit the one of each chosen store ($HERMES_HOME's,
     or profiles/NAME/'s with --profile; --all-profiles edits each); later and status act on each store.
     """
-    from maint.config import config_path_for, load_config
-    from maint.ops.diskcheck import answer, disk_figures, prompt_state
-    from maint.store.connection import open_store
+    from maint.ops.diskcheck import autoprune_store
 
-    def run(target) -> dict:
-        cfg = load_config(config_path_for(target.path if db is not None else None, target.profile))
-        if choice in (Choice.on, Choice.off):  # each Hermes home has its own config.yaml
-            return {"choice": choice.value, "config": str(cfg.path), "message": answer(cfg, None, choice.value)}
-        if choice is Choice.later:
-            with open_store(target.path) as store:
-                return {"choice": "later", "message": answer(cfg, store, "later")}
-        state = {}
-        if target.path.exists() or db is not None:  # no default store yet: the config and disk alone
-            with open_store(target.path, readonly=True) as store:
-                state = prompt_state(store)
-        figures = disk_figures(target.path.parent if target.path.exists() else cfg.path.parent)
-        return {"auto_prune": cfg.session("auto_prune"), "configured": cfg.has_session_key("auto_prune"),
-                "config": str(cfg.path), "disk_free": figures.free, "disk_total": figures.total,
-                "low_disk": figures.low, "prompt": state}
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json,
+                   lambda target: autoprune_store(target, choice.value), _render)
 
 
 def _render(r: dict) -> None:
@@ -59,5 +43,5 @@ def _render(r: dict) -> None:
         return
     setting = "on" if r["auto_prune"] else "off"
     typer.echo(f"auto_prune: {setting}{'' if r['configured'] else ' (not set; default off)'}  ({r['config']})")
-    typer.echo(f"disk: {r['disk_free'] / 1e9:.1f} GB free of {r['disk_total'] / 1e9:.1f} GB"
+    typer.echo(f"disk: {fmt_bytes(r['disk_free'])} free of {fmt_bytes(r['disk_total'])}"
                f"{' — low' if r['low_disk'] else ''}")

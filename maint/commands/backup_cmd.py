@@ -6,9 +6,8 @@ from typing import Annotated, Optional
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt
-from maint.commands.output import fmt_bytes
 from maint.commands.runner import for_each_store
-from maint.errors import UsageError
+from maint.fmt import fmt_bytes
 from maint.store.targets import resolve_targets
 
 
@@ -34,41 +33,15 @@ def backup(
     never the one just made. Refuses, with both figures, when the folder's
     filesystem lacks room for the snapshot plus a margin.
     """
-    if keep is not None and keep < 1:
-        raise UsageError(f"--keep: bad value {keep} (expected a whole number >= 1; the new snapshot always stays)")
     from maint.commands.recording import metrics_target
-    from maint.ops.backup import (default_folder, estimate_bytes, list_snapshots, prepare_folder,
-                                  remove_stale_partials, rotate, store_label, take_snapshot, would_rotate)
-    from maint.store.connection import open_store
+    from maint.ops.backup import BackupRequest, backup_store
 
-    folder = Path(dest).expanduser() if dest is not None else None
+    req = BackupRequest(folder=Path(dest).expanduser() if dest is not None else None, keep=keep, compact=compact,
+                        dry_run=dry_run)
     metrics = metrics_target(metrics_file)
-
-    def run(target) -> dict:
-        label = store_label(target.path, target.profile)
-        with open_store(target.path, readonly=True) as store:  # a bad store is refused before any folder is made
-            size, peak = estimate_bytes(store, compact)
-        report = {"dry_run": dry_run, "snapshot": None, "label": label, "estimated_bytes": size,
-                  "peak_extra_bytes": peak, "would_remove": [], "removed": [], "removed_partials": [],
-                  "unverified_kept": []}
-        if dry_run:
-            base = folder if folder is not None else default_folder()
-            report["folder"] = str(base)
-            report["would_remove"] = would_rotate(base, target.path, keep) if keep and base.is_dir() else []
-            return report
-        where = prepare_folder(folder)
-        report["folder"] = str(where)
-        report["removed_partials"] = remove_stale_partials(where)
-        snap = take_snapshot(target.path, where, label=label, compact=compact)
-        report["snapshot"] = snap.as_dict()
-        report["removed"] = rotate(where, target.path, keep, snap.path) if keep else []
-        report["unverified_kept"] = [str(s.path) for s in list_snapshots(where)
-                                     if not s.verified and s.path.name.startswith(f"state-{label}-")]
-        return report
-
     # Each snapshot goes into its store's run history (a one-row write, after the copy).
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="backup",
-                   ran=lambda r: not r["dry_run"], metrics_file=metrics)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, lambda target: backup_store(target, req),
+                   _render, job="backup", ran=lambda r: not r["dry_run"], metrics_file=metrics)
 
 
 def _render(r: dict) -> None:

@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt
-from maint.commands.output import confirm_or_refuse, fmt_time
+from maint.commands.output import Terminal
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
 from maint.store.targets import resolve_targets
@@ -29,34 +29,13 @@ def delete(
 
     Example: hermes-maint delete 20250305_091523_a1b2 --dry-run
     """
-    from maint.ops.sessions import execute_delete, plan_delete
-    from maint.store.connection import open_store
+    from maint.ops.sessions import delete_session
 
     if all_profiles:
         raise UsageError("--all-profiles: an ID names one session in one store (use --db or --profile)")
-
-    def run(target) -> dict:
-        with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
-            plan = plan_delete(store, session_id)
-            s = plan.sessions[plan.session_id]
-            report = {"store": str(target.path), "dry_run": dry_run, "session_id": plan.session_id,
-                      "session_ids": plan.ids, "children": plan.children, "messages": plan.messages,
-                      "warnings": plan.warnings, "deleted": []}
-            lines = [f"{plan.session_id}  {s.title or '(untitled)'}  {s.source}, {s.message_count} messages, "
-                     f"last active {fmt_time(s.last_active)}"]
-            lines += [f"  + delegate child {c} ({plan.sessions[c].source}, {plan.sessions[c].message_count} "
-                      "messages)" for c in plan.children]
-            lines += [f"warning: {w}" for w in plan.warnings]
-            if dry_run:
-                return report
-            if yes:
-                for w in plan.warnings:
-                    typer.echo(f"warning: {w}", err=True)
-            confirm_or_refuse(yes, f"Delete {len(plan.ids)} session(s), {plan.messages} messages?", lines)
-            report["deleted"] = execute_delete(store, plan)
-            return report
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+    op = Terminal(yes=yes, quiet=as_json)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json,
+                   lambda target: delete_session(target, session_id, dry_run, op), _render)
 
 
 def _render(r: dict) -> None:

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, MetricsOpt, ProfileOpt
-from maint.commands.output import progress
+from maint.commands.output import Terminal
 from maint.commands.runner import for_each_store
 from maint.errors import EXIT_FAILED, UsageError
 from maint.store.targets import resolve_targets
@@ -37,9 +37,8 @@ def doctor(
       hermes-maint doctor --all-profiles --summary --fail-on critical
       hermes-maint doctor --json --metrics-file /var/lib/node_exporter/textfile/hermes.prom
     """
-    from maint.commands.recording import metrics_target, write_metrics
-    from maint.config import Config, config_path_for, load_config
-    from maint.ops.doctor import CHECKS, fails, run_doctor, summary_line
+    from maint.commands.recording import metrics_target
+    from maint.ops.doctor import doctor_store, fails, summary_line
 
     if summary and as_json:
         raise UsageError("--summary and --json are exclusive (use one)")
@@ -49,30 +48,12 @@ def doctor(
     except UsageError:
         if metrics_file is not None:
             raise
-        metrics = None  # a broken config.yaml is the doctor's finding below, not a stop
-    level = fail_on.value if fail_on else None
-    reports: dict[str, dict] = {}
-
-    def run(target) -> dict:
-        path = config_path_for(target.path if db is not None else None, target.profile)
-        try:
-            cfg, cfg_error = load_config(path), None
-        except UsageError as exc:  # a broken config.yaml is a finding here, not a stop
-            cfg, cfg_error = Config(path=path, exists=True), str(exc)
-        with progress(len(CHECKS), "Checking", as_json or summary) as tick:
-            report = run_doctor(target.path, cfg, profile=target.profile, cfg_error=cfg_error, full=full,
-                                on_progress=tick)
-        reports[str(target.path)] = report
-        return report
-
-    def render(r: dict) -> None:
-        typer.echo(summary_line(r)) if summary else _render(r, several=len(targets) > 1)
-
-    try:
-        for_each_store(targets, as_json, run, render)
-    finally:
-        write_metrics(metrics, [t for t in targets if str(t.path) in reports], doctor=reports)
-    if any(fails(r, level) for r in reports.values()):
+        metrics = None  # a broken config.yaml is the doctor's finding, not a stop
+    op = Terminal(quiet=as_json or summary)
+    reports = for_each_store(targets, as_json, lambda target: doctor_store(target, op, full=full),
+                             lambda r: typer.echo(summary_line(r)) if summary else _render(r, several=len(targets) > 1),
+                             metrics_file=metrics, findings=True)
+    if any(fails(r, fail_on.value if fail_on else None) for r in reports):
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -90,6 +71,3 @@ def _render(r: dict, several: bool) -> None:
     c = r["counts"]
     typer.echo(f"{r['worst'].upper()}: " + ", ".join(f"{c[s]} {s}" for s in reversed(SEVERITIES))
                + f" ({r['seconds']:.1f}s)")
-
-
-

@@ -7,11 +7,10 @@ from typing import Annotated, Optional
 import typer
 
 from maint.commands.options import DbOpt, DryRunOpt, JsonOpt, ProfileOpt, filter_options
-from maint.commands.output import emit_json, progress, write_json
+from maint.commands.output import Terminal, emit_json, write_json
 from maint.commands.runner import naming_store
 from maint.errors import MaintError, UsageError
 from maint.selection.filters import Filters
-from maint.store.sqlutil import IdList
 from maint.store.targets import resolve_targets
 
 
@@ -61,9 +60,7 @@ def export(
     Bulk filters take ended sessions (pinned and archived included); no filter exports everything.
     --format trace alone traces the most recent session to stdout.
     """
-    from maint.config import config_path_for, load_config
-    from maint.export.pipeline import ExportRequest, plan_export, run_export
-    from maint.store.connection import open_store
+    from maint.export.pipeline import ExportRequest, export_store
 
     if all_profiles:
         raise UsageError("export works on one store (its files would collide); use --profile NAME per profile")
@@ -71,40 +68,26 @@ def export(
         raise UsageError("--delete-after-verified needs --session-id and --yes")
     req = ExportRequest(fmt=fmt.value, output=output, session_id=session_id, filters=filters,
                         only=only.value if only else None, lineage=lineage.value, redact=redact, upload=upload,
-                        public=public, delete_after_verified=delete_after_verified)
-    if upload:
-        from maint.export.hf_upload import http_deadline, http_timeout
-
-        http_timeout(), http_deadline()  # bad settings are refused before anything is written
+                        public=public, delete_after_verified=delete_after_verified, dry_run=dry_run)
     target = resolve_targets(db, profile, False)[0]
-    cap = load_config(config_path_for(target.path if db is not None else None, target.profile)).session(
-        "max_export_messages")
-    with naming_store(target.path), open_store(target.path, readonly=not delete_after_verified) as store:
-        plan = plan_export(store, req, cap)
-        if dry_run:
-            report = {"dry_run": True, "store": str(target.path), "format": req.fmt,
-                      "sessions": plan.chosen,
-                      "files": [e["path"] for e in plan.entries if e["path"] is not None],
-                      "would_replace": [e["path"] for e in plan.entries if e.get("replaces")]}
-            if as_json:
-                emit_json(report)
-                return
-            for e in plan.entries:
-                where = e["path"] or "(a temporary file, uploaded)"
-                typer.echo(f"would write {where}  ({', '.join(e['ids'])})"
-                           + ("  [replaces the existing file]" if e.get("replaces") else ""), err=e["path"] == "-")
+    with naming_store(target.path):
+        try:
+            report = export_store(target, req, Terminal(yes=yes, quiet=as_json))
+        except MaintError as exc:
+            # The upload was refused before any file went up: the files written are still reported.
+            if as_json and getattr(exc, "report", None) is not None:
+                _emit_report({**exc.report, "upload_error": str(exc)})
+            raise
+    if dry_run:
+        entries = report.pop("entries")  # the human preview names each file's sessions; the JSON lists files
+        if as_json:
+            emit_json(report)
             return
-        with progress(len(plan.entries), "Exporting", as_json or len(plan.entries) < 2) as tick:
-            try:
-                report = run_export(store, plan, on_progress=tick)
-            except MaintError as exc:
-                # The upload was refused before any file went up: the files written are still reported.
-                if as_json and getattr(exc, "report", None) is not None:
-                    _emit_report({**exc.report, "sessions": IdList(exc.report["sessions"]),
-                                  "store": str(target.path), "upload_error": str(exc)})
-                raise
-        report["sessions"] = IdList(report["sessions"])  # the selection's temp table goes with the store
-    report["store"] = str(target.path)
+        for e in entries:
+            where = e["path"] or "(a temporary file, uploaded)"
+            typer.echo(f"would write {where}  ({', '.join(e['ids'])})"
+                       + ("  [replaces the existing file]" if e.get("replaces") else ""), err=e["path"] == "-")
+        return
     failed = [u for u in report["uploaded"] if not u["ok"]]
     if as_json:
         _emit_report(report)

@@ -6,8 +6,8 @@ from typing import Annotated, Optional
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, ProfileOpt
-from maint.commands.output import fmt_time
 from maint.commands.runner import for_each_store
+from maint.fmt import fmt_time
 from maint.errors import UsageError
 from maint.store.targets import resolve_targets
 
@@ -27,27 +27,23 @@ def history(
       hermes-maint history --kind sweep --json
     """
     from maint.ops import history as hist
-    from maint.store.connection import open_store
 
     if kind is not None and kind not in hist.KINDS:
         raise UsageError(f"--kind: unknown job {kind!r} (expected one of {', '.join(hist.KINDS)})")
     if not 1 <= limit <= hist.KEEP:
         raise UsageError(f"--limit: bad value {limit} (expected a whole number from 1 to {hist.KEEP})")
 
-    def run(target) -> dict:
-        with open_store(target.path, readonly=True) as store:
-            runs = hist.entries(store, kind, limit)
-        return {"store": str(target.path), "kind": kind, "runs": [e.as_dict() for e in runs]}
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json,
+                   lambda target: hist.history_report(target, kind, limit), _render)
 
-    def render(r: dict) -> None:
-        if not r["runs"]:
-            typer.echo("No recorded runs" + (f" of {kind}" if kind else "") + ".")
-            return
-        for e in r["runs"]:
-            took = f"{e['seconds']:.1f}s" if e["seconds"] is not None else "-"
-            typer.echo(f"{fmt_time(e['at'])}  {e['kind']:<15} {took:>8}  rows {e['rows']:<7} {_gist(e['report'])}")
 
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, render)
+def _render(r: dict) -> None:
+    if not r["runs"]:
+        typer.echo("No recorded runs" + (f" of {r['kind']}" if r["kind"] else "") + ".")
+        return
+    for e in r["runs"]:
+        took = f"{e['seconds']:.1f}s" if e["seconds"] is not None else "-"
+        typer.echo(f"{fmt_time(e['at'])}  {e['kind']:<15} {took:>8}  rows {e['rows']:<7} {_gist(e['report'])}")
 
 
 def _gist(report: dict) -> str:

@@ -1,14 +1,13 @@
 """hermes-maint import: options and output; the logic is :mod:`maint.ops.importer`."""
 
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from maint.commands.options import DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt
-from maint.commands.output import confirm_or_refuse, emit_json, progress
-from maint.commands.runner import naming_store
+from maint.commands.output import Terminal
+from maint.commands.runner import for_each_store
 from maint.errors import UsageError
 from maint.store.targets import resolve_targets
 
@@ -34,54 +33,22 @@ def import_sessions(
     lineage with its subagent runs goes in whole or not at all; search is
     indexed by Hermes's own triggers. Running it twice adds nothing.
     """
+    from maint.commands.recording import metrics_target
+    from maint.ops.importer import ImportRequest, import_store
+
     if all_profiles:
         raise UsageError("import goes into one store (the file's sessions belong to one); "
                          "use --db or --profile NAME")
-    from maint.commands.recording import metrics_target, record_job, write_metrics
-    from maint.ops.importer import execute_import, plan_import, read_export, refuse_missing
-    from maint.store.connection import open_store
-
     metrics = metrics_target(metrics_file)
-    target = resolve_targets(db, profile, False)[0]
-    checked = read_export(file)  # a bad file is refused before the store is opened
-    with naming_store(target.path), open_store(target.path) as store:
-        plan = plan_import(store, file, checked)
-        existing = [sid for sid in plan.records if sid in plan.existing]
-        new = [sid for sid in plan.records if sid not in plan.existing]
-        report = {"store": str(target.path), "profile": target.profile, "file": str(plan.path), "dry_run": dry_run,
-                  "sessions_in_file": len(plan.records), "messages_in_file": plan.messages, "units": len(plan.units),
-                  "missing_columns": plan.missing, "dropped_columns": sorted(plan.missing) if drop_missing else [],
-                  "imported": new if dry_run else [], "skipped_existing": [] if replace else existing,
-                  "replaced": existing if replace and dry_run else [], "detached": [], "renumbered": [],
-                  "prompts_dropped": [], "messages": 0, "transactions": 0, "longest_lock_ms": 0.0}
-        refuse_missing(plan, drop_missing)
-        if dry_run:
-            return _out(report, as_json)
-        if new or (replace and existing):
-            what = f"{len(new)} new session(s)" + (f", replace {len(existing)}" if replace and existing else "")
-            confirm_or_refuse(yes, f"Import {what} into {target.path}?", [
-                f"{plan.path}: {len(plan.records)} sessions, {plan.messages} messages",
-                f"  new: {len(new)}; already in the store: {len(existing)} "
-                f"({'replaced' if replace else 'skipped'})",
-                *([f"  columns left out: {', '.join(sorted(plan.missing))}"] if plan.missing else []),
-            ])
-        started = time.monotonic()
-        with progress(len(plan.units), "Importing", as_json) as tick:
-            result = execute_import(store, plan, replace=replace, drop_missing=drop_missing, on_progress=tick)
-        report.update(imported=result.imported, skipped_existing=result.skipped_existing, replaced=result.replaced,
-                      detached=result.detached, renumbered=result.renumbered, prompts_dropped=result.prompts_dropped,
-                      messages=result.messages, transactions=result.transactions,
-                      longest_lock_ms=round(result.longest_lock_s * 1000, 1))
-    if report["imported"] or report["replaced"]:  # a second import writes nothing at all, not even history
-        record_job(target, "import", report, time.monotonic() - started)
-        write_metrics(metrics, [target])
-    _out(report, as_json)
+    targets = resolve_targets(db, profile, False)
+    req = ImportRequest.of(file, replace=replace, drop_missing=drop_missing, dry_run=dry_run)
+    op = Terminal(yes=yes, quiet=as_json)
+    # A second import writes nothing at all, not even history.
+    for_each_store(targets, as_json, lambda target: import_store(target, req, op), _render, job="import",
+                   ran=lambda r: not r["dry_run"] and bool(r["imported"] or r["replaced"]), metrics_file=metrics)
 
 
-def _out(r: dict, as_json: bool) -> None:
-    if as_json:
-        emit_json(r)
-        return
+def _render(r: dict) -> None:
     verb = "Would import" if r["dry_run"] else "Imported"
     typer.echo(f"{verb} {len(r['imported'])} sessions ({r['messages']} messages) from {r['file']} into {r['store']}"
                if not r["dry_run"] else f"{verb} {len(r['imported'])} of {r['sessions_in_file']} sessions from "

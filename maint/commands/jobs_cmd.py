@@ -49,11 +49,7 @@ def executor(root: Any, all_profiles: bool, db: Optional[str], metrics_file: Opt
     Each job's report reaches the log through the run history (:mod:`maint.ops.history`).
     """
 
-    def execute(job) -> int:
-        return run_command(root, job_args(job.command, all_profiles, db, metrics_file))
-
-
-    return execute
+    return lambda job: run_command(root, job_args(job.command, all_profiles, db, metrics_file))
 
 
 def dry_parse(root: Any, args: list[str]) -> dict[str, Any]:
@@ -65,7 +61,7 @@ def dry_parse(root: Any, args: list[str]) -> dict[str, Any]:
     """
     from typer._click import exceptions as click_exc
 
-    from maint.app import PROG
+    from maint import PROG
     from maint.commands.options import FILTER_FLAGS
 
     shown = " ".join(args)

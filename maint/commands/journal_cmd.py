@@ -30,17 +30,10 @@ def set_journal_mode(
     Holders are found on this machine only: processes in other containers or VMs sharing
     the volume are invisible, so stop Hermes there yourself first.
     """
-    from maint.config import config_path_for, load_config
-    from maint.ops.journal import config_advice, set_journal_mode as switch
+    from maint.ops.journal import switch_store
 
-    def run(target) -> dict:
-        cfg = load_config(config_path_for(target.path if db is not None else None, target.profile))
-        result = switch(target.path, mode.value, force=force)
-        return {"store": result.path, "before": result.before, "after": result.after,
-                "header": list(result.header), "warnings": result.warnings,
-                "config_advice": config_advice(cfg, mode.value)}
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json,
+                   lambda target: switch_store(target, mode.value, force=force), _render)
 
 
 def _render(r: dict) -> None:

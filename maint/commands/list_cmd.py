@@ -1,6 +1,5 @@
 """hermes-maint list: options and output; the rows come from :mod:`maint.ops.listing`."""
 
-import os
 from typing import Annotated, Optional
 
 import typer
@@ -35,29 +34,19 @@ def list_sessions(
 
     Example: hermes-maint list --workspace my-project --limit 50 --sort last-active
     """
-    from maint.ops.listing import SORTS, list_conversations
-    from maint.store.connection import open_store
+    from maint.ops.listing import SORTS, ListRequest, list_store
 
     n = parse_count("--limit", limit)
     if source is not None and not source.strip():
         raise UsageError("--source: empty value (expected a platform name, e.g. cli or telegram)")
     if sort not in SORTS:
         raise UsageError(f"--sort: {sort!r} (expected {' or '.join(SORTS)})")
-    needle = None
-    if workspace is not None:
-        needle = os.path.expanduser(workspace.strip())
-        needle = needle.rstrip("/\\") or needle
-        if not needle:
-            raise UsageError("--workspace: empty value (expected a path substring or a directory name, "
-                             "e.g. my-project or ~/code/hermes-agent)")
-
-    def run(target) -> dict:
-        with open_store(target.path, readonly=True) as store:
-            rows, total, more = list_conversations(store, source=source, limit=n, workspace=needle, sort=sort,
-                                                   count=as_json)
-        return {"sessions": rows, "total": total, "shown": len(rows), "more": more}
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+    if workspace is not None and not workspace.strip():
+        raise UsageError("--workspace: empty value (expected a path substring or a directory name, "
+                         "e.g. my-project or ~/code/hermes-agent)")
+    req = ListRequest(source=source, limit=n, workspace=workspace, sort=sort, count=as_json)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, lambda target: list_store(target, req),
+                   _render)
 
 
 def _render(r: dict) -> None:

@@ -5,8 +5,8 @@ from typing import Annotated, Optional
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, MetricsOpt, ProfileOpt
-from maint.commands.output import fmt_bytes
 from maint.commands.runner import for_each_store
+from maint.fmt import fmt_bytes
 from maint.errors import UsageError
 from maint.store.targets import resolve_targets
 
@@ -30,36 +30,16 @@ def optimize(
     store and writes a compacted, verified copy for you to swap in.
     """
     from maint.commands.recording import metrics_target
-    from maint.config import config_path_for, load_config
-    from maint.ops.vacuum import check_into, vacuum_into
-    from maint.ops.vacuum import optimize as run_optimize
-    from maint.store.connection import open_store
+    from maint.ops.vacuum import OptimizeRequest, optimize_store
 
     metrics = metrics_target(metrics_file)
     targets = resolve_targets(db, profile, all_profiles)
-    dest = None
-    if into is not None:
-        if len(targets) > 1:
-            raise UsageError("--into: takes one store (not --all-profiles); name it with --db or --profile")
-        dest = check_into(into)
-
-    def run(target) -> dict:
-        if dest is not None:
-            with open_store(target.path, readonly=True) as store:
-                c = vacuum_into(store, dest)
-            return {"into": c.path, "fts_optimized": [], "bytes_before": c.bytes_before, "bytes_after": c.bytes_after,
-                    "bytes_freed": max(0, c.bytes_before - c.bytes_after), "seconds": round(c.seconds, 2),
-                    "journal_mode": c.journal_mode, "sessions": c.sessions, "messages": c.messages}
-        cfg = load_config(config_path_for(target.path if db is not None else None, target.profile))
-        with open_store(target.path) as store:
-            r = run_optimize(store, replicated=cfg.maint("replicated") is True)
-        return {"into": None, "fts_optimized": r.fts_optimized, "bytes_before": r.bytes_before,
-                "bytes_after": r.bytes_after, "bytes_freed": max(0, r.bytes_before - r.bytes_after),
-                "seconds": round(r.seconds, 2), "journal_mode": None, "sessions": None, "messages": None}
-
+    if into is not None and len(targets) > 1:
+        raise UsageError("--into: takes one store (not --all-profiles); name it with --db or --profile")
+    req = OptimizeRequest(into=into)
     # --into only reads the store: that run is not written into the store's history.
-    for_each_store(targets, as_json, run, _render, job="optimize", ran=lambda r: r["into"] is None,
-                   metrics_file=metrics)
+    for_each_store(targets, as_json, lambda target: optimize_store(target, req), _render, job="optimize",
+                   ran=lambda r: r["into"] is None, metrics_file=metrics)
 
 
 def _render(r: dict) -> None:

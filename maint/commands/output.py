@@ -1,15 +1,15 @@
-"""How commands talk to the operator: JSON lines, human figures, the confirmation gate, progress."""
+"""How commands talk to the operator: JSON lines, safe terminal text, and the terminal :class:`Terminal`."""
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import typer
 
 from maint.errors import Declined, Interrupted, NotATerminal
+from maint.flow import Operator
 from maint.store.sqlutil import write_json
-from maint.store.timestamps import local
 
 
 def emit_json(obj: Any) -> None:
@@ -37,51 +37,55 @@ def fit(text: str, width: int) -> str:
     return "".join(out) + " " * (width - used)
 
 
-def fmt_time(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return local("%Y-%m-%d %H:%M", ts)
+class Terminal(Operator):
+    """The operator at a terminal: --yes or a typed answer; a progress bar on a terminal's stderr.
 
-
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
-
-
-def confirm_or_refuse(yes: bool, question: str, summary: list[str]) -> None:
-    """Destructive step gate: --yes, or a terminal answer; a pipe without --yes is refused (exit 2).
-
-    "no" raises :class:`Declined` (exit 1); Ctrl-C or Ctrl-D at the prompt raises
-    :class:`Interrupted` (exit 130). Either way nothing was changed.
+    Without --yes, a stdin that is not a terminal is refused (exit 2); "no" raises :class:`Declined`
+    (exit 1); Ctrl-C or Ctrl-D at the prompt raises :class:`Interrupted` (exit 130). Either way
+    nothing was changed. *quiet* (--json, a one-line summary) keeps the bar and notices off the terminal.
     """
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise NotATerminal("refusing to change the store without confirmation: stdin is not a terminal "
-                           "(pass --yes to proceed, or --dry-run to preview)")
-    for line in summary:
-        typer.echo(line)
-    try:
-        agreed = typer.confirm(question, default=False)
-    except (KeyboardInterrupt, EOFError, typer.Abort):
-        raise Interrupted("aborted at the prompt; nothing was changed") from None
-    if not agreed:
-        raise Declined("declined at the prompt; nothing was changed")
 
+    def __init__(self, yes: bool = False, quiet: bool = False) -> None:
+        self.yes, self.quiet = yes, quiet
 
-@contextmanager
-def progress(total: int, label: str, quiet: bool) -> Iterator[Callable[[int], None]]:
-    """A progress bar on a terminal's stderr; silent in a pipe, with --json, and under the scheduler."""
-    if quiet or total <= 0 or not sys.stderr.isatty():
-        yield lambda n: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+    @property
+    def asks(self) -> bool:
+        return not self.yes
 
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
+    def confirm(self, question: str, summary: Sequence[str] = (), warnings: Sequence[str] = ()) -> None:
+        if self.yes:
+            for warning in warnings:
+                typer.echo(f"warning: {warning}", err=True)
+            return
+        if not sys.stdin.isatty():
+            raise NotATerminal("refusing to change the store without confirmation: stdin is not a terminal "
+                               "(pass --yes to proceed, or --dry-run to preview)")
+        for line in [*summary, *(f"warning: {w}" for w in warnings)]:
+            typer.echo(line)
+        try:
+            agreed = typer.confirm(question, default=False)
+        except (KeyboardInterrupt, EOFError, typer.Abort):
+            raise Interrupted("aborted at the prompt; nothing was changed") from None
+        if not agreed:
+            raise Declined("declined at the prompt; nothing was changed")
+
+    def notice(self, lines: Sequence[str], topic: str = "hermes_maint") -> None:
+        if self.quiet or not sys.stdin.isatty():
+            super().notice(lines, topic)
+            return
+        for line in lines:
+            typer.echo(line, err=True)
+
+    @contextmanager
+    def progress(self, total: int, label: str) -> Iterator[Callable[[int], None]]:
+        """A bar on a terminal's stderr; silent in a pipe, with --json, and under the scheduler."""
+        if self.quiet or total <= 0 or not sys.stderr.isatty():
+            yield lambda n: None
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+        with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                      TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task(label, total=total)
+            yield lambda n: bar.advance(task, n)

@@ -13,17 +13,12 @@ IdsArg = Annotated[list[str], typer.Argument(help="Session ids or unique prefixe
 
 
 def _set(refs: list[str], pinned: bool, as_json: bool, db, profile, all_profiles: bool) -> None:
-    from maint.ops.sessions import set_pinned
-    from maint.store.connection import open_store
+    from maint.ops.sessions import pin_sessions
 
     if all_profiles:
         raise UsageError("--all-profiles: IDs name sessions in one store (use --db or --profile)")
-
-    def run(target) -> dict:
-        with open_store(target.path) as store:
-            return {"store": str(target.path), "pinned": pinned, "sessions": set_pinned(store, refs, pinned)}
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render_set)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json,
+                   lambda target: pin_sessions(target, refs, pinned), _render_set)
 
 
 def pin(session_ids: IdsArg, as_json: JsonOpt = False, db: DbOpt = None, profile: ProfileOpt = None,
@@ -52,14 +47,9 @@ def pinned(as_json: JsonOpt = False, db: DbOpt = None, profile: ProfileOpt = Non
 
     Example: hermes-maint pinned --json > pinned-sessions.json
     """
-    from maint.ops.sessions import pinned_sessions
-    from maint.store.connection import open_store
+    from maint.ops.sessions import pinned_report
 
-    def run(target) -> dict:
-        with open_store(target.path, readonly=True) as store:
-            return {"store": str(target.path), "pinned": pinned_sessions(store)}
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render_pinned)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, pinned_report, _render_pinned)
 
 
 def _render_set(r: dict) -> None:

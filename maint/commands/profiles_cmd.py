@@ -6,8 +6,8 @@ from typing import Annotated, Optional
 import typer
 
 from maint.commands.options import DryRunOpt, JsonOpt, MetricsOpt, YesOpt
-from maint.commands.output import confirm_or_refuse, emit_json
-from maint.errors import MaintError, UsageError
+from maint.commands.output import Terminal, emit_json
+from maint.errors import UsageError
 
 
 class LegacyMain(StrEnum):
@@ -45,57 +45,38 @@ def repair_profiles(
     import time
 
     from maint.commands.recording import metrics_target, record_job, write_metrics
-    from maint.ops.profiles import DEFAULT, scan, snapshot
-    from maint.ops.profiles import apply as apply_findings
-    from maint.store.holders import STOP_HERMES, refuse_if_held
-    from maint.store.targets import StoreTarget
+    from maint.ops.profiles import repair_stores, store_targets
 
     if apply and dry_run:
         raise UsageError("--apply and --dry-run contradict each other (use one)")
     metrics = metrics_target(metrics_file)
     started = time.monotonic()
-    stores, findings = scan(legacy_main=legacy_main.value if legacy_main else None)
-    actionable = [f for f in findings if f.action in ("move", "rekey")]
-    unreadable = [f for f in findings if f.kind == "unreadable_store"]
-    report = {"stores": {k: str(v) for k, v in stores.items()}, "findings": [f.as_dict() for f in findings],
-              "apply": apply, "snapshot": None, "applied": []}
-    if apply and actionable and unreadable:
-        raise MaintError(f"refusing to apply while a store cannot be read ({unreadable[0].reason}); "
-                         "nothing was changed")
-    if apply and actionable:
-        for path in stores.values():
-            refuse_if_held(path, force=force, doing="repair", advice=STOP_HERMES)
-        confirm_or_refuse(yes, f"Apply {len(actionable)} repair(s) across {len(stores)} store(s)?",
-                          [_line(f.as_dict()) for f in actionable])
-        folder = snapshot(stores)
-        report["snapshot"] = str(folder)
-        report["applied"] = apply_findings(stores, findings)
-        targets = [StoreTarget(path, None if name == DEFAULT else name) for name, path in stores.items()]
-        for target in targets:  # spans every store at once, so it records each itself
+    report = repair_stores(Terminal(yes=yes, quiet=as_json), legacy_main=legacy_main.value if legacy_main else None,
+                           apply=apply, force=force)
+    if report["snapshot"]:  # it spans every store at once, so it records each itself
+        targets = store_targets(report)
+        for target in targets:
             record_job(target, "repair-profiles", report, time.monotonic() - started)
         write_metrics(metrics, targets)
     if as_json:
         emit_json(report)
+    else:
+        _render(report)
+
+
+def _render(r: dict) -> None:
+    from maint.ops.profiles import finding_line
+
+    if not r["findings"]:
+        typer.echo(f"No profile mix-ups found in {len(r['stores'])} store(s).")
         return
-    if not findings:
-        typer.echo(f"No profile mix-ups found in {len(stores)} store(s).")
-        return
-    for f in report["findings"]:
-        typer.echo(_line(f))
+    for f in r["findings"]:
+        typer.echo(finding_line(f))
         if f["kind"] in ADVICE and f["action"] == "report":
             typer.echo(f"    {ADVICE[f['kind']]}")
-    if report["snapshot"]:
-        typer.echo(f"Snapshot of every store: {report['snapshot']}")
-        typer.echo(f"Applied {len(report['applied'])} repair(s). Restart the gateway.")
+    actionable = sum(f["action"] in ("move", "rekey") for f in r["findings"])
+    if r["snapshot"]:
+        typer.echo(f"Snapshot of every store: {r['snapshot']}")
+        typer.echo(f"Applied {len(r['applied'])} repair(s). Restart the gateway.")
     elif actionable:
-        typer.echo(f"{len(actionable)} repair(s) possible; re-run with --apply (stop the gateway first).")
-
-
-def _line(f: dict) -> str:
-    if f["kind"] == "unreadable_store":
-        return f"  [unreadable_store] {f['reason']} (the other stores were scanned)"
-    if f["kind"] == "shared_store":
-        return f"  [shared_store] {f['reason']}; rows of either name stay where they are"
-    what = f"{len(f['session_ids'])} session(s)" + (f", {len(f['routing_keys'])} routing row(s)"
-                                                     if f["routing_keys"] else "")
-    return f"  [{f['kind']}] in {f['store']}'s store, belonging to {f['owner']}: {what} -> {f['action']}"
+        typer.echo(f"{actionable} repair(s) possible; re-run with --apply (stop the gateway first).")

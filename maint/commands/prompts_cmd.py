@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt
-from maint.commands.output import confirm_or_refuse
+from maint.commands.output import Terminal
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
 from maint.store.targets import resolve_targets
@@ -33,32 +33,17 @@ def repair_prompts(
     --apply (or with --dry-run) nothing is written.
     """
     from maint.commands.recording import metrics_target
-    from maint.ops.prompts import clear_prompts, scan, targeted
-    from maint.store.connection import open_store
-    from maint.store.holders import STOP_HERMES, refuse_if_held
+    from maint.ops.prompts import repair_store
 
     if apply and dry_run:
         raise UsageError("--apply and --dry-run contradict each other (use one)")
     if session_id is not None and all_profiles:
         raise UsageError("a SESSION_ID names one session in one store; drop --all-profiles or the id")
     metrics = metrics_target(metrics_file)
-
-    def run(target) -> dict:
-        with open_store(target.path, readonly=not apply) as store:
-            result = targeted(store, session_id) if session_id is not None else scan(store)
-        ids = result.verified.ids
-        cleared: list[str] = []
-        if apply and ids:
-            refuse_if_held(target.path, force=force, doing="repair", advice=STOP_HERMES)
-            confirm_or_refuse(yes, f"Clear {len(ids)} stored prompt(s) in {target.path}?",
-                              [f"  {v['id']}  ({v['prompt_chars']} chars) - {v['reason']}" for v in result.verified])
-            with open_store(target.path) as store:
-                cleared = clear_prompts(store, ids)
-        return {"store": str(target.path), "verified": ids, "unverifiable": result.unverifiable, "apply": apply,
-                "cleared": cleared, "findings": result.verified}
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="repair-prompts",
-                   ran=lambda r: bool(r["cleared"]), metrics_file=metrics)
+    op = Terminal(yes=yes, quiet=as_json)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json,
+                   lambda target: repair_store(target, op, session_id=session_id, apply=apply, force=force),
+                   _render, job="repair-prompts", ran=lambda r: bool(r["cleared"]), metrics_file=metrics)
 
 
 def _render(r: dict) -> None:

@@ -1,4 +1,4 @@
-"""hermes-maint prune: options and output; the logic is :mod:`maint.ops.prune`."""
+"""hermes-maint prune: options and output; plan, confirm and delete are :func:`maint.ops.prune.prune_store`."""
 
 from typing import Annotated
 
@@ -6,8 +6,9 @@ import typer
 
 from maint.commands.options import (AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt,
                                    filter_options)
-from maint.commands.output import confirm_or_refuse, fmt_bytes, fmt_time, printable, progress
+from maint.commands.output import Terminal, printable
 from maint.commands.runner import for_each_store
+from maint.fmt import fmt_bytes, fmt_time
 from maint.selection.filters import Filters
 from maint.store.targets import resolve_targets
 
@@ -32,51 +33,13 @@ def prune(
     delegate (subagent) children go with their parent.
     """
     from maint.commands.recording import metrics_target
-    from maint.ops.prune import execute_prune, plan_prune, plan_stored_bytes, recover_interrupted
-    from maint.store.connection import open_store
+    from maint.ops.prune import PruneRequest, prune_store
 
     metrics = metrics_target(metrics_file)
-    from maint.ops.prune import check_settings
-
-    check_settings()
-
-    def run(target) -> dict:
-        with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
-            plan = plan_prune(store, filters, include_archived=include_archived)
-            count = plan.sessions
-            report = {
-                "store": str(target.path), "dry_run": dry_run, "matched": count, "session_ids": [],
-                "messages": plan.messages, "implicit_days": plan.implicit_days, "held_back": plan.held_back,
-                "oldest": plan.extreme(newest=False), "newest": plan.extreme(newest=True),
-            }
-            # Text size is read only when someone will look at it (preview or prompt).
-            report["bytes"] = plan_stored_bytes(store) if (dry_run or not yes) else None
-            if dry_run or not count:
-                if not dry_run and yes:
-                    # Nothing to delete, but what a killed run left goes back (the delete itself does this first).
-                    recover_interrupted(store)
-                report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[], skipped_too_big=[])
-                if dry_run:
-                    report["session_ids"] = plan.session_ids
-                return report
-            o, n = report["oldest"], report["newest"]
-            confirm_or_refuse(yes, f"Delete {count} sessions ({plan.messages} messages)?", [
-                f"{count} sessions, {plan.messages} messages, {fmt_bytes(report['bytes'] or 0)} of stored text",
-                f"  oldest: {o['id']} (last active {fmt_time(o['last_active'])})",
-                f"  newest: {n['id']} (last active {fmt_time(n['last_active'])})",
-            ])
-            with progress(len(plan.units), "Pruning", as_json) as tick:
-                result = execute_prune(store, plan, on_progress=tick)
-            report.update(
-                session_ids=result.deleted_ids, matched=len(result.deleted_ids), messages=result.messages,
-                deleted=len(result.deleted_ids), transactions=result.transactions,
-                longest_lock_ms=round(result.longest_lock_s * 1000, 1), skipped_changed=result.skipped_changed,
-                skipped_too_big=result.skipped_too_big,
-            )
-            return report
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="prune",
-                   ran=lambda r: not r["dry_run"], metrics_file=metrics)
+    req = PruneRequest(filters, include_archived=include_archived, dry_run=dry_run)
+    op = Terminal(yes=yes, quiet=as_json)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, lambda target: prune_store(target, req, op),
+                   _render, job="prune", ran=lambda r: not r["dry_run"], metrics_file=metrics)
 
 
 def _render(r: dict) -> None:

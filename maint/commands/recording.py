@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from maint.app import PROG
+from maint import PROG
 from maint.errors import MaintError, UsageError
 from maint.store.targets import StoreTarget, hermes_home
 

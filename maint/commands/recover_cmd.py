@@ -5,8 +5,9 @@ from typing import Annotated
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt
-from maint.commands.output import confirm_or_refuse, fmt_time, progress
+from maint.commands.output import Terminal
 from maint.commands.runner import for_each_store
+from maint.fmt import fmt_time
 from maint.errors import UsageError
 from maint.store.targets import resolve_targets
 
@@ -32,31 +33,14 @@ def recover(
       hermes-maint recover --apply      # asks, then creates the placeholders
     """
     from maint.commands.recording import metrics_target
-    from maint.ops.recover import find_stray, recover as run_recover
-    from maint.store.connection import open_store
+    from maint.ops.recover import recover_store
 
     if apply and dry_run:
         raise UsageError("--apply and --dry-run contradict each other (use one)")
     metrics = metrics_target(metrics_file)
-
-    def run(target) -> dict:
-        with open_store(target.path, readonly=not apply) as store:
-            strays = find_stray(store)
-            report = {"apply": apply, "dry_run": not apply, "stray_sessions": [s.as_dict() for s in strays],
-                      "stray_messages": sum(s.messages for s in strays), "recovered": [], "recovered_messages": 0,
-                      "skipped": []}
-            if not apply or not strays:
-                return report
-            confirm_or_refuse(yes, f"Create {len(strays)} placeholder session(s) in {target.path}?", [
-                f"{report['stray_messages']} message(s) under {len(strays)} session id(s) with no session row:"] + [
-                f"  {s.session_id}  {s.messages} message(s), {fmt_time(s.first)} .. {fmt_time(s.last)}"
-                for s in strays[:20]] + ([f"  … {len(strays) - 20} more"] if len(strays) > 20 else []))
-            with progress(len(strays), "Recovering", as_json) as tick:
-                done, held, skipped = run_recover(store, strays, on_progress=tick)
-            report.update(recovered=done, recovered_messages=held, skipped=skipped)
-            return report
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="recover",
+    op = Terminal(yes=yes, quiet=as_json)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json,
+                   lambda target: recover_store(target, op, apply=apply), _render, job="recover",
                    ran=lambda r: bool(r["recovered"]), metrics_file=metrics)
 
 

@@ -23,20 +23,13 @@ def rename(
 
     Example: hermes-maint rename 20250305_091523_a1b2 debugging auth flow
     """
-    from maint.ops.sessions import rename as do_rename
-    from maint.ops.sessions import sanitize_title
-    from maint.store.connection import open_store
+    from maint.ops.sessions import RenameRequest, rename_session
 
     if all_profiles:
         raise UsageError("--all-profiles: an ID names one session in one store (use --db or --profile)")
-    raw = " ".join(title)
-    sanitize_title(raw)  # bad input is refused before any store is opened
-
-    def run(target) -> dict:
-        with open_store(target.path) as store:
-            return {"store": str(target.path), **do_rename(store, session_id, raw)}
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+    req = RenameRequest(session_id, " ".join(title))
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, lambda target: rename_session(target, req),
+                   _render)
 
 
 def _render(r: dict) -> None:

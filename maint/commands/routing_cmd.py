@@ -6,13 +6,10 @@ from typing import Annotated
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt
-from maint.commands.output import confirm_or_refuse
+from maint.commands.output import Terminal
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
 from maint.store.targets import resolve_targets
-
-STOP_GATEWAY = "stop the gateway first: it holds the old routing in memory and would write it back over the repair"
-
 
 def repair_routing(
     apply: Annotated[bool, typer.Option(
@@ -42,10 +39,7 @@ def repair_routing(
     Example: hermes-maint repair-routing --max-gap-seconds 300; hermes-maint repair-routing --apply
     """
     from maint.commands.recording import metrics_target
-    from maint.ops.profiles import snapshot
-    from maint.ops.routing import adopt, find_orphans, store_owner
-    from maint.store.connection import open_store
-    from maint.store.holders import refuse_if_held
+    from maint.ops.routing import repair_store
 
     if apply and dry_run:
         raise UsageError("--apply and --dry-run contradict each other (use one)")
@@ -57,34 +51,10 @@ def repair_routing(
     if not math.isfinite(gap) or gap < 0:
         raise UsageError(f"--max-gap-seconds: bad value {max_gap_seconds!r} (expected a number of seconds >= 0, "
                          "e.g. 900)")
-
-    def run(target) -> dict:
-        owner = store_owner(target.path)
-        with open_store(target.path, readonly=True) as store:
-            findings = find_orphans(store, gap, owner)
-        todo = [f for f in findings if f["adoptable"]]
-        report = {"store": str(target.path), "max_gap_seconds": gap, "findings": findings, "adoptable": len(todo),
-                  "apply": apply, "snapshot": None, "adopted": [], "not_adopted": []}
-        if not apply or not todo:
-            return report
-        refuse_if_held(target.path, force=force, doing="repair routing", advice=STOP_GATEWAY)
-        confirm_or_refuse(yes, f"Adopt {len(todo)} orphaned session(s) in {target.path}?", [
-            f"  {f['orphan_id']} -> {f['session_key']} (from {f['donor_id']}, evidence: {f['evidence']})"
-            for f in todo])
-        name = target.profile or owner or "store"
-        report["snapshot"] = str(snapshot({name: target.path}, label="repair-routing"))
-        with open_store(target.path) as store:
-            for f in todo:
-                why = adopt(store, f["orphan_id"], f["donor_id"], owner)
-                entry = {"orphan_id": f["orphan_id"], "donor_id": f["donor_id"], "session_key": f["session_key"]}
-                if why:
-                    report["not_adopted"].append({**entry, "reason": why})
-                else:
-                    report["adopted"].append(entry)
-        return report
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="repair-routing",
-                   ran=lambda r: bool(r["adopted"]), metrics_file=metrics)
+    op = Terminal(yes=yes, quiet=as_json)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json,
+                   lambda target: repair_store(target, op, max_gap_seconds=gap, apply=apply, force=force),
+                   _render, job="repair-routing", ran=lambda r: bool(r["adopted"]), metrics_file=metrics)
 
 
 def _render(r: dict) -> None:

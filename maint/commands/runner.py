@@ -18,7 +18,7 @@ from maint.errors import (EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_
                           MaintError, OutputError, UsageError)
 from maint.store.targets import StoreTarget
 
-from maint.app import PROG
+from maint import PROG
 
 
 class StdoutClosed(Exception):
@@ -130,7 +130,8 @@ class StoresFailed(MaintError):
 
 def for_each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[[StoreTarget], dict],
                    render: Callable[[dict], None], *, job: str | None = None,
-                   ran: Callable[[dict], bool] = lambda report: True, metrics_file: Any = None) -> None:
+                   ran: Callable[[dict], bool] = lambda report: True, metrics_file: Any = None,
+                   findings: bool = False) -> list[dict]:
     """Run a command once per store, one report each; a failing store does not stop the others.
 
     One store: its error ends the command with that error's code, the store named. Several
@@ -138,22 +139,25 @@ def for_each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[
     the rest still run, and the command exits 1. A usage error or Ctrl-C stops the whole run.
 
     A *job* is the one place every job's run is recorded: each report for which *ran* is true
-    goes into that store's run history, and with a metrics file the stores it ran on get
-    fresh figures (see :mod:`maint.commands.recording`).
+    goes into that store's run history. With a metrics file, the stores it ran on get fresh
+    figures (see :mod:`maint.commands.recording`); the reports are doctor's *findings* when so
+    marked. Returns the reports of the stores it ran on.
     """
-    done: list[StoreTarget] = []
+    done: dict[StoreTarget, dict] = {}
     try:
         _each_store(targets, as_json, run_one, render, job, ran, done)
     finally:
-        if job is not None and done:
+        if metrics_file is not None and done:
             from maint.commands.recording import write_metrics
 
-            write_metrics(metrics_file, done)
+            write_metrics(metrics_file, list(done),
+                          doctor={str(t.path): r for t, r in done.items()} if findings else None)
+    return list(done.values())
 
 
 def _each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[[StoreTarget], dict],
                 render: Callable[[dict], None], job: str | None, ran: Callable[[dict], bool],
-                done: list[StoreTarget]) -> None:
+                done: dict[StoreTarget, dict]) -> None:
     import time
 
     from maint.commands.output import emit_json
@@ -198,7 +202,7 @@ def _each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[[St
             continue
         report.setdefault("store", str(target.path))
         report["profile"] = target.profile
-        done.append(target)
+        done[target] = report
         if job is not None and ran(report):
             from maint.commands.recording import record_job
 

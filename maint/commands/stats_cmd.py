@@ -3,22 +3,17 @@
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, ProfileOpt
-from maint.commands.output import fmt_bytes
 from maint.commands.runner import for_each_store
+from maint.fmt import fmt_bytes
 from maint.store.targets import resolve_targets
 
 
 def stats(as_json: JsonOpt = False, db: DbOpt = None, profile: ProfileOpt = None,
           all_profiles: AllProfilesOpt = False) -> None:
     """Sessions, messages, sessions per source, file size (with -wal) and free-page share."""
-    from maint.ops.stats import store_stats
-    from maint.store.connection import open_store
+    from maint.ops.stats import stats_report
 
-    def run(target) -> dict:
-        with open_store(target.path, readonly=True) as store:
-            return store_stats(store)
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, stats_report, _render)
 
 
 def _render(r: dict) -> None:

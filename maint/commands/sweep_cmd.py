@@ -1,11 +1,11 @@
 """hermes-maint sweep: the nightly job, by hand; the logic is :mod:`maint.ops.sweep`."""
 
-import sys
 from typing import Annotated
 
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, MetricsOpt, ProfileOpt
+from maint.commands.output import Terminal
 from maint.commands.runner import for_each_store
 from maint.store.targets import resolve_targets
 
@@ -27,34 +27,14 @@ def sweep(
 
     Example: hermes-maint sweep --force --json
     """
-    import logging
-
     from maint.commands.recording import metrics_target
-    from maint.config import config_path_for, load_config
-    from maint.ops.diskcheck import low_disk_notice
-    from maint.ops.sweep import run_sweep
+    from maint.ops.sweep import SweepRequest, sweep_store
 
     metrics = metrics_target(metrics_file)
-    from maint.ops.prune import check_settings
-
-    check_settings()
-    interactive = sys.stdin.isatty() and not as_json
-
-    def run(target) -> dict:
-        cfg = load_config(config_path_for(target.path if db is not None else None, target.profile))
-        report = run_sweep(target.path, cfg, force=force)
-        report["config"] = str(cfg.path)
-        lines = low_disk_notice(target.path, cfg)
-        if lines and interactive:
-            for line in lines:
-                typer.echo(line, err=True)
-        elif lines:
-            logging.getLogger("hermes_maint.disk").warning(" ".join(lines))
-        report["low_disk_notice"] = lines
-        return report
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render, job="sweep",
-                   ran=lambda r: r["swept"], metrics_file=metrics)
+    req = SweepRequest(force=force)
+    op = Terminal(quiet=as_json)
+    for_each_store(resolve_targets(db, profile, all_profiles), as_json, lambda target: sweep_store(target, req, op),
+                   _render, job="sweep", ran=lambda r: r["swept"], metrics_file=metrics)
 
 
 def _render(r: dict) -> None:

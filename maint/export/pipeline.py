@@ -15,14 +15,20 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from maint.errors import MaintError, OutputError, UsageError
+from maint.flow import target_config
 from maint.export.files import atomic_text, check_destination, inside, safe_name
 from maint.export.selection import latest_session, select_sessions
 from maint.selection.filters import Filters
-from maint.store.connection import Store
+from maint.store.connection import Store, open_store
+from maint.store.sqlutil import IdList
 from maint.store.targets import hermes_home
+
+if TYPE_CHECKING:
+    from maint.flow import Operator
+    from maint.store.targets import StoreTarget
 
 FORMATS = ("jsonl", "md", "qmd", "html", "trace")
 STDOUT = "-"
@@ -42,6 +48,7 @@ class ExportRequest:
     upload: bool = False
     public: bool = False
     delete_after_verified: bool = False
+    dry_run: bool = False  # plan only: what would be written, nothing created
 
     def __post_init__(self) -> None:
         if self.fmt not in FORMATS:
@@ -61,6 +68,10 @@ class ExportRequest:
                 raise UsageError("--delete-after-verified needs files to verify; give a folder, not -")
         if self.fmt in ("md", "qmd") and not self.session_id and self.filters.is_empty:
             raise UsageError(f"--format {self.fmt} bulk export needs at least one filter (or --session-id)")
+        if self.upload:
+            from maint.export.hf_upload import http_deadline, http_timeout
+
+            http_timeout(), http_deadline()  # bad settings are refused before anything is written
 
     @property
     def redacting(self) -> bool:
@@ -376,3 +387,29 @@ def _verified_delete(store: Store, renderer: Renderer, written: list[dict]) -> l
     prints = {sid: p for w in written for sid, p in w["fingerprints"].items()}
     delete_if_unchanged(store, ids, prints)
     return ids
+
+
+def export_store(target: StoreTarget, req: ExportRequest, op: Operator) -> dict[str, Any]:
+    """``hermes-maint export`` on one store: the plan (``dry_run``), or the files written, uploaded and
+    deleted as the request says; the report.
+
+    A refused upload raises with the report of what was written as ``exc.report``.
+    """
+    cap = target_config(target).session("max_export_messages")
+    with open_store(target.path, readonly=not req.delete_after_verified) as store:
+        plan = plan_export(store, req, cap)
+        if req.dry_run:
+            return {"dry_run": True, "store": str(target.path), "format": req.fmt, "sessions": IdList(plan.chosen),
+                    "files": [e["path"] for e in plan.entries if e["path"] is not None],
+                    "would_replace": [e["path"] for e in plan.entries if e.get("replaces")],
+                    "entries": [{**e, "ids": list(e["ids"])} for e in plan.entries]}
+        with op.progress(len(plan.entries) if len(plan.entries) > 1 else 0, "Exporting") as tick:
+            try:
+                report = run_export(store, plan, on_progress=tick)
+            except MaintError as exc:
+                if getattr(exc, "report", None) is not None:  # the selection's temp table goes with the store
+                    exc.report = {**exc.report, "sessions": IdList(exc.report["sessions"]), "store": str(target.path)}
+                raise
+        report["sessions"] = IdList(report["sessions"])  # the selection's temp table goes with the store
+    report["store"] = str(target.path)
+    return report

@@ -11,16 +11,25 @@ conversation the idle sweep had hidden stays hidden until it is un-archived by h
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from maint.errors import MaintError, UsageError
+from maint.flow import Operator, target_config
+from maint.ops.auto_archive import execute_idle_archive, missing_column, plan_idle_archive
 from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since
 from maint.store import lineage
 from maint.store.batching import pacer_for, run_batched
 from maint.selection.filters import Filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
-from maint.store.connection import Store
+from maint.store.connection import Store, open_store
+
+if TYPE_CHECKING:
+    from maint.config import Config
+    from maint.store.targets import StoreTarget
 
 
 @dataclass
@@ -125,3 +134,76 @@ def execute_archive(store: Store, plan: ArchivePlan,
 
     run_batched(plan.lineages, len, apply, store.write, pacer_for(store), on_progress=on_progress)
     return ArchiveResult(archived_ids=done, skipped_changed=skipped)
+
+
+@dataclass(frozen=True)
+class ArchiveRequest:
+    """``hermes-maint archive``'s options, refused when they would select everything or contradict --idle."""
+
+    filters: Filters = field(default_factory=Filters)
+    include_open: bool = False
+    idle: bool = False  # the idle sweep now: its own selection, from sessions.auto_archive_days
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        if self.idle:
+            if not self.filters.is_empty or self.include_open:
+                raise UsageError("--idle is a selection of its own (idle for sessions.auto_archive_days, open ones "
+                                 "included); drop the filters and --include-open")
+        elif self.filters.is_empty:
+            raise UsageError("archive needs at least one filter (refusing to archive the whole history); "
+                             "e.g. --newer-than 5h or --title 'dry run'")
+
+
+def archive_store(target: StoreTarget, req: ArchiveRequest, op: Operator) -> dict[str, Any]:
+    """Plan, ask, set the archived flags lineage by lineage: the report of one store's archive."""
+    with open_store(target.path, readonly=req.dry_run) as store:  # a preview works on a read-only store
+        if req.idle:
+            return _archive_idle(store, target, idle_days(target_config(target)), req.dry_run, op)
+        plan = plan_archive(store, req.filters, include_open=req.include_open)
+        ids = plan.session_ids
+        report = {"store": str(target.path), "dry_run": req.dry_run, "matched": len(ids), "session_ids": ids,
+                  "lineages": len(plan.lineages), "skipped_open": plan.skipped_open,
+                  "skipped_pinned": plan.skipped_pinned, "skipped_busy": 0, "include_open": req.include_open,
+                  "idle": False, "idle_days": None, "skipped_changed": []}
+        if req.dry_run or not ids:
+            return report
+        op.confirm(f"Archive {len(ids)} sessions?", [
+            f"{len(ids)} sessions in {len(plan.lineages)} conversations will be archived "
+            f"({plan.skipped_open} skipped as open, {plan.skipped_pinned} as pinned)"])
+        with op.progress(len(plan.lineages), "Archiving") as tick:
+            result = execute_archive(store, plan, on_progress=tick)
+        report.update(session_ids=result.archived_ids, matched=len(result.archived_ids),
+                      skipped_changed=result.skipped_changed)
+        return report
+
+
+def idle_days(cfg: Config) -> float:
+    """sessions.auto_archive_days from the store's own config.yaml (default 3), the idle sweep's threshold."""
+    days = cfg.session("auto_archive_days")
+    if isinstance(days, bool) or not isinstance(days, (int, float)) or not math.isfinite(days) or days < 0:
+        raise UsageError(f"sessions.auto_archive_days: bad value {days!r} in config.yaml "
+                         "(expected a number of days >= 0, e.g. 3)")
+    return float(days)
+
+
+def _archive_idle(store: Store, target: StoreTarget, days: float, dry_run: bool, op: Operator) -> dict[str, Any]:
+    reason = missing_column(store)
+    if reason:
+        raise MaintError(f"{target.path}: {reason}")
+    plan = plan_idle_archive(store, days)
+    ids = plan.session_ids
+    report = {"store": str(target.path), "dry_run": dry_run, "matched": len(ids), "session_ids": ids,
+              "lineages": len(plan.units), "skipped_open": 0, "skipped_pinned": plan.skipped_pinned,
+              "skipped_busy": plan.skipped_busy, "include_open": True, "idle": True, "idle_days": days,
+              "skipped_changed": []}
+    if dry_run or not ids:
+        return report
+    op.confirm(f"Archive {len(ids)} idle sessions?", [
+        f"{len(ids)} sessions in {len(plan.units)} conversations idle for {days:g} days or more will be "
+        f"archived until resumed ({plan.skipped_pinned} pinned and {plan.skipped_busy} busy left alone)"])
+    with op.progress(len(plan.units), "Archiving") as tick:
+        done = execute_idle_archive(store, plan, on_progress=tick)
+    flipped = set(done)
+    report.update(session_ids=done, matched=len(done), skipped_changed=[sid for sid in ids if sid not in flipped])
+    return report

@@ -54,7 +54,7 @@ from maint.errors import MaintError, StoreError, UsageError
 from maint.export.files import safe_name
 from maint.store.batching import Batcher, pacer_for
 from maint.store.connection import REQUIRED_TABLES, Store, busy_timeout_from_env, open_store, polling_busy_handler
-from maint.store.targets import hermes_home
+from maint.store.targets import StoreTarget, hermes_home
 from maint.ops.vacuum import DiskUsage, with_margin
 
 MADE_BY = "hermes-maint"
@@ -562,3 +562,42 @@ def would_rotate(folder: Path, store_path: Path, keep: int) -> list[str]:
     """What rotate would remove once one more snapshot exists (for --dry-run)."""
     mine = _rotatable(folder, store_path)
     return [str(s.path) for s in mine[:max(0, len(mine) + 1 - keep)]]
+
+
+@dataclass(frozen=True)
+class BackupRequest:
+    """``hermes-maint backup``'s options; --keep is checked when it is made."""
+
+    folder: Path | None = None  # None: $HERMES_HOME/state-snapshots/
+    keep: int | None = None  # then remove this store's oldest verified snapshots beyond this many
+    compact: bool = False
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        if self.keep is not None and self.keep < 1:
+            raise UsageError(f"--keep: bad value {self.keep} (expected a whole number >= 1; the new snapshot "
+                             "always stays)")
+
+
+def backup_store(target: StoreTarget, req: BackupRequest) -> dict[str, Any]:
+    """``hermes-maint backup`` on one store: a verified snapshot, then the rotation; or what that would do."""
+    label = store_label(target.path, target.profile)
+    with open_store(target.path, readonly=True) as store:  # a bad store is refused before any folder is made
+        size, peak = estimate_bytes(store, req.compact)
+    report = {"dry_run": req.dry_run, "snapshot": None, "label": label, "estimated_bytes": size,
+              "peak_extra_bytes": peak, "would_remove": [], "removed": [], "removed_partials": [],
+              "unverified_kept": []}
+    if req.dry_run:
+        base = req.folder if req.folder is not None else default_folder()
+        report["folder"] = str(base)
+        report["would_remove"] = would_rotate(base, target.path, req.keep) if req.keep and base.is_dir() else []
+        return report
+    where = prepare_folder(req.folder)
+    report["folder"] = str(where)
+    report["removed_partials"] = remove_stale_partials(where)
+    snap = take_snapshot(target.path, where, label=label, compact=req.compact)
+    report["snapshot"] = snap.as_dict()
+    report["removed"] = rotate(where, target.path, req.keep, snap.path) if req.keep else []
+    report["unverified_kept"] = [str(s.path) for s in list_snapshots(where)
+                                 if not s.verified and s.path.name.startswith(f"state-{label}-")]
+    return report

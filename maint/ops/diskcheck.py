@@ -13,15 +13,19 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
 from maint.config import Config, set_session_key
+from maint.flow import target_config
+from maint.fmt import fmt_bytes
 from maint.selection.filters import implicit_prune_filters
 from maint.ops.prune import plan_prune, plan_stored_bytes
-from maint.ops.sweep import validate_retention
 from maint.store.connection import Store, open_store
 from maint.store.runlock import RunLockHeld
+
+if TYPE_CHECKING:
+    from maint.store.targets import StoreTarget
 
 GB = 10**9
 PROMPT_KEY = "hermes_maint.autoprune_prompt"
@@ -68,13 +72,13 @@ def should_ask(cfg: Config, store: Store, figures: DiskFigures, now: float) -> b
 
 
 def notice(figures: DiskFigures, est: dict[str, Any], retention_days: int) -> list[str]:
-    lines = [f"Low disk space: {figures.free / GB:.1f} GB free of {figures.total / GB:.1f} GB "
+    lines = [f"Low disk space: {fmt_bytes(figures.free)} free of {fmt_bytes(figures.total)} "
              f"on the filesystem holding state.db."]
     if est["sessions"] == 0:
         lines.append(f"Pruning would not solve this: no ended session is older than {retention_days} days.")
     else:
         lines.append(f"Pruning sessions inactive for {retention_days} days would remove {est['sessions']} "
-                     f"sessions, about {est['stored_bytes'] / 2**20:.1f} MB of stored history.")
+                     f"sessions, about {fmt_bytes(est['stored_bytes'])} of stored history.")
         if est["store_bytes"] < SMALL_SHARE * figures.total:
             lines.append("That will not solve the disk problem: the session history is a small share of "
                          "the disk.")
@@ -106,8 +110,11 @@ def answer(cfg: Config, store: Store | None, choice: str, now: float | None = No
     raise ValueError(choice)
 
 
-def low_disk_notice(db: Path, cfg: Config, now: float | None = None) -> list[str]:
-    """The low-disk question's lines, once per store (recorded as asked); [] when not due."""
+def low_disk_notice(db: Path, cfg: Config, retention_days: int, now: float | None = None) -> list[str]:
+    """The low-disk question's lines, once per store (recorded as asked); [] when not due.
+
+    *retention_days* is what the sweep prunes past: the estimate says what that would free.
+    """
     now = time.time() if now is None else now
     try:
         store = open_store(db)
@@ -117,7 +124,24 @@ def low_disk_notice(db: Path, cfg: Config, now: float | None = None) -> list[str
         figures = disk_figures(db.parent)
         if not should_ask(cfg, store, figures, now):
             return []
-        retention = validate_retention(cfg.session("retention_days")) or 90
-        lines = notice(figures, estimate(store, retention, now), retention)
+        lines = notice(figures, estimate(store, retention_days, now), retention_days)
         record_asked(store, now)
     return lines
+
+
+def autoprune_store(target: StoreTarget, choice: str) -> dict[str, Any]:
+    """``hermes-maint autoprune on|off|later|status`` for one store: the answer's message, or the status."""
+    cfg = target_config(target)
+    if choice in ("on", "off"):  # each Hermes home has its own config.yaml
+        return {"choice": choice, "config": str(cfg.path), "message": answer(cfg, None, choice)}
+    if choice == "later":
+        with open_store(target.path) as store:
+            return {"choice": "later", "message": answer(cfg, store, "later")}
+    state = {}
+    if target.path.exists() or target.explicit:  # no default store yet: the config and disk alone
+        with open_store(target.path, readonly=True) as store:
+            state = prompt_state(store)
+    figures = disk_figures(target.path.parent if target.path.exists() else cfg.path.parent)
+    return {"auto_prune": cfg.session("auto_prune"), "configured": cfg.has_session_key("auto_prune"),
+            "config": str(cfg.path), "disk_free": figures.free, "disk_total": figures.total,
+            "low_disk": figures.low, "prompt": state}

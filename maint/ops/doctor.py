@@ -19,12 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from maint.config import Config
-from maint.errors import CorruptStore
+from maint import PROG
+from maint.config import Config, config_path_for, load_config
+from maint.errors import CorruptStore, UsageError
+from maint.fmt import fmt_bytes
 from maint.ops import fts, history
 from maint.ops.diskcheck import disk_figures
 from maint.ops.journal import HERMES_DEFAULT_JOURNAL_MODE, WAL_UNSAFE_FS, filesystem_type
@@ -39,7 +41,10 @@ from maint.store.connection import (NEWEST_KNOWN_SCHEMA, Store, has_wal_reset_bu
 from maint.store.holders import HolderReport, find_holders
 from maint.store.targets import hermes_home
 
-PROG = "hermes-maint"
+if TYPE_CHECKING:
+    from maint.flow import Operator
+    from maint.store.targets import StoreTarget
+
 OK, WARNING, CRITICAL = "ok", "warning", "critical"
 SEVERITIES = (OK, WARNING, CRITICAL)
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -89,14 +94,6 @@ def _age(seconds: float) -> str:
     if seconds < 2 * 86400:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} days"
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 class Doctor:
@@ -284,27 +281,28 @@ class Doctor:
             else:
                 fix = (f"{self.cmd('prune', '--older-than', str(self.retention()), '--yes')} && "
                        f"{compact or self.cmd('optimize')}")
-            self.add("db_size", WARNING, f"state.db is {_size(logical)} (over {_size(self.limits['db_warn_mb'])})"
+            limit = fmt_bytes(self.limits["db_warn_mb"])
+            self.add("db_size", WARNING, f"state.db is {fmt_bytes(logical)} (over {limit})"
                                          + ("" if self.auto_prune_on() else "; sessions.auto_prune is off, so it "
                                                                             "only grows"),
                      fix, bytes=logical)
         else:
-            self.add("db_size", OK, f"state.db is {_size(logical)}", bytes=logical)
+            self.add("db_size", OK, f"state.db is {fmt_bytes(logical)}", bytes=logical)
         if wal > self.limits["wal_warn_mb"]:
             held = bool(self.holders and self.holders.holders)
             why = ("normal while Hermes runs, but a checkpoint cannot finish while a reader holds an old snapshot"
                    if held else "no process holds the store, so this is a missed checkpoint")
             fix = "let Litestream checkpoint it (check that it runs)" if replica else self.cmd("optimize")
-            self.add("wal_size", WARNING, f"the WAL is {_size(wal)} (over {_size(self.limits['wal_warn_mb'])}): {why}",
-                     fix, bytes=wal)
+            limit = fmt_bytes(self.limits["wal_warn_mb"])
+            self.add("wal_size", WARNING, f"the WAL is {fmt_bytes(wal)} (over {limit}): {why}", fix, bytes=wal)
         else:
-            self.add("wal_size", OK, f"the WAL is {_size(wal)}", bytes=wal)
+            self.add("wal_size", OK, f"the WAL is {fmt_bytes(wal)}", bytes=wal)
         if share >= MIN_FREELIST_RATIO and free_bytes >= self.limits["free_warn_mb"]:
-            self.add("free_pages", WARNING, f"{share:.0%} of the file ({_size(free_bytes)}) is free pages that only "
-                                            "a VACUUM gives back to the disk", compact or self.cmd("optimize"),
+            self.add("free_pages", WARNING, f"{share:.0%} of the file ({fmt_bytes(free_bytes)}) is free pages that "
+                                            "only a VACUUM gives back to the disk", compact or self.cmd("optimize"),
                      share=round(share, 4), bytes=free_bytes)
         else:
-            self.add("free_pages", OK, f"{share:.1%} of the file is free pages ({_size(free_bytes)})",
+            self.add("free_pages", OK, f"{share:.1%} of the file is free pages ({fmt_bytes(free_bytes)})",
                      share=round(share, 4), bytes=free_bytes)
 
     # -- who holds it, replication, journal mode, SQLite -----------------------------------------
@@ -570,6 +568,17 @@ def run_doctor(path: Path, cfg: Config, *, profile: str | None = None, cfg_error
     return {"store": str(path), "profile": profile, "checked_at": now, "full": full,
             "findings": [f.as_dict() for f in findings], "counts": counts, "worst": worst,
             "seconds": round(time.monotonic() - started, 3)}
+
+
+def doctor_store(target: StoreTarget, op: Operator, *, full: bool = False) -> dict[str, Any]:
+    """``hermes-maint doctor`` on one store; a config.yaml that cannot be read is a finding, not a stop."""
+    path = config_path_for(target.path, target.profile)
+    try:
+        cfg, cfg_error = load_config(path), None
+    except UsageError as exc:
+        cfg, cfg_error = Config(path=path, exists=True), str(exc)
+    with op.progress(len(CHECKS), "Checking") as tick:
+        return run_doctor(target.path, cfg, profile=target.profile, cfg_error=cfg_error, full=full, on_progress=tick)
 
 
 def fails(report: dict[str, Any], level: str | None) -> bool:

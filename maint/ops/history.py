@@ -16,9 +16,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from maint.store.connection import Store
+from maint.store.connection import Store, open_store
+
+if TYPE_CHECKING:
+    from maint.store.targets import StoreTarget
 
 log = logging.getLogger("hermes_maint.history")
 
@@ -168,9 +171,14 @@ def latest_by_kind(store: Store, kinds: Iterable[str] = KINDS) -> dict[str, Entr
 
 def record(path: Any, kind: str, report: dict[str, Any], *, seconds: float | None = None) -> Entry:
     """Append a finished run to its store's history and log it (the job loop's log carries every report)."""
-    from maint.store.connection import open_store
-
     with open_store(path) as store:
         entry = append(store, kind, report, seconds=seconds)
     log.info("job report %s %s: %s", kind, path, json.dumps(entry.as_dict(), default=str, ensure_ascii=False))
     return entry
+
+
+def history_report(target: StoreTarget, kind: str | None = None, limit: int = 20) -> dict[str, Any]:
+    """``hermes-maint history`` on one store, read-only: its last *limit* runs (of *kind*), newest first."""
+    with open_store(target.path, readonly=True) as store:
+        runs = entries(store, kind, limit)
+    return {"store": str(target.path), "kind": kind, "runs": [e.as_dict() for e in runs]}

@@ -52,6 +52,8 @@ from maint.store.catalog import SessionInfo
 from maint.store.checkpointer import background_checkpoints
 from maint.store.connection import Store
 from maint.store.sqlutil import chunks, ph
+from maint.store.targets import StoreTarget
+from maint.flow import Operator
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 NOT_COLUMNS = {"messages", "timings", "system_prompts"}
@@ -433,3 +435,54 @@ def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, dro
     result.transactions = store.write_stats.transactions - before
     result.longest_lock_s = store.write_stats.longest_hold_s
     return result
+
+
+@dataclass(frozen=True)
+class ImportRequest:
+    """``hermes-maint import``'s arguments: the export file, read and checked line by line before any store
+    is opened."""
+
+    file: Path
+    checked: tuple
+    replace: bool = False
+    drop_missing: bool = False
+    dry_run: bool = False
+
+    @classmethod
+    def of(cls, file: Path, *, replace: bool = False, drop_missing: bool = False,
+           dry_run: bool = False) -> ImportRequest:
+        return cls(file, read_export(file), replace=replace, drop_missing=drop_missing, dry_run=dry_run)
+
+
+def import_store(target: StoreTarget, req: ImportRequest, op: Operator) -> dict[str, Any]:
+    """``hermes-maint import`` into one store: the plan, the operator asked, then a lineage per transaction."""
+    from maint.store.connection import open_store
+
+    with open_store(target.path) as store:
+        plan = plan_import(store, req.file, req.checked)
+        existing = [sid for sid in plan.records if sid in plan.existing]
+        new = [sid for sid in plan.records if sid not in plan.existing]
+        replace, dry_run = req.replace, req.dry_run
+        report = {"store": str(target.path), "profile": target.profile, "file": str(plan.path), "dry_run": dry_run,
+                  "sessions_in_file": len(plan.records), "messages_in_file": plan.messages, "units": len(plan.units),
+                  "missing_columns": plan.missing, "dropped_columns": sorted(plan.missing) if req.drop_missing else [],
+                  "imported": new if dry_run else [], "skipped_existing": [] if replace else existing,
+                  "replaced": existing if replace and dry_run else [], "detached": [], "renumbered": [],
+                  "prompts_dropped": [], "messages": 0, "transactions": 0, "longest_lock_ms": 0.0}
+        refuse_missing(plan, req.drop_missing)
+        if dry_run:
+            return report
+        if new or (replace and existing):
+            what = f"{len(new)} new session(s)" + (f", replace {len(existing)}" if replace and existing else "")
+            op.confirm(f"Import {what} into {target.path}?", [
+                f"{plan.path}: {len(plan.records)} sessions, {plan.messages} messages",
+                f"  new: {len(new)}; already in the store: {len(existing)} ({'replaced' if replace else 'skipped'})",
+                *([f"  columns left out: {', '.join(sorted(plan.missing))}"] if plan.missing else []),
+            ])
+        with op.progress(len(plan.units), "Importing") as tick:
+            result = execute_import(store, plan, replace=replace, drop_missing=req.drop_missing, on_progress=tick)
+        report.update(imported=result.imported, skipped_existing=result.skipped_existing, replaced=result.replaced,
+                      detached=result.detached, renumbered=result.renumbered, prompts_dropped=result.prompts_dropped,
+                      messages=result.messages, transactions=result.transactions,
+                      longest_lock_ms=round(result.longest_lock_s * 1000, 1))
+    return report

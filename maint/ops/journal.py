@@ -14,14 +14,19 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError
+from maint.flow import target_config
 from maint.store.holders import HeldStore, find_holders, refuse_if_held
 from maint.store.connection import (NEWEST_KNOWN_SCHEMA, WAL_RESET_FIXED, _check_header, has_wal_reset_bug,
                                     header_bytes, header_journal_mode)
+
+if TYPE_CHECKING:
+    from maint.store.targets import StoreTarget
 
 MODES = ("wal", "delete")
 WAL_UNSAFE_FS = ("virtiofs", "9p")
@@ -140,3 +145,11 @@ def config_advice(cfg, mode: str) -> str | None:
     said = (f"{cfg.path} says database.journal_mode: {configured}" if configured else
             f"{cfg.path} has no database.journal_mode, so Hermes applies its default ({HERMES_DEFAULT_JOURNAL_MODE})")
     return f"{said} and will switch it back on its next start. Set:\n  database:\n    journal_mode: {mode}"
+
+
+def switch_store(target: StoreTarget, mode: str, *, force: bool = False) -> dict[str, Any]:
+    """``hermes-maint set-journal-mode`` on one store: the switch, its warnings, and what config.yaml should say."""
+    cfg = target_config(target)
+    result = set_journal_mode(target.path, mode, force=force)
+    return {"store": result.path, "before": result.before, "after": result.after, "header": list(result.header),
+            "warnings": result.warnings, "config_advice": config_advice(cfg, mode)}

@@ -17,12 +17,16 @@ import json
 import math
 import os
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from maint.store import lineage
 from maint.store.timestamps import local, raw
 from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, SessionInfo, catalog_sql
-from maint.store.connection import Store
+from maint.store.connection import Store, open_store
+
+if TYPE_CHECKING:
+    from maint.store.targets import StoreTarget
 
 PREVIEW_CHARS = 60
 
@@ -193,3 +197,26 @@ SOURCE_ABBREVIATIONS = {
 
 def source_label(source: str) -> str:
     return SOURCE_ABBREVIATIONS.get(source, source[:6])
+
+
+@dataclass(frozen=True)
+class ListRequest:
+    """``hermes-maint list``'s options; *count* asks for the total too (the JSON report shows it)."""
+
+    source: str | None = None
+    limit: int = 20
+    workspace: str | None = None  # a path substring or a directory name; ~ is expanded
+    sort: str = "started"
+    count: bool = False
+
+
+def list_store(target: StoreTarget, req: ListRequest) -> dict[str, Any]:
+    """``hermes-maint list`` on one store, read-only: the rows shown, the total when counted, whether more exist."""
+    needle = None
+    if req.workspace is not None:
+        needle = os.path.expanduser(req.workspace.strip())
+        needle = needle.rstrip("/\\") or needle
+    with open_store(target.path, readonly=True) as store:
+        rows, total, more = list_conversations(store, source=req.source, limit=req.limit, workspace=needle,
+                                               sort=req.sort, count=req.count)
+    return {"sessions": rows, "total": total, "shown": len(rows), "more": more}

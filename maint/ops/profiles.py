@@ -28,7 +28,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
@@ -37,6 +37,11 @@ from maint.store.targets import hermes_home
 from maint.ops.prune import delete_sessions
 from maint.store.sqlutil import chunks, ph
 from maint.store.connection import Store, open_store
+from maint.store.holders import STOP_HERMES, refuse_if_held
+from maint.store.targets import StoreTarget
+
+if TYPE_CHECKING:
+    from maint.flow import Operator
 
 DEFAULT = "default"
 
@@ -304,7 +309,7 @@ def _move_routing(src: Store, dst: Store, keys: list[list[str]], rekey: tuple[st
             conn.execute("DELETE FROM gateway_routing WHERE scope = ? AND session_key = ?", (scope, key))
 
 
-def apply(stores: dict[str, Path], findings: list[Finding]) -> list[dict[str, Any]]:
+def apply_findings(stores: dict[str, Path], findings: list[Finding]) -> list[dict[str, Any]]:
     """Carry out every finding whose action is move or rekey; returns what was done."""
     done = []
     for f in findings:
@@ -374,3 +379,42 @@ def _rekey_in_place(store: Store, f: Finding, rekey: tuple[str, str]) -> None:
         if store.has_table("telegram_dm_topic_bindings"):
             conn.execute("UPDATE telegram_dm_topic_bindings SET session_key = ? || substr(session_key, ?) "
                          "WHERE session_key LIKE ?", (new, len(old) + 1, old + "%"))
+
+
+def repair_stores(op: Operator, *, legacy_main: str | None = None, apply: bool = False,
+                  force: bool = False) -> dict[str, Any]:
+    """``hermes-maint repair-profiles``: every store scanned together; with *apply*, once no process holds
+    any of them and the operator agrees, a snapshot of every store and then each move or rekey."""
+    stores, findings = scan(legacy_main=legacy_main)
+    actionable = [f for f in findings if f.action in ("move", "rekey")]
+    unreadable = [f for f in findings if f.kind == "unreadable_store"]
+    report = {"stores": {k: str(v) for k, v in stores.items()}, "findings": [f.as_dict() for f in findings],
+              "apply": apply, "snapshot": None, "applied": []}
+    if not apply or not actionable:
+        return report
+    if unreadable:
+        raise MaintError(f"refusing to apply while a store cannot be read ({unreadable[0].reason}); "
+                         "nothing was changed")
+    for path in stores.values():
+        refuse_if_held(path, force=force, doing="repair", advice=STOP_HERMES)
+    op.confirm(f"Apply {len(actionable)} repair(s) across {len(stores)} store(s)?",
+               [finding_line(f.as_dict()) for f in actionable])
+    report["snapshot"] = str(snapshot(stores))
+    report["applied"] = apply_findings(stores, findings)
+    return report
+
+
+def store_targets(report: dict[str, Any]) -> list[StoreTarget]:
+    """The stores a :func:`repair_stores` report covers, as targets (each gets the run in its history)."""
+    return [StoreTarget(Path(path), None if name == DEFAULT else name) for name, path in report["stores"].items()]
+
+
+def finding_line(f: dict[str, Any]) -> str:
+    """One finding as the report and the confirmation show it."""
+    if f["kind"] == "unreadable_store":
+        return f"  [unreadable_store] {f['reason']} (the other stores were scanned)"
+    if f["kind"] == "shared_store":
+        return f"  [shared_store] {f['reason']}; rows of either name stay where they are"
+    what = f"{len(f['session_ids'])} session(s)" + (f", {len(f['routing_keys'])} routing row(s)"
+                                                     if f["routing_keys"] else "")
+    return f"  [{f['kind']}] in {f['store']}'s store, belonging to {f['owner']}: {what} -> {f['action']}"

@@ -14,10 +14,15 @@ import json
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from maint.store.connection import Store
+from maint.store.connection import Store, open_store
+from maint.store.holders import STOP_HERMES, refuse_if_held
 from maint.store.sqlutil import IdList
+
+if TYPE_CHECKING:
+    from maint.flow import Operator
+    from maint.store.targets import StoreTarget
 
 SKILL_SAFETY_MARKER = "## Skill Safety"  # also matches upstream's "## Skill Safety Rule" heading
 
@@ -144,3 +149,21 @@ def targeted(store: Store, ref: str) -> PromptScan:
     if prompt:
         result.verified.append({"id": sid, "reason": "targeted clear", "prompt_chars": len(prompt)})
     return result
+
+
+def repair_store(target: StoreTarget, op: Operator, *, session_id: str | None = None, apply: bool = False,
+                 force: bool = False) -> dict[str, Any]:
+    """``hermes-maint repair-prompts`` on one store: the scan (or the one session named); with *apply*, the
+    verified prompts cleared once no process holds the store and the operator agrees."""
+    with open_store(target.path, readonly=not apply) as store:
+        result = targeted(store, session_id) if session_id is not None else scan(store)
+    ids = result.verified.ids
+    cleared: list[str] = []
+    if apply and ids:
+        refuse_if_held(target.path, force=force, doing="repair", advice=STOP_HERMES)
+        op.confirm(f"Clear {len(ids)} stored prompt(s) in {target.path}?",
+                   [f"  {v['id']}  ({v['prompt_chars']} chars) - {v['reason']}" for v in result.verified])
+        with open_store(target.path) as store:
+            cleared = clear_prompts(store, ids)
+    return {"store": str(target.path), "verified": ids, "unverifiable": result.unverifiable, "apply": apply,
+            "cleared": cleared, "findings": result.verified}

@@ -14,8 +14,9 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from maint.fmt import fmt_bytes, fmt_time
 from maint.ops.fts_detach import NOTE_KEY as FTS_DETACHED_KEY, detaching, put_back_left_over
 from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched, target_from_env
@@ -26,7 +27,11 @@ from maint.store.fts_merges import (CRISIS_KEY as FTS_CRISIS_KEY, META_KEY as FT
 from maint.store.holders import other_connections
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
-from maint.store.connection import Store, busy_timeout_from_env
+from maint.store.connection import Store, busy_timeout_from_env, open_store
+
+if TYPE_CHECKING:
+    from maint.flow import Operator
+    from maint.store.targets import StoreTarget
 
 PLAN_TABLES = ("maint_pc", "maint_sb", "maint_vis", "maint_um", "maint_unit")
 
@@ -425,3 +430,52 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=transactions[0],
                        longest_lock_s=store.write_stats.longest_hold_s, skipped_too_big=too_big)
+
+
+@dataclass(frozen=True)
+class PruneRequest:
+    """``hermes-maint prune``'s options; every setting a bulk delete reads is checked when it is made."""
+
+    filters: Filters = field(default_factory=Filters)
+    include_archived: bool = False
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        check_settings()
+
+
+def prune_store(target: StoreTarget, req: PruneRequest, op: Operator) -> dict[str, Any]:
+    """Plan, ask, delete in paced transactions: the report of one store's prune."""
+    with open_store(target.path, readonly=req.dry_run) as store:  # a preview works on a read-only store
+        plan = plan_prune(store, req.filters, include_archived=req.include_archived)
+        count = plan.sessions
+        report = {
+            "store": str(target.path), "dry_run": req.dry_run, "matched": count, "session_ids": [],
+            "messages": plan.messages, "implicit_days": plan.implicit_days, "held_back": plan.held_back,
+            "oldest": plan.extreme(newest=False), "newest": plan.extreme(newest=True),
+        }
+        # Text size is read only when someone will look at it (preview or prompt).
+        report["bytes"] = plan_stored_bytes(store) if (req.dry_run or op.asks) else None
+        if req.dry_run or not count:
+            if not req.dry_run and not op.asks:
+                # Nothing to delete, but what a killed run left goes back (the delete itself does this first).
+                recover_interrupted(store)
+            report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[], skipped_too_big=[])
+            if req.dry_run:
+                report["session_ids"] = plan.session_ids
+            return report
+        o, n = report["oldest"], report["newest"]
+        op.confirm(f"Delete {count} sessions ({plan.messages} messages)?", [
+            f"{count} sessions, {plan.messages} messages, {fmt_bytes(report['bytes'] or 0)} of stored text",
+            f"  oldest: {o['id']} (last active {fmt_time(o['last_active'])})",
+            f"  newest: {n['id']} (last active {fmt_time(n['last_active'])})",
+        ])
+        with op.progress(len(plan.units), "Pruning") as tick:
+            result = execute_prune(store, plan, on_progress=tick)
+        report.update(
+            session_ids=result.deleted_ids, matched=len(result.deleted_ids), messages=result.messages,
+            deleted=len(result.deleted_ids), transactions=result.transactions,
+            longest_lock_ms=round(result.longest_lock_s * 1000, 1), skipped_changed=result.skipped_changed,
+            skipped_too_big=result.skipped_too_big,
+        )
+        return report

@@ -15,9 +15,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from maint.store.connection import Store
+from maint.fmt import fmt_time
+from maint.store.connection import Store, open_store
+
+if TYPE_CHECKING:
+    from maint.flow import Operator
+    from maint.store.targets import StoreTarget
 
 RECOVERED_SOURCE = "recovered"
 
@@ -84,3 +89,24 @@ def recover(store: Store, strays: list[Stray], now: float | None = None,
                     held += count
         on_progress(1)
     return done, held, skipped
+
+
+def recover_store(target: StoreTarget, op: Operator, *, apply: bool = False) -> dict[str, Any]:
+    """``hermes-maint recover`` on one store: the stray messages; with *apply*, once the operator agrees,
+    a placeholder session for each id, one transaction each."""
+    with open_store(target.path, readonly=not apply) as store:
+        strays = find_stray(store)
+        report = {"apply": apply, "dry_run": not apply, "stray_sessions": [s.as_dict() for s in strays],
+                  "stray_messages": sum(s.messages for s in strays), "recovered": [], "recovered_messages": 0,
+                  "skipped": []}
+        if not apply or not strays:
+            return report
+        op.confirm(f"Create {len(strays)} placeholder session(s) in {target.path}?", [
+            f"{report['stray_messages']} message(s) under {len(strays)} session id(s) with no session row:",
+            *[f"  {s.session_id}  {s.messages} message(s), {fmt_time(s.first)} .. {fmt_time(s.last)}"
+              for s in strays[:20]],
+            *([f"  … {len(strays) - 20} more"] if len(strays) > 20 else [])])
+        with op.progress(len(strays), "Recovering") as tick:
+            done, held, skipped = recover(store, strays, on_progress=tick)
+        report.update(recovered=done, recovered_messages=held, skipped=skipped)
+        return report

@@ -39,6 +39,8 @@ from maint.store.connection import _check_header, _persist_wal, busy_timeout_fro
     polling_busy_handler
 from maint.store.holders import STOP_HERMES, HolderReport, refuse_if_held
 from maint.store.runlock import run_lock
+from maint.store.targets import StoreTarget
+from maint.flow import Operator
 
 
 @dataclass
@@ -198,3 +200,59 @@ def restore(live: Path, snapshot: SnapshotInfo, *, label: str, safety_folder: Pa
     return RestoreResult(store=live, snapshot=snapshot.path, safety_snapshot=safety, before=before, after=after,
                          inode_kept=live.stat().st_ino == inode, seconds=round(time.monotonic() - started, 3),
                          journal_mode=header_journal_mode(live), warnings=warnings)
+
+
+@dataclass(frozen=True)
+class RestoreRequest:
+    """``hermes-maint restore``'s arguments: the snapshot, inspected (refused unless it is an intact Hermes
+    store) before any store is opened."""
+
+    snapshot: SnapshotInfo
+    force: bool = False
+    dry_run: bool = False
+
+    @classmethod
+    def of(cls, snapshot: Path, *, force: bool = False, dry_run: bool = False) -> RestoreRequest:
+        return cls(inspect_snapshot(snapshot), force=force, dry_run=dry_run)
+
+
+def restore_store(target: StoreTarget, req: RestoreRequest, op: Operator) -> dict[str, Any]:
+    """``hermes-maint restore`` into one store: both sides counted, the operator asked, then :func:`restore`."""
+    from maint.fmt import fmt_bytes
+    from maint.ops.backup import prepare_folder, remove_stale_partials, store_label
+
+    info = req.snapshot
+    if info.path.resolve() == Path(target.path).expanduser().resolve():
+        raise UsageError(f"SNAPSHOT: {info.path} is the store itself (expected a snapshot of it)")
+    conn = open_live(target.path)
+    try:
+        before = live_counts(conn)
+    finally:
+        conn.close()
+    report = {"store": str(target.path), "profile": target.profile, "snapshot": str(info.path),
+              "dry_run": req.dry_run, "before": before,
+              "snapshot_counts": {"sessions": info.sessions, "messages": info.messages},
+              "warnings": [], "safety_snapshot": None, "after": None, "inode_kept": None, "seconds": None}
+    made_for = (info.sidecar or {}).get("store")
+    if made_for and made_for != str(Path(target.path).expanduser().resolve()):
+        report["warnings"].append(f"the snapshot was taken of {made_for}, not of this store")
+    if req.dry_run:
+        return report
+    op.confirm(f"Replace the contents of {target.path} with this snapshot?", [
+        f"store:    {target.path} ({counts_text(before)})",
+        f"snapshot: {info.path} ({counts_text(report['snapshot_counts'])}, {fmt_bytes(info.bytes)})",
+        *[f"warning: {w}" for w in report["warnings"]],
+        "a safety snapshot of the store is taken first",
+    ])
+    folder = prepare_folder(None)
+    remove_stale_partials(folder)
+    result = restore(target.path, info, label=store_label(target.path, target.profile), safety_folder=folder,
+                     force=req.force)
+    report.update(safety_snapshot=str(result.safety_snapshot.path), after=result.after, before=result.before,
+                  inode_kept=result.inode_kept, seconds=result.seconds)
+    report["warnings"] += result.warnings
+    return report
+
+
+def counts_text(c: dict[str, int] | None) -> str:
+    return "unreadable" if c is None else f"{c['sessions']} sessions, {c['messages']} messages"

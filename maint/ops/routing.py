@@ -22,11 +22,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from maint.ops.profiles import snapshot
 from maint.store.catalog import SessionInfo, load_sessions
-from maint.store.connection import Store
+from maint.store.connection import Store, open_store
+from maint.store.holders import refuse_if_held
 from maint.store.targets import hermes_home
+
+if TYPE_CHECKING:
+    from maint.flow import Operator
+    from maint.store.targets import StoreTarget
+
+STOP_GATEWAY = "stop the gateway first: it holds the old routing in memory and would write it back over the repair"
 
 DEFAULT_MAX_GAP_S = 900.0
 REPAIR_END_REASON = "superseded_by_repair"
@@ -141,3 +149,31 @@ def adopt(store: Store, orphan_id: str, donor_id: str, owner: str | None = None)
                      (time.time(), REPAIR_END_REASON, donor_id))
     return None
 
+
+
+def repair_store(target: StoreTarget, op: Operator, *, max_gap_seconds: float = 900.0, apply: bool = False,
+                 force: bool = False) -> dict[str, Any]:
+    """``hermes-maint repair-routing`` on one store: the orphans and their evidence; with *apply*, once no
+    process holds the store and the operator agrees, a snapshot and then each adoption."""
+    owner = store_owner(target.path)
+    with open_store(target.path, readonly=True) as store:
+        findings = find_orphans(store, max_gap_seconds, owner)
+    todo = [f for f in findings if f["adoptable"]]
+    report = {"store": str(target.path), "max_gap_seconds": max_gap_seconds, "findings": findings,
+              "adoptable": len(todo), "apply": apply, "snapshot": None, "adopted": [], "not_adopted": []}
+    if not apply or not todo:
+        return report
+    refuse_if_held(target.path, force=force, doing="repair routing", advice=STOP_GATEWAY)
+    op.confirm(f"Adopt {len(todo)} orphaned session(s) in {target.path}?", [
+        f"  {f['orphan_id']} -> {f['session_key']} (from {f['donor_id']}, evidence: {f['evidence']})" for f in todo])
+    name = target.profile or owner or "store"
+    report["snapshot"] = str(snapshot({name: target.path}, label="repair-routing"))
+    with open_store(target.path) as store:
+        for f in todo:
+            why = adopt(store, f["orphan_id"], f["donor_id"], owner)
+            entry = {"orphan_id": f["orphan_id"], "donor_id": f["donor_id"], "session_key": f["session_key"]}
+            if why:
+                report["not_adopted"].append({**entry, "reason": why})
+            else:
+                report["adopted"].append(entry)
+    return report

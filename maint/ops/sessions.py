@@ -16,15 +16,20 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from maint.errors import MaintError, UsageError
+from maint.fmt import fmt_time
 from maint.ops.prune import delete_sessions, message_counts
 from maint.store import lineage
 from maint.store.catalog import (CANONICAL_BOT_CHAT_TITLE, NEWEST_MESSAGE_SQL, SessionInfo, locked_session_ids,
                                  resolve_session, session_info)
-from maint.store.connection import Store
+from maint.store.connection import Store, open_store
 from maint.store.sqlutil import ph
+
+if TYPE_CHECKING:
+    from maint.flow import Operator
+    from maint.store.targets import StoreTarget
 
 MAX_TITLE_LENGTH = 100
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -251,3 +256,53 @@ def pinned_sessions(store: Store, now: float | None = None) -> list[dict[str, An
             out.append(row)
         lineage.drop(store)
     return out
+
+
+# -- the commands, one store each -----------------------------------------------
+
+def delete_session(target: StoreTarget, ref: str, dry_run: bool, op: Operator) -> dict[str, Any]:
+    """``hermes-maint delete``: plan, show what goes, ask, delete in one transaction; the report."""
+    with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
+        plan = plan_delete(store, ref)
+        s = plan.sessions[plan.session_id]
+        report = {"store": str(target.path), "dry_run": dry_run, "session_id": plan.session_id,
+                  "session_ids": plan.ids, "children": plan.children, "messages": plan.messages,
+                  "warnings": plan.warnings, "deleted": []}
+        if dry_run:
+            return report
+        op.confirm(f"Delete {len(plan.ids)} session(s), {plan.messages} messages?", [
+            f"{plan.session_id}  {s.title or '(untitled)'}  {s.source}, {s.message_count} messages, "
+            f"last active {fmt_time(s.last_active)}",
+            *[f"  + delegate child {c} ({plan.sessions[c].source}, {plan.sessions[c].message_count} messages)"
+              for c in plan.children]], warnings=plan.warnings)
+        report["deleted"] = execute_delete(store, plan)
+        return report
+
+
+@dataclass(frozen=True)
+class RenameRequest:
+    """``hermes-maint rename``'s arguments; the title is checked against Hermes's rules when it is made."""
+
+    session_id: str
+    title: str
+
+    def __post_init__(self) -> None:
+        sanitize_title(self.title)  # bad input is refused before any store is opened
+
+
+def rename_session(target: StoreTarget, req: RenameRequest) -> dict[str, Any]:
+    """``hermes-maint rename`` on one store: the new title, the previous one (to undo) and where it came from."""
+    with open_store(target.path) as store:
+        return {"store": str(target.path), **rename(store, req.session_id, req.title)}
+
+
+def pin_sessions(target: StoreTarget, refs: list[str], pinned: bool) -> dict[str, Any]:
+    """``hermes-maint pin`` / ``unpin`` on one store."""
+    with open_store(target.path) as store:
+        return {"store": str(target.path), "pinned": pinned, "sessions": set_pinned(store, refs, pinned)}
+
+
+def pinned_report(target: StoreTarget) -> dict[str, Any]:
+    """``hermes-maint pinned`` on one store, read-only."""
+    with open_store(target.path, readonly=True) as store:
+        return {"store": str(target.path), "pinned": pinned_sessions(store)}

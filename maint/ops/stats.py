@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from maint.store.connection import Store, sqlite_version
+from maint.store.connection import Store, open_store, sqlite_version
+
+if TYPE_CHECKING:
+    from maint.store.targets import StoreTarget
 
 
 def store_stats(store: Store) -> dict[str, Any]:
@@ -44,3 +47,9 @@ def store_stats(store: Store) -> dict[str, Any]:
         "freelist_count": pages["freelist_count"],
         "free_page_share": round(free_share, 4),
     }
+
+
+def stats_report(target: StoreTarget) -> dict[str, Any]:
+    """``hermes-maint stats`` on one store, read-only."""
+    with open_store(target.path, readonly=True) as store:
+        return store_stats(store)

@@ -15,21 +15,26 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
 from maint.config import Config
-from maint.selection.filters import implicit_prune_filters
+from maint.flow import Operator, target_config
+from maint.selection.filters import DEFAULT_PRUNE_DAYS, implicit_prune_filters
 from maint.store import batching
 from maint.store.holders import HolderReport, find_holders
 from maint.store.locks import LockHeld, maintenance_lock
 from maint.store.runlock import RunLockHeld
 from maint.store.sqlutil import write_json
+from maint.ops.diskcheck import low_disk_notice
 from maint.ops.auto_archive import claim_idle_marker, execute_idle_archive, missing_column, plan_idle_archive
-from maint.ops.prune import execute_prune, plan_prune, recover_interrupted
+from maint.ops.prune import check_settings, execute_prune, plan_prune, recover_interrupted
 from maint.ops.reap import reap, reap_candidates
 from maint.store.connection import Store, open_store
 from maint.ops.vacuum import detect_replication, space_shortfall, vacuum_in_place
+
+if TYPE_CHECKING:
+    from maint.store.targets import StoreTarget
 
 log = logging.getLogger("hermes_maint.sweep")
 
@@ -277,4 +282,27 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
     log.info("sweep of %s: reaped %d, pruned %d sessions (%d messages), vacuum: %s (%s), %.1fs",
              db, len(report["reaped_ids"]), len(report["pruned_ids"]), report["pruned_messages"],
              "yes" if report["vacuumed"] else "no", report["vacuum_reason"], report["seconds"])
+    return report
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """``hermes-maint sweep``'s options; every setting the prune in it reads is checked when it is made."""
+
+    force: bool = False  # ignore min_interval_hours (never the lock)
+
+    def __post_init__(self) -> None:
+        check_settings()
+
+
+def sweep_store(target: StoreTarget, req: SweepRequest, op: Operator) -> dict[str, Any]:
+    """``hermes-maint sweep`` on one store, under its own config.yaml; then the low-disk question, when due."""
+    cfg = target_config(target)
+    report = run_sweep(target.path, cfg, force=req.force)
+    report["config"] = str(cfg.path)
+    retention = validate_retention(cfg.session("retention_days")) or DEFAULT_PRUNE_DAYS
+    lines = low_disk_notice(target.path, cfg, retention)
+    if lines:
+        op.notice(lines, "hermes_maint.disk")
+    report["low_disk_notice"] = lines
     return report

@@ -24,14 +24,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError, UsageError
-from maint.store.connection import REQUIRED_TABLES, Store, header_journal_mode
+from maint.flow import target_config
+from maint.store.connection import REQUIRED_TABLES, Store, header_journal_mode, open_store
 from maint.store.holders import Holder, HolderReport, find_holders
+
+if TYPE_CHECKING:
+    from maint.store.targets import StoreTarget
 
 MIN_MARGIN_BYTES = 64 * 2**20
 DiskUsage = Callable[[Path], Any]  # shutil.disk_usage, or a test's stand-in with .free
@@ -290,3 +294,30 @@ def vacuum_into(store: Store, dest: Path, disk_usage: DiskUsage = shutil.disk_us
                 leftover.unlink()
     return CopyResult(str(dest), before, dest.stat().st_size, time.monotonic() - started,
                       header_journal_mode(dest), sessions, messages)
+
+
+@dataclass(frozen=True)
+class OptimizeRequest:
+    """``hermes-maint optimize``'s options: in place, or a compacted copy *into* a new file (checked when made)."""
+
+    into: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.into is not None:
+            object.__setattr__(self, "into", check_into(self.into))
+
+
+def optimize_store(target: StoreTarget, req: OptimizeRequest) -> dict[str, Any]:
+    """``hermes-maint optimize`` on one store: in place (refused for a replicated store), or the copy; the report."""
+    if req.into is not None:
+        with open_store(target.path, readonly=True) as store:
+            c = vacuum_into(store, req.into)
+        return {"into": c.path, "fts_optimized": [], "bytes_before": c.bytes_before, "bytes_after": c.bytes_after,
+                "bytes_freed": max(0, c.bytes_before - c.bytes_after), "seconds": round(c.seconds, 2),
+                "journal_mode": c.journal_mode, "sessions": c.sessions, "messages": c.messages}
+    replicated = target_config(target).maint("replicated") is True
+    with open_store(target.path) as store:
+        r = optimize(store, replicated=replicated)
+    return {"into": None, "fts_optimized": r.fts_optimized, "bytes_before": r.bytes_before,
+            "bytes_after": r.bytes_after, "bytes_freed": max(0, r.bytes_before - r.bytes_after),
+            "seconds": round(r.seconds, 2), "journal_mode": None, "sessions": None, "messages": None}

@@ -23,6 +23,7 @@ class StoreTarget:
     missing: bool = False  # a profile folder without a state.db yet (--all-profiles reports it, skipped)
     problem: str | None = None  # why this entry cannot even be looked at (reported as a failed store)
     alias_of: StoreTarget | None = None  # the same file as this earlier target's: run once, as that one
+    explicit: bool = False  # named with --db: it must exist (the default store may not yet)
 
     @property
     def name(self) -> str:
@@ -47,7 +48,7 @@ def resolve_targets(db: str | Path | None, profile: str | None, all_profiles: bo
     if db is not None:
         if not str(db).strip():
             raise UsageError("--db: empty path (expected the path of a state.db file)")
-        return [StoreTarget(Path(db).expanduser(), None)]
+        return [StoreTarget(Path(db).expanduser(), None, explicit=True)]
     if profile is not None:
         return [StoreTarget(profile_store(profile), profile)]
     home = hermes_home()
