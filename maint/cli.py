@@ -1,18 +1,24 @@
-"""The hermes-maint entry point: the commands attached to the app, and the exit-code boundary.
+"""The hermes-maint entry point: the root command and the exit-code boundary.
 
-A run attaches only the command it names (importing one command module, not all of them: most
-of a short command's time is imports); ``jobs`` (whose loop runs the others through this app),
-``--help``, no command or a name that is none of these attaches every one, so the overview and
-click's suggestions see them all. ``maint.cli.app`` is the app with every command attached (for
-tests and tools that drive it in-process).
+A run imports only the module of the command it names (most of a short command's time is
+imports); ``--help`` and a name that is no command load every one, so the overview and the
+suggestions see them all (click's documented pattern for lazily loaded subcommands).
+``maint.cli.app`` is the root command, for tests and tools that drive it in-process.
 """
+
+from __future__ import annotations
 
 import importlib
 import sys
+from difflib import get_close_matches
+from typing import Any
 
-from maint.app import app as _app
+import click
 
-# name -> (module under maint.commands, attribute): a command function, or (jobs) a sub-app.
+from maint import PROG, __version__
+from maint.commands.runner import run
+
+# name -> (module under maint.commands, the click command in it)
 COMMANDS = {
     "prune": ("prune_cmd", "prune"),
     "archive": ("archive_cmd", "archive"),
@@ -39,42 +45,53 @@ COMMANDS = {
     "import": ("import_cmd", "import_sessions"),
     "restore": ("restore_cmd", "restore"),
     "backup": ("backup_cmd", "backup"),
-    "jobs": ("jobs_cmd", "jobs_app"),
+    "jobs": ("jobs_cmd", "jobs"),
 }
 
-_attached: set[str] = set()
+
+class Root(click.Group):
+    """The commands of :data:`COMMANDS`, each imported when first looked up; every run ends in :func:`run`."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attr = COMMANDS[name]
+        return getattr(importlib.import_module(f"maint.commands.{module}"), attr)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[Any, ...]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            matches = get_close_matches(args[0], list(COMMANDS)) if args else []
+            if matches:
+                exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+            raise
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        """Click's main; run standalone (a CliRunner), it ends through :func:`run` like the console script."""
+        if standalone_mode:
+            sys.exit(run(self, args))
+        return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
 
 
-def attach(names=None):
-    """The app with *names* (every command when None) attached, each once, in the order of :data:`COMMANDS`."""
-    from maint.commands.runner import guard
+def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        from maint.store.connection import sqlite_version
 
-    for name, (module, attr) in COMMANDS.items():
-        if (names is not None and name not in names) or name in _attached:
-            continue
-        target = getattr(importlib.import_module(f"maint.commands.{module}"), attr)
-        if name == "jobs":
-            _app.add_typer(target, name=name)
-        else:
-            _app.command(name)(guard(target))
-        _attached.add(name)
-    return _app
+        click.echo(f"{PROG} {__version__} (SQLite {sqlite_version()})")
+        ctx.exit(0)
 
 
-def __getattr__(name: str):
-    if name == "app":
-        return attach()
-    raise AttributeError(name)
+@click.group(PROG, cls=Root, no_args_is_help=True)
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Show the version and the SQLite in use.")
+def app() -> None:
+    """Maintenance for Hermes Agent session stores (state.db)."""
 
 
 def main(argv: list[str] | None = None) -> None:
-    import typer
-
-    from maint.commands import textparams
-    from maint.commands.runner import run
-
-    args = sys.argv[1:] if argv is None else argv
-    # The job loop runs the other commands through this app: it needs them all.
-    named = args[0] if args and args[0] in COMMANDS and args[0] != "jobs" else None
-    textparams.install()
-    sys.exit(run(typer.main.get_command(attach(None if named is None else {named})), argv))
+    sys.exit(run(app, sys.argv[1:] if argv is None else argv))

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from maint.cli import app
 from tests.storegen import StoreBuilder
@@ -64,7 +64,7 @@ def session_ids(path: Path) -> set[str]:
 
 
 class Cli:
-    """The real CLI through typer's runner; ``json`` parses its one-object output."""
+    """The real CLI through click's runner; ``json`` parses its one-object output."""
 
     def __init__(self):
         self.runner = CliRunner()

@@ -328,7 +328,7 @@ def test_writer_appending_between_export_and_delete_refuses(store, tmp_path, mon
         return original(st, ids, prints)
 
     monkeypatch.setattr(export_delete, "delete_if_unchanged", append_then_check)
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
     from maint.cli import app
     result = CliRunner().invoke(app, ["export", str(tmp_path / "bk"), "--db", str(store), "--session-id",
                                       "old_cli", "--delete-after-verified", "--yes"])

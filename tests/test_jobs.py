@@ -22,7 +22,7 @@ GOOD_TRIGGER = "trigger: {cron: '30 3 * * *'}\n"
     ("name: x\ncommand: [sweep]\ntrigger: {interval: {days: 400}}\n", "field 'trigger.interval'"),
     # finding 13: accepted, but could never run (or never run right)
     ("name: x\ncommand: [sweep]\ntrigger: {cron: '30 3 31 2 *'}\n", "does not fire within the next 366 days"),
-    ("name: x\ncommand: [sweep, --bogus]\n" + GOOD_TRIGGER, "No such option: --bogus"),
+    ("name: x\ncommand: [sweep, --bogus]\n" + GOOD_TRIGGER, "No such option '--bogus'"),
     ("name: x\ncommand: [prune, --older-than, fortnight]\n" + GOOD_TRIGGER, "--older-than: bad value 'fortnight'"),
     ("name: x\ncommand: [list]\n" + GOOD_TRIGGER, "unknown command 'list'"),
     ("name: x\ncommand: [stats, --help]\n" + GOOD_TRIGGER, "only prints help"),

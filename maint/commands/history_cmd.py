@@ -1,49 +1,43 @@
-"""hermes-maint history: options and output; the history is :mod:`maint.ops.history`."""
+"""hermes-maint history: options and output; the history is :func:`maint.ops.history.history_report`."""
 
 import json
-from typing import Annotated, Optional
 
-import typer
+import click
 
-from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, ProfileOpt
-from maint.commands.runner import for_each_store
+from maint.commands.options import command, store_options
+from maint.commands.params import WholeNumber
 from maint.fmt import fmt_time
-from maint.errors import UsageError
-from maint.store.targets import resolve_targets
+
+KINDS = ("sweep", "prune", "archive", "optimize", "backup", "restore", "import", "repair-prompts",  # ops.history.KINDS
+         "repair-profiles", "repair-routing", "repair-fts", "recover")
 
 
-def history(
-    kind: Annotated[Optional[str], typer.Option("--kind", help="Only this job (sweep, prune, archive, optimize, "
-                                                               "backup, repair-…, recover).")] = None,
-    limit: Annotated[int, typer.Option("--limit", help="At most this many runs, newest first (1-100).")] = 20,
-    as_json: JsonOpt = False,
-    db: DbOpt = None,
-    profile: ProfileOpt = None,
-    all_profiles: AllProfilesOpt = False,
-) -> None:
+@command("history")
+@click.option("--kind", type=click.Choice(KINDS), metavar="JOB",
+              help="Only this job (sweep, prune, archive, optimize, backup, restore, import, repair-…, recover).")
+@click.option("--limit", type=WholeNumber(1, 100), default=20, show_default=True,
+              help="At most this many runs, newest first (1-100).")
+@store_options()
+def history(kind, limit, stores) -> None:
     """Past runs of every job on this store (the last 100 of each kind), newest first.
 
+    \b
+    Examples:
       hermes-maint history
       hermes-maint history --kind sweep --json
     """
-    from maint.ops import history as hist
+    from maint.ops.history import history_report
 
-    if kind is not None and kind not in hist.KINDS:
-        raise UsageError(f"--kind: unknown job {kind!r} (expected one of {', '.join(hist.KINDS)})")
-    if not 1 <= limit <= hist.KEEP:
-        raise UsageError(f"--limit: bad value {limit} (expected a whole number from 1 to {hist.KEEP})")
-
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json,
-                   lambda target: hist.history_report(target, kind, limit), _render)
+    stores.run(lambda target: history_report(target, kind, limit), _render)
 
 
 def _render(r: dict) -> None:
     if not r["runs"]:
-        typer.echo("No recorded runs" + (f" of {r['kind']}" if r["kind"] else "") + ".")
+        click.echo("No recorded runs" + (f" of {r['kind']}" if r["kind"] else "") + ".")
         return
     for e in r["runs"]:
         took = f"{e['seconds']:.1f}s" if e["seconds"] is not None else "-"
-        typer.echo(f"{fmt_time(e['at'])}  {e['kind']:<15} {took:>8}  rows {e['rows']:<7} {_gist(e['report'])}")
+        click.echo(f"{fmt_time(e['at'])}  {e['kind']:<15} {took:>8}  rows {e['rows']:<7} {_gist(e['report'])}")
 
 
 def _gist(report: dict) -> str:

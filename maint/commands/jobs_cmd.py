@@ -3,18 +3,29 @@
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Any, Optional
 
-import typer
+import click
 
-from maint.commands.options import AllProfilesOpt, DbOpt, JsonOpt, MetricsOpt
+from maint import PROG
+from maint.commands.options import (Group, all_profiles_option, db_option, jobs_dir_option, json_option,
+                                    metrics_option)
 from maint.commands.output import emit_json
-from maint.commands.runner import guard, run as run_command
+from maint.commands.runner import run as run_command, usage_message
 from maint.errors import UsageError
 
-jobs_app = typer.Typer(help="Scheduled maintenance: the job catalogue and its loop.", no_args_is_help=True)
 
-JobsDirOpt = Annotated[Optional[Path], typer.Option("--jobs-dir", help="Job catalogue folder (default: shipped).")]
+
+def _archive_request(params: dict[str, Any]) -> None:
+    from maint.ops.archive import ArchiveRequest
+
+    ArchiveRequest(params["filters"], include_open=params["include_open"], idle=params["idle"])
+
+
+# What a command's request refuses from its arguments alone, checked on the dry parse too, so a
+# job that can never run is refused when the loop starts instead of failing at every run.
+REQUESTS = {"archive": _archive_request}
+
 # The job commands that refresh the metrics file after their run.
 WRITE_METRICS = {"sweep", "optimize", "prune", "archive", "doctor", "backup"}
 
@@ -56,14 +67,10 @@ def dry_parse(root: Any, args: list[str]) -> dict[str, Any]:
     """Parse *args* exactly as the CLI would, without running the command; its parameters.
 
     Options, their types and choices are checked by click (``make_context`` on the subcommand
-    looked up from the root, never ``invoke``); filter values and the store flags, which the
-    commands check in their bodies, are checked here with the same functions.
+    looked up from the root, never ``invoke``), the gathered ones (filters, --apply/--dry-run)
+    together as a run gathers them; the store flags and what a command's request refuses from its
+    arguments alone are checked here with the same functions.
     """
-    from typer._click import exceptions as click_exc
-
-    from maint import PROG
-    from maint.commands.options import FILTER_FLAGS
-
     shown = " ".join(args)
     if "--help" in args:
         raise UsageError(f"`{PROG} {shown}`: --help only prints help; it is not a job")
@@ -71,25 +78,19 @@ def dry_parse(root: Any, args: list[str]) -> dict[str, Any]:
         with root.make_context(PROG, args[:1]) as ctx:
             cmd = root.get_command(ctx, args[0])
             if cmd is None:
-                raise UsageError(f"`{PROG} {shown}`: no such command {args[0]!r}")
+                raise UsageError(f"no such command {args[0]!r}")
             with cmd.make_context(args[0], list(args[1:]), parent=ctx) as sub:
                 params = dict(sub.params)
-    except click_exc.UsageError as exc:
-        raise UsageError(f"`{PROG} {shown}` does not parse: {exc.format_message()}") from None
-    except typer.Exit:
+        stores = params.get("stores")
+        if stores is not None and (stores.db is not None) + (stores.profile is not None) + stores.all_profiles > 1:
+            raise UsageError("--db, --profile and --all-profiles are mutually exclusive "
+                             "(the loop adds its own --db/--all-profiles to every job)")
+        if args[0] in REQUESTS:
+            REQUESTS[args[0]](params)
+    except click.UsageError as exc:
+        raise UsageError(f"`{PROG} {shown}` does not parse: {usage_message(exc)}") from None
+    except click.exceptions.Exit:
         raise UsageError(f"`{PROG} {shown}` only prints and exits; it is not a job") from None
-    if (params.get("db") is not None) + (params.get("profile") is not None) + bool(params.get("all_profiles")) > 1:
-        raise UsageError(f"`{PROG} {shown}`: --db, --profile and --all-profiles are mutually exclusive "
-                         "(the loop adds its own --db/--all-profiles to every job)")
-    from maint.commands.prechecks import BY_COMMAND
-
-    try:
-        if set(FILTER_FLAGS) <= set(params):
-            from maint.selection.filters import parse_filters
-
-            params["filters"] = parse_filters({name: params[name] for name in FILTER_FLAGS})
-        if args[0] in BY_COMMAND:
-            BY_COMMAND[args[0]](params)
     except UsageError as exc:
         raise UsageError(f"`{PROG} {shown}`: {exc}") from None
     return params
@@ -106,12 +107,22 @@ def _store_flags(db: Optional[str], all_profiles: bool) -> None:
     resolve_targets(db, None, all_profiles)  # the same refusals as every command, before anything runs
 
 
-@jobs_app.command("run")
-@guard
-def run(ctx: typer.Context, jobs_dir: JobsDirOpt = None, all_profiles: AllProfilesOpt = False,
-        db: DbOpt = None, metrics_file: MetricsOpt = None) -> None:
+@click.group("jobs", cls=Group, no_args_is_help=True)
+def jobs() -> None:
+    """Scheduled maintenance: the job catalogue and its loop."""
+
+
+@jobs.command("run")
+@jobs_dir_option
+@all_profiles_option
+@db_option
+@metrics_option
+@click.pass_context
+def run(ctx: click.Context, jobs_dir, all_profiles, db, metrics_file) -> None:
     """Run the job loop in the foreground until SIGTERM or Ctrl-C (exit 1 if a job outlived the stop grace);
     each run's report goes to the log."""
+    import signal
+
     from maint.commands.recording import metrics_target
     from maint.jobs.scheduler import load_catalogue, run_loop
 
@@ -121,19 +132,19 @@ def run(ctx: typer.Context, jobs_dir: JobsDirOpt = None, all_profiles: AllProfil
     root = ctx.find_root().command
     jobs = load_catalogue(jobs_dir, command_check(root, all_profiles, db))  # a bad file stops us before anything runs
     code = run_loop(jobs, executor(root, all_profiles, db, metrics))
-    import signal
-
     # Stopping is done: further SIGTERM/SIGINT are ignored for the few milliseconds until exit
     # (Python's shutdown would otherwise reset them to their default and die of a late one).
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     if code:
-        raise typer.Exit(code)
+        raise click.exceptions.Exit(code)
 
 
-@jobs_app.command("list")
-@guard
-def list_jobs(ctx: typer.Context, jobs_dir: JobsDirOpt = None, as_json: JsonOpt = False) -> None:
+@jobs.command("list")
+@jobs_dir_option
+@json_option
+@click.pass_context
+def list_jobs(ctx: click.Context, jobs_dir, as_json) -> None:
     """Each job with its trigger and next run time."""
     from maint.jobs.scheduler import load_catalogue, next_runs
 
@@ -145,14 +156,17 @@ def list_jobs(ctx: typer.Context, jobs_dir: JobsDirOpt = None, as_json: JsonOpt 
         return
     for r in rows:
         state = r["next_run"] or "disabled"
-        typer.echo(f"{r['name']:<18} {r['trigger']:<22} next: {state:<28} hermes-maint {' '.join(r['command'])}")
+        click.echo(f"{r['name']:<18} {r['trigger']:<22} next: {state:<28} hermes-maint {' '.join(r['command'])}")
 
 
-@jobs_app.command("run-once")
-@guard
-def run_once(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Job name from `jobs list`.")],
-             jobs_dir: JobsDirOpt = None, all_profiles: AllProfilesOpt = False, db: DbOpt = None,
-             metrics_file: MetricsOpt = None) -> None:
+@jobs.command("run-once")
+@click.argument("name", help="Job name from `jobs list`.")
+@jobs_dir_option
+@all_profiles_option
+@db_option
+@metrics_option
+@click.pass_context
+def run_once(ctx: click.Context, name, jobs_dir, all_profiles, db, metrics_file) -> None:
     """Run one job now, in the foreground, and exit with its exit code."""
     from maint.commands.recording import metrics_target
     from maint.jobs.scheduler import find_job, load_catalogue
@@ -162,4 +176,4 @@ def run_once(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Job n
     setup_logging()
     root = ctx.find_root().command
     job = find_job(load_catalogue(jobs_dir, command_check(root, all_profiles, db)), name)
-    raise typer.Exit(executor(root, all_profiles, db, metrics)(job))
+    raise click.exceptions.Exit(executor(root, all_profiles, db, metrics)(job))

@@ -1,30 +1,17 @@
-"""hermes-maint set-journal-mode wal|delete: options and output; the logic is :mod:`maint.ops.journal`."""
+"""hermes-maint set-journal-mode wal|delete: options and output; the logic is :func:`maint.ops.journal.switch_store`."""
 
-from enum import StrEnum
-from typing import Annotated
+import click
 
-import typer
-
-from maint.commands.options import AllProfilesOpt, JsonOpt, ProfileOpt
-from maint.commands.runner import for_each_store
-from maint.store.targets import resolve_targets
+from maint.commands.options import command, store_options
 
 
-class Mode(StrEnum):
-    wal = "wal"
-    delete = "delete"
-
-
-def set_journal_mode(
-    mode: Annotated[Mode, typer.Argument(help="wal or delete", case_sensitive=False)],
-    force: Annotated[bool, typer.Option("--force", help="Proceed when the holder check could not complete "
-                                                        "(never when a holder was found).")] = False,
-    as_json: JsonOpt = False,
-    db: Annotated[str | None, typer.Option("--db", metavar="PATH",
-                                           help="Any Hermes SQLite store, e.g. a state.db or kanban.db.")] = None,
-    profile: ProfileOpt = None,
-    all_profiles: AllProfilesOpt = False,
-) -> None:
+@command("set-journal-mode")
+@click.argument("mode", type=click.Choice(["wal", "delete"], case_sensitive=False), metavar="MODE",
+                help="wal or delete.")
+@click.option("--force", is_flag=True,
+              help="Proceed when the holder check could not complete (never when a holder was found).")
+@store_options(db_help="Any Hermes SQLite store, e.g. a state.db or kanban.db.")
+def set_journal_mode(mode, force, stores) -> None:
     """Switch a store between WAL and rollback journaling; refused while any process holds it.
 
     Holders are found on this machine only: processes in other containers or VMs sharing
@@ -32,14 +19,13 @@ def set_journal_mode(
     """
     from maint.ops.journal import switch_store
 
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json,
-                   lambda target: switch_store(target, mode.value, force=force), _render)
+    stores.run(lambda target: switch_store(target, mode, force=force), _render)
 
 
 def _render(r: dict) -> None:
-    typer.echo(f"{r['store']}: journal mode {r['before']} -> {r['after']} "
+    click.echo(f"{r['store']}: journal mode {r['before']} -> {r['after']} "
                f"(file header bytes 18-19 = {r['header'][0]},{r['header'][1]})")
     for w in r["warnings"]:
-        typer.echo(f"warning: {w}", err=True)
+        click.echo(f"warning: {w}", err=True)
     if r["config_advice"]:
-        typer.echo(r["config_advice"])
+        click.echo(r["config_advice"])

@@ -5,7 +5,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import typer
+import click
 
 from maint.errors import Declined, Interrupted, NotATerminal
 from maint.flow import Operator
@@ -55,16 +55,16 @@ class Terminal(Operator):
     def confirm(self, question: str, summary: Sequence[str] = (), warnings: Sequence[str] = ()) -> None:
         if self.yes:
             for warning in warnings:
-                typer.echo(f"warning: {warning}", err=True)
+                click.echo(f"warning: {warning}", err=True)
             return
         if not sys.stdin.isatty():
             raise NotATerminal("refusing to change the store without confirmation: stdin is not a terminal "
                                "(pass --yes to proceed, or --dry-run to preview)")
         for line in [*summary, *(f"warning: {w}" for w in warnings)]:
-            typer.echo(line)
+            click.echo(line)
         try:
-            agreed = typer.confirm(question, default=False)
-        except (KeyboardInterrupt, EOFError, typer.Abort):
+            agreed = click.confirm(question, default=False)
+        except (KeyboardInterrupt, EOFError, click.Abort):
             raise Interrupted("aborted at the prompt; nothing was changed") from None
         if not agreed:
             raise Declined("declined at the prompt; nothing was changed")
@@ -74,7 +74,7 @@ class Terminal(Operator):
             super().notice(lines, topic)
             return
         for line in lines:
-            typer.echo(line, err=True)
+            click.echo(line, err=True)
 
     @contextmanager
     def progress(self, total: int, label: str) -> Iterator[Callable[[int], None]]:
@@ -82,10 +82,5 @@ class Terminal(Operator):
         if self.quiet or total <= 0 or not sys.stderr.isatty():
             yield lambda n: None
             return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-        with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                      TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
-            task = bar.add_task(label, total=total)
-            yield lambda n: bar.advance(task, n)
+        with click.progressbar(length=total, label=label, file=sys.stderr, show_eta=True) as bar:
+            yield bar.update

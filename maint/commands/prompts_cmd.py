@@ -1,60 +1,46 @@
-"""hermes-maint repair-prompts [SESSION_ID] [--apply]: options and output; logic in :mod:`maint.ops.prompts`."""
+"""hermes-maint repair-prompts [SESSION_ID] [--apply]: options and output; the logic is
+:func:`maint.ops.prompts.repair_store`."""
 
-from typing import Annotated, Optional
+import click
 
-import typer
-
-from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt
+from maint.commands.options import apply_options, command, force_option, store_options, yes_option
 from maint.commands.output import Terminal
-from maint.commands.runner import for_each_store
 from maint.errors import UsageError
-from maint.store.targets import resolve_targets
 
 RESTART = "Restart a running gateway now: it holds prompts in memory and would write them back."
 
 
-def repair_prompts(
-    session_id: Annotated[
-        Optional[str], typer.Argument(help="Force-clear this session's prompt (id or prefix).")] = None,
-    apply: Annotated[bool, typer.Option("--apply", help="Clear the verified degraded prompts (asks first).")] = False,
-    dry_run: DryRunOpt = False,
-    yes: YesOpt = False,
-    force: Annotated[bool, typer.Option("--force", help="Proceed when the holder check could not complete.")] = False,
-    as_json: JsonOpt = False,
-    db: DbOpt = None,
-    profile: ProfileOpt = None,
-    all_profiles: AllProfilesOpt = False,
-    metrics_file: MetricsOpt = None,
-) -> None:
+@command("repair-prompts")
+@click.argument("session_id", required=False, help="Force-clear this session's prompt (id or prefix).")
+@apply_options("Clear the verified degraded prompts (asks first).")
+@yes_option
+@force_option
+@store_options(metrics=True)
+def repair_prompts(session_id, apply, yes, force, stores) -> None:
     """Report stored system prompts degraded to a reduced-toolset build; --apply clears them.
 
     Only prompts lacking the Skill Safety guidance while the tool pin includes skill_manage are
     cleared; rows without a readable pin are reported as unverifiable and left alone. Without
     --apply (or with --dry-run) nothing is written.
     """
-    from maint.commands.recording import metrics_target
     from maint.ops.prompts import repair_store
 
-    if apply and dry_run:
-        raise UsageError("--apply and --dry-run contradict each other (use one)")
-    if session_id is not None and all_profiles:
+    if session_id is not None and stores.all_profiles:
         raise UsageError("a SESSION_ID names one session in one store; drop --all-profiles or the id")
-    metrics = metrics_target(metrics_file)
-    op = Terminal(yes=yes, quiet=as_json)
-    for_each_store(resolve_targets(db, profile, all_profiles), as_json,
-                   lambda target: repair_store(target, op, session_id=session_id, apply=apply, force=force),
-                   _render, job="repair-prompts", ran=lambda r: bool(r["cleared"]), metrics_file=metrics)
+    op = Terminal(yes=yes, quiet=stores.as_json)
+    stores.run(lambda target: repair_store(target, op, session_id=session_id, apply=apply, force=force), _render,
+               job="repair-prompts", ran=lambda r: bool(r["cleared"]))
 
 
 def _render(r: dict) -> None:
     if not r["apply"]:
         for v in r["findings"]:
-            typer.echo(f"  {v['id']}  ({v['prompt_chars']} chars) - {v['reason']}")
+            click.echo(f"  {v['id']}  ({v['prompt_chars']} chars) - {v['reason']}")
         for u in r["unverifiable"]:
-            typer.echo(f"  unverifiable {u['id']}: {u['reason']}")
-        typer.echo(f"{len(r['verified'])} verified degraded prompt(s), {len(r['unverifiable'])} unverifiable "
+            click.echo(f"  unverifiable {u['id']}: {u['reason']}")
+        click.echo(f"{len(r['verified'])} verified degraded prompt(s), {len(r['unverifiable'])} unverifiable "
                    "(left unchanged). " + ("Re-run with --apply to clear them." if r["verified"] else ""))
         return
-    typer.echo(f"Cleared {len(r['cleared'])} stored prompt(s); each session rebuilds a healthy prompt next turn.")
+    click.echo(f"Cleared {len(r['cleared'])} stored prompt(s); each session rebuilds a healthy prompt next turn.")
     if r["cleared"]:
-        typer.echo(RESTART)
+        click.echo(RESTART)

@@ -8,7 +8,7 @@ the job itself is done and its exit code stands.
 from pathlib import Path
 from typing import Any
 
-import typer
+import click
 
 from maint import PROG
 from maint.errors import MaintError, UsageError
@@ -16,7 +16,7 @@ from maint.store.targets import StoreTarget, hermes_home
 
 
 def warn(message: str) -> None:
-    typer.echo(f"{PROG}: warning: {message}", err=True)
+    click.echo(f"{PROG}: warning: {message}", err=True)
 
 
 def metrics_target(option: str | Path | None) -> Path | None:

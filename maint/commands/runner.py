@@ -6,19 +6,19 @@ the only place a command's outcome becomes an exit code.
 """
 
 import contextlib
-import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import typer
-
-from maint.errors import (EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Declined, Interrupted,
-                          MaintError, OutputError, UsageError)
-from maint.store.targets import StoreTarget
+import click
 
 from maint import PROG
+from maint.errors import (EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Declined, Interrupted,
+                          MaintError, OutputError, UsageError)
+from maint.store.targets import StoreTarget, resolve_targets
 
 
 class StdoutClosed(Exception):
@@ -57,35 +57,44 @@ def describe(exc: BaseException) -> tuple[str, int]:
     raise exc  # a bug: let the traceback show it
 
 
-def guard(fn: Callable) -> Callable:
-    """Wrap a command so that every way it can fail ends the same way: one line and its exit code.
+def guard(invoke: Callable[[], Any]) -> Any:
+    """Run a command's body so that every way it can fail ends the same way: one line and its exit code.
 
-    Applied to every command where the app is assembled (:mod:`maint.cli`), so a test's CliRunner,
-    the job loop and the console script all see the same outcome. A closed stdout becomes
-    :class:`StdoutClosed` for :func:`run` to end quietly.
+    Every command's invoke goes through here (:class:`maint.commands.options.Command`), so a test's
+    CliRunner, the job loop and the console script all see the same outcome; Ctrl-C is caught
+    here, before click would turn it into an abort. A closed stdout becomes :class:`StdoutClosed`
+    for :func:`run` to end quietly.
     """
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except BrokenPipeError:
-            raise StdoutClosed() from None
-        except (typer.Exit, typer.Abort):
-            raise
-        except (Exception, KeyboardInterrupt) as exc:
-            message, code = describe(exc)
-            with contextlib.suppress(BrokenPipeError):
-                typer.echo(f"{PROG}: error: {message}", err=True)
-            raise typer.Exit(code) from None
-
-    return wrapper
+    try:
+        return invoke()
+    except BrokenPipeError:
+        raise StdoutClosed() from None
+    except (click.exceptions.Exit, click.Abort, click.ClickException, StdoutClosed):
+        raise
+    except (Exception, KeyboardInterrupt) as exc:
+        message, code = describe(exc)
+        with contextlib.suppress(BrokenPipeError):
+            click.echo(f"{PROG}: error: {message}", err=True)
+        raise click.exceptions.Exit(code) from None
 
 
-def run(command: Any, args: Sequence[str] | None) -> int:
+def usage_message(exc: click.UsageError) -> str:
+    """Click's usage error as one line; a bad value is ``FLAG: what is wrong (expected ...)``.
+
+    No arguments at all (``hermes-maint``, ``hermes-maint jobs``) show the help, as it is.
+    """
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        return exc.format_message()
+    if type(exc) is click.BadParameter and exc.param is not None:
+        param = exc.param
+        opts = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+        name = opts[0] if opts and isinstance(param, click.Option) else param.human_readable_name.strip("[].")
+        return f"{name}: {exc.message}"
+    return " ".join(exc.format_message().split())
+
+
+def run(command: click.Command, args: Sequence[str] | None) -> int:
     """Run a click command (the whole app, or one looked up from it) and return its exit code."""
-    from typer._click import exceptions as click_exc
-
     try:
         code = command.main(args=args, prog_name=PROG, standalone_mode=False)
     except StdoutClosed:
@@ -93,13 +102,16 @@ def run(command: Any, args: Sequence[str] | None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    except click_exc.UsageError as exc:
-        typer.echo(f"{PROG}: error: {exc.format_message()}", err=True)
+    except click.UsageError as exc:
+        click.echo(f"{PROG}: error: {usage_message(exc)}", err=True)
         return EXIT_USAGE
-    except typer.Abort:
-        typer.echo(f"{PROG}: error: aborted; nothing was changed", err=True)
+    except MaintError as exc:  # refused while the command line was read (a bad combination of flags)
+        click.echo(f"{PROG}: error: {exc}", err=True)
+        return exc.exit_code
+    except click.Abort:
+        click.echo(f"{PROG}: error: aborted; nothing was changed", err=True)
         return EXIT_INTERRUPTED
-    except typer.Exit as exc:
+    except click.exceptions.Exit as exc:
         return exc.exit_code
     except KeyboardInterrupt:  # while click was still parsing
         return EXIT_INTERRUPTED
@@ -122,6 +134,38 @@ def naming_store(path: Any) -> Iterator[None]:
         error = MaintError(message if str(path) in message else f"{path}: {message}")
         error.exit_code = code
         raise error from None
+
+
+@dataclass(frozen=True)
+class Stores:
+    """The stores a command runs on and how it reports: --db / --profile / --all-profiles, --json, --metrics-file.
+
+    Declared once for every command (:func:`maint.commands.options.store_options`), reaching the
+    command as this one value. *metrics* says whether the command writes Prometheus figures at all
+    (then config.yaml's ``hermes_maint.metrics_file`` applies when --metrics-file is not given).
+    """
+
+    db: Path | None = None
+    profile: str | None = None
+    all_profiles: bool = False
+    as_json: bool = False
+    metrics_file: Path | None = None
+    metrics: bool = False
+
+    def targets(self) -> list[StoreTarget]:
+        return resolve_targets(self.db, self.profile, self.all_profiles)
+
+    def metrics_target(self) -> Path | None:
+        """Where this run's figures go, checked before any work (a bad path is exit 2); None: nowhere."""
+        from maint.commands.recording import metrics_target
+
+        return metrics_target(self.metrics_file) if self.metrics else None
+
+    def run(self, run_one: Callable[[StoreTarget], dict], render: Callable[[dict], None], *,
+            job: str | None = None, ran: Callable[[dict], bool] = lambda report: True) -> list[dict]:
+        """:func:`for_each_store` over these stores, with this run's metrics file."""
+        metrics = self.metrics_target()
+        return for_each_store(self.targets(), self.as_json, run_one, render, job=job, ran=ran, metrics_file=metrics)
 
 
 class StoresFailed(MaintError):
@@ -165,23 +209,23 @@ def _each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[[St
     failed = 0
     for target in targets:
         if len(targets) > 1 and not as_json:
-            typer.echo(f"== {target.profile or 'default'}: {target.path}")
+            click.echo(f"== {target.profile or 'default'}: {target.path}")
         if target.problem:
             failed += 1
             emit_json({"store": str(target.path), "profile": target.profile, "error": target.problem,
-                       "declined": False}) if as_json else typer.echo(f"{PROG}: error: {target.problem}", err=True)
+                       "declined": False}) if as_json else click.echo(f"{PROG}: error: {target.problem}", err=True)
             continue
         if target.alias_of is not None:
             first = target.alias_of
             note = (f"{target.path}: profile {target.name} is the same store file as profile {first.name} "
                     f"({first.path}); already run as {first.name}, skipped")
             emit_json({"store": str(target.path), "profile": target.profile, "skipped": note,
-                       "alias_of": first.name}) if as_json else typer.echo(note)
+                       "alias_of": first.name}) if as_json else click.echo(note)
             continue
         if target.missing:
             note = f"{target.path}: profile has no state.db yet; skipped"
             emit_json({"store": str(target.path), "profile": target.profile, "skipped": note}) if as_json \
-                else typer.echo(note)
+                else click.echo(note)
             continue
         started = time.monotonic()
         try:
@@ -198,7 +242,7 @@ def _each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[[St
                 emit_json({"store": str(target.path), "profile": target.profile, "error": message,
                            "declined": isinstance(exc, Declined)})
             else:
-                typer.echo(f"{PROG}: error: {message}", err=True)
+                click.echo(f"{PROG}: error: {message}", err=True)
             continue
         report.setdefault("store", str(target.path))
         report["profile"] = target.profile

@@ -2,7 +2,9 @@
 
 Flags arrive as strings; :func:`parse_filters` validates every one (bad value
 or empty window -> :class:`UsageError`, exit 2) and returns a :class:`Filters`
-whose :meth:`Filters.matches` is a plain predicate over a session record.
+whose :meth:`Filters.matches` is a plain predicate over a session record. The CLI
+reads each flag as it parses (:func:`read_value`, one kind per flag in :data:`FLAGS`)
+and hands the values to :func:`build_filters`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from maint.errors import UsageError
-from maint.selection.timeparse import parse_amount, parse_count, parse_moment
+from maint.selection.timeparse import read_amount, read_count, read_moment
 
 if TYPE_CHECKING:  # only for annotations: filters stay importable without opening SQLite
     from maint.store.catalog import SessionInfo
@@ -152,43 +154,54 @@ def cwd_under(cwd: str | None, prefix: str) -> bool:
     return cwd.startswith(prefix + "/") or cwd.startswith(prefix + "\\") or (prefix == "/" and cwd.startswith("/"))
 
 
+# flag name (``older_than`` for --older-than) -> (Filters field it sets, kind of value it takes)
+FLAGS: dict[str, tuple[str, str]] = {
+    "older_than": ("active_before", "time"), "newer_than": ("active_after", "time"),
+    "before": ("started_before", "time"), "after": ("started_after", "time"),
+    **{name: (name, "text") for name in ("source", "provider", "end_reason", "user", "chat_id", "chat_type",
+                                         "title", "model", "branch")},
+    "cwd": ("cwd", "dir"),
+    **{f"{side}_{what}": (f"{side}_{what}", "count") for what in ("messages", "tokens", "tool_calls")
+       for side in ("min", "max")},
+    "min_cost": ("min_cost", "usd"), "max_cost": ("max_cost", "usd"),
+}
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def read_value(kind: str, value: Any, now: float | None = None) -> Any:
+    """One flag's value of *kind* (see :data:`FLAGS`), or ``ValueError`` naming the value and the accepted form."""
+    if kind == "time":
+        return read_moment(value, now)
+    if kind == "count":
+        return read_count(value)
+    if kind == "usd":
+        return read_amount(value)
+    text = str(value)
+    if not text.strip():
+        raise ValueError("empty value (expected a directory path, e.g. ~/scratch)" if kind == "dir"
+                         else "empty value (expected a non-empty string)")
+    return normalize_cwd(text) if kind == "dir" else text
+
+
 def parse_filters(raw: dict[str, Any], now: float | None = None) -> Filters:
     """Validate raw flag values (None = not given) into :class:`Filters`."""
     now = time.time() if now is None else now
-    out: dict[str, Any] = {}
+    values = {}
+    for name, value in raw.items():
+        if value is not None:
+            try:
+                values[name] = read_value(FLAGS[name][1], value, now)
+            except ValueError as exc:
+                raise UsageError(f"{flag_of(name)}: {exc}") from None
+    return build_filters(values)
 
-    def given(name: str) -> bool:
-        return raw.get(name) is not None
 
-    if given("older_than"):
-        out["active_before"] = parse_moment("--older-than", raw["older_than"], now)
-    if given("newer_than"):
-        out["active_after"] = parse_moment("--newer-than", raw["newer_than"], now)
-    if given("before"):
-        out["started_before"] = parse_moment("--before", raw["before"], now)
-    if given("after"):
-        out["started_after"] = parse_moment("--after", raw["after"], now)
-    for name in ("source", "provider", "end_reason", "user", "chat_id", "chat_type", "title", "model", "branch"):
-        if given(name):
-            value = str(raw[name])
-            if not value.strip():
-                flag = "--" + name.replace("_", "-")
-                raise UsageError(f"{flag}: empty value (expected a non-empty string)")
-            out[name] = value
-    if given("cwd"):
-        if not str(raw["cwd"]).strip():
-            raise UsageError("--cwd: empty value (expected a directory path, e.g. ~/scratch)")
-        out["cwd"] = normalize_cwd(str(raw["cwd"]))
-    for name in ("messages", "tokens", "tool_calls"):
-        for side in ("min", "max"):
-            key = f"{side}_{name}"
-            if given(key):
-                out[key] = parse_count("--" + key.replace("_", "-"), raw[key])
-    for side in ("min", "max"):
-        key = f"{side}_cost"
-        if given(key):
-            out[key] = parse_amount(f"--{side}-cost", raw[key])
-
+def build_filters(values: dict[str, Any]) -> Filters:
+    """:class:`Filters` from flag values already read (None = not given), refusing an empty window or range."""
+    out = {FLAGS[name][0]: value for name, value in values.items() if value is not None}
     if "active_before" in out and "active_after" in out and out["active_after"] > out["active_before"]:
         raise UsageError("--newer-than/--older-than: empty window (the lower bound is after the upper bound)")
     if "started_before" in out and "started_after" in out and out["started_after"] >= out["started_before"]:

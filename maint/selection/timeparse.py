@@ -1,4 +1,9 @@
-"""Parsing of the time and number values the filter flags accept."""
+"""Parsing of the time and number values the filter flags accept.
+
+Each ``read_*`` function returns the value or raises ``ValueError`` with a text that names the
+value and the accepted form; the CLI's parameter types and :func:`maint.selection.filters.parse_filters`
+put the flag in front of it.
+"""
 
 from __future__ import annotations
 
@@ -19,11 +24,12 @@ TIME_FORMS = "a duration (30m, 5h, 2d, 1w), a number of days (30) or an ISO date
 EARLIEST, LATEST = 0.0, 253402300799.0
 
 
-def parse_moment(flag: str, value: str, now: float | None = None) -> float:
+def read_moment(value: str, now: float | None = None) -> float:
     """An epoch time: durations and bare days count back from *now*; ISO values are local time.
 
-    The result lies between 1970 and 9999: further back than the epoch or past year 9999 is a
-    usage error naming the value, never an overflow deep inside a command.
+    The result lies between 1970 and 9999: further back than the epoch or past year 9999 is
+    refused naming the value, never an overflow deep inside a command. Every refusal here is a
+    ``ValueError`` whose text names the value and the accepted forms.
     """
     now = time.time() if now is None else now
     text = str(value).strip()
@@ -39,27 +45,37 @@ def parse_moment(flag: str, value: str, now: float | None = None) -> float:
                 dt = dt.astimezone()  # interpret as local time
             moment = dt.timestamp()
     except (ValueError, OverflowError, OSError):
-        raise UsageError(f"{flag}: bad value {value!r} (expected {TIME_FORMS})") from None
+        raise ValueError(f"bad value {value!r} (expected {TIME_FORMS})") from None
     if not (math.isfinite(moment) and EARLIEST <= moment <= LATEST):
-        raise UsageError(f"{flag}: {value!r} is out of range (expected a time between 1970 and 9999: {TIME_FORMS})")
+        raise ValueError(f"{value!r} is out of range (expected a time between 1970 and 9999: {TIME_FORMS})")
     return moment
 
 
 MAX_COUNT = 2**62  # SQLite's LIMIT takes a signed 64-bit integer
 
 
-def parse_count(flag: str, value: str | int) -> int:
+def read_count(value: str | int, low: int = 0, high: int = MAX_COUNT) -> int:
+    """A whole number written in digits, from *low* to *high*."""
     text = str(value).strip()
-    if not re.fullmatch(r"[0-9]+", text) or int(text) > MAX_COUNT:
-        raise UsageError(f"{flag}: bad value {value!r} (expected a whole number from 0 to {MAX_COUNT})")
+    if not re.fullmatch(r"[0-9]+", text) or not low <= int(text) <= high:
+        raise ValueError(f"bad value {value!r} (expected a whole number from {low} to {high})")
     return int(text)
 
 
-def parse_amount(flag: str, value: str | float) -> float:
+def read_amount(value: str | float) -> float:
+    """A number of US dollars, 0 or more."""
     try:
         amount = float(str(value).strip())
     except ValueError:
-        raise UsageError(f"{flag}: bad value {value!r} (expected a number of US dollars >= 0, e.g. 0.05)") from None
+        amount = math.nan
     if not math.isfinite(amount) or amount < 0:
-        raise UsageError(f"{flag}: bad value {value!r} (expected a number of US dollars >= 0, e.g. 0.05)")
+        raise ValueError(f"bad value {value!r} (expected a number of US dollars >= 0, e.g. 0.05)")
     return amount
+
+
+def parse_moment(flag: str, value: str, now: float | None = None) -> float:
+    """:func:`read_moment`, refused as a usage error naming *flag*."""
+    try:
+        return read_moment(value, now)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
