@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.runtime
 
-.PHONY: run test test-fast bench bench-quick lint clean
+.PHONY: run test test-fast bench bench-quick lint docs clean
 
 # Runtime dependencies only: what an operator installs.
 $(RUNTIME): pyproject.toml
@@ -47,6 +47,10 @@ bench-quick: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check maint tests bench
+
+# The CLI reference, docs/cli.md, written from each command's --help (tests/test_docs.py checks it).
+docs: $(STAMP)
+	$(BIN)/python docs/gen_cli.py
 
 clean:
 	rm -rf $(VENV) demo build *.egg-info .pytest_cache .hypothesis
