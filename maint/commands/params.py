@@ -74,28 +74,25 @@ class Text(Checked):
     """Text that must not be empty (nor only blanks)."""
 
     name = "text"
+    empty = "empty value"
 
     def __init__(self, expected: str = "a non-empty string") -> None:
         self.expected = expected
 
-    def read(self, text: str, ctx: click.Context | None) -> str:
+    def read(self, text: str, ctx: click.Context | None) -> Any:
         if not text.strip():
-            raise ValueError(f"empty value (expected {self.expected})")
+            raise ValueError(f"{self.empty} (expected {self.expected})")
         return text
 
 
-class FilePath(Checked):
+class FilePath(Text):
     """A path (``~`` expanded) that must not be empty; whether it must exist is the command's to say."""
 
     name = "path"
-
-    def __init__(self, expected: str = "a path") -> None:
-        self.expected = expected
+    empty = "empty path"
 
     def read(self, text: str, ctx: click.Context | None) -> Path:
-        if not text.strip():
-            raise ValueError(f"empty path (expected {self.expected})")
-        return Path(text).expanduser()
+        return Path(super().read(text, ctx)).expanduser()
 
 
 class Filter(Checked):
