@@ -1,4 +1,4 @@
-"""The hermes-maint entry point: the root command and the exit-code boundary.
+"""The hermes-maint entry point: the root command, whose every run ends through :func:`maint.commands.runner.run`.
 
 A run imports only the module of the command it names (most of a short command's time is
 imports); ``--help`` and a name that is no command load every one, so the overview and the

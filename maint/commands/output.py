@@ -1,4 +1,4 @@
-"""How commands talk to the operator: JSON lines, safe terminal text, and the terminal :class:`Terminal`."""
+"""How commands talk to the operator: JSON lines, safe terminal text, and :class:`Terminal` (a terminal)."""
 
 import sys
 from collections.abc import Callable, Iterator, Sequence
