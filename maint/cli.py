@@ -77,4 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     # The job loop runs the other commands through this app: it needs them all.
     named = args[0] if args and args[0] in COMMANDS and args[0] != "jobs" else None
     textparams.install()
+    from maint.files import raise_on_termination
+
+    raise_on_termination()
     sys.exit(run(typer.main.get_command(attach(None if named is None else {named})), argv))

@@ -6,11 +6,9 @@ write-back is a targeted edit of one line (see :func:`set_session_key`), not a Y
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import secrets
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +18,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from maint.export.files import sync_folder
+from maint import files
 from maint.errors import MaintError, UsageError
 from maint.store.targets import hermes_home
 
@@ -183,42 +181,20 @@ def _real_target(path: Path) -> Path | None:
 
 
 def _create_config(path: Path, text: str) -> None:
-    """A new config.yaml: 0600 (Hermes keeps API keys in it), created exclusively, never through a link."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
+    """A new config.yaml: 0600 (Hermes keeps API keys in it), never over a file or through a link."""
+    with files.Folder.open(path.parent, create=True, parents=True, follow_links=True) as folder, \
+            folder.atomic(path.name, mode=0o600, replace=False) as fh:
         fh.write(text.encode("utf-8"))
-        fh.flush()
-        os.fsync(fh.fileno())
-    sync_folder(path.parent)
 
 
 def _replace_file(target: Path, data: bytes, before: os.stat_result, shown: Path) -> None:
-    """Atomically replace *target* with *data*, keeping its mode and owner; refuse if it changed meanwhile."""
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    """Atomically replace *target* with *data*, keeping its mode and owner; refuse if it changed since *before*."""
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with files.Folder.open(target.parent, follow_links=True) as folder, \
+                folder.atomic(target.name, expect=before) as fh:
             fh.write(data)
-            fh.flush()
-            made = os.fstat(fh.fileno())
-            if (made.st_uid, made.st_gid) != (before.st_uid, before.st_gid):
-                try:
-                    os.fchown(fh.fileno(), before.st_uid, before.st_gid)
-                except PermissionError:
-                    raise MaintError(f"{shown}: cannot keep its owner ({before.st_uid}:{before.st_gid}) when "
-                                     "rewriting it; not rewritten (edit it by hand)") from None
-            os.fchmod(fh.fileno(), stat.S_IMODE(before.st_mode))  # after chown, which may clear set-id bits
-            os.fsync(fh.fileno())
-        now = os.lstat(target)
-        if (now.st_ino, now.st_size, now.st_mtime_ns) != (before.st_ino, before.st_size, before.st_mtime_ns):
-            raise MaintError(f"{shown}: changed while it was being edited; not rewritten (run the command again)")
-        os.rename(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    sync_folder(target.parent)
+    except MaintError as exc:
+        raise MaintError(str(exc).replace(str(target), str(shown), 1)) from None
 
 
 # -- the one-line edit ---------------------------------------------------------------------------

@@ -287,9 +287,9 @@ def test_verified_delete_removes_session_and_children(store, tmp_path):
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert sorted(report["deleted"]) == ["parent", "sub"]
-    assert {p.name for p in out.iterdir()} == {"parent.jsonl", "sub.jsonl"}
+    assert {p.name for p in out.iterdir()} == {"hermes_session_parent.jsonl", "hermes_session_sub.jsonl"}
     assert not {"parent", "sub"} & session_ids(store)
-    (rec,) = jsonl((out / "sub.jsonl").read_text())
+    (rec,) = jsonl((out / "hermes_session_sub.jsonl").read_text())
     assert len(rec["messages"]) == 3
 
 
@@ -333,7 +333,7 @@ def test_writer_appending_between_export_and_delete_refuses(store, tmp_path, mon
     result = CliRunner().invoke(app, ["export", str(tmp_path / "bk"), "--db", str(store), "--session-id",
                                       "old_cli", "--delete-after-verified", "--yes"])
     assert result.exit_code == 1 and "changed since it was exported" in result.stderr
-    assert "old_cli" in session_ids(store) and (tmp_path / "bk" / "old_cli.jsonl").exists()
+    assert "old_cli" in session_ids(store) and (tmp_path / "bk" / "hermes_session_old_cli.jsonl").exists()
     assert query(store, "SELECT COUNT(*) FROM messages WHERE session_id='old_cli'") == [(5,)]
 
 
@@ -377,3 +377,14 @@ def test_tool_calls_nested_100000_deep_export_in_every_format(tmp_path, fmt):
     assert result.returncode == 0, result.stderr
     (written,) = json.loads(result.stdout)["written"]
     assert written["messages"] >= 1 and "Traceback" not in result.stderr
+
+
+def test_md_to_a_file_name_writes_that_file_not_a_folder(store, tmp_path):
+    """Finding 19: `export out.md --format md` created a folder named out.md."""
+    out = tmp_path / "out.md"
+    r = run_export(out, "--db", store, "--format", "md", "--session-id", "c1")
+    assert r.returncode == 0, r.stderr
+    assert out.is_file() and "message 0 of c1" in out.read_text()
+    bulk = run_export(tmp_path / "all.qmd", "--db", store, "--format", "qmd", "--source", "cli")
+    assert bulk.returncode == 2 and "give a folder" in bulk.stderr
+    assert not (tmp_path / "all.qmd").exists()

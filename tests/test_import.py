@@ -70,7 +70,7 @@ def test_round_trip_export_delete_import_export_gives_the_same_bytes(tmp_path, l
     assert r.returncode == 0, r.stderr
     assert not {"p", "p_sub"} & session_ids(db)
     for sid in ("p", "p_sub"):
-        report = do_import(db, out / f"{sid}.jsonl")
+        report = do_import(db, out / f"hermes_session_{sid}.jsonl")
         assert report["imported"] == [sid] and not report["renumbered"] and not report["detached"]
     after = export_all(db)
     # Byte for byte: each session's line (its row, every message, the prompts; timings rebuilt from them).
@@ -325,7 +325,7 @@ def test_round_trip_holds_for_text_started_at_and_timestamps(tmp_path):
     r = run("export", out, "--db", db, "--session-id", "alone", "--delete-after-verified", "--yes", "--json")
     assert r.returncode == 0, r.stderr
     assert "alone" not in session_ids(db)
-    report = do_import(db, out / "alone.jsonl")
+    report = do_import(db, out / "hermes_session_alone.jsonl")
     assert report["imported"] == ["alone"]
     assert query(db, "SELECT started_at, typeof(started_at) FROM sessions WHERE id = 'alone'") == [
         ("2026-12-01", "text")]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from maint import files
 from maint.errors import MaintError, OutputError, UsageError
 from maint.export.files import atomic_text, check_destination, inside, safe_name
 from maint.export.selection import latest_session, select_sessions
@@ -174,9 +175,10 @@ def _entries(store: Store, chosen: Sequence[str], req: ExportRequest,
         path, folder = _single_file(output, "hermes_sessions.html")
         return [{"path": path, "ids": chosen}], folder
     if fmt == "jsonl":
-        if req.delete_after_verified:  # one file per family member, in a folder
+        if req.delete_after_verified:  # one file per family member, in a folder, named as a folder export names it
             folder = _folder_of(output)
-            return [{"path": str(inside(folder, safe_name(sid, ".jsonl"))), "ids": [sid]} for sid in chosen], folder
+            return [{"path": str(inside(folder, f"hermes_session_{safe_name(sid, '')}.jsonl")), "ids": [sid]}
+                    for sid in chosen], folder
         if req.only and single:
             path, folder = _single_file(output, safe_name(chosen[0], ".prompts.jsonl"))
             return [{"path": path, "ids": [chosen[0]]}], folder
@@ -195,6 +197,14 @@ def _entries(store: Store, chosen: Sequence[str], req: ExportRequest,
         return [{"path": str(inside(folder, safe_name(sid, ".trace.jsonl"))), "ids": [sid]} for sid in chosen], folder
     # md / qmd (and --only user-prompts --format md): one document per session or lineage
     suffix = ".prompts.md" if req.only else f".{fmt}"
+    if output and output != STDOUT and not output.endswith(("/", os.sep)) \
+            and Path(output).suffix in (".md", ".qmd") and not Path(output).expanduser().is_dir():
+        groups = _groups(store, chosen, req.lineage)
+        if not single or len(groups) > 1:
+            raise UsageError(f"OUTPUT: {output} names one file, but this export writes {len(groups)} documents "
+                             "(one per session); give a folder (e.g. exports/)")
+        path, folder = _single_file(output, safe_name(groups[0][0], suffix))
+        return [{"path": path, "ids": groups[0]}], Path(path).parent
     if output == STDOUT:
         if not single or req.lineage == "logical" and len(_groups(store, chosen, req.lineage)) > 1:
             raise UsageError(f"OUTPUT -: stdout takes one document; a bulk {fmt} export writes one file per "
@@ -314,7 +324,13 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
     """Write every planned file, then the manifest, the upload and the verified delete, in that order."""
     req = plan.request
     if plan.folder is not None and not plan.folder.exists():
-        plan.folder.mkdir(mode=0o700, parents=True)
+        # Our default folder is ours by name: a link planted there is refused, never followed.
+        own = plan.folder == _default_folder()
+        try:
+            files.Folder.open(plan.folder, create=True, parents=True, follow_links=not own,
+                              what="export folder").close()
+        except files.FileRefused as exc:
+            raise OutputError(f"{exc}; nothing was written") from None
     renderer = Renderer(store, plan, time.time())
     written, scratch = [], None
     try:

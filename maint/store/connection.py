@@ -96,6 +96,23 @@ def check_regular_file(path: Path) -> os.stat_result:
     return st
 
 
+def check_writable(path: Path) -> os.stat_result:
+    """The preflight of every open that may write a store (prune, restore, import, the repairs ...).
+
+    A regular file (a link to one is fine) we may write, with one name: SQLite keeps the WAL beside the
+    name a file is opened by, so a WAL left beside another hard link is replayed over our changes the next
+    time the file is opened by that name (sessions lost, "Rowid out of order").
+    """
+    st = check_regular_file(path)
+    if not os.access(path, os.W_OK):
+        raise StoreError(f"{path}: store is read-only (no write permission); nothing was changed")
+    if st.st_nlink > 1:
+        raise StoreError(f"{path}: the store file has {st.st_nlink} hard links; refusing to change it (SQLite keeps "
+                         "a separate WAL beside each name, so a write through one name can be undone or corrupted "
+                         "through another); keep one name and use a symlink for the others")
+    return st
+
+
 # A checkpoint that grows the file writes page 1 (and its new page count) before the last page: until
 # it ends, a healthy store looks short. A short file beside a WAL is read again for this long.
 CHECKPOINT_GRACE_S, CHECKPOINT_POLL_S = 3.0, 0.05
@@ -466,16 +483,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
     busy_timeout_ms = busy_timeout_from_env() if busy_timeout_ms is None else busy_timeout_ms
     path = Path(path).expanduser()
     _check_header(path)
-    if not readonly and not os.access(path, os.W_OK):
-        raise StoreError(f"{path}: store is read-only (no write permission); nothing was changed")
-    before = os.stat(path)
-    links = before.st_nlink
-    if not readonly and links > 1:
-        # SQLite keeps the WAL beside the name a file is opened by: a WAL left beside another hard link is
-        # replayed over our changes the next time the file is opened by that name (a corrupt store).
-        raise StoreError(f"{path}: the store file has {links} hard links; refusing to change it (SQLite keeps a "
-                         "separate WAL beside each name, so a write through one name can be undone or corrupted "
-                         "through another); keep one name and use a symlink for the others")
+    before = os.stat(path) if readonly else check_writable(path)
     lock = None if readonly else run_lock(path)
     try:
         conn, note = _connect(path, readonly, busy_timeout_ms)

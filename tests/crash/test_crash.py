@@ -257,21 +257,22 @@ def test_export_delete_killed(tmp_path, point, export_seconds):
     files = {p.name for p in out.iterdir()} if out.exists() else set()
     for name in files:  # a kill may leave our private temporary file; a final name is always complete
         if name.startswith("."):
-            assert re.fullmatch(r"\.f1_(b|sub)\.jsonl\.[0-9a-f]{16}\.partial", name), name
+            assert re.fullmatch(r"\.hermes_session_f1_(b|sub)\.jsonl\.[0-9a-f]{16}\.partial", name), name
         else:
-            assert name in {"f1_b.jsonl", "f1_sub.jsonl"}, name
+            assert name in {"hermes_session_f1_b.jsonl", "hermes_session_f1_sub.jsonl"}, name
             json.loads((out / name).read_text())
     gone = {"f1_b", "f1_sub"} - session_ids(db)
     assert not gone or gone == {"f1_b", "f1_sub"}
     for sid in gone:  # nothing is deleted whose export was not written in full
-        assert (out / f"{sid}.jsonl").exists()
-        json.loads((out / f"{sid}.jsonl").read_text())
+        assert (out / f"hermes_session_{sid}.jsonl").exists()
+        json.loads((out / f"hermes_session_{sid}.jsonl").read_text())
     again = run(args)
     if gone:
         assert again.returncode == 1  # already deleted: nothing left to export
     else:
         assert again.returncode == 0, again.stderr
         assert not {"f1_b", "f1_sub"} & session_ids(db)
+        assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # what the kill left is cleared
 
 
 @pytest.fixture(scope="module")
