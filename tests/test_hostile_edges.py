@@ -40,7 +40,8 @@ def test_planted_links_never_redirect_a_verified_export(tmp_path):
     assert result.returncode == 1 and "is a symbolic link" in result.stderr
     assert outside.read_text() == "precious\n" and stat.S_IMODE(outside.stat().st_mode) == 0o644
     assert "old0" in session_ids(store)  # the only copy was not deleted
-    assert os.path.islink(out / "hermes_session_old0.jsonl") and os.path.islink(out / ".hermes_session_old0.jsonl.partial")
+    assert os.path.islink(out / "hermes_session_old0.jsonl")
+    assert os.path.islink(out / ".hermes_session_old0.jsonl.partial")
 
 
 def test_old_temporary_name_link_is_not_followed(tmp_path):

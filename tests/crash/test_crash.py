@@ -385,7 +385,7 @@ def test_optimize_into_killed(tmp_path, point, into_seconds):
 
     def fresh():
         for p in tmp_path.iterdir():
-            if p.name.startswith((".copy.db.tmp-", "copy.db")):
+            if p.name.startswith((".copy.db.", "copy.db")):
                 p.unlink()
         build()
 
@@ -394,7 +394,7 @@ def test_optimize_into_killed(tmp_path, point, into_seconds):
     else:
         fresh()
         assert run(args, crash=point).returncode == -9
-        assert [p for p in os.listdir(tmp_path) if ".tmp-" in p]  # killed with its temporary copy on disk
+        assert [p for p in os.listdir(tmp_path) if p.startswith(".copy.db.")]  # killed with its temporary copy
     assert_whole(db)
     assert query(db, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages") == before
     if out.exists():  # killed after the link: what carries the final name is complete and verified
@@ -403,7 +403,7 @@ def test_optimize_into_killed(tmp_path, point, into_seconds):
         out.unlink()
     again = run(args + ["--json"])
     assert again.returncode == 0, again.stderr
-    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]  # the killed run's temporary copy is gone
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".copy.db.")]  # the killed run's copy is gone
     assert query(out, "PRAGMA integrity_check") == [("ok",)]
     assert query(out, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages") == before
 
