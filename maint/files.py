@@ -139,7 +139,7 @@ def untrusted_by(st: os.stat_result, also_trusted: int | None = None) -> str | N
     if st.st_uid not in (me, 0, also_trusted):
         return f"is owned by another user (uid {st.st_uid})"
     if st.st_mode & 0o022:
-        who = "its group" if st.st_mode & 0o020 else "every user"
+        who = "every user" if st.st_mode & 0o002 else "its group"
         return f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):o})"
     return None
 

@@ -340,7 +340,7 @@ def test_writer_appending_between_export_and_delete_refuses(store, tmp_path, mon
 # -- stored JSON nested past the bound ------------------------------------------------------------
 
 def test_json_text_depth_counts_brackets_outside_strings_only():
-    from maint.export import json_text
+    from maint import json_text
 
     texts = ('[1,[2,{"a":"[[[\\"]]"}]]', '"\\\\"[]', '["a\\\\",[1]]', "[")
     assert [json_text.depth(t) for t in texts] == [3, 1, 2, 1]
@@ -356,7 +356,7 @@ def _through_c(fn, n):
 
 
 def test_json_within_the_bound_parses_from_any_stack_depth_and_deeper_is_not_json():
-    from maint.export import json_text
+    from maint import json_text
 
     bound = json_text.MAX_DEPTH
     assert _through_c(lambda: json_text.loads("[" * bound + "]" * bound), 600) is not None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from maint import json_text
 from maint import files
 from maint.errors import MaintError, OutputError, UsageError
 from maint.export.files import atomic_text, check_destination, inside, safe_name
@@ -249,7 +250,7 @@ def _kept_manifest_lines(path: Path, names: set[str]) -> list[str]:
         if not line.strip():
             continue
         try:
-            entry = json.loads(line)
+            entry = json_text.loads(line)
         except ValueError:
             entry = None
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from jinja2 import Environment, FunctionLoader, select_autoescape
 
-from maint.export import json_text
+from maint import json_text
 from maint.store.catalog import SessionInfo
 from maint.export.redact import redact_row, redact_text, redact_value
 from maint.store.connection import Store

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import signal
 import sys
 import threading
@@ -31,8 +30,6 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from ruamel.yaml import YAML
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from maint.crashpoints import hang_point
 from maint.errors import EXIT_FAILED, UsageError
@@ -124,41 +121,18 @@ def _bad(path: Path, field: str, problem: str) -> UsageError:
     return UsageError(f"{path}: field '{field}': {problem}")
 
 
-MAX_JOB_FILE = 64 * 1024
-
-
-def _read_job_file(path: Path) -> str:
-    """A job file's text: a regular file of reasonable size (a FIFO would hang the loader, /dev/zero fill memory)."""
-    import stat as stat_mod
-
-    st = os.stat(path)
-    if not stat_mod.S_ISREG(st.st_mode):
-        raise UsageError(f"{path}: not a regular file; a job file must be one")
-    if st.st_size > MAX_JOB_FILE:
-        raise UsageError(f"{path}: {st.st_size} bytes; a job file is at most {MAX_JOB_FILE} bytes")
-    with open(path, "rb") as fh:
-        return fh.read(MAX_JOB_FILE + 1).decode("utf-8")
-
-
 def load_job(path: Path, check_command: Callable[[list[str]], None] | None = None,
              now: datetime | None = None) -> Job:
     """One job file, checked whole: a job that could never run, or never run right, is refused here.
 
-    *check_command* dry-parses the command line (the CLI passes its own parser, so a job is held
-    to exactly the options an operator could type); it raises :class:`UsageError` with the reason.
+    The file is read as config.yaml is (:func:`maint.config.read_trusted`, :func:`maint.config.parse_yaml`):
+    a regular file we may trust, YAML within bounds. *check_command* dry-parses the command line (the CLI
+    passes its own parser, so a job is held to exactly the options an operator could type); it raises
+    :class:`UsageError` with the reason.
     """
-    try:
-        data = YAML(typ="safe").load(_read_job_file(path))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read job file ({exc})") from None
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = (exc.problem or exc.context or "malformed YAML").strip()
-        if exc.problem and exc.context and exc.context_mark is not None:
-            problem += f" ({exc.context.strip()} at line {exc.context_mark.line + 1})"
-        raise UsageError(f"{path}:{mark.line + 1 if mark else '?'}: malformed YAML: {problem}") from None
-    except YAMLError as exc:
-        raise UsageError(f"{path}: malformed YAML ({str(exc).splitlines()[0]})") from None
+    from maint.config import parse_yaml, read_trusted
+
+    data = parse_yaml(read_trusted(path, "job file"), path, what="job file", safe=True)
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a job file must be a mapping with name, command, trigger, enabled")
     unknown = set(data) - {"name", "command", "trigger", "enabled"}

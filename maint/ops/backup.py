@@ -52,7 +52,7 @@ import apsw
 from maint import files
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError, UsageError
-from maint.export import json_text
+from maint import json_text
 from maint.export.files import safe_name
 from maint.store.batching import Batcher, pacer_for
 from maint.store.connection import REQUIRED_TABLES, Store, busy_timeout_from_env, open_store, polling_busy_handler

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
+from maint import json_text
 from maint.config import Config, set_session_key
 from maint.selection.filters import implicit_prune_filters
 from maint.ops.prune import plan_prune, plan_stored_bytes
@@ -53,7 +54,8 @@ def estimate(store: Store, retention_days: int, now: float | None = None) -> dic
 
 def prompt_state(store: Store) -> dict[str, Any]:
     try:
-        return json.loads(store.get_meta(PROMPT_KEY) or "{}")
+        state = json_text.loads(store.get_meta(PROMPT_KEY) or "{}")
+        return state if isinstance(state, dict) else {}
     except ValueError:
         return {}
 

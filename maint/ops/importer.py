@@ -36,7 +36,6 @@ Importing the same file again adds nothing.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from typing import Any
 
 import apsw
 
+from maint import json_text
 from maint.errors import MaintError, UsageError
 from maint.store import lineage_records as lin
 from maint.store.batching import Batcher, pacer_for, run_batched
@@ -94,7 +94,7 @@ def _markers(model_config: Any) -> dict[str, str | None]:
     cfg = model_config
     if isinstance(cfg, str):
         try:
-            cfg = json.loads(cfg)
+            cfg = json_text.loads(cfg)
         except ValueError:
             cfg = None
     cfg = cfg if isinstance(cfg, dict) else {}
@@ -133,7 +133,7 @@ def read_export(path: Path) -> tuple[dict[str, Record], dict[str, int], dict[str
             except UnicodeDecodeError:
                 raise _bad(path, n, "not UTF-8 text") from None
             try:
-                obj = json.loads(text)
+                obj = json_text.loads(text)
             except ValueError:
                 cut = not raw.endswith(b"\n")
                 raise _bad(path, n, "truncated: the file ends inside a record" if cut else "not valid JSON") \
@@ -295,7 +295,7 @@ class _Writer:
     def record(self, sid: str) -> dict[str, Any]:
         rec = self.plan.records[sid]
         self.fh.seek(rec.offset)
-        return json.loads(self.fh.read(rec.length))
+        return json_text.loads(self.fh.read(rec.length))
 
     def exists(self, sid: str) -> bool:
         return self.store.scalar("SELECT 1 FROM sessions WHERE id = ?", (sid,)) is not None

@@ -10,12 +10,12 @@ prompt to NULL on purpose: Hermes rebuilds a healthy one on the next turn.
 
 from __future__ import annotations
 
-import json
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from maint import json_text
 from maint.store.connection import Store
 from maint.store.sqlutil import IdList
 
@@ -34,7 +34,7 @@ def pin_tool_names(store: Store, raw: Any) -> list[str] | None:
         return None
     text = store.system_prompt(raw) or raw
     try:
-        pin = json.loads(text)
+        pin = json_text.loads(text)
     except (TypeError, ValueError):
         return None
     tools = pin.get("tools") if isinstance(pin, dict) else pin

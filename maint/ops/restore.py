@@ -32,7 +32,7 @@ import apsw
 
 from maint import files
 from maint.crashpoints import crash_point
-from maint.export import json_text
+from maint import json_text
 from maint.errors import MaintError, StoreError, UsageError
 from maint.ops.backup import MADE_BY, Snapshot, check_file, counts, open_readonly, take_snapshot
 from maint.ops.vacuum import DiskUsage, with_margin

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
+from maint import json_text
 from maint.config import Config
 from maint.selection.filters import implicit_prune_filters
 from maint.store import batching
@@ -71,7 +72,7 @@ class Claim:
 def _unfinished_run_of_ours(conn, marker: str | None) -> bool:
     row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (RUN_KEY,)).fetchone()
     try:
-        run = json.loads(row[0]) if row and row[0] else {}
+        run = json_text.loads(row[0]) if row and row[0] else {}
     except ValueError:
         return False
     return isinstance(run, dict) and run.get("marker") == marker and run.get("completed") is False
