@@ -20,9 +20,9 @@ from typing import Any
 
 from maint.errors import MaintError, UsageError
 from maint.ops.prune import delete_sessions, message_counts
-from maint.store import lineage
-from maint.store.catalog import (CANONICAL_BOT_CHAT_TITLE, NEWEST_MESSAGE_SQL, SessionInfo, locked_session_ids,
-                                 resolve_session, session_info)
+from maint.store import guard, lineage
+from maint.store.catalog import (CANONICAL_BOT_CHAT_TITLE, NEWEST_MESSAGE_SQL, SessionInfo, resolve_session,
+                                 session_info)
 from maint.store.connection import Store
 from maint.store.sqlutil import ph
 
@@ -87,7 +87,7 @@ def plan_delete(store: Store, ref: str, now: float | None = None) -> DeletePlan:
         ids = [sid, *delegate_children(store, sid)]
         sessions = {i: session_info(store, i, now) for i in ids}
         counts = message_counts(store, ids)
-    busy = [i for i in ids if sessions[i].locked]
+        busy = sorted(guard.busy(store, ids, now, active=False))  # an open chat is warned about, not refused
     if busy:
         raise _busy_refusal(sid, busy)
     warnings = []
@@ -108,7 +108,7 @@ def execute_delete(store: Store, plan: DeletePlan) -> list[str]:
         if not conn.execute("SELECT 1 FROM sessions WHERE id = ?", (plan.session_id,)).fetchone():
             raise MaintError(f"{plan.session_id} was deleted by another process meanwhile; nothing more to do")
         ids = [plan.session_id, *delegate_children(store, plan.session_id)]
-        busy = sorted(locked_session_ids(store, time.time()).intersection(ids))
+        busy = sorted(guard.busy(store, ids, time.time(), active=False))
         if busy:
             raise _busy_refusal(plan.session_id, busy)
         last = dict(conn.execute(
