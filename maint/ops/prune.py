@@ -19,7 +19,8 @@ from typing import Any
 from maint.ops.fts_detach import NOTE_KEY as FTS_DETACHED_KEY, detaching, put_back_left_over
 from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched, target_from_env
-from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since, locked_session_ids
+from maint.store import guard
+from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since
 from maint.store.checkpointer import background_checkpoints
 from maint.store.fts_merges import (CRISIS_KEY as FTS_CRISIS_KEY, META_KEY as FTS_AUTOMERGE_KEY, merges_in_our_hands,
                                    restore_left_over)
@@ -254,7 +255,7 @@ def _still_safe(store: Store, units: list[Unit], now: float,
                 f"SELECT id, ended_at, {pinned}, {NEWEST_MESSAGE_SQL} "
                 f"FROM sessions s WHERE id IN ({ph(chunk)})", chunk):
             rows[sid] = (ended, pin, last)
-    locked = locked_session_ids(store, now)
+    locked = guard.locked_ids(store, now)
 
     def safe(unit: Unit) -> bool:
         for sid in unit.session_ids:

@@ -222,18 +222,6 @@ def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionIn
     return {row["id"]: _record(row) for row in store.iter_rows(catalog_sql(store), {"now": now})}
 
 
-def locked_session_ids(store: Store, now: float) -> set[str]:
-    """Sessions with a turn or compression in progress (unexpired lock or lease rows)."""
-    locked: set[str] = set()
-    if store.has_table("compression_locks"):
-        locked.update(r[0] for r in store.conn.execute(
-            "SELECT session_id FROM compression_locks WHERE expires_at > ?", (now,)))
-    if store.has_table("session_turn_leases"):
-        locked.update(r[0] for r in store.conn.execute(
-            "SELECT conversation_id FROM session_turn_leases WHERE expires_at > ?", (now,)))
-    return locked
-
-
 def resolve_session(store: Store, ref: str) -> str:
     """An id or a unique prefix of one (case-sensitive, as ids are)."""
     if not ref:

@@ -30,6 +30,19 @@ def active_sql(now_param: str = ":now") -> str:
             f"AND last_active >= {now_param} - {ACTIVE_S})")
 
 
+def locked_ids(store: Store, now: float) -> set[str]:
+    """Every session with a turn or compression in progress (unexpired lock or lease rows): a handful at most,
+    read store-wide, so the bulk commands check whole transactions against it cheaply."""
+    locked: set[str] = set()
+    if store.has_table("compression_locks"):
+        locked.update(r[0] for r in store.conn.execute(
+            "SELECT session_id FROM compression_locks WHERE expires_at > ?", (now,)))
+    if store.has_table("session_turn_leases"):
+        locked.update(r[0] for r in store.conn.execute(
+            "SELECT conversation_id FROM session_turn_leases WHERE expires_at > ?", (now,)))
+    return locked
+
+
 def busy(store: Store, ids: Iterable[str], now: float | None = None, *, active: bool = True) -> dict[str, str]:
     """Why each of *ids* may not be changed now (absent when it may): :data:`LOCKED`, or (with *active*)
     :data:`ACTIVE`. Reads in the caller's transaction, so a check inside a write sees what it writes over."""
