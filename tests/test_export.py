@@ -388,3 +388,15 @@ def test_md_to_a_file_name_writes_that_file_not_a_folder(store, tmp_path):
     bulk = run_export(tmp_path / "all.qmd", "--db", store, "--format", "qmd", "--source", "cli")
     assert bulk.returncode == 2 and "give a folder" in bulk.stderr
     assert not (tmp_path / "all.qmd").exists()
+
+
+def test_verified_delete_refuses_redact_and_a_prefix(store, tmp_path):
+    """Finding 3 (issue 24): with --redact the only copy left had [REDACTED] where the data was; and re-running
+    the command after the session was deleted matched and deleted another session by unique prefix."""
+    before = session_ids(store)
+    redacted = run_export(tmp_path / "bk", "--db", store, "--session-id", "old_cli", "--delete-after-verified",
+                          "--yes", "--redact")
+    assert redacted.returncode == 2 and "--redact" in redacted.stderr and not (tmp_path / "bk").exists()
+    prefix = run_export(tmp_path / "bk", "--db", store, "--session-id", "old_c", "--delete-after-verified", "--yes")
+    assert prefix.returncode == 2 and "not a whole session id" in prefix.stderr and not (tmp_path / "bk").exists()
+    assert session_ids(store) == before

@@ -37,7 +37,7 @@ def delete(
 
     def run(target) -> dict:
         with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
-            plan = plan_delete(store, session_id)
+            plan = plan_delete(store, session_id, exact=yes)
             s = plan.sessions[plan.session_id]
             report = {"store": str(target.path), "dry_run": dry_run, "session_id": plan.session_id,
                       "session_ids": plan.ids, "children": plan.children, "messages": plan.messages,

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from maint.commands.options import DbOpt, DryRunOpt, JsonOpt, MetricsOpt, ProfileOpt, YesOpt
-from maint.commands.output import confirm_or_refuse, emit_json, progress
+from maint.commands.output import confirm_or_refuse, emit_json, printable, progress
 from maint.commands.runner import naming_store
 from maint.errors import UsageError
 from maint.store.targets import resolve_targets
@@ -45,14 +45,15 @@ def import_sessions(
     target = resolve_targets(db, profile, False)[0]
     checked = read_export(file)  # a bad file is refused before the store is opened
     with naming_store(target.path), open_store(target.path) as store:
-        plan = plan_import(store, file, checked)
+        plan = plan_import(store, file, checked, replace=replace)
         existing = [sid for sid in plan.records if sid in plan.existing]
         new = [sid for sid in plan.records if sid not in plan.existing]
         report = {"store": str(target.path), "profile": target.profile, "file": str(plan.path), "dry_run": dry_run,
                   "sessions_in_file": len(plan.records), "messages_in_file": plan.messages, "units": len(plan.units),
                   "missing_columns": plan.missing, "dropped_columns": sorted(plan.missing) if drop_missing else [],
                   "imported": new if dry_run else [], "skipped_existing": [] if replace else existing,
-                  "replaced": existing if replace and dry_run else [], "detached": [], "renumbered": [],
+                  "replaced": [s for s in existing if s not in plan.busy] if replace and dry_run else [],
+                  "skipped_busy": plan.busy if dry_run else {}, "detached": [], "relinked": [], "renumbered": [],
                   "prompts_dropped": [], "messages": 0, "transactions": 0, "longest_lock_ms": 0.0}
         refuse_missing(plan, drop_missing)
         if dry_run:
@@ -69,7 +70,8 @@ def import_sessions(
         with progress(len(plan.units), "Importing", as_json) as tick:
             result = execute_import(store, plan, replace=replace, drop_missing=drop_missing, on_progress=tick)
         report.update(imported=result.imported, skipped_existing=result.skipped_existing, replaced=result.replaced,
-                      detached=result.detached, renumbered=result.renumbered, prompts_dropped=result.prompts_dropped,
+                      skipped_busy=result.skipped_busy, detached=result.detached, relinked=result.relinked,
+                      renumbered=result.renumbered, prompts_dropped=result.prompts_dropped,
                       messages=result.messages, transactions=result.transactions,
                       longest_lock_ms=round(result.longest_lock_s * 1000, 1))
     if report["imported"] or report["replaced"]:  # a second import writes nothing at all, not even history
@@ -90,9 +92,12 @@ def _out(r: dict, as_json: bool) -> None:
         typer.echo(f"  replaced {len(r['replaced'])} existing session(s)")
     if r["skipped_existing"]:
         typer.echo(f"  skipped {len(r['skipped_existing'])} session(s) already in the store (--replace overwrites)")
+    for sid, reason in r["skipped_busy"].items():
+        typer.echo(f"  not replaced: {printable(sid)}: {reason}")
     if r["dropped_columns"]:
         typer.echo(f"  left out columns the store lacks: {', '.join(r['dropped_columns'])}")
-    for key, text in (("detached", "parent not found: unlinked"), ("renumbered", "message ids taken: renumbered"),
+    for key, text in (("detached", "parent not found: unlinked"), ("relinked", "children linked again"),
+                      ("renumbered", "message ids taken: renumbered"),
                       ("prompts_dropped", "system prompt not in the export: left empty")):
         if r[key]:
             typer.echo(f"  {text}: {', '.join(r[key][:10])}{' …' if len(r[key]) > 10 else ''}")

@@ -45,12 +45,14 @@ def repair_prompts(
 
     def run(target) -> dict:
         with open_store(target.path, readonly=not apply) as store:
-            result = targeted(store, session_id) if session_id is not None else scan(store)
+            result = targeted(store, session_id, exact=apply and (yes or as_json)) if session_id is not None \
+                else scan(store)
         ids = result.verified.ids
         cleared: list[str] = []
         if apply and ids:
             refuse_if_held(target.path, force=force, doing="repair", advice=STOP_HERMES)
-            confirm_or_refuse(yes, f"Clear {len(ids)} stored prompt(s) in {target.path}?",
+            # --apply --json is the documented non-interactive automation form: it applies without asking.
+            confirm_or_refuse(yes or as_json, f"Clear {len(ids)} stored prompt(s) in {target.path}?",
                               [f"  {v['id']}  ({v['prompt_chars']} chars) - {v['reason']}" for v in result.verified])
             with open_store(target.path) as store:
                 cleared = clear_prompts(store, ids)

@@ -57,6 +57,10 @@ class ExportRequest:
         if self.delete_after_verified:
             if not self.session_id:
                 raise UsageError("--delete-after-verified needs --session-id and --yes")
+            if self.redact:
+                raise UsageError("--delete-after-verified cannot be combined with --redact: the export would be "
+                                 "the only copy left, and a redacted copy is not the data (export with --redact "
+                                 "separately to share it)")
             if self.fmt not in ("jsonl", "md", "qmd") or self.only:
                 raise UsageError("--delete-after-verified works with --format jsonl, md or qmd (full transcripts)")
             if self.output == STDOUT:
@@ -93,7 +97,7 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
             raise MaintError("the store has no sessions to trace")
         chosen: Sequence[str] = [latest]
     else:
-        chosen = select_sessions(store, req.session_id, req.filters)
+        chosen = select_sessions(store, req.session_id, req.filters, exact=req.delete_after_verified)
     if req.delete_after_verified:
         from maint.export.verified_delete import family, refuse_if_busy
 
@@ -271,6 +275,13 @@ class Renderer:
     def render(self, entry: dict, write, write_bytes) -> int:
         """*write* takes text, *write_bytes* UTF-8 bytes (the SQL-built jsonl lines), both in one order."""
         store, redact = self.store, self.req.redacting
+        if self.req.fmt == "jsonl" and self.req.delete_after_verified:
+            from maint.export import render as r
+
+            family = set(self.plan.chosen)
+            return sum(r.write_jsonl_session(store, sid, write, redact, kept_children=[
+                c for (c,) in store.conn.execute("SELECT id FROM sessions WHERE parent_session_id = ? ORDER BY id",
+                                                 (sid,)) if c not in family]) for sid in entry["ids"])
         if self.req.fmt == "jsonl" and not self.req.only and not redact:
             from maint.export.fast_jsonl import write_sessions
 

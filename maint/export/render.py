@@ -86,9 +86,11 @@ def referenced_prompts(store: Store, row: dict[str, Any]) -> dict[str, str] | No
         f"SELECT hash, prompt FROM system_prompts WHERE hash IN ({','.join('?' * len(refs))}) ORDER BY hash", refs)}
 
 
-def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], None], redact: bool) -> int:
+def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], None], redact: bool,
+                        kept_children: list[str] | None = None) -> int:
     """One line: the full session row, every stored message (flags included), the prompts it references
-    (stores with content-addressed prompts) and its timings."""
+    (stores with content-addressed prompts) and its timings; for a verified delete, the children it keeps and
+    unlinks (*kept_children*), so that importing the line links them again."""
     row = session_row(store, session_id)
     prompts = referenced_prompts(store, row)
     if redact:
@@ -103,6 +105,8 @@ def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], No
         write(("," if n else "") + _dumps(redact_row(msg) if redact else msg))
         n += 1
     tail = "" if prompts is None else ', "system_prompts": ' + _dumps(prompts)
+    if kept_children is not None:
+        tail += ', "kept_children": ' + _dumps(kept_children)
     write("]" + tail + ', "timings": ' + _dumps(timings.block()) + "}\n")
     return n
 

@@ -133,11 +133,12 @@ def clear_prompts(store: Store, ids: list[str]) -> list[str]:
     return cleared
 
 
-def targeted(store: Store, ref: str) -> PromptScan:
-    """One session named by the operator: its prompt is cleared whatever it says (if it has one)."""
+def targeted(store: Store, ref: str, *, exact: bool = False) -> PromptScan:
+    """One session named by the operator: its prompt is cleared whatever it says (if it has one). *exact*: a
+    whole id only (a clear without a confirmation at a terminal)."""
     from maint.store.catalog import resolve_session
 
-    sid = resolve_session(store, ref)
+    sid = resolve_session(store, ref, exact=exact)
     row = store.rows(f"SELECT {_cols(store)} FROM sessions WHERE id = ?", (sid,))[0]
     prompt = stored_prompt(store, row)
     result = PromptScan()

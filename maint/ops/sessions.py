@@ -78,12 +78,13 @@ def _busy_refusal(session_id: str, busy: list[str]) -> MaintError:
                       "nothing was deleted")
 
 
-def plan_delete(store: Store, ref: str, now: float | None = None) -> DeletePlan:
-    """What ``delete`` removes, or a refusal (exit 1) while a turn lease or compression lock is live."""
+def plan_delete(store: Store, ref: str, now: float | None = None, *, exact: bool = False) -> DeletePlan:
+    """What ``delete`` removes, or a refusal (exit 1) while a turn lease or compression lock is live.
+    *exact*: *ref* must be a whole id (see :func:`maint.store.catalog.resolve_session`)."""
     now = time.time() if now is None else now
     store.refuse_unknown_references()  # a table we do not know pointing at sessions: before the confirmation
     with store.snapshot():
-        sid = resolve_session(store, ref)
+        sid = resolve_session(store, ref, exact=exact)
         ids = [sid, *delegate_children(store, sid)]
         sessions = {i: session_info(store, i, now) for i in ids}
         counts = message_counts(store, ids)
