@@ -192,3 +192,13 @@ def test_delete_with_yes_takes_a_whole_id_only(tmp_path, cli):
     again = cli("delete", "20250305_091523_a1b2", "--db", db, "--yes")  # the same command, run twice
     assert again.exit_code == 2 and "not a whole session id" in again.stderr
     assert session_ids(db) == {"20250305_091523_a1b2c3"}
+
+
+def test_delete_shows_stored_control_characters_never_raw(tmp_path, cli):
+    """Finding 19 (issue 24): delete printed a NUL from an id raw (and a title's escape reached the prompt)."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("bad\x00id", age=30, messages=0, title="\x1b]0;owned\x07 title")
+    out = cli("delete", "bad\x00id", "--db", db, "--yes")
+    assert out.exit_code == 0, out.output
+    assert "\x00" not in out.stdout and "bad\\x00id" in out.stdout

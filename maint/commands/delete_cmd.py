@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from maint.commands.options import AllProfilesOpt, DbOpt, DryRunOpt, JsonOpt, ProfileOpt, YesOpt
-from maint.commands.output import confirm_or_refuse, fmt_time
+from maint.commands.output import confirm_or_refuse, fmt_time, printable
 from maint.commands.runner import for_each_store
 from maint.errors import UsageError
 from maint.store.targets import resolve_targets
@@ -51,7 +51,7 @@ def delete(
                 return report
             if yes:
                 for w in plan.warnings:
-                    typer.echo(f"warning: {w}", err=True)
+                    typer.echo(f"warning: {printable(w)}", err=True)
             confirm_or_refuse(yes, f"Delete {len(plan.ids)} session(s), {plan.messages} messages?", lines)
             report["deleted"] = execute_delete(store, plan)
             return report
@@ -62,9 +62,9 @@ def delete(
 def _render(r: dict) -> None:
     verb = "Would delete" if r["dry_run"] else "Deleted"
     kids = f" and {len(r['children'])} delegate child(ren)" if r["children"] else ""
-    typer.echo(f"{verb} session {r['session_id']}{kids}, {r['messages']} messages")
+    typer.echo(f"{verb} session {printable(r['session_id'])}{kids}, {r['messages']} messages")
     for c in r["children"]:
-        typer.echo(f"    {c}")
+        typer.echo(f"    {printable(c)}")
     if r["dry_run"]:
         for w in r["warnings"]:
-            typer.echo(f"  warning: {w}")
+            typer.echo(f"  warning: {printable(w)}")

@@ -63,7 +63,7 @@ def confirm_or_refuse(yes: bool, question: str, summary: list[str]) -> None:
         raise NotATerminal("refusing to change the store without confirmation: stdin is not a terminal "
                            "(pass --yes to proceed, or --dry-run to preview)")
     for line in summary:
-        typer.echo(line)
+        typer.echo(printable(line))  # ids and titles are stored text: shown, never obeyed
     try:
         agreed = typer.confirm(question, default=False)
     except (KeyboardInterrupt, EOFError, typer.Abort):
