@@ -400,3 +400,29 @@ def test_verified_delete_refuses_redact_and_a_prefix(store, tmp_path):
     prefix = run_export(tmp_path / "bk", "--db", store, "--session-id", "old_c", "--delete-after-verified", "--yes")
     assert prefix.returncode == 2 and "not a whole session id" in prefix.stderr and not (tmp_path / "bk").exists()
     assert session_ids(store) == before
+
+
+HOSTILE_QMD = ["```{python}\nimport os; os.system('touch /tmp/pwned')\n```", "inline `{python} 1 + 1` code",
+               "{{< include /etc/passwd >}} and {{< env HF_TOKEN >}}", "````\nbreak out of the fence\n````",
+               "<script>alert(1)</script> $x$ @cite"]
+
+
+def test_qmd_stored_text_can_never_open_a_cell_or_leave_its_element(tmp_path):
+    """Finding 8 (issue 24): a message holding a ```{python} fence became an executable Quarto cell; four
+    backticks in tool output broke out of the text fence."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("q", age=5, messages=0, title="`{python} 2 + 2` {{< include x >}}", model="m`{r}`")
+        for n, text in enumerate(HOSTILE_QMD):
+            b.raw.execute("INSERT INTO messages (session_id, role, content, tool_name, timestamp) VALUES "
+                          "('q', ?, ?, ?, ?)", ("tool" if n % 2 else "assistant", text, "t`{sh}`" if n % 2 else None,
+                                                1700000000 + n))
+    out = tmp_path / "q.qmd"
+    result = run_export(out, "--db", db, "--format", "qmd", "--session-id", "q")
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    front, body = text.split("\n---\n", 1)
+    assert front.startswith("---\n") and "{{<" not in front  # the front matter holds JSON strings only
+    for char in "`{}$@":
+        assert char not in body, (char, body)
+    assert "&#96;&#96;&#96;&#123;python&#125;" in body and "&#123;&#123;&lt; include /etc/passwd" in body

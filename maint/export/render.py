@@ -38,7 +38,19 @@ def environment() -> Environment:
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["when"] = iso_time
     env.filters["tool_calls"] = tool_call_names
+    env.filters["inert"] = inert
     return env
+
+
+_INERT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;", "`": "&#96;",
+                        "{": "&#123;", "}": "&#125;", "@": "&#64;", "$": "&#36;", "\\": "&#92;"})
+
+
+def inert(value: Any) -> str:
+    """Stored text for a Quarto (qmd) document: HTML in which nothing Quarto or pandoc acts on survives (code
+    fences and inline code, ``{lang}`` cells, ``{{< shortcodes >}}``, citations, math, raw HTML), so it shows
+    as written and is never run, included, or able to end the element around it."""
+    return str(value).translate(_INERT)
 
 
 def iso_time(ts: Any) -> str:
