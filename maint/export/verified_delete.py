@@ -17,7 +17,7 @@ from maint.store import guard
 from maint.store.catalog import session_info
 from maint.store.lineage import delegate_family
 from maint.errors import MaintError
-from maint.ops.prune import delete_sessions
+from maint.store.delete import delete_sessions
 from maint.store.connection import Store
 from maint.export.transcript import iter_messages
 

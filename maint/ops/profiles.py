@@ -35,7 +35,7 @@ import apsw
 from maint import files
 from maint.errors import MaintError, StoreError
 from maint.store.targets import hermes_home
-from maint.ops.prune import delete_sessions
+from maint.store.delete import delete_sessions
 from maint.store.sqlutil import chunks, ph
 from maint.store.connection import Store, open_store
 

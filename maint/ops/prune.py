@@ -10,7 +10,6 @@ session references any more, and ``parent_session_id`` of surviving children
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from maint.store.holders import other_connections
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store, busy_timeout_from_env
+from maint.store.delete import delete_sessions
 
 PLAN_TABLES = ("maint_pc", "maint_sb", "maint_vis", "maint_um", "maint_unit")
 
@@ -208,17 +208,6 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
                      planned_at=planned_at)
 
 
-def message_counts(store: Store, ids: list[str]) -> dict[str, tuple[int, int]]:
-    """Per session with messages: (message count, lowest message rowid)."""
-    out: dict[str, tuple[int, int]] = {}
-    for chunk in chunks(ids):
-        for sid, n, first in store.conn.execute(
-                f"SELECT session_id, COUNT(*), MIN(id) FROM messages WHERE session_id IN ({ph(chunk)}) "
-                "GROUP BY session_id", chunk):
-            out[sid] = (n, first)
-    return out
-
-
 def plan_stored_bytes(store: Store) -> int:
     """Bytes of message text the planned deletion removes (see :func:`stored_bytes`)."""
     return store.scalar(f"SELECT COALESCE(SUM({_text_bytes(store)}), 0) FROM messages "
@@ -271,34 +260,6 @@ def _still_safe(store: Store, units: list[Unit], now: float,
     for unit in units:
         (ok if safe(unit) else moved).append(unit)
     return ok, moved
-
-
-def delete_sessions(store: Store, conn, ids: list[str]) -> None:
-    """The deletion itself, inside the caller's transaction.
-
-    One statement per table whatever the count: FTS5 flushes its pending index data into a new
-    segment at every statement, so splitting the messages delete costs a segment (and later
-    merge work) per piece.
-    """
-    if not ids:
-        return
-    id_list = (json.dumps(ids),)
-    each = "SELECT value FROM json_each(?)"
-    ref_cols = [c for c in ("system_prompt_hash", "tool_names") if store.has_column("sessions", c)]
-    prompt_refs: set[str] = set()
-    if store.has_table("system_prompts") and ref_cols:
-        for row in conn.execute(f"SELECT {', '.join(ref_cols)} FROM sessions WHERE id IN ({each})", id_list):
-            prompt_refs.update(v for v in row if isinstance(v, str) and v)
-    conn.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN ({each})", id_list)
-    conn.execute(f"DELETE FROM messages WHERE session_id IN ({each})", id_list)
-    for table in ("session_model_usage", "compression_locks"):
-        if store.has_table(table):
-            conn.execute(f"DELETE FROM {table} WHERE session_id IN ({each})", id_list)
-    conn.execute(f"DELETE FROM sessions WHERE id IN ({each})", id_list)
-    if prompt_refs:
-        still = " OR ".join(f"s.{c} = system_prompts.hash" for c in ref_cols)
-        conn.execute(f"DELETE FROM system_prompts WHERE hash IN ({each}) "
-                     f"AND NOT EXISTS (SELECT 1 FROM sessions s WHERE {still})", (json.dumps(sorted(prompt_refs)),))
 
 
 def interrupted(store: Store) -> list[str]:

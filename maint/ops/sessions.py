@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from maint.errors import MaintError, UsageError
-from maint.ops.prune import delete_sessions, message_counts
+from maint.store.delete import delete_sessions, message_counts
 from maint.store import guard, lineage
 from maint.store.catalog import (CANONICAL_BOT_CHAT_TITLE, NEWEST_MESSAGE_SQL, SessionInfo, resolve_session,
                                  session_info)

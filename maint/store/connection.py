@@ -423,7 +423,7 @@ def register_functions(conn: apsw.Connection) -> None:
     ``maint_str`` is ``str()`` (markers are compared as text), ``maint_lower`` is ``str.lower``
     (SQLite's ``lower()`` folds ASCII only) and ``maint_cwd_under`` is the ``--cwd`` prefix rule.
     """
-    from maint.selection.filters import cwd_under
+    from maint.store.sqlutil import cwd_under
 
     conn.create_scalar_function("maint_str", lambda v: None if v is None else str(v), 1, deterministic=True)
     conn.create_scalar_function("maint_lower", lambda v: None if v is None else str(v).lower(), 1,
