@@ -6,7 +6,7 @@ trigger must fire within the next year and the command line must parse as the CL
 it. Jobs run coalesced, one instance at a time, with an hour of misfire grace so a host that
 slept through 03:30 still sweeps when it wakes. SIGTERM/SIGINT cancel the running job at its
 next batch boundary and stop the loop; a job that has not stopped within the grace period
-(``HERMES_MAINT_STOP_GRACE_S``, default 30 s) is reported and the loop exits anyway (exit 1).
+(setting ``stop_grace_s``, default 30 s) is reported and the loop exits anyway (exit 1).
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ UNIT_SECONDS = {"weeks": 604800, "days": 86400, "hours": 3600, "minutes": 60, "s
 INTERVAL_UNITS = tuple(UNIT_SECONDS)
 MISFIRE_GRACE_S = 3600
 HORIZON = timedelta(days=366)  # every trigger must fire within this of now
-STOP_GRACE_ENV = "HERMES_MAINT_STOP_GRACE_S"
-DEFAULT_STOP_GRACE_S = 30.0
 
 
 @dataclass
@@ -221,9 +219,9 @@ def next_runs(jobs: list[Job], now: datetime | None = None) -> list[tuple[Job, d
 
 def stop_grace() -> float:
     """Seconds a running job gets to stop after SIGTERM/SIGINT (``HERMES_MAINT_STOP_GRACE_S``)."""
-    from maint.settings import env_number
+    from maint import settings
 
-    return env_number(STOP_GRACE_ENV, DEFAULT_STOP_GRACE_S, low=0, high=86400, low_open=False)
+    return settings.value("stop_grace_s")
 
 
 class _Running:

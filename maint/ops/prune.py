@@ -303,9 +303,7 @@ class PruneResult:
 
 # A unit is deleted in one transaction, so the lock is held for all of its messages. Hermes gives up
 # on a write after about 15 s of waiting; while other processes have the store open, a unit whose
-# delete would hold the lock longer than HERMES_MAINT_MAX_UNIT_S is held back instead.
-MAX_UNIT_ENV = "HERMES_MAINT_MAX_UNIT_S"
-DEFAULT_MAX_UNIT_S = 5.0
+# delete would hold the lock longer than the max_unit_s setting is held back instead.
 SLOWEST_S_PER_MESSAGE = 0.0002  # the slowest rate measured on stores Hermes built (0.08-0.2 ms)
 # Messages (and sessions) deleted a second on the scale benchmark's stores: only to foresee how many
 # commits a run makes, which sets how wide FTS5 merges may be (maint.store.fts_merges.run_fan_in).
@@ -313,9 +311,9 @@ TYPICAL_RATE = 15_000
 
 
 def max_unit_seconds() -> float:
-    from maint.settings import env_number
+    from maint import settings
 
-    return env_number(MAX_UNIT_ENV, DEFAULT_MAX_UNIT_S, low=0, high=86400)
+    return settings.value("max_unit_s")
 
 
 def check_settings() -> None:

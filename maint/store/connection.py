@@ -33,7 +33,6 @@ from maint.errors import CorruptStore, StoreError
 
 log = logging.getLogger("hermes_maint.store")
 
-DEFAULT_BUSY_TIMEOUT_MS = 5000
 # Page-cache caps (KiB): the main database for read-only and writable opens, and the temp database
 # that holds the planners' tables.
 READ_CACHE_KB, WRITE_CACHE_KB, TEMP_CACHE_KB = 2048, 16384, 1024
@@ -438,10 +437,9 @@ def quote_ident(name: str) -> str:
 
 def busy_timeout_from_env() -> int:
     """HERMES_MAINT_BUSY_MS overrides how long we wait for Hermes's write lock."""
-    from maint.settings import env_number
+    from maint import settings
 
-    return int(env_number("HERMES_MAINT_BUSY_MS", DEFAULT_BUSY_TIMEOUT_MS, low=0, high=3_600_000, low_open=False,
-                          unit="milliseconds"))
+    return int(settings.value("busy_ms"))
 
 
 def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Connection, str | None]:
