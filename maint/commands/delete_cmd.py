@@ -30,6 +30,7 @@ def delete(
     Example: hermes-maint delete 20250305_091523_a1b2 --dry-run
     """
     from maint.ops.sessions import execute_delete, plan_delete
+    from maint.store.delete import session_files
     from maint.store.connection import open_store
 
     if all_profiles:
@@ -41,7 +42,8 @@ def delete(
             s = plan.sessions[plan.session_id]
             report = {"store": str(target.path), "dry_run": dry_run, "session_id": plan.session_id,
                       "session_ids": plan.ids, "children": plan.children, "messages": plan.messages,
-                      "warnings": plan.warnings, "deleted": []}
+                      "warnings": plan.warnings, "deleted": [],
+                      "session_files": session_files(target.path, plan.ids) if dry_run else [], "removed_files": []}
             lines = [f"{plan.session_id}  {s.title or '(untitled)'}  {s.source}, {s.message_count} messages, "
                      f"last active {fmt_time(s.last_active)}"]
             lines += [f"  + delegate child {c} ({plan.sessions[c].source}, {plan.sessions[c].message_count} "
@@ -54,6 +56,7 @@ def delete(
                     typer.echo(f"warning: {printable(w)}", err=True)
             confirm_or_refuse(yes, f"Delete {len(plan.ids)} session(s), {plan.messages} messages?", lines)
             report["deleted"] = execute_delete(store, plan)
+            report["removed_files"] = plan.removed_files
             return report
 
     for_each_store(resolve_targets(db, profile, all_profiles), as_json, run, _render)

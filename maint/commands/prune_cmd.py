@@ -48,6 +48,7 @@ def prune(
                 "store": str(target.path), "dry_run": dry_run, "matched": count, "session_ids": [],
                 "messages": plan.messages, "implicit_days": plan.implicit_days, "held_back": plan.held_back,
                 "oldest": plan.extreme(newest=False), "newest": plan.extreme(newest=True),
+                "session_files": [], "removed_files": [],
             }
             # Text size is read only when someone will look at it (preview or prompt).
             report["bytes"] = plan_stored_bytes(store) if (dry_run or not yes) else None
@@ -55,9 +56,13 @@ def prune(
                 if not dry_run and yes:
                     # Nothing to delete, but what a killed run left goes back (the delete itself does this first).
                     recover_interrupted(store)
-                report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[], skipped_too_big=[])
+                report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[], skipped_too_big=[],
+                              removed_files=[])
                 if dry_run:
+                    from maint.store.delete import session_files
+
                     report["session_ids"] = plan.session_ids
+                    report["session_files"] = session_files(target.path, plan.session_ids)
                 return report
             o, n = report["oldest"], report["newest"]
             confirm_or_refuse(yes, f"Delete {count} sessions ({plan.messages} messages)?", [
@@ -71,7 +76,7 @@ def prune(
                 session_ids=result.deleted_ids, matched=len(result.deleted_ids), messages=result.messages,
                 deleted=len(result.deleted_ids), transactions=result.transactions,
                 longest_lock_ms=round(result.longest_lock_s * 1000, 1), skipped_changed=result.skipped_changed,
-                skipped_too_big=result.skipped_too_big,
+                skipped_too_big=result.skipped_too_big, removed_files=result.removed_files,
             )
             return report
 

@@ -359,7 +359,7 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
             "replaced": [w["path"] for w in written if w.get("replaces")],
             "messages": sum(w["messages"] for w in written),
             "written": [{"path": w["path"], "messages": w["messages"], "sha256": w["sha256"]} for w in written],
-            "manifest": _write_manifest(plan, written), "uploaded": [], "deleted": [],
+            "manifest": _write_manifest(plan, written), "uploaded": [], "deleted": [], "removed_files": [],
         }
         if req.upload:
             from maint.export.hf_upload import upload_traces
@@ -374,7 +374,7 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
                 if w["temporary"]:
                     result["file"] = None  # the private temporary file is gone when the command ends
         if req.delete_after_verified:
-            report["deleted"] = _verified_delete(store, renderer, written)
+            report["deleted"], report["removed_files"] = _verified_delete(store, renderer, written)
         return report
     finally:
         if scratch:
@@ -396,11 +396,10 @@ def _write_manifest(plan: ExportPlan, written: list[dict]) -> str | None:
     return str(plan.manifest)
 
 
-def _verified_delete(store: Store, renderer: Renderer, written: list[dict]) -> list[str]:
+def _verified_delete(store: Store, renderer: Renderer, written: list[dict]) -> tuple[list[str], list[str]]:
     from maint.export.verified_delete import delete_if_unchanged, verify_files
 
     verify_files(written, renderer.rerender_digest)
     ids = [sid for w in written for sid in w["ids"]]
     prints = {sid: p for w in written for sid, p in w["fingerprints"].items()}
-    delete_if_unchanged(store, ids, prints)
-    return ids
+    return ids, delete_if_unchanged(store, ids, prints)

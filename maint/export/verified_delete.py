@@ -17,7 +17,7 @@ from maint.store import guard
 from maint.store.catalog import session_info
 from maint.store.lineage import delegate_family
 from maint.errors import MaintError
-from maint.store.delete import delete_sessions
+from maint.store.delete import delete_sessions, remove_session_files
 from maint.store.connection import Store
 from maint.export.transcript import iter_messages
 
@@ -65,7 +65,8 @@ def verify_files(entries: list[dict], rerender: Callable[[dict], str]) -> None:
                              "nothing deleted")
 
 
-def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str]) -> None:
+def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str]) -> list[str]:
+    """Delete the exported sessions in one transaction if nothing changed; then Hermes's files of them (returned)."""
     store.refuse_unknown_references()
     with store.write() as conn:
         now_family = family(store, ids[0])
@@ -81,3 +82,4 @@ def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str]) ->
                 raise MaintError(f"session {sid} changed since it was exported (new, edited, rewound or compacted "
                                  "messages); refusing to delete (files kept, store untouched)")
         delete_sessions(store, conn, ids)
+    return remove_session_files(store.path, ids)

@@ -27,7 +27,7 @@ from maint.store.holders import other_connections
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store, busy_timeout_from_env
-from maint.store.delete import delete_sessions
+from maint.store.delete import delete_sessions, remove_session_files
 
 PLAN_TABLES = ("maint_pc", "maint_sb", "maint_vis", "maint_um", "maint_unit")
 
@@ -299,6 +299,7 @@ class PruneResult:
     transactions: int
     longest_lock_s: float
     skipped_too_big: list[str] = field(default_factory=list)
+    removed_files: list[str] = field(default_factory=list)  # Hermes's files of the deleted sessions
 
 
 # A unit is deleted in one transaction, so the lock is held for all of its messages. Hermes gives up
@@ -352,6 +353,7 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         ids = [sid for u in ok for sid in u.session_ids]
         if ids:
             delete_sessions(store, store.conn, ids)
+            files_due.extend(ids)
         if detacher is not None and detacher.out([sid for u in chunk for sid in u.session_ids]):
             detacher.settle(store.conn, deleted=detacher.out(ids))
         deleted.extend(ids)
@@ -364,6 +366,16 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         if detacher is None or too_long(unit) or not _still_safe(store, [unit], time.time(), plan.planned_at)[0]:
             return None
         return detacher.start(unit.session_ids)
+
+    files_due: list[str] = []  # sessions deleted by the transaction in flight: their files go once it commits
+    removed_files: list[str] = []
+
+    def files_after(after_commit: Callable[[], None]) -> Callable[[], None]:
+        def after() -> None:
+            after_commit()
+            removed_files.extend(remove_session_files(store.path, files_due))
+            files_due.clear()
+        return after
 
     batcher = batcher or Batcher()
     pacer = pacer_for(store)
@@ -380,8 +392,9 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
             return merge_step() if merge_step is not None else False
 
         run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, transaction,
-                    pacer, batcher=batcher, on_progress=on_progress, after_commit=after_commit,
+                    pacer, batcher=batcher, on_progress=on_progress, after_commit=files_after(after_commit),
                     upkeep=upkeep if merge_step is not None or detacher is not None else None, lighten=lighten)
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=transactions[0],
-                       longest_lock_s=store.write_stats.longest_hold_s, skipped_too_big=too_big)
+                       longest_lock_s=store.write_stats.longest_hold_s, skipped_too_big=too_big,
+                       removed_files=removed_files)

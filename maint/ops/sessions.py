@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from maint.errors import MaintError, UsageError
-from maint.store.delete import delete_sessions, message_counts
+from maint.store.delete import delete_sessions, message_counts, remove_session_files
 from maint.store import guard, lineage
 from maint.store.catalog import (CANONICAL_BOT_CHAT_TITLE, NEWEST_MESSAGE_SQL, SessionInfo, resolve_session,
                                  session_info)
@@ -65,6 +65,7 @@ class DeletePlan:
     messages: int
     warnings: list[str]
     last_message_at: dict[str, float | None] = field(default_factory=dict)
+    removed_files: list[str] = field(default_factory=list)  # Hermes's files of the deleted sessions, once gone
 
     @property
     def children(self) -> list[str]:
@@ -119,6 +120,7 @@ def execute_delete(store: Store, plan: DeletePlan) -> list[str]:
             raise MaintError(f"{plan.session_id} or its delegate children changed since they were shown (new "
                              "messages or children); nothing was deleted, run delete again to see what goes now")
         delete_sessions(store, conn, ids)
+    plan.removed_files = remove_session_files(store.path, ids)  # after the commit, as Hermes does
     return ids
 
 

@@ -258,6 +258,7 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
                 report["pruned_ids"] = result.deleted_ids
                 report["pruned_messages"] = result.messages
                 report["skipped_too_big"] = result.skipped_too_big
+                report["removed_files"] = result.removed_files
                 report["cancelled"] = batching.CANCEL.is_set()
                 decision = VacuumDecision(False, "the sweep was cancelled") if report["cancelled"] else decide_vacuum(
                     store, deleted=len(result.deleted_ids), enabled=bool(cfg.session("vacuum_after_prune")),
