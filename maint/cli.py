@@ -94,4 +94,7 @@ def app() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from maint.files import raise_on_termination
+
+    raise_on_termination()
     sys.exit(run(app, sys.argv[1:] if argv is None else argv))

@@ -6,11 +6,9 @@ write-back is a targeted edit of one line (see :func:`set_session_key`), not a Y
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import secrets
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +18,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from maint.export.files import sync_folder
+from maint import files
 from maint.errors import MaintError, UsageError
 from maint.store.targets import hermes_home
 
@@ -88,22 +86,12 @@ def config_path_for(store: Path | None, profile: str | None = None) -> Path:
 
 
 def load_config(path: Path | None = None) -> Config:
+    """The config.yaml at *path* (default: $HERMES_HOME/config.yaml): defaults when it is absent; a file
+    we may not trust or cannot parse is a usage error naming it (see :func:`read_trusted`, :func:`parse_yaml`)."""
     path = path or hermes_home() / "config.yaml"
     if not path.exists():
         return Config(path=path, exists=False)
-    try:
-        text = _read_regular(path).decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read config ({exc.__class__.__name__}: {exc})") from None
-    try:
-        data = yaml_loader().load(text)
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else "?"
-        problem = (exc.problem or exc.context or "malformed YAML").strip()
-        raise UsageError(f"{path}:{line}: malformed config: {problem}") from None
-    except YAMLError as exc:
-        raise UsageError(f"{path}: malformed config: {str(exc).splitlines()[0]}") from None
+    data = parse_yaml(read_trusted(path, "config"), path, what="config")
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -118,13 +106,94 @@ def load_config(path: Path | None = None) -> Config:
                   maint_section=data.get(MAINT_SECTION))
 
 
-def _read_regular(path: Path) -> bytes:
-    """The bytes of *path* (a symlink is followed), refusing a FIFO or device, which would block or never end."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise UsageError(f"{path}: not a regular file; refusing to read it as the config")
-        return fh.read()
+# -- trust and bounds: every YAML file that steers us (config.yaml, job files) -----------------------
+
+YAML_MAX_NODES = 20_000  # values and keys, aliases expanded: a config has hundreds
+YAML_MAX_DEPTH = 64
+
+
+def read_trusted(path: Path, what: str) -> str:
+    """The text of a file that steers us, as OpenSSH and sudo read theirs: a regular file (a link is
+    followed), owned by us, by root or by the owner of its folder (who could replace it anyway), and
+    writable by its owner alone. A file planted by another user beside a store in a shared folder is
+    refused, never obeyed."""
+    try:
+        data, st = files.read_regular(path, what=what)
+    except files.FileRefused as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    folder = files.owner_of(Path(os.path.realpath(path)).parent)
+    why = files.untrusted_by(st, also_trusted=folder[0] if folder else None)
+    if why:
+        raise UsageError(f"{path}: {why}; refusing to obey it as the {what} (it must be owned by you, root or "
+                         "the owner of its folder, and writable by its owner only: chown it, or chmod go-w it)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}); refusing") from None
+
+
+def parse_yaml(text: str, path: Path, *, what: str = "config", safe: bool = False) -> Any:
+    """YAML 1.1 as Hermes reads it (round-trip, or *safe* plain data), refused with one line naming the file
+    when malformed, nested deeper than :data:`YAML_MAX_DEPTH`, or expanding (aliases included) to more
+    than :data:`YAML_MAX_NODES` values: an alias bomb is refused before anything expands it."""
+    yaml = YAML(typ="safe", pure=True) if safe else yaml_loader()
+    if not safe:
+        yaml.version = (1, 1)
+    try:
+        node = yaml.compose(text)
+        if node is not None:
+            _check_bounds(node, path, what)
+        return yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else "?"
+        problem = (exc.problem or exc.context or "malformed YAML").strip()
+        if exc.problem and exc.context and exc.context_mark is not None:
+            problem += f" ({exc.context.strip()} at line {exc.context_mark.line + 1})"
+        raise UsageError(f"{path}:{line}: malformed YAML in the {what}: {problem}") from None
+    except YAMLError as exc:
+        raise UsageError(f"{path}: malformed YAML in the {what}: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: malformed {what}: nested deeper than {YAML_MAX_DEPTH} levels; refusing") from None
+
+
+def _check_bounds(root: Any, path: Path, what: str) -> None:
+    """Size and height of the document as it would expand, from its node graph (shared aliases counted once
+    per use, computed once per node)."""
+    done: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded size, height)
+    stack: list[tuple[Any, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, finished = stack.pop()
+        if depth > YAML_MAX_DEPTH:
+            raise UsageError(f"{path}: malformed {what}: nested deeper than {YAML_MAX_DEPTH} levels (or an alias "
+                             "that contains itself); refusing")
+        children = _children(node)
+        if finished:
+            size = 1 + sum(done[id(c)][0] for c in children)
+            height = 1 + max((done[id(c)][1] for c in children), default=0)
+            if size > YAML_MAX_NODES:
+                raise UsageError(f"{path}: malformed {what}: expands (aliases included) to more than "
+                                 f"{YAML_MAX_NODES} values; refusing")
+            if height > YAML_MAX_DEPTH:
+                raise UsageError(f"{path}: malformed {what}: nested deeper than {YAML_MAX_DEPTH} levels; refusing")
+            done[id(node)] = (size, height)
+            continue
+        if id(node) in done:
+            continue
+        stack.append((node, depth, True))
+        stack.extend((c, depth + 1, False) for c in children if id(c) not in done)
+
+
+def _children(node: Any) -> list[Any]:
+    value = getattr(node, "value", None)
+    if not isinstance(value, list):
+        return []
+    out = []
+    for item in value:
+        out.extend(item if isinstance(item, tuple) else (item,))
+    return out
 
 
 def set_session_key(path: Path, key: str, value: bool | int) -> None:
@@ -183,42 +252,20 @@ def _real_target(path: Path) -> Path | None:
 
 
 def _create_config(path: Path, text: str) -> None:
-    """A new config.yaml: 0600 (Hermes keeps API keys in it), created exclusively, never through a link."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
+    """A new config.yaml: 0600 (Hermes keeps API keys in it), never over a file or through a link."""
+    with files.Folder.open(path.parent, create=True, parents=True, follow_links=True) as folder, \
+            folder.atomic(path.name, mode=0o600, replace=False) as fh:
         fh.write(text.encode("utf-8"))
-        fh.flush()
-        os.fsync(fh.fileno())
-    sync_folder(path.parent)
 
 
 def _replace_file(target: Path, data: bytes, before: os.stat_result, shown: Path) -> None:
-    """Atomically replace *target* with *data*, keeping its mode and owner; refuse if it changed meanwhile."""
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    """Atomically replace *target* with *data*, keeping its mode and owner; refuse if it changed since *before*."""
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with files.Folder.open(target.parent, follow_links=True) as folder, \
+                folder.atomic(target.name, expect=before) as fh:
             fh.write(data)
-            fh.flush()
-            made = os.fstat(fh.fileno())
-            if (made.st_uid, made.st_gid) != (before.st_uid, before.st_gid):
-                try:
-                    os.fchown(fh.fileno(), before.st_uid, before.st_gid)
-                except PermissionError:
-                    raise MaintError(f"{shown}: cannot keep its owner ({before.st_uid}:{before.st_gid}) when "
-                                     "rewriting it; not rewritten (edit it by hand)") from None
-            os.fchmod(fh.fileno(), stat.S_IMODE(before.st_mode))  # after chown, which may clear set-id bits
-            os.fsync(fh.fileno())
-        now = os.lstat(target)
-        if (now.st_ino, now.st_size, now.st_mtime_ns) != (before.st_ino, before.st_size, before.st_mtime_ns):
-            raise MaintError(f"{shown}: changed while it was being edited; not rewritten (run the command again)")
-        os.rename(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    sync_folder(target.parent)
+    except MaintError as exc:
+        raise MaintError(str(exc).replace(str(target), str(shown), 1)) from None
 
 
 # -- the one-line edit ---------------------------------------------------------------------------
@@ -236,10 +283,7 @@ def edit_session_key(text: str, key: str, value: bool | int, shown: Path | str =
     """
     literal = _literal(value)
     by_hand = f"add `{key}: {literal}` under `sessions:` by hand"
-    try:
-        data = yaml_loader().load(text)
-    except YAMLError as exc:
-        raise MaintError(f"{shown}: malformed config, not rewriting it ({str(exc).splitlines()[0]})") from None
+    data = parse_yaml(text, Path(shown))  # malformed, too deep or an alias bomb: refused, nothing rewritten
     lines = text.splitlines(keepends=True)
     nl = next((ln[len(ln.rstrip("\r\n")):] for ln in lines if ln.endswith("\n")), "\n")
     if data is not None and not isinstance(data, CommentedMap):
@@ -386,14 +430,14 @@ def _comment_of(text: str) -> str:
 
 
 def _plain(text: str) -> Any:
-    """The document as plain JSON-able data, aliases expanded into independent copies."""
-    return json.loads(json.dumps(YAML(typ="safe", pure=True).load(text), default=repr))
+    """The document as plain JSON-able data, aliases expanded into independent copies (within the bounds)."""
+    return json.loads(json.dumps(parse_yaml(text, Path("config.yaml"), safe=True), default=repr))
 
 
 def _verified(old: str, new: str, key: str, value: Any, shown: Path | str, by_hand: str) -> str:
     try:
         after = _plain(new)
-    except YAMLError:
+    except UsageError:
         after = None
     expected = _plain(old) or {}
     if not isinstance(expected.get("sessions"), dict):

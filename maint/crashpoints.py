@@ -18,6 +18,8 @@ _HITS: dict[str, int] = {}
 
 
 def crash_point(name: str) -> None:
+    """Die here when HERMES_MAINT_CRASH_AT names this point; hang here when HERMES_MAINT_HANG_AT does."""
+    hang_point(name)
     if not _NAME or name != _NAME:
         return
     _HITS[name] = _HITS.get(name, 0) + 1
@@ -28,8 +30,8 @@ def crash_point(name: str) -> None:
 def hang_point(name: str) -> None:
     """``HERMES_MAINT_HANG_AT=name`` blocks the calling thread for good at point ``name``.
 
-    A test seam for the job loop's stop grace: it stands for a job stuck in a system call that
-    no cancel flag reaches (a FIFO or a hung network mount given as the store).
+    A test seam for the job loop's stop grace (a job stuck in a system call that no cancel flag
+    reaches) and for signals arriving mid-write (the wait is interrupted by a signal's handler).
     """
     if os.environ.get("HERMES_MAINT_HANG_AT") == name:
         import threading

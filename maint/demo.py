@@ -17,6 +17,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from maint import files
 from maint.errors import MaintError, UsageError
 
 DAY = 86400.0
@@ -100,9 +101,8 @@ def build_demo(path: Path, *, now: float | None = None, seed: int = 7) -> dict[s
     path = Path(path).expanduser()
     if any(os.path.lexists(f"{path}{suffix}") for suffix in ("", "-wal", "-shm")):
         raise UsageError(f"{path}: already exists; the demo never overwrites a store (choose another path)")
-    if not path.parent.is_dir():
-        path.parent.mkdir(mode=0o700, parents=True)
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    with files.Folder.open(path.parent, create=True, parents=True, follow_links=True) as folder:
+        os.close(folder.create(path.name))
     try:
         return _fill(path, now, seed)
     except (sqlite3.Error, OSError) as exc:  # a full disk, say: leave nothing half-built behind

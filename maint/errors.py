@@ -46,6 +46,15 @@ class Declined(MaintError):
     """The operator answered no at a confirmation prompt."""
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the program stands (as Ctrl-C raises KeyboardInterrupt) so that
+    cleanup runs: temporary files go, an open transaction rolls back. Exit 128 + the signal's number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 class Interrupted(MaintError):
     """Ctrl-C, or end of input at a prompt: finished transactions stay, the store is consistent."""
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.ops.listing import in_workspace, workspace_key
-from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, ORPHAN_REAP_REASON, SessionInfo, locked_session_ids
+from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, ORPHAN_REAP_REASON, SessionInfo
+from maint.store.guard import ACTIVE_S, locked_ids
 from maint.store.connection import Store
 
 COMPRESSION, DELEGATE, BRANCH, RESET, OTHER, ROOT = "compression", "delegate", "branch", "reset", "other", "root"
@@ -77,7 +78,7 @@ def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionIn
             if row[marker] is not None:
                 row[marker] = str(row[marker])
         out[row["id"]] = SessionInfo(**row)
-    for sid in locked_session_ids(store, now):
+    for sid in locked_ids(store, now):
         if sid in out:
             out[sid].locked = True
     return out
@@ -426,4 +427,5 @@ def reap_candidates(store: Store, retention_days: float, now: float | None = Non
         sessions = load_sessions(store, now)
     return sorted(s.id for s in sessions.values()
                   if s.is_open and s.source in STATEFUL_SOURCES and not s.pinned and not s.locked
-                  and s.last_active < cutoff)
+                  and s.last_active < cutoff and s.last_active < now - ACTIVE_S  # the write guard's window
+                  and isinstance(s.started_at, (int, float)) and s.started_at < cutoff)  # upstream: an old start too

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from maint.errors import MaintError
-from maint.ops.backup import create_exclusive, list_snapshots, take_snapshot
+from maint.ops.backup import list_snapshots, take_snapshot
 from tests.conftest import REPO, file_hash, query, run_subprocess, session_ids
 from tests.live import LiveHermes
 from tests.storegen import StoreBuilder, bulk_store
@@ -129,15 +129,6 @@ def test_disk_preflight_names_both_figures_and_writes_nothing(tmp_path):
         take_snapshot(db, folder, label="default", disk_usage=lambda p: Usage(10**9, 10**9 - 5000, 5000))
     assert "5000 bytes free" in str(err.value) and "need about" in str(err.value)
     assert list(folder.iterdir()) == []
-
-
-def test_partial_names_are_created_exclusively_never_through_a_symlink(tmp_path):
-    target = tmp_path / "victim"
-    target.write_text("keep")
-    (tmp_path / "link").symlink_to(target)
-    with pytest.raises(FileExistsError):
-        create_exclusive(tmp_path / "link")
-    assert target.read_text() == "keep"
 
 
 def test_stale_partials_removed_running_ones_kept(hermes_home):

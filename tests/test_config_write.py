@@ -34,6 +34,7 @@ def test_mode_owner_symlink_bom_and_crlf_are_kept(hermes_home, cli, tmp_path):
     os.chmod(real, 0o600)
     owner = (4321, 4321) if os.geteuid() == 0 else (os.getuid(), os.getgid())
     os.chown(real, *owner)
+    os.chown(dots, *owner)  # the user's own dotfiles folder: a config owned by its folder's owner is trusted
     link = hermes_home / "config.yaml"
     link.symlink_to(os.path.relpath(real, hermes_home))
 

@@ -287,9 +287,9 @@ def test_verified_delete_removes_session_and_children(store, tmp_path):
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert sorted(report["deleted"]) == ["parent", "sub"]
-    assert {p.name for p in out.iterdir()} == {"parent.jsonl", "sub.jsonl"}
+    assert {p.name for p in out.iterdir()} == {"hermes_session_parent.jsonl", "hermes_session_sub.jsonl"}
     assert not {"parent", "sub"} & session_ids(store)
-    (rec,) = jsonl((out / "sub.jsonl").read_text())
+    (rec,) = jsonl((out / "hermes_session_sub.jsonl").read_text())
     assert len(rec["messages"]) == 3
 
 
@@ -333,14 +333,14 @@ def test_writer_appending_between_export_and_delete_refuses(store, tmp_path, mon
     result = CliRunner().invoke(app, ["export", str(tmp_path / "bk"), "--db", str(store), "--session-id",
                                       "old_cli", "--delete-after-verified", "--yes"])
     assert result.exit_code == 1 and "changed since it was exported" in result.stderr
-    assert "old_cli" in session_ids(store) and (tmp_path / "bk" / "old_cli.jsonl").exists()
+    assert "old_cli" in session_ids(store) and (tmp_path / "bk" / "hermes_session_old_cli.jsonl").exists()
     assert query(store, "SELECT COUNT(*) FROM messages WHERE session_id='old_cli'") == [(5,)]
 
 
 # -- stored JSON nested past the bound ------------------------------------------------------------
 
 def test_json_text_depth_counts_brackets_outside_strings_only():
-    from maint.export import json_text
+    from maint import json_text
 
     texts = ('[1,[2,{"a":"[[[\\"]]"}]]', '"\\\\"[]', '["a\\\\",[1]]', "[")
     assert [json_text.depth(t) for t in texts] == [3, 1, 2, 1]
@@ -356,7 +356,7 @@ def _through_c(fn, n):
 
 
 def test_json_within_the_bound_parses_from_any_stack_depth_and_deeper_is_not_json():
-    from maint.export import json_text
+    from maint import json_text
 
     bound = json_text.MAX_DEPTH
     assert _through_c(lambda: json_text.loads("[" * bound + "]" * bound), 600) is not None
@@ -377,3 +377,52 @@ def test_tool_calls_nested_100000_deep_export_in_every_format(tmp_path, fmt):
     assert result.returncode == 0, result.stderr
     (written,) = json.loads(result.stdout)["written"]
     assert written["messages"] >= 1 and "Traceback" not in result.stderr
+
+
+def test_md_to_a_file_name_writes_that_file_not_a_folder(store, tmp_path):
+    """Finding 19: `export out.md --format md` created a folder named out.md."""
+    out = tmp_path / "out.md"
+    r = run_export(out, "--db", store, "--format", "md", "--session-id", "c1")
+    assert r.returncode == 0, r.stderr
+    assert out.is_file() and "message 0 of c1" in out.read_text()
+    bulk = run_export(tmp_path / "all.qmd", "--db", store, "--format", "qmd", "--source", "cli")
+    assert bulk.returncode == 2 and "give a folder" in bulk.stderr
+    assert not (tmp_path / "all.qmd").exists()
+
+
+def test_verified_delete_refuses_redact_and_a_prefix(store, tmp_path):
+    """Finding 3 (issue 24): with --redact the only copy left had [REDACTED] where the data was; and re-running
+    the command after the session was deleted matched and deleted another session by unique prefix."""
+    before = session_ids(store)
+    redacted = run_export(tmp_path / "bk", "--db", store, "--session-id", "old_cli", "--delete-after-verified",
+                          "--yes", "--redact")
+    assert redacted.returncode == 2 and "--redact" in redacted.stderr and not (tmp_path / "bk").exists()
+    prefix = run_export(tmp_path / "bk", "--db", store, "--session-id", "old_c", "--delete-after-verified", "--yes")
+    assert prefix.returncode == 2 and "not a whole session id" in prefix.stderr and not (tmp_path / "bk").exists()
+    assert session_ids(store) == before
+
+
+HOSTILE_QMD = ["```{python}\nimport os; os.system('touch /tmp/pwned')\n```", "inline `{python} 1 + 1` code",
+               "{{< include /etc/passwd >}} and {{< env HF_TOKEN >}}", "````\nbreak out of the fence\n````",
+               "<script>alert(1)</script> $x$ @cite"]
+
+
+def test_qmd_stored_text_can_never_open_a_cell_or_leave_its_element(tmp_path):
+    """Finding 8 (issue 24): a message holding a ```{python} fence became an executable Quarto cell; four
+    backticks in tool output broke out of the text fence."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("q", age=5, messages=0, title="`{python} 2 + 2` {{< include x >}}", model="m`{r}`")
+        for n, text in enumerate(HOSTILE_QMD):
+            b.raw.execute("INSERT INTO messages (session_id, role, content, tool_name, timestamp) VALUES "
+                          "('q', ?, ?, ?, ?)", ("tool" if n % 2 else "assistant", text, "t`{sh}`" if n % 2 else None,
+                                                1700000000 + n))
+    out = tmp_path / "q.qmd"
+    result = run_export(out, "--db", db, "--format", "qmd", "--session-id", "q")
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    front, body = text.split("\n---\n", 1)
+    assert front.startswith("---\n") and "{{<" not in front  # the front matter holds JSON strings only
+    for char in "`{}$@":
+        assert char not in body, (char, body)
+    assert "&#96;&#96;&#96;&#123;python&#125;" in body and "&#123;&#123;&lt; include /etc/passwd" in body

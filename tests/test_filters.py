@@ -6,7 +6,8 @@ from datetime import datetime
 import pytest
 
 from maint.errors import UsageError
-from maint.selection.filters import cwd_under, parse_filters
+from maint.selection.filters import parse_filters
+from maint.store.sqlutil import cwd_under
 from maint.selection.timeparse import parse_moment
 
 NOW = 1_800_000_000.0

@@ -135,7 +135,7 @@ def test_doctor_metrics_parse_and_carry_every_figure(store, hermes_home, tmp_pat
     r = json.loads(run_subprocess("doctor", "--json", env={"HERMES_HOME": str(hermes_home)}).stdout)
     assert counts == {k: float(v) for k, v in r["counts"].items()}
     assert stat.S_IMODE(prom.stat().st_mode) == 0o644
-    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial") or ".tmp-" in p]  # no temporary file
 
 
 def test_a_job_refreshes_its_figures_and_keeps_doctor_findings(store, hermes_home, tmp_path, cli):

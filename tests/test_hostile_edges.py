@@ -34,13 +34,14 @@ def test_planted_links_never_redirect_a_verified_export(tmp_path):
     out.mkdir()
     outside.write_text("precious\n")
     os.chmod(outside, 0o644)
-    os.symlink(outside, out / ".old0.jsonl.partial")  # the old, guessable temporary name
-    os.symlink(outside, out / "old0.jsonl")  # and the final name
+    os.symlink(outside, out / ".hermes_session_old0.jsonl.partial")  # the old, guessable temporary name
+    os.symlink(outside, out / "hermes_session_old0.jsonl")  # and the final name
     result = run_subprocess("export", out, "--db", store, "--session-id", "old0", "--delete-after-verified", "--yes")
     assert result.returncode == 1 and "is a symbolic link" in result.stderr
     assert outside.read_text() == "precious\n" and stat.S_IMODE(outside.stat().st_mode) == 0o644
     assert "old0" in session_ids(store)  # the only copy was not deleted
-    assert os.path.islink(out / "old0.jsonl") and os.path.islink(out / ".old0.jsonl.partial")
+    assert os.path.islink(out / "hermes_session_old0.jsonl")
+    assert os.path.islink(out / ".hermes_session_old0.jsonl.partial")
 
 
 def test_old_temporary_name_link_is_not_followed(tmp_path):
@@ -48,13 +49,13 @@ def test_old_temporary_name_link_is_not_followed(tmp_path):
     out, outside = tmp_path / "shared", tmp_path / "victim.txt"
     out.mkdir()
     outside.write_text("precious\n")
-    os.symlink(outside, out / ".old0.jsonl.partial")
+    os.symlink(outside, out / ".hermes_session_old0.jsonl.partial")
     result = run_subprocess("export", out, "--db", store, "--session-id", "old0", "--delete-after-verified", "--yes",
                             "--json")
     assert result.returncode == 0, result.stderr
     assert outside.read_text() == "precious\n"
-    assert (out / "old0.jsonl").is_file() and not (out / "old0.jsonl").is_symlink()
-    assert stat.S_IMODE((out / "old0.jsonl").stat().st_mode) == 0o600
+    assert (out / "hermes_session_old0.jsonl").is_file() and not (out / "hermes_session_old0.jsonl").is_symlink()
+    assert stat.S_IMODE((out / "hermes_session_old0.jsonl").stat().st_mode) == 0o600
 
 
 @pytest.mark.parametrize("kind", ["fifo", "chardev", "dir"])

@@ -70,7 +70,7 @@ def test_round_trip_export_delete_import_export_gives_the_same_bytes(tmp_path, l
     assert r.returncode == 0, r.stderr
     assert not {"p", "p_sub"} & session_ids(db)
     for sid in ("p", "p_sub"):
-        report = do_import(db, out / f"{sid}.jsonl")
+        report = do_import(db, out / f"hermes_session_{sid}.jsonl")
         assert report["imported"] == [sid] and not report["renumbered"] and not report["detached"]
     after = export_all(db)
     # Byte for byte: each session's line (its row, every message, the prompts; timings rebuilt from them).
@@ -121,8 +121,8 @@ def test_second_import_adds_nothing_and_replace_overwrites(tmp_path):
     assert again["transactions"] == 0 and file_hash(db) == before
     conn = sqlite3.connect(db)
     conn.execute("UPDATE sessions SET title = 'renamed' WHERE id = 'alone'")
-    conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('alone', 'user', "
-                 "'zanzibar later', 1)")
+    conn.execute("UPDATE messages SET content = 'zanzibar edited' WHERE id = "
+                 "(SELECT MIN(id) FROM messages WHERE session_id = 'alone')")  # edited, not added: replaceable
     conn.commit()
     conn.close()
     skipped = do_import(db, backup)
@@ -190,14 +190,15 @@ def test_prompt_missing_from_an_older_export_is_reported(tmp_path):
 
 
 def test_a_family_goes_in_whole_or_not_at_all(tmp_path):
-    """The delegate child's row is refused by SQLite: its parent, in the same unit, does not stay either."""
+    """The delegate child's row is refused by SQLite (its title is taken meanwhile: titles are unique): its
+    parent, in the same unit, does not stay either."""
     db = _store(tmp_path / "state.db", "v22")
     lines = []
     for line in export_all(db).splitlines():
         rec = json.loads(line)
         if rec["id"] in FAMILY:
             if rec["id"] == "sub":
-                rec["messages"][0]["timestamp"] = None  # NOT NULL in Hermes's schema
+                rec["title"] = "taken"
             lines.append(json.dumps(rec))
     bad = tmp_path / "family.jsonl"
     bad.write_text("\n".join(lines) + "\n")
@@ -205,11 +206,123 @@ def test_a_family_goes_in_whole_or_not_at_all(tmp_path):
     for sid in ("sub", "c2", "c1"):
         conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
         conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+    conn.execute("UPDATE sessions SET title = 'taken' WHERE id = 'alone'")
     conn.commit()
     conn.close()
     r = do_import(db, bad, expect=1)
-    assert "NOT NULL" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "UNIQUE" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not FAMILY & session_ids(db)
+
+
+def _lines(db, edit):
+    """The store's export with *edit*(record) applied to each record (it may return None to drop one)."""
+    out = []
+    for line in export_all(db).splitlines():
+        rec = edit(json.loads(line))
+        if rec is not None:
+            out.append(json.dumps(rec))
+    return "\n".join(out) + "\n"
+
+
+def _emptied(db):
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM messages")
+    conn.execute("DELETE FROM sessions")
+    conn.commit()
+    conn.close()
+
+
+BAD_VALUES = {
+    "parent_empty": (lambda r: r.update(parent_session_id="") if r["id"] == "c2" else None, "parent_session_id"),
+    "parent_zero": (lambda r: r.update(parent_session_id=0) if r["id"] == "c2" else None, "parent_session_id"),
+    "timestamp_null": (lambda r: r["messages"][0].update(timestamp=None) if r["id"] == "sub" else None,
+                       "messages.timestamp is null"),
+    "started_huge": (lambda r: r.update(started_at=10**400) if r["id"] == "p" else None, "started_at"),
+    "message_id_huge": (lambda r: r["messages"][0].update(id=2**70) if r["id"] == "p" else None, "64-bit"),
+    "tokens_huge": (lambda r: r.update(input_tokens=10**30) if r["id"] == "p" else None, "64-bit range"),
+    "nan": (lambda r: r.update(estimated_cost_usd=float("nan")) if r["id"] == "p" else None, "finite"),
+    "parent_loop": (lambda r: r.update(parent_session_id="c2") if r["id"] == "c1" else None, "loop"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VALUES))
+def test_a_bad_value_anywhere_refuses_the_whole_file_before_the_first_write(tmp_path, case):
+    """Findings 15 and 16 (issue 24): parent_session_id "" or 0 and null timestamps got past the up-front check
+    (a bad line aborted mid-file, earlier batches kept); 10**400, 2**70, 10**30 and NaN were tracebacks."""
+    db = _store(tmp_path / "state.db", "v22")
+    edit, needle = BAD_VALUES[case]
+    text = _lines(db, lambda r: (edit(r), r)[1])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(text.replace("NaN", "NaN"))
+    _emptied(db)
+    before = file_hash(db)
+    r = do_import(db, bad, expect=2)
+    assert needle in r.stderr and "line" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "Traceback" not in r.stderr and file_hash(db) == before and session_ids(db) == set()
+
+
+def test_json_nested_100000_deep_is_a_one_line_refusal(tmp_path):
+    db = _store(tmp_path / "state.db", "v22")
+    bad = tmp_path / "deep.jsonl"
+    bad.write_text('{"id": "x", "source": "cli", "started_at": 1, "messages": [], "model_config": '
+                   + "[" * 100_000 + "]" * 100_000 + "}\n")
+    r = do_import(db, bad, expect=2)
+    assert "nested" in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_replace_never_loses_messages_written_after_the_export(tmp_path):
+    """Finding 2 (issue 24): import --replace of a session Hermes was still writing deleted every message
+    written after the export (973 written, 533 gone). A session whose stored copy holds more than the file,
+    or that is busy, is skipped with the reason; the others are replaced."""
+    db = _store(tmp_path / "state.db", "v22")
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text(export_all(db))
+    code = ("import sys; from pathlib import Path; from hermes_state import SessionDB;"
+            "db = SessionDB(Path(sys.argv[1])); [db.append_message('alone', 'user', f'later {i}') for i in range(5)];"
+            "db.close()")
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-c", code, str(db)], check=True)
+    report = do_import(db, backup, "--replace")
+    assert set(report["skipped_busy"]) == {"alone"} and "alone" not in report["replaced"]
+    assert query(db, "SELECT COUNT(*) FROM messages WHERE session_id = 'alone' AND content LIKE 'later %'") == [(5,)]
+    assert "p" in report["replaced"]
+
+
+def test_a_file_rewritten_during_the_import_stops_before_its_next_write(tmp_path, monkeypatch):
+    """Finding 16 (issue 24): rewriting the file during the import was a traceback."""
+    from maint.ops import importer
+    from maint.store.connection import open_store
+
+    db = _store(tmp_path / "state.db", "v22")
+    file = tmp_path / "backup.jsonl"
+    file.write_text(export_all(db))
+    _emptied(db)
+    checked = importer.read_export(file)
+    file.write_text(file.read_text().replace('"source": "cli"', '"source": "CLI"'))
+    with open_store(db) as store:
+        plan = importer.plan_import(store, file, checked)
+        with pytest.raises(importer.MaintError, match="changed while it was being imported"):
+            importer.execute_import(store, plan)
+
+
+def test_the_undo_of_a_verified_delete_links_kept_children_again(tmp_path):
+    """Finding 3 (issue 24): after `export DIR/ --session-id P --delete-after-verified --yes` and `import` of the
+    files, a branch child's parent_session_id stayed NULL."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("P", age=30, messages=3, end_reason="branched")
+        b.session("branch", age=20, parent="P", model_config={"_branched_from": "P"}, messages=2)
+        b.session("P_sub", source="subagent", age=30, parent="P", model_config={"_delegate_from": "P"}, messages=1)
+    out = tmp_path / "bk"
+    r = run("export", f"{out}/", "--db", db, "--session-id", "P", "--delete-after-verified", "--yes", "--json")
+    assert r.returncode == 0, r.stderr
+    assert query(db, "SELECT parent_session_id FROM sessions WHERE id = 'branch'") == [(None,)]
+    report = do_import(db, out / "hermes_session_P.jsonl")
+    do_import(db, out / "hermes_session_P_sub.jsonl")
+    assert report["relinked"] == ["branch"]
+    assert query(db, "SELECT id, parent_session_id FROM sessions ORDER BY id") == [
+        ("P", None), ("P_sub", "P"), ("branch", "P")]
 
 
 @pytest.mark.parametrize("kind,needle", [
@@ -325,7 +438,7 @@ def test_round_trip_holds_for_text_started_at_and_timestamps(tmp_path):
     r = run("export", out, "--db", db, "--session-id", "alone", "--delete-after-verified", "--yes", "--json")
     assert r.returncode == 0, r.stderr
     assert "alone" not in session_ids(db)
-    report = do_import(db, out / "alone.jsonl")
+    report = do_import(db, out / "hermes_session_alone.jsonl")
     assert report["imported"] == ["alone"]
     assert query(db, "SELECT started_at, typeof(started_at) FROM sessions WHERE id = 'alone'") == [
         ("2026-12-01", "text")]

@@ -1,5 +1,6 @@
 """prune's rules on real stores: what goes, what never goes, and how it asks."""
 
+import json
 import sqlite3
 import time
 
@@ -8,6 +9,7 @@ from maint.selection.filters import parse_filters
 from maint.ops.prune import execute_prune, plan_prune
 from maint.store.connection import open_store
 from tests.conftest import file_hash, query, run_json, session_ids
+from tests.storegen import StoreBuilder
 
 
 def q(path, sql, *params):
@@ -249,3 +251,45 @@ def test_child_started_after_planning_keeps_its_parent(make_store):
     assert list(result.deleted_ids) == ["old2"] and result.skipped_changed == ["old"]
     assert session_ids(path) == {"old", "late_child"}
     assert q(path, "SELECT parent_session_id FROM sessions WHERE id = 'late_child'") == [("old",)]
+
+
+def _session_files(home, sid):
+    sessions = home / "sessions"
+    sessions.mkdir(exist_ok=True)
+    names = [f"{sid}.json", f"{sid}.jsonl", f"request_dump_{sid}_20260101_101010_123456.json",
+             f"session_{sid}.json"]
+    for name in names:
+        (sessions / name).write_text("{}")
+    return names
+
+
+def test_prune_delete_and_sweep_remove_the_files_hermes_keeps_per_session(hermes_home, tmp_path):
+    """Issue 25, item 1: Hermes's prune, delete and auto-prune remove sessions/<id>.json, <id>.jsonl and
+    request_dump_<id>_*.json (a request dump holds a whole API request body); ours left all three."""
+    from tests.conftest import run_subprocess
+
+    db = hermes_home / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("old_a", age=200, messages=2)
+        b.session("old_a_b", age=200, messages=2)  # a name that old_a's glob would also match in Hermes's remover
+        b.session("kept", age=1, messages=2)
+        b.session("gone_by_delete", age=1, messages=2)
+    for sid in ("old_a", "old_a_b", "kept", "gone_by_delete"):
+        _session_files(hermes_home, sid)
+    victim = tmp_path / "victim.json"
+    victim.write_text("keep")
+    (hermes_home / "sessions" / "old_a.jsonl").unlink()
+    (hermes_home / "sessions" / "old_a.jsonl").symlink_to(victim)  # a link is removed, never followed
+    preview = json.loads(run_subprocess("prune", "--db", db, "--dry-run", "--json").stdout)
+    assert "old_a.json" in preview["session_files"] and "kept.json" not in preview["session_files"]
+    assert (hermes_home / "sessions" / "old_a.json").exists()  # a dry run removes nothing
+    pruned = json.loads(run_subprocess("prune", "--db", db, "--yes", "--json").stdout)
+    assert sorted(pruned["session_ids"]) == ["old_a", "old_a_b"]
+    deleted = json.loads(run_subprocess("delete", "gone_by_delete", "--db", db, "--yes", "--json").stdout)
+    assert len(deleted["removed_files"]) == 4
+    left = sorted(p.name for p in (hermes_home / "sessions").iterdir())
+    assert left == sorted(_session_files_names("kept")) and victim.read_text() == "keep"
+
+
+def _session_files_names(sid):
+    return [f"{sid}.json", f"{sid}.jsonl", f"request_dump_{sid}_20260101_101010_123456.json", f"session_{sid}.json"]

@@ -86,6 +86,18 @@ def test_apply_moves_snapshots_and_is_idempotent(home):
     assert not [f for f in again["findings"] if f["action"] != "report"] and again["snapshot"] is None
 
 
+def test_apply_refuses_a_snapshot_folder_that_is_a_link(home, tmp_path):
+    """The snapshot folder rule of the file module (issue 24, finding 6) reaches repair-profiles too."""
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o755)
+    (home / "state-snapshots").symlink_to(victim)
+    paths = list(home.rglob("state.db"))
+    before = {p: file_hash(p) for p in paths}
+    result = run_subprocess("repair-profiles", "--apply", "--yes")
+    assert result.returncode == 1 and "symbolic link" in result.stderr, result.stderr
+    assert list(victim.iterdir()) == [] and {p: file_hash(p) for p in paths} == before
+
+
 def test_legacy_main_rekey(home):
     coder = home / "profiles" / "coder" / "state.db"
     cli_json("--apply", "--yes", "--legacy-main", "rekey")

@@ -194,9 +194,21 @@ def test_apply_json_clears_only_verified(prompt_store, cli):
     assert cli.json("repair-prompts", "--db", prompt_store, "--apply", "--yes")["cleared"] == []
 
 
-def test_targeted_clear_by_prefix_even_when_healthy(prompt_store, cli):
-    r = cli.json("repair-prompts", "heal", "--db", prompt_store, "--apply", "--yes")
+def test_targeted_clear_even_when_healthy_takes_a_whole_id_without_a_terminal(prompt_store, cli):
+    """The destructive-operation contract: without a confirmation at a terminal, a prefix is refused (it could
+    name another session once the one meant is gone); the whole id clears even a healthy prompt."""
+    refused = cli("repair-prompts", "heal", "--db", prompt_store, "--apply", "--yes")
+    assert refused.exit_code == 2 and "not a whole session id" in refused.stderr and "'healthy'" in refused.stderr
+    r = cli.json("repair-prompts", "healthy", "--db", prompt_store, "--apply", "--yes")
     assert r["cleared"] == ["healthy"]
+
+
+def test_apply_json_is_the_documented_non_interactive_form(prompt_store):
+    """Issue 25: `repair-prompts --apply --json` is documented as the automation form; it was refused without
+    --yes."""
+    result = run_subprocess("repair-prompts", "--db", prompt_store, "--apply", "--json", input="")
+    assert result.returncode == 0, result.stderr
+    assert sorted(json.loads(result.stdout)["cleared"]) == ["bad_hash", "bad_inline"]
 
 
 def test_apply_without_tty_or_yes_refused(prompt_store, cli):

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from tests.conftest import file_hash, query, session_ids
+from tests.storegen import StoreBuilder
 from tests.test_cli_process import _run_on_pty
 
 P = "20250305_091523_a1b2c3d4"  # a parent with delegate children, a branch child and a neighbour
@@ -34,7 +35,7 @@ def test_delete_takes_delegate_children_in_one_go(family, cli):
     assert file_hash(path) == before
     refused = cli("delete", P, "--db", path)  # no terminal, no --yes
     assert refused.exit_code == 2 and "--yes" in refused.stderr and file_hash(path) == before
-    report = cli.json("delete", "20250305_0915", "--db", path, "--yes")
+    report = cli.json("delete", P, "--db", path, "--yes")  # with --yes: the whole id
     assert report["deleted"] == [P, *KIDS]
     assert session_ids(path) == {"20250306_080000_br", "20250307_080000_x"}
     assert query(path, "SELECT parent_session_id FROM sessions WHERE id = '20250306_080000_br'") == [(None,)]
@@ -177,3 +178,27 @@ def test_delete_refused_when_an_unknown_table_points_at_sessions(family, cli):
     result = cli("delete", P, "--db", family.path, "--yes")
     assert result.exit_code == 1 and "plugin_notes.sid -> sessions" in result.stderr
     assert file_hash(family.path) == before
+
+
+def test_delete_with_yes_takes_a_whole_id_only(tmp_path, cli):
+    """Finding 3 (issue 24): with --yes a prefix could match another session once the one meant was gone."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("20250305_091523_a1b2", age=30, messages=2)
+        b.session("20250305_091523_a1b2c3", age=30, messages=2)
+    refused = cli("delete", "20250305_091523_a1b2c", "--db", db, "--yes")
+    assert refused.exit_code == 2 and "not a whole session id" in refused.stderr
+    assert cli("delete", "20250305_091523_a1b2", "--db", db, "--yes").exit_code == 0
+    again = cli("delete", "20250305_091523_a1b2", "--db", db, "--yes")  # the same command, run twice
+    assert again.exit_code == 2 and "not a whole session id" in again.stderr
+    assert session_ids(db) == {"20250305_091523_a1b2c3"}
+
+
+def test_delete_shows_stored_control_characters_never_raw(tmp_path, cli):
+    """Finding 19 (issue 24): delete printed a NUL from an id raw (and a title's escape reached the prompt)."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("bad\x00id", age=30, messages=0, title="\x1b]0;owned\x07 title")
+    out = cli("delete", "bad\x00id", "--db", db, "--yes")
+    assert out.exit_code == 0, out.output
+    assert "\x00" not in out.stdout and "bad\\x00id" in out.stdout

@@ -63,3 +63,26 @@ def test_a_conversation_too_big_for_the_lock_is_kept_while_the_store_is_in_use(s
     assert again.returncode == 0, again.stderr
     final = json.loads(again.stdout)
     assert final["session_ids"] == ["big"] and final["skipped_too_big"] == [], json.dumps(final)
+
+
+def test_settings_come_from_config_yaml_and_the_environment_overrides_them(hermes_home, monkeypatch):
+    """Issue 27: one settings object read from hermes_maint: in config.yaml, environment overrides on top."""
+    from maint import settings
+
+    (hermes_home / "config.yaml").write_text("hermes_maint:\n  batch_ms: 40\n  busy_ms: 1200\n")
+    monkeypatch.setattr(settings, "_config_section", [])
+    monkeypatch.delenv("HERMES_MAINT_BATCH_MS", raising=False)
+    monkeypatch.delenv("HERMES_MAINT_BUSY_MS", raising=False)
+    assert settings.value("batch_ms") == 40 and settings.value("busy_ms") == 1200
+    assert settings.value("stop_grace_s") == settings.SETTINGS["stop_grace_s"].default
+    monkeypatch.setenv("HERMES_MAINT_BATCH_MS", "75")
+    assert settings.value("batch_ms") == 75
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", ".nan", "true", "[1]"])
+def test_a_bad_setting_in_config_yaml_is_refused_naming_the_key(store, hermes_home, value):
+    (hermes_home / "config.yaml").write_text(f"hermes_maint:\n  busy_ms: {value}\n")
+    before = store.read_bytes()
+    r = run_subprocess("prune", "--older-than", "30d", "--yes", "--db", store, env={"HERMES_HOME": str(hermes_home)})
+    assert r.returncode == 2 and "hermes_maint.busy_ms" in r.stderr and "expected a number" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and store.read_bytes() == before

@@ -16,7 +16,7 @@ from maint.store.holders import Holder, HolderReport
 from maint.store.locks import lock_path
 from maint.store.connection import open_store
 from maint.ops.sweep import MARKER_KEY, VACUUM_KEY, decide_vacuum, run_sweep
-from tests.conftest import REPO, run_subprocess, session_ids
+from tests.conftest import REPO, query, run_subprocess, session_ids
 from tests.storegen import StoreBuilder
 
 Usage = namedtuple("Usage", "total used free")
@@ -91,6 +91,27 @@ def test_retention_zero_is_valid(hermes_home):
         b.session("still_open", age=0.5, ended=False)
     r = sweep(hermes_home)
     assert r["pruned_ids"] == ["ended_recently"] and session_ids(hermes_home / "state.db") == {"still_open"}
+
+
+def test_retention_zero_never_reaps_a_session_being_written(hermes_home):
+    """Finding 14 (issue 24): with retention_days: 0 the sweep closed the session a live writer was appending
+    to. A session written to within the guard's window is busy, not an orphan; one idle for a day is reaped."""
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n  retention_days: 0\n")
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("being_written", age=20 / 86400, started_age=1 / 24, ended=False)  # last message 20 s ago
+        b.session("idle_orphan", age=1, ended=False)
+    r = sweep(hermes_home)
+    assert r["reaped_ids"] == ["idle_orphan"]
+    assert query(hermes_home / "state.db", "SELECT id FROM sessions WHERE ended_at IS NULL") == [("being_written",)]
+
+
+def test_reap_needs_an_old_start_too(hermes_home):
+    """Upstream's rule: a fresh child that carries copied old activity is not an orphan."""
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n  retention_days: 1\n")
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("fresh_child", age=3, started_age=2 / 24, ended=False)  # started 2 h ago, activity 3 days old
+        b.session("old_orphan", age=3, ended=False)
+    assert sweep(hermes_home)["reaped_ids"] == ["old_orphan"]
 
 
 def test_lock_held_skips_even_with_force(home):

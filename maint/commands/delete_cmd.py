@@ -3,7 +3,7 @@
 import click
 
 from maint.commands.options import command, dry_run_option, store_options, yes_option
-from maint.commands.output import Terminal
+from maint.commands.output import Terminal, printable
 
 
 @command("delete")
@@ -32,9 +32,9 @@ def delete(session_id, dry_run, yes, stores) -> None:
 def _render(r: dict) -> None:
     verb = "Would delete" if r["dry_run"] else "Deleted"
     kids = f" and {len(r['children'])} delegate child(ren)" if r["children"] else ""
-    click.echo(f"{verb} session {r['session_id']}{kids}, {r['messages']} messages")
+    click.echo(f"{verb} session {printable(r['session_id'])}{kids}, {r['messages']} messages")
     for c in r["children"]:
-        click.echo(f"    {c}")
+        click.echo(f"    {printable(c)}")
     if r["dry_run"]:
         for w in r["warnings"]:
-            click.echo(f"  warning: {w}")
+            click.echo(f"  warning: {printable(w)}")

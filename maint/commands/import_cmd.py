@@ -3,7 +3,7 @@
 import click
 
 from maint.commands.options import command, dry_run_option, store_options, yes_option
-from maint.commands.output import Terminal
+from maint.commands.output import Terminal, printable
 from maint.commands.params import FilePath
 
 
@@ -44,9 +44,12 @@ def _render(r: dict) -> None:
         click.echo(f"  replaced {len(r['replaced'])} existing session(s)")
     if r["skipped_existing"]:
         click.echo(f"  skipped {len(r['skipped_existing'])} session(s) already in the store (--replace overwrites)")
+    for sid, reason in r["skipped_busy"].items():
+        click.echo(f"  not replaced: {printable(sid)}: {reason}")
     if r["dropped_columns"]:
         click.echo(f"  left out columns the store lacks: {', '.join(r['dropped_columns'])}")
-    for key, text in (("detached", "parent not found: unlinked"), ("renumbered", "message ids taken: renumbered"),
+    for key, text in (("detached", "parent not found: unlinked"), ("relinked", "children linked again"),
+                      ("renumbered", "message ids taken: renumbered"),
                       ("prompts_dropped", "system prompt not in the export: left empty")):
         if r[key]:
             click.echo(f"  {text}: {', '.join(r[key][:10])}{' …' if len(r[key]) > 10 else ''}")

@@ -55,13 +55,13 @@ class Terminal(Operator):
     def confirm(self, question: str, summary: Sequence[str] = (), warnings: Sequence[str] = ()) -> None:
         if self.yes:
             for warning in warnings:
-                click.echo(f"warning: {warning}", err=True)
+                click.echo(f"warning: {printable(warning)}", err=True)
             return
         if not sys.stdin.isatty():
             raise NotATerminal("refusing to change the store without confirmation: stdin is not a terminal "
                                "(pass --yes to proceed, or --dry-run to preview)")
         for line in [*summary, *(f"warning: {w}" for w in warnings)]:
-            click.echo(line)
+            click.echo(printable(line))  # ids and titles are stored text: shown, never obeyed
         try:
             agreed = click.confirm(question, default=False)
         except (KeyboardInterrupt, EOFError, click.Abort):

@@ -27,7 +27,8 @@ def repair_prompts(session_id, apply, yes, force, stores) -> None:
 
     if session_id is not None and stores.all_profiles:
         raise UsageError("a SESSION_ID names one session in one store; drop --all-profiles or the id")
-    op = Terminal(yes=yes, quiet=stores.as_json)
+    # --apply --json is the documented non-interactive automation form: it applies without asking.
+    op = Terminal(yes=yes or stores.as_json, quiet=stores.as_json)
     stores.run(lambda target: repair_store(target, op, session_id=session_id, apply=apply, force=force), _render,
                job="repair-prompts", ran=lambda r: bool(r["cleared"]))
 

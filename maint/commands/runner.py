@@ -17,7 +17,7 @@ import click
 
 from maint import PROG
 from maint.errors import (EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Declined, Interrupted,
-                          MaintError, OutputError, UsageError)
+                          MaintError, OutputError, Terminated, UsageError)
 from maint.store.targets import StoreTarget, resolve_targets
 
 
@@ -31,6 +31,12 @@ def describe(exc: BaseException) -> tuple[str, int]:
         return str(exc), exc.exit_code
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted; finished transactions are committed, the store is consistent", EXIT_INTERRUPTED
+    if isinstance(exc, Terminated):
+        import signal
+
+        name = signal.Signals(exc.signum).name
+        return (f"terminated by {name}; finished transactions are committed, the store is consistent, "
+                "temporary files were removed", 128 + exc.signum)
     import apsw  # imported here so that --help never loads SQLite
 
     if isinstance(exc, apsw.Error):
@@ -71,7 +77,7 @@ def guard(invoke: Callable[[], Any]) -> Any:
         raise StdoutClosed() from None
     except (click.exceptions.Exit, click.Abort, click.ClickException, StdoutClosed):
         raise
-    except (Exception, KeyboardInterrupt) as exc:
+    except (Exception, KeyboardInterrupt, Terminated) as exc:
         message, code = describe(exc)
         with contextlib.suppress(BrokenPipeError):
             click.echo(f"{PROG}: error: {message}", err=True)
@@ -115,6 +121,8 @@ def run(command: click.Command, args: Sequence[str] | None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:  # while click was still parsing
         return EXIT_INTERRUPTED
+    except Terminated as exc:
+        return 128 + exc.signum
     return code if isinstance(code, int) else 0
 
 
@@ -123,7 +131,7 @@ def naming_store(path: Any) -> Iterator[None]:
     """Re-raise any failure (but a usage error or Ctrl-C) as a MaintError whose message names *path*."""
     try:
         yield
-    except (UsageError, Interrupted, KeyboardInterrupt, BrokenPipeError, OutputError):
+    except (UsageError, Interrupted, KeyboardInterrupt, Terminated, BrokenPipeError, OutputError):
         raise  # an output problem names its own path, not the store's
     except MaintError as exc:
         if str(path) not in str(exc):
@@ -231,7 +239,7 @@ def _each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[[St
         try:
             with naming_store(target.path):
                 report = run_one(target)
-        except (UsageError, Interrupted, KeyboardInterrupt, BrokenPipeError):
+        except (UsageError, Interrupted, KeyboardInterrupt, Terminated, BrokenPipeError):
             raise
         except MaintError as exc:
             if len(targets) == 1:

@@ -8,7 +8,7 @@ rounded to 0.1 ms is written by SQL when that is provably Python's ``repr(round(
 :func:`_tenths`), by Python otherwise. Whatever the SQL cannot vouch for puts a NUL in the line
 (which otherwise never holds one: every text is escaped) and the caller renders that session the
 reference way: text or infinite timestamps, roles that are not text, an assistant's ``tool_calls``
-that is a blob, not strict JSON or holds more brackets than :data:`~maint.export.json_text.MAX_DEPTH`,
+that is a blob, not strict JSON or holds more brackets than :data:`~maint.json_text.MAX_DEPTH`,
 prompt hashes that are not text, rows that reached the aggregate out of order, and sessions too big
 to build whole (:data:`LINE_BYTES`). Lines come back as bytes
 and are written as they are; one that is not UTF-8 goes the reference way, which fails as it
@@ -25,7 +25,7 @@ from typing import Any
 
 import apsw
 
-from maint.export.json_text import MAX_DEPTH
+from maint.json_text import MAX_DEPTH
 from maint.store.connection import Store
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)  # render._dumps: the reference's encoder

@@ -1,9 +1,8 @@
-"""Writing export files safely: inside the output folder, 0600, never half-written under the final name.
+"""Export files: their names, and the checks an export adds to :mod:`maint.files` (which writes them).
 
-A file is written under an unguessable temporary name created exclusively (``O_EXCL|O_NOFOLLOW``,
-0600) in the destination folder, synced, then renamed over the final name. The final name must be
-absent or a regular file: a symlink, device, FIFO or folder there is refused before anything is
-written, so a planted link can neither redirect the data nor become the "verified" export.
+A session id becomes a file name that cannot leave the output folder; the final name must be absent or
+a regular file that is not a SQLite database (an export never replaces a store), so a planted link can
+neither redirect the data nor become the "verified" export.
 """
 
 from __future__ import annotations
@@ -12,18 +11,17 @@ import contextlib
 import hashlib
 import os
 import re
-import secrets
 import stat
 import sys
 from pathlib import Path
 from typing import IO
 from collections.abc import Iterator
 
+from maint import files
 from maint.crashpoints import crash_point
 from maint.errors import OutputError
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
-SQLITE_HEADER = b"SQLite format 3\x00"
 # Room for our temporary prefix and suffix within the usual 255-byte limit of a file name.
 MAX_STEM = 120
 
@@ -55,31 +53,18 @@ def check_destination(path: Path) -> bool:
     A SQLite database (a store of any profile) or a ``-wal``/``-shm``/``-journal`` beside one is
     never replaced: an export must not be able to destroy the history it was exporting.
     """
+    path = Path(path)
+    if not os.path.isdir(path.parent):
+        return False  # the folder is made (or refused) when the export runs
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    if stat.S_ISLNK(st.st_mode):
-        raise OutputError(f"{path}: is a symbolic link; refusing to write through or over it (nothing was written)")
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
-            "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket or special file"
-        raise OutputError(f"{path}: is {kind}, not a regular file; refusing to write there (nothing was written)")
-    if _is_database_file(path):
-        raise OutputError(f"{path}: is a SQLite database or its journal; refusing to replace it with an export "
-                          "(nothing was written)")
-    return True
-
-
-def _is_database_file(path: Path) -> bool:
-    for suffix in ("-wal", "-shm", "-journal"):
-        if path.name.endswith(suffix) and os.path.lexists(str(path)[:-len(suffix)]):
-            return True
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(16) == SQLITE_HEADER
-    except OSError:
-        return False
+        with files.Folder.open(path.parent, follow_links=True) as folder:
+            existed = folder.check_target(path.name) is not None
+            if existed and files.is_database_file(folder, path.name):
+                raise OutputError(f"{path}: is a SQLite database or its journal; refusing to replace it with an "
+                                  "export (nothing was written)")
+    except files.FileRefused as exc:
+        raise OutputError(str(exc)) from None
+    return existed
 
 
 class Sink:
@@ -114,10 +99,9 @@ class Sink:
 
 @contextlib.contextmanager
 def atomic_text(path: Path | str) -> Iterator[Sink]:
-    """``-`` is stdout; anything else is written to a private temporary file and renamed into place.
-
-    An existing regular file is replaced atomically and keeps its mode, narrowed to 0600 at most.
-    """
+    """``-`` is stdout; anything else is written whole or not at all by :func:`maint.files.atomic_file`
+    (our temporary name, removed on failure or termination). An existing regular file is replaced and keeps
+    its mode, narrowed to 0600 at most."""
     if str(path) == "-":
         sink = Sink(sys.stdout.buffer, hashlib.sha256())
         yield sink
@@ -125,45 +109,18 @@ def atomic_text(path: Path | str) -> Iterator[Sink]:
         sys.stdout.flush()
         return
     path = Path(path)
-    existed = check_destination(path)
-    mode = (os.lstat(path).st_mode & 0o600) if existed else 0o600
-    tmp = path.with_name(f".{path.name[:MAX_STEM + 40]}.{secrets.token_hex(8)}.partial")
+    check_destination(path)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot create a file in {path.parent} ({exc.strerror}); nothing was written") \
-            from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
+        with files.atomic_file(path, mode=0o600) as fh:
             sink = Sink(fh, hashlib.sha256())
             yield sink
             sink.flush()
-            fh.flush()
-            os.fchmod(fh.fileno(), mode)
-            os.fsync(fh.fileno())
-        crash_point("file_written")
-        check_destination(path)  # nothing was planted there while we wrote
-        os.rename(tmp, path)
-        sync_folder(path.parent)
+            crash_point("file_written")
+    except files.FileRefused as exc:
+        raise OutputError(str(exc)) from None
     except OSError as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
         raise OutputError(f"{path}: {exc.strerror or exc}; the partial file was removed, nothing was written") \
             from None
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def sync_folder(folder: Path) -> None:
-    """Make a rename in *folder* durable (best effort: some filesystems refuse to sync a folder)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def sha256_file(path: Path) -> str:

@@ -25,13 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from maint.errors import MaintError
-from maint.settings import env_number
+from maint import settings
 
 DATASET = "hermes-traces"
-TIMEOUT_ENV = "HERMES_MAINT_HTTP_TIMEOUT_S"
-DEFAULT_TIMEOUT_S = 60.0
-DEADLINE_ENV = "HERMES_MAINT_HTTP_DEADLINE_S"
-DEFAULT_DEADLINE_S = 900.0
+TIMEOUT_ENV = settings.SETTINGS["http_timeout_s"].env
+DEADLINE_ENV = settings.SETTINGS["http_deadline_s"].env
 _REPO_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 _MAX_NAME_BYTES = 255  # the file name in the repo, ".jsonl" included
 
@@ -46,12 +44,12 @@ class HubTimeout(Exception):
 
 def http_timeout() -> float:
     """Seconds each Hub request may take to connect, and between bytes read or written."""
-    return env_number(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, low=0, high=3600)
+    return settings.value("http_timeout_s")
 
 
 def http_deadline() -> float:
     """Seconds each Hub request may take from its first byte sent to its answer's last byte read."""
-    return env_number(DEADLINE_ENV, DEFAULT_DEADLINE_S, low=0, high=86400)
+    return settings.value("http_deadline_s")
 
 
 def install_timeouts(seconds: float, deadline: float) -> None:

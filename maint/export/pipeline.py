@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from maint import json_text
+from maint import files
 from maint.errors import MaintError, OutputError, UsageError
 from maint.flow import target_config
 from maint.export.files import atomic_text, check_destination, inside, safe_name
@@ -62,6 +64,10 @@ class ExportRequest:
         if self.delete_after_verified:
             if not self.session_id:
                 raise UsageError("--delete-after-verified needs --session-id and --yes")
+            if self.redact:
+                raise UsageError("--delete-after-verified cannot be combined with --redact: the export would be "
+                                 "the only copy left, and a redacted copy is not the data (export with --redact "
+                                 "separately to share it)")
             if self.fmt not in ("jsonl", "md", "qmd") or self.only:
                 raise UsageError("--delete-after-verified works with --format jsonl, md or qmd (full transcripts)")
             if self.output == STDOUT:
@@ -102,7 +108,7 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
             raise MaintError("the store has no sessions to trace")
         chosen: Sequence[str] = [latest]
     else:
-        chosen = select_sessions(store, req.session_id, req.filters)
+        chosen = select_sessions(store, req.session_id, req.filters, exact=req.delete_after_verified)
     if req.delete_after_verified:
         from maint.export.verified_delete import family, refuse_if_busy
 
@@ -185,9 +191,10 @@ def _entries(store: Store, chosen: Sequence[str], req: ExportRequest,
         path, folder = _single_file(output, "hermes_sessions.html")
         return [{"path": path, "ids": chosen}], folder
     if fmt == "jsonl":
-        if req.delete_after_verified:  # one file per family member, in a folder
+        if req.delete_after_verified:  # one file per family member, in a folder, named as a folder export names it
             folder = _folder_of(output)
-            return [{"path": str(inside(folder, safe_name(sid, ".jsonl"))), "ids": [sid]} for sid in chosen], folder
+            return [{"path": str(inside(folder, f"hermes_session_{safe_name(sid, '')}.jsonl")), "ids": [sid]}
+                    for sid in chosen], folder
         if req.only and single:
             path, folder = _single_file(output, safe_name(chosen[0], ".prompts.jsonl"))
             return [{"path": path, "ids": [chosen[0]]}], folder
@@ -206,6 +213,14 @@ def _entries(store: Store, chosen: Sequence[str], req: ExportRequest,
         return [{"path": str(inside(folder, safe_name(sid, ".trace.jsonl"))), "ids": [sid]} for sid in chosen], folder
     # md / qmd (and --only user-prompts --format md): one document per session or lineage
     suffix = ".prompts.md" if req.only else f".{fmt}"
+    if output and output != STDOUT and not output.endswith(("/", os.sep)) \
+            and Path(output).suffix in (".md", ".qmd") and not Path(output).expanduser().is_dir():
+        groups = _groups(store, chosen, req.lineage)
+        if not single or len(groups) > 1:
+            raise UsageError(f"OUTPUT: {output} names one file, but this export writes {len(groups)} documents "
+                             "(one per session); give a folder (e.g. exports/)")
+        path, folder = _single_file(output, safe_name(groups[0][0], suffix))
+        return [{"path": path, "ids": groups[0]}], Path(path).parent
     if output == STDOUT:
         if not single or req.lineage == "logical" and len(_groups(store, chosen, req.lineage)) > 1:
             raise UsageError(f"OUTPUT -: stdout takes one document; a bulk {fmt} export writes one file per "
@@ -250,7 +265,7 @@ def _kept_manifest_lines(path: Path, names: set[str]) -> list[str]:
         if not line.strip():
             continue
         try:
-            entry = json.loads(line)
+            entry = json_text.loads(line)
         except ValueError:
             entry = None
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
@@ -271,6 +286,13 @@ class Renderer:
     def render(self, entry: dict, write, write_bytes) -> int:
         """*write* takes text, *write_bytes* UTF-8 bytes (the SQL-built jsonl lines), both in one order."""
         store, redact = self.store, self.req.redacting
+        if self.req.fmt == "jsonl" and self.req.delete_after_verified:
+            from maint.export import render as r
+
+            family = set(self.plan.chosen)
+            return sum(r.write_jsonl_session(store, sid, write, redact, kept_children=[
+                c for (c,) in store.conn.execute("SELECT id FROM sessions WHERE parent_session_id = ? ORDER BY id",
+                                                 (sid,)) if c not in family]) for sid in entry["ids"])
         if self.req.fmt == "jsonl" and not self.req.only and not redact:
             from maint.export.fast_jsonl import write_sessions
 
@@ -325,7 +347,13 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
     """Write every planned file, then the manifest, the upload and the verified delete, in that order."""
     req = plan.request
     if plan.folder is not None and not plan.folder.exists():
-        plan.folder.mkdir(mode=0o700, parents=True)
+        # Our default folder is ours by name: a link planted there is refused, never followed.
+        own = plan.folder == _default_folder()
+        try:
+            files.Folder.open(plan.folder, create=True, parents=True, follow_links=not own,
+                              what="export folder").close()
+        except files.FileRefused as exc:
+            raise OutputError(f"{exc}; nothing was written") from None
     renderer = Renderer(store, plan, time.time())
     written, scratch = [], None
     try:
@@ -342,7 +370,7 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
             "replaced": [w["path"] for w in written if w.get("replaces")],
             "messages": sum(w["messages"] for w in written),
             "written": [{"path": w["path"], "messages": w["messages"], "sha256": w["sha256"]} for w in written],
-            "manifest": _write_manifest(plan, written), "uploaded": [], "deleted": [],
+            "manifest": _write_manifest(plan, written), "uploaded": [], "deleted": [], "removed_files": [],
         }
         if req.upload:
             from maint.export.hf_upload import upload_traces
@@ -357,7 +385,7 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
                 if w["temporary"]:
                     result["file"] = None  # the private temporary file is gone when the command ends
         if req.delete_after_verified:
-            report["deleted"] = _verified_delete(store, renderer, written)
+            report["deleted"], report["removed_files"] = _verified_delete(store, renderer, written)
         return report
     finally:
         if scratch:
@@ -379,14 +407,13 @@ def _write_manifest(plan: ExportPlan, written: list[dict]) -> str | None:
     return str(plan.manifest)
 
 
-def _verified_delete(store: Store, renderer: Renderer, written: list[dict]) -> list[str]:
+def _verified_delete(store: Store, renderer: Renderer, written: list[dict]) -> tuple[list[str], list[str]]:
     from maint.export.verified_delete import delete_if_unchanged, verify_files
 
     verify_files(written, renderer.rerender_digest)
     ids = [sid for w in written for sid in w["ids"]]
     prints = {sid: p for w in written for sid, p in w["fingerprints"].items()}
-    delete_if_unchanged(store, ids, prints)
-    return ids
+    return ids, delete_if_unchanged(store, ids, prints)
 
 
 def export_store(target: StoreTarget, req: ExportRequest, op: Operator) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from jinja2 import Environment, FunctionLoader, select_autoescape
 
-from maint.export import json_text
+from maint import json_text
 from maint.store.catalog import SessionInfo
 from maint.export.redact import redact_row, redact_text, redact_value
 from maint.store.connection import Store
@@ -38,7 +38,19 @@ def environment() -> Environment:
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["when"] = iso_time
     env.filters["tool_calls"] = tool_call_names
+    env.filters["inert"] = inert
     return env
+
+
+_INERT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;", "`": "&#96;",
+                        "{": "&#123;", "}": "&#125;", "@": "&#64;", "$": "&#36;", "\\": "&#92;"})
+
+
+def inert(value: Any) -> str:
+    """Stored text for a Quarto (qmd) document: HTML in which nothing Quarto or pandoc acts on survives (code
+    fences and inline code, ``{lang}`` cells, ``{{< shortcodes >}}``, citations, math, raw HTML), so it shows
+    as written and is never run, included, or able to end the element around it."""
+    return str(value).translate(_INERT)
 
 
 def iso_time(ts: Any) -> str:
@@ -86,9 +98,11 @@ def referenced_prompts(store: Store, row: dict[str, Any]) -> dict[str, str] | No
         f"SELECT hash, prompt FROM system_prompts WHERE hash IN ({','.join('?' * len(refs))}) ORDER BY hash", refs)}
 
 
-def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], None], redact: bool) -> int:
+def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], None], redact: bool,
+                        kept_children: list[str] | None = None) -> int:
     """One line: the full session row, every stored message (flags included), the prompts it references
-    (stores with content-addressed prompts) and its timings."""
+    (stores with content-addressed prompts) and its timings; for a verified delete, the children it keeps and
+    unlinks (*kept_children*), so that importing the line links them again."""
     row = session_row(store, session_id)
     prompts = referenced_prompts(store, row)
     if redact:
@@ -103,6 +117,8 @@ def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], No
         write(("," if n else "") + _dumps(redact_row(msg) if redact else msg))
         n += 1
     tail = "" if prompts is None else ', "system_prompts": ' + _dumps(prompts)
+    if kept_children is not None:
+        tail += ', "kept_children": ' + _dumps(kept_children)
     write("]" + tail + ', "timings": ' + _dumps(timings.block()) + "}\n")
     return n
 

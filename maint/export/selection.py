@@ -19,12 +19,12 @@ from maint.store.sqlutil import Paged
 
 
 def select_sessions(store: Store, session_id: str | None, filters: Filters,
-                    now: float | None = None) -> Sequence[str]:
-    """Session ids in export order: started first, ties by id."""
+                    now: float | None = None, *, exact: bool = False) -> Sequence[str]:
+    """Session ids in export order: started first, ties by id. *exact*: --session-id must be a whole id."""
     if session_id is not None and not filters.is_empty:
         raise UsageError("--session-id cannot be combined with filters (use one or the other)")
     if session_id is not None:
-        return [resolve_session(store, session_id)]
+        return [resolve_session(store, session_id, exact=exact)]
     now = time.time() if now is None else now
     where, params = ("1", {}) if filters.is_empty else filters.sql("c.")
     ended = "" if filters.is_empty else "c.ended_at IS NOT NULL AND "

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 from collections.abc import Iterator
 
-from maint.export import json_text
+from maint import json_text
 from maint.store.connection import Store
 
 def iter_messages(store: Store, session_id: str, *, display: bool = False) -> Iterator[dict[str, Any]]:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
+from maint.store import guard
 from maint.store.catalog import session_info
 from maint.store.lineage import delegate_family
 from maint.errors import MaintError
-from maint.ops.prune import delete_sessions
+from maint.store.delete import delete_sessions, remove_session_files
 from maint.store.connection import Store
 from maint.export.transcript import iter_messages
 
@@ -38,12 +39,14 @@ def fingerprint(store: Store, session_id: str) -> str:
 
 
 def refuse_if_busy(store: Store, ids: list[str]) -> None:
+    """Only ended, idle, unpinned sessions are deleted after an export (the session-write guard, and more)."""
+    busy = guard.busy(store, ids)
     for sid in ids:
+        if sid in busy:
+            raise MaintError(f"session {sid}: {busy[sid]}; refusing to delete it (nothing was exported or deleted)")
         info = session_info(store, sid)
         if info.is_open:
             raise MaintError(f"session {sid} is still open; refusing to delete it (nothing was exported or deleted)")
-        if info.locked:  # an unexpired compression lock or turn lease
-            raise MaintError(f"session {sid} has a turn or compression in progress; refusing to delete it")
         if info.pinned:
             raise MaintError(f"session {sid} is pinned; unpin it before deleting")
 
@@ -62,15 +65,21 @@ def verify_files(entries: list[dict], rerender: Callable[[dict], str]) -> None:
                              "nothing deleted")
 
 
-def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str]) -> None:
+def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str]) -> list[str]:
+    """Delete the exported sessions in one transaction if nothing changed; then Hermes's files of them (returned)."""
     store.refuse_unknown_references()
     with store.write() as conn:
         now_family = family(store, ids[0])
         if sorted(now_family) != sorted(ids):
             raise MaintError(f"session {ids[0]} gained or lost delegate children since the export; "
                              "refusing to delete (files kept, store untouched)")
+        busy = guard.busy(store, ids)
+        if busy:
+            sid = sorted(busy)[0]
+            raise MaintError(f"session {sid}: {busy[sid]}; refusing to delete it (files kept, store untouched)")
         for sid in ids:
             if fingerprint(store, sid) != prints[sid]:
                 raise MaintError(f"session {sid} changed since it was exported (new, edited, rewound or compacted "
                                  "messages); refusing to delete (files kept, store untouched)")
         delete_sessions(store, conn, ids)
+    return remove_session_files(store.path, ids)

@@ -6,14 +6,13 @@ trigger must fire within the next year and the command line must parse as the CL
 it. Jobs run coalesced, one instance at a time, with an hour of misfire grace so a host that
 slept through 03:30 still sweeps when it wakes. SIGTERM/SIGINT cancel the running job at its
 next batch boundary and stop the loop; a job that has not stopped within the grace period
-(``HERMES_MAINT_STOP_GRACE_S``, default 30 s) is reported and the loop exits anyway (exit 1).
+(setting ``stop_grace_s``, default 30 s) is reported and the loop exits anyway (exit 1).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import signal
 import sys
 import threading
@@ -31,8 +30,6 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from ruamel.yaml import YAML
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from maint.crashpoints import hang_point
 from maint.errors import EXIT_FAILED, UsageError
@@ -46,8 +43,6 @@ UNIT_SECONDS = {"weeks": 604800, "days": 86400, "hours": 3600, "minutes": 60, "s
 INTERVAL_UNITS = tuple(UNIT_SECONDS)
 MISFIRE_GRACE_S = 3600
 HORIZON = timedelta(days=366)  # every trigger must fire within this of now
-STOP_GRACE_ENV = "HERMES_MAINT_STOP_GRACE_S"
-DEFAULT_STOP_GRACE_S = 30.0
 
 
 @dataclass
@@ -124,41 +119,18 @@ def _bad(path: Path, field: str, problem: str) -> UsageError:
     return UsageError(f"{path}: field '{field}': {problem}")
 
 
-MAX_JOB_FILE = 64 * 1024
-
-
-def _read_job_file(path: Path) -> str:
-    """A job file's text: a regular file of reasonable size (a FIFO would hang the loader, /dev/zero fill memory)."""
-    import stat as stat_mod
-
-    st = os.stat(path)
-    if not stat_mod.S_ISREG(st.st_mode):
-        raise UsageError(f"{path}: not a regular file; a job file must be one")
-    if st.st_size > MAX_JOB_FILE:
-        raise UsageError(f"{path}: {st.st_size} bytes; a job file is at most {MAX_JOB_FILE} bytes")
-    with open(path, "rb") as fh:
-        return fh.read(MAX_JOB_FILE + 1).decode("utf-8")
-
-
 def load_job(path: Path, check_command: Callable[[list[str]], None] | None = None,
              now: datetime | None = None) -> Job:
     """One job file, checked whole: a job that could never run, or never run right, is refused here.
 
-    *check_command* dry-parses the command line (the CLI passes its own parser, so a job is held
-    to exactly the options an operator could type); it raises :class:`UsageError` with the reason.
+    The file is read as config.yaml is (:func:`maint.config.read_trusted`, :func:`maint.config.parse_yaml`):
+    a regular file we may trust, YAML within bounds. *check_command* dry-parses the command line (the CLI
+    passes its own parser, so a job is held to exactly the options an operator could type); it raises
+    :class:`UsageError` with the reason.
     """
-    try:
-        data = YAML(typ="safe").load(_read_job_file(path))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read job file ({exc})") from None
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = (exc.problem or exc.context or "malformed YAML").strip()
-        if exc.problem and exc.context and exc.context_mark is not None:
-            problem += f" ({exc.context.strip()} at line {exc.context_mark.line + 1})"
-        raise UsageError(f"{path}:{mark.line + 1 if mark else '?'}: malformed YAML: {problem}") from None
-    except YAMLError as exc:
-        raise UsageError(f"{path}: malformed YAML ({str(exc).splitlines()[0]})") from None
+    from maint.config import parse_yaml, read_trusted
+
+    data = parse_yaml(read_trusted(path, "job file"), path, what="job file", safe=True)
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a job file must be a mapping with name, command, trigger, enabled")
     unknown = set(data) - {"name", "command", "trigger", "enabled"}
@@ -247,9 +219,9 @@ def next_runs(jobs: list[Job], now: datetime | None = None) -> list[tuple[Job, d
 
 def stop_grace() -> float:
     """Seconds a running job gets to stop after SIGTERM/SIGINT (``HERMES_MAINT_STOP_GRACE_S``)."""
-    from maint.settings import env_number
+    from maint import settings
 
-    return env_number(STOP_GRACE_ENV, DEFAULT_STOP_GRACE_S, low=0, high=86400, low_open=False)
+    return settings.value("stop_grace_s")
 
 
 class _Running:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from maint.store import lineage
 from maint.store.batching import pacer_for, run_batched
-from maint.store.catalog import NEWEST_MESSAGE_SQL, locked_session_ids
+from maint.store import guard
+from maint.store.catalog import NEWEST_MESSAGE_SQL
 from maint.store.connection import Store
 from maint.store.sqlutil import IdList, Paged, ph
 
@@ -142,7 +143,7 @@ def execute_idle_archive(store: Store, plan: IdlePlan,
     done: list[str] = []
 
     def apply(batch: list[IdleUnit]) -> int:
-        locked = locked_session_ids(store, time.time())
+        locked = guard.locked_ids(store, time.time())
         flipped = 0
         for unit in batch:
             if _marks(store, unit.member_ids) != unit.marks or locked.intersection(unit.member_ids):

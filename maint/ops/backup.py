@@ -49,8 +49,10 @@ from urllib.parse import quote
 
 import apsw
 
+from maint import files
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError, UsageError
+from maint import json_text
 from maint.export.files import safe_name
 from maint.store.batching import Batcher, pacer_for
 from maint.store.connection import REQUIRED_TABLES, Store, busy_timeout_from_env, open_store, polling_busy_handler
@@ -64,6 +66,7 @@ SNAPSHOT_RE = re.compile(r"^state-(?P<label>[A-Za-z0-9._-]+?)-(?P<stamp>\d{8}T\d
                          r"(?P<kind>\.pre-restore)?(?:-(?P<n>\d+))?\.db$")
 PARTIAL_RE = re.compile(r"^\.state-[A-Za-z0-9._-]+-\d{8}T\d{6}Z(\.pre-restore)?(-\d+)?\.db"
                         r"(\.copy|\.json\.[0-9a-f]{16})?\.partial$")
+SIDECAR_LIMIT = 1 << 20
 MAX_RESTARTS = 50
 FIRST_STEP_PAGES = 64
 MAX_STEP_PAGES = 1 << 20
@@ -88,35 +91,34 @@ def store_label(path: Path, profile: str | None) -> str:
 
 
 def prepare_folder(folder: Path | None) -> Path:
-    """The snapshot folder, created 0700 when missing; ours (the default) is tightened to 0700."""
+    """The snapshot folder (its real path), created 0700 when missing; ours (the default) is kept 0700.
+
+    The default folder is ours by name, so a symlink or anything but a folder at
+    ``$HERMES_HOME/state-snapshots`` is refused, never followed (a root run would otherwise write, and
+    tighten modes, wherever it points); a DEST the operator names may be a link to a folder. A root run
+    hands a folder it creates to the owner of the folder it is created in.
+    """
     default = folder is None
-    folder = default_folder() if default else Path(folder).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"DEST: {folder} is not a folder (expected a folder for the snapshots)")
-    if not folder.exists():
-        parent = folder.parent
-        if not default and not parent.is_dir():
-            raise UsageError(f"DEST: folder {parent} does not exist (expected an existing folder, "
-                             "or a new folder inside one)")
-        folder.mkdir(mode=0o700, parents=default)
-        os.chmod(folder, 0o700)  # mkdir's mode passes through the umask
-    elif default and stat.S_IMODE(folder.stat().st_mode) & 0o077:
-        with contextlib.suppress(PermissionError):
-            os.chmod(folder, 0o700)
-    return folder
-
-
-def create_exclusive(path: Path) -> int:
-    """A new file, 0600, never an existing one and never through a symlink."""
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-
-
-def fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    path = default_folder() if default else Path(folder).expanduser()
+    if not default and not os.path.lexists(path) and not path.parent.is_dir():
+        raise UsageError(f"DEST: folder {path.parent} does not exist (expected an existing folder, "
+                         "or a new folder inside one)")
+    if not default and os.path.lexists(path) and not path.is_dir():
+        raise UsageError(f"DEST: {path} is not a folder (expected a folder for the snapshots)")
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        with files.Folder.open(path, create=True, parents=default, follow_links=not default,
+                               what="snapshot folder") as opened:
+            if default and stat.S_IMODE(os.fstat(opened.fd).st_mode) & 0o077:
+                with contextlib.suppress(PermissionError):
+                    opened.chmod(0o700)
+            return Path(os.path.realpath(opened.path))
+    except files.FileRefused as exc:
+        raise MaintError(f"{exc}; no snapshot was made") from None
+
+
+def _folder(path: Path) -> files.Folder:
+    """The snapshot folder *path* (a real path from :func:`prepare_folder`, or one the operator named)."""
+    return files.Folder.open(path, follow_links=True, what="snapshot folder")
 
 
 def counts(conn: apsw.Connection) -> dict[str, int]:
@@ -145,6 +147,8 @@ def check_file(path: Path) -> dict[str, Any]:
         if problems != ["ok"]:
             raise StoreError(f"{path}: failed PRAGMA quick_check ({'; '.join(map(str, problems[:3]))}); refusing")
         out = counts(conn)
+        out["schema_version"] = conn.execute("SELECT MAX(version) FROM schema_version").fetchall()[0][0] \
+            if "schema_version" in tables else None
         out["page_size"] = conn.execute("PRAGMA page_size").fetchall()[0][0]
         out["page_count"] = conn.execute("PRAGMA page_count").fetchall()[0][0]
         return out
@@ -306,64 +310,53 @@ def sidecar_of(path: Path) -> Path:
     return path.with_name(path.name + ".json")
 
 
-def list_snapshots(folder: Path) -> list[Listed]:
-    out = []
+def _sidecar(folder: files.Folder, name: str) -> Any:
+    """A sidecar's JSON (None when absent or unreadable); a FIFO or link there is never read."""
     try:
-        names = sorted(os.listdir(folder))
-    except FileNotFoundError:
+        data = folder.read(name, limit=SIDECAR_LIMIT, what="snapshot sidecar")
+        return None if data is None else json_text.loads(data)
+    except (MaintError, OSError, ValueError):
+        return None
+
+
+def list_snapshots(folder: Path) -> list[Listed]:
+    if not os.path.lexists(folder):
         return []
-    for name in names:
-        if not SNAPSHOT_RE.match(name):
-            continue
-        path = folder / name
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode):
-            out.append(Listed(path, False, "not a regular file"))
-            continue
-        try:
-            meta = json.loads(sidecar_of(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            out.append(Listed(path, False, "no readable sidecar (not verified by hermes-maint)"))
-            continue
-        if not isinstance(meta, dict) or meta.get("made_by") != MADE_BY or meta.get("file") != name:
-            out.append(Listed(path, False, "sidecar not written by hermes-maint for this file"))
-        elif meta.get("quick_check") != "ok":
-            out.append(Listed(path, False, f"kept as found: {meta.get('quick_check')}", meta))
-        elif meta.get("inode") != st.st_ino or meta.get("bytes") != st.st_size:
-            out.append(Listed(path, False, "file differs from the one hermes-maint verified", meta))
-        else:
-            out.append(Listed(path, True, "", meta))
+    out = []
+    with _folder(folder) as opened:
+        for name in opened.names():
+            if not SNAPSHOT_RE.match(name):
+                continue
+            path = folder / name
+            st = opened.lstat(name)
+            if st is None:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                out.append(Listed(path, False, "not a regular file"))
+                continue
+            meta = _sidecar(opened, name + ".json")
+            if meta is None:
+                out.append(Listed(path, False, "no readable sidecar (not verified by hermes-maint)"))
+            elif not isinstance(meta, dict) or meta.get("made_by") != MADE_BY or meta.get("file") != name:
+                out.append(Listed(path, False, "sidecar not written by hermes-maint for this file"))
+            elif meta.get("quick_check") != "ok":
+                out.append(Listed(path, False, f"kept as found: {meta.get('quick_check')}", meta))
+            elif meta.get("inode") != st.st_ino or meta.get("bytes") != st.st_size:
+                out.append(Listed(path, False, "file differs from the one hermes-maint verified", meta))
+            else:
+                out.append(Listed(path, True, "", meta))
     return out
 
 
 def remove_stale_partials(folder: Path) -> list[str]:
     """Temporary files of interrupted backups (their writer's lock is gone); a running backup's are kept."""
-    removed = []
-    for name in sorted(os.listdir(folder)):
-        if not PARTIAL_RE.match(name):
-            continue
-        path = folder / name
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue  # another backup is writing it
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                os.unlink(path)
-                removed.append(name)
-        finally:
-            os.close(fd)
-    # Sidecars whose snapshot never got its final name (killed between the two).
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".db.json") and SNAPSHOT_RE.match(name[:-5]) and not (folder / name[:-5]).exists():
-            with contextlib.suppress(ValueError, OSError):
-                if json.loads((folder / name).read_text()).get("made_by") == MADE_BY:
-                    os.unlink(folder / name)
+    with _folder(folder) as opened:
+        removed = opened.clear_leftovers(pattern=PARTIAL_RE)
+        # Sidecars whose snapshot never got its final name (killed between the two).
+        for name in opened.names():
+            if name.endswith(".db.json") and SNAPSHOT_RE.match(name[:-5]) and opened.lstat(name[:-5]) is None:
+                meta = _sidecar(opened, name)
+                if isinstance(meta, dict) and meta.get("made_by") == MADE_BY and opened.unlink(name):
                     removed.append(name)
     return removed
 
@@ -386,40 +379,37 @@ def check_room(folder: Path, need_bytes: int, disk_usage: DiskUsage) -> None:
                          f"({need_bytes} bytes plus margin); nothing was written")
 
 
-def _reserve(folder: Path, label: str, kind: str, stamp: str) -> tuple[str, Path, int]:
+def _reserve(folder: files.Folder, label: str, kind: str, stamp: str) -> tuple[str, Path, int]:
     """A final name nobody uses and its partial file, created exclusively and locked while we write."""
     suffix = ".pre-restore" if kind == "pre-restore" else ""
-    present = os.listdir(folder)
+    present = folder.names()
     for n in range(1, 1000):
         name = f"state-{label}-{stamp}{suffix}{'' if n == 1 else f'-{n}'}.db"
-        final = folder / name
-        if final.exists() or sidecar_of(final).exists() or any(
+        if folder.lstat(name) is not None or folder.lstat(name + ".json") is not None or any(
                 p.startswith(f".{name}") for p in present):  # a leftover of a killed run
             continue
-        partial = folder / f".{name}.partial"
         try:
-            fd = create_exclusive(partial)
+            fd = folder.create(f".{name}.partial")
         except FileExistsError:
             continue
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return name, partial, fd
-    raise MaintError(f"{folder}: no free snapshot name for {label} at {stamp}")
+        return name, folder.path / f".{name}.partial", fd
+    raise MaintError(f"{folder.path}: no free snapshot name for {label} at {stamp}")
 
 
-def _write_sidecar(path: Path, meta: dict[str, Any]) -> None:
+def _write_sidecar(folder: files.Folder, name: str, meta: dict[str, Any]) -> None:
     """Written whole under a private name (locked, so a cleanup leaves it alone), then linked into place."""
-    side = sidecar_of(path)
-    tmp = side.with_name(f".{side.name}.{secrets.token_hex(8)}.partial")
-    fd = create_exclusive(tmp)
+    side = name + ".json"
+    tmp = f".{side}.{secrets.token_hex(8)}.partial"
+    fd = folder.create(tmp)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(fd, (json.dumps(meta, indent=1) + "\n").encode())
         os.fsync(fd)
         crash_point("sidecar_partial")
-        os.link(tmp, side)
+        os.link(tmp, side, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        folder.unlink(tmp)
         os.close(fd)
 
 
@@ -439,23 +429,29 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
     *damaged_ok* (restore's safety copy of a store that may be why one restores): a store that is not
     an intact Hermes store is still copied as it is and kept, its sidecar saying what failed.
     """
+    with _folder(folder) as opened:
+        return _take(store_path, opened, label, kind, compact, disk_usage, damaged_ok, on_step)
+
+
+def _take(store_path: Path, folder: files.Folder, label: str, kind: str, compact: bool, disk_usage: DiskUsage,
+          damaged_ok: bool, on_step: Callable[[int, int], None] | None) -> Snapshot:
     started = time.monotonic()
     created_ns = time.time_ns()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(created_ns / 1e9))
     with _open_source(store_path, damaged_ok) as store:
         size, peak = estimate_bytes(store, compact)
-        check_room(folder, peak, disk_usage)
+        check_room(folder.path, peak, disk_usage)
         try:
             name, partial, fd = _reserve(folder, label, kind, stamp)
         except OSError as exc:
-            raise _os_error(folder, exc) from None
-        final = folder / name
-        made: list[Path] = [partial]
+            raise _os_error(folder.path, exc) from None
+        final = folder.path / name
+        made: list[str] = [partial.name]
         try:
             if compact:
-                copy = folder / f".{name}.copy.partial"
-                copy_fd = create_exclusive(copy)
-                made.append(copy)
+                copy = folder.path / f".{name}.copy.partial"
+                copy_fd = folder.create(copy.name)
+                made.append(copy.name)
                 try:
                     stats = copy_online(store, copy, on_step=on_step)
                     set_rollback_header(copy_fd)  # VACUUM INTO then reads it without -wal/-shm
@@ -464,17 +460,17 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
             else:
                 stats = copy_online(store, partial, on_step=on_step, damaged_ok=damaged_ok)
         except OSError as exc:
-            _discard(made, fd)
-            raise _os_error(folder, exc) from None
+            _discard(folder, made, fd)
+            raise _os_error(folder.path, exc) from None
         except BaseException:
-            _discard(made, fd)
+            _discard(folder, made, fd)
             raise
     problem = ""
     try:
         if compact:
             vacuum_into(copy, partial)
-            os.unlink(copy)
-            made.remove(copy)
+            folder.unlink(copy.name)
+            made.remove(copy.name)
         set_rollback_header(fd)
         crash_point("backup_written")
         copied = time.monotonic()
@@ -496,18 +492,19 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
                 "created_at": stamp, "created_ns": created_ns, "method": "vacuum-into" if compact else "backup-api",
                 "quick_check": problem or "ok", "sessions": got["sessions"], "messages": got["messages"],
                 "bytes": st.st_size, "inode": st.st_ino, "page_size": found["page_size"]}
-        _write_sidecar(final, meta)
-        made.append(sidecar_of(final))
+        _write_sidecar(folder, name, meta)
+        made.append(name + ".json")
         crash_point("backup_sidecar")
-        os.link(partial, final)  # never replaces an existing file
+        # never replaces an existing file
+        os.link(partial.name, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
         made = []  # the snapshot is in place: from here on nothing is taken back
-        os.unlink(partial)
-        fsync_dir(folder)
+        folder.unlink(partial.name)
+        folder.sync()
     except OSError as exc:
-        _discard(made, fd)
-        raise _os_error(folder, exc) from None
+        _discard(folder, made, fd)
+        raise _os_error(folder.path, exc) from None
     except BaseException:
-        _discard(made, fd)
+        _discard(folder, made, fd)
         raise
     os.close(fd)
     return Snapshot(path=final, store=Path(store_path), label=label, kind=kind, created_at=stamp,
@@ -518,10 +515,9 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
                     verify_seconds=round(checked - copied, 3))
 
 
-def _discard(paths: list[Path], fd: int) -> None:
-    for p in paths:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(p)
+def _discard(folder: files.Folder, names: list[str], fd: int) -> None:
+    for name in names:
+        folder.unlink(name)
     with contextlib.suppress(OSError):
         os.close(fd)
 
@@ -551,9 +547,9 @@ def rotate(folder: Path, store_path: Path, keep: int, just_made: Path) -> list[s
     for s in mine[:max(0, len(mine) - keep)]:
         if s.path == just_made:
             continue
-        os.unlink(s.path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(sidecar_of(s.path))
+        with _folder(s.path.parent) as opened:
+            opened.unlink(s.path.name)
+            opened.unlink(s.path.name + ".json")
         removed.append(str(s.path))
     return removed
 

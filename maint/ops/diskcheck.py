@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
+from maint import json_text
 from maint.config import Config, set_session_key
 from maint.flow import target_config
 from maint.fmt import fmt_bytes
@@ -57,7 +58,8 @@ def estimate(store: Store, retention_days: int, now: float | None = None) -> dic
 
 def prompt_state(store: Store) -> dict[str, Any]:
     try:
-        return json.loads(store.get_meta(PROMPT_KEY) or "{}")
+        state = json_text.loads(store.get_meta(PROMPT_KEY) or "{}")
+        return state if isinstance(state, dict) else {}
     except ValueError:
         return {}
 

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from maint import json_text
 from maint.ops.fts import Fill, fill_of, is_inline
 from maint.store.connection import Store
 
@@ -93,8 +94,8 @@ _MESSAGES_OF = "SELECT m.id FROM messages m WHERE m.session_id IN (SELECT value 
 def _sessions_of(raw: str) -> list[str] | None:
     """The session ids a note names, or None when it is not the note we write."""
     try:
-        note = json.loads(raw)
-    except (ValueError, RecursionError):
+        note = json_text.loads(raw)
+    except ValueError:
         return None
     sessions = note.get("sessions") if isinstance(note, dict) else None
     if not isinstance(sessions, list) or not all(isinstance(sid, str) for sid in sessions):

@@ -32,7 +32,7 @@ def repair_store(target: StoreTarget, op: Operator, *, apply: bool = False, forc
               "how": {}, "interrupted": left, "recovered": False}
     if not apply or not (damaged or left):
         return report
-    refuse_if_held(target.path, force=force, doing="rebuild the search index of", advice=STOP_HERMES)
+    refuse_if_held(target.path, force=force, doing="rebuild its search index", advice=STOP_HERMES)
     op.confirm(f"Repair the search indexes of {target.path}?", [
         *[f"  {t}: {lines[0]}" for t, lines in damaged.items()],
         *[f"  left by a prune stopped midway: {what}" for what in left],

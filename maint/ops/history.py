@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from maint import json_text
 from maint.store.connection import Store, open_store
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ def _parse(key: str, value: str | None) -> Entry | None:
     rest = key[len(PREFIX):]
     kind, _, seq = rest.rpartition(".")
     try:
-        data = json.loads(value or "")
+        data = json_text.loads(value or "")
         return Entry(kind, int(seq), float(data["at"]), data.get("seconds"), int(data.get("rows") or 0),
                      data.get("report") or {})
     except (ValueError, TypeError, KeyError):

@@ -36,7 +36,9 @@ Importing the same file again adds nothing.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,8 +47,10 @@ from typing import Any
 
 import apsw
 
+from maint import files, json_text
 from maint.errors import MaintError, UsageError
 from maint.store import lineage_records as lin
+from maint.store import guard
 from maint.store.batching import Batcher, pacer_for, run_batched
 from maint.store.catalog import SessionInfo
 from maint.store.checkpointer import background_checkpoints
@@ -56,7 +60,17 @@ from maint.store.targets import StoreTarget
 from maint.flow import Operator
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-NOT_COLUMNS = {"messages", "timings", "system_prompts"}
+# Keys of a session record that are not columns: ours, and what Hermes's own exports add (last_active from
+# export_all, the logical-lineage fields of md/qmd).
+NOT_COLUMNS = {"messages", "timings", "system_prompts", "kept_children", "last_active", "segments",
+               "lineage_session_ids"}
+# Fields that may hold JSON structure: Hermes's export decodes them (content: multimodal parts; tool_calls:
+# the parsed list), Hermes's import encodes them back; so do we.
+STRUCTURED = {"session": {"model_config"},
+              "message": {"content", "tool_calls", "reasoning_details", "codex_reasoning_items",
+                          "codex_message_items"}}
+CONTENT_JSON_PREFIX = "\x00json:"  # hermes_state.SessionDB._encode_content
+INT64 = (-(2**63), 2**63 - 1)
 EXPECTED = ("expected one session per line as written by `hermes-maint export` (jsonl): a JSON object with "
             "id, source, started_at and messages")
 MAX_VARIABLES = 30000  # below SQLite's 32766 bound-parameter limit
@@ -71,6 +85,9 @@ class Record:
     length: int
     info: SessionInfo
     messages: int
+    digest: bytes = b""  # of the line as checked: a file rewritten meanwhile is caught before its rows are written
+    newest: float | None = None  # the newest numeric message timestamp
+    kept_children: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -82,6 +99,7 @@ class ImportPlan:
     message_columns: dict[str, int]
     missing: dict[str, int]  # "table.column" the store lacks -> rows that set it
     existing: set[str]
+    busy: dict[str, str] = field(default_factory=dict)  # existing sessions --replace must not overwrite, and why
 
     @property
     def messages(self) -> int:
@@ -96,7 +114,7 @@ def _markers(model_config: Any) -> dict[str, str | None]:
     cfg = model_config
     if isinstance(cfg, str):
         try:
-            cfg = json.loads(cfg)
+            cfg = json_text.loads(cfg)
         except ValueError:
             cfg = None
     cfg = cfg if isinstance(cfg, dict) else {}
@@ -108,24 +126,84 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _check_values(path: Path, n: int, obj: dict[str, Any], where: str) -> None:
+def _value_problem(value: Any) -> str | None:
+    """Why a value cannot be a column value as it stands (None when it can)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return None if INT64[0] <= value <= INT64[1] else "an integer beyond SQLite's 64-bit range"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "not a finite number"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "text with a lone surrogate (not UTF-8)"
+        return None
+    return f"a JSON {type(value).__name__}"
+
+
+def _structure_problem(value: Any) -> str | None:
+    """Why JSON structure cannot be stored as JSON text (None when it can)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif (problem := _value_problem(item)) is not None:
+            return problem
+    return None
+
+
+def _check_values(path: Path, n: int, obj: dict[str, Any], where: str, kind: str) -> None:
     for key, value in obj.items():
         if not IDENT.match(key):
             raise _bad(path, n, f"{where} field {key[:40]!r} is not a column name")
         if isinstance(value, (dict, list)):
-            raise _bad(path, n, f"{where} field {key!r} holds a JSON {type(value).__name__}, not a column value")
+            if key not in STRUCTURED[kind]:
+                raise _bad(path, n, f"{where} field {key!r} holds a JSON {type(value).__name__}, not a column value")
+            problem = _structure_problem(value)
+        else:
+            problem = _value_problem(value)
+        if problem:
+            raise _bad(path, n, f"{where} field {key!r} holds {problem}")
 
 
-def read_export(path: Path) -> tuple[dict[str, Record], dict[str, int], dict[str, int]]:
-    """One pass over the file: every line checked, nothing kept but offsets and what planning needs."""
+def _time_ok(value: Any, *, null: bool) -> bool:
+    """A time as exports write it: a number SQLite can hold, text a store kept as text, or (where allowed) null."""
+    return (value is None and null) or isinstance(value, str) or (_number(value) and _value_problem(value) is None)
+
+
+@dataclass
+class ExportFile:
+    """What :func:`read_export` found in a file: every session's place, and the columns the file sets."""
+
+    records: dict[str, Record]
+    session_columns: dict[str, int]  # column -> rows that set it (non-null)
+    message_columns: dict[str, int]
+    nulls: dict[str, int]  # "table.column" -> the first line that sets it to null
+
+
+def read_export(path: Path) -> ExportFile:
+    """One pass over the file, every line checked before anything is written (types, ranges, parent
+    links, depth): nothing kept but offsets, digests and what planning needs. Reads our own exports and
+    Hermes's (``hermes sessions export``: tool_calls and multimodal content as JSON, ``last_active``)."""
     path = Path(path).expanduser()
-    if not path.is_file():
+    if not path.exists():
         raise UsageError(f"FILE: {path} is not a file ({EXPECTED})")
     records: dict[str, Record] = {}
     scols: dict[str, int] = {}
     mcols: dict[str, int] = {}
+    nulls: dict[str, int] = {}  # "table.column" -> first line that sets it to null (checked against the store)
     offset = 0
-    with open(path, "rb") as fh:
+    try:
+        fh = files.open_regular(path, what="export to import")
+    except files.FileRefused as exc:
+        raise UsageError(f"FILE: {exc} ({EXPECTED})") from None
+    with fh:
         for n, raw in enumerate(fh, start=1):
             start, offset = offset, offset + len(raw)
             if not raw.strip():
@@ -135,11 +213,11 @@ def read_export(path: Path) -> tuple[dict[str, Record], dict[str, int], dict[str
             except UnicodeDecodeError:
                 raise _bad(path, n, "not UTF-8 text") from None
             try:
-                obj = json.loads(text)
-            except ValueError:
+                obj = json_text.loads(text)
+            except ValueError as exc:
                 cut = not raw.endswith(b"\n")
-                raise _bad(path, n, "truncated: the file ends inside a record" if cut else "not valid JSON") \
-                    from None
+                raise _bad(path, n, "truncated: the file ends inside a record" if cut else
+                           f"not valid JSON{' (' + str(exc) + ')' if 'nested' in str(exc) else ''}") from None
             if not isinstance(obj, dict):
                 raise _bad(path, n, f"a JSON {type(obj).__name__}, not a session record")
             sid = obj.get("id")
@@ -147,44 +225,79 @@ def read_export(path: Path) -> tuple[dict[str, Record], dict[str, int], dict[str
                 raise _bad(path, n, "no session id")
             # started_at as export writes it: a number, or text a store kept as text (REAL affinity keeps
             # '2026-12-01'); stored back as-is, ordered like the planners do (text counts as 0).
-            if not isinstance(obj.get("source"), str) or not (_number(obj.get("started_at"))
-                                                              or isinstance(obj.get("started_at"), str)):
+            if not isinstance(obj.get("source"), str) or not obj["source"] or not _time_ok(obj.get("started_at"),
+                                                                                            null=False):
                 raise _bad(path, n, f"session {sid!r} lacks source or started_at (a number, or text as exported)")
+            if not _time_ok(obj.get("ended_at"), null=True):
+                raise _bad(path, n, f"session {sid!r}: ended_at is not a time (a number, text as exported, or null)")
+            parent = obj.get("parent_session_id")
+            if parent is not None and (not isinstance(parent, str) or not parent or parent == sid):
+                raise _bad(path, n, f"session {sid!r}: parent_session_id {parent!r} is not another session's id "
+                                    "(expected an id, or null)")
             msgs = obj.get("messages")
             if not isinstance(msgs, list):
                 raise _bad(path, n, f"session {sid!r} has no messages list")
             if sid in records:
                 raise _bad(path, n, f"session {sid!r} appears twice (first on line {records[sid].line})")
             row = {k: v for k, v in obj.items() if k not in NOT_COLUMNS}
-            _check_values(path, n, row, "session")
+            _check_values(path, n, row, "session", "session")
             prompts = obj.get("system_prompts")
-            if prompts is not None and not (isinstance(prompts, dict)
-                                            and all(isinstance(v, str) for v in prompts.values())):
+            if prompts is not None and not (isinstance(prompts, dict) and all(
+                    isinstance(v, str) and _value_problem(v) is None for v in prompts.values())):
                 raise _bad(path, n, f"session {sid!r}: system_prompts is not a map of hash to text")
+            kept = obj.get("kept_children") or []
+            if not isinstance(kept, list) or not all(isinstance(c, str) and c and c != sid for c in kept):
+                raise _bad(path, n, f"session {sid!r}: kept_children is not a list of session ids")
             for k, v in row.items():
                 scols[k] = scols.get(k, 0) + (v is not None)
+                if v is None:
+                    nulls.setdefault(f"sessions.{k}", n)
+            newest = None
             for i, m in enumerate(msgs):
                 if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not m["role"]:
                     raise _bad(path, n, f"session {sid!r}: message {i} is not a message with a role")
                 if m.get("session_id", sid) != sid:
                     raise _bad(path, n, f"session {sid!r}: message {i} belongs to session {m.get('session_id')!r}")
-                if "id" in m and not (isinstance(m["id"], int) and not isinstance(m["id"], bool)):
-                    raise _bad(path, n, f"session {sid!r}: message {i} has a non-integer id")
-                _check_values(path, n, m, f"session {sid!r} message")
+                if m.get("id") is not None and not (isinstance(m["id"], int) and not isinstance(m["id"], bool)
+                                                    and 1 <= m["id"] <= INT64[1]):
+                    raise _bad(path, n, f"session {sid!r}: message {i} has an id that is not a positive 64-bit "
+                                        "integer")
+                if not _time_ok(m.get("timestamp"), null=True):
+                    raise _bad(path, n, f"session {sid!r}: message {i}'s timestamp is not a time")
+                _check_values(path, n, m, f"session {sid!r} message", "message")
                 for k, v in m.items():
                     mcols[k] = mcols.get(k, 0) + (v is not None)
+                    if v is None:
+                        nulls.setdefault(f"messages.{k}", n)
+                if _number(m.get("timestamp")):
+                    newest = m["timestamp"] if newest is None else max(newest, m["timestamp"])
             started = float(obj["started_at"]) if _number(obj["started_at"]) else 0.0
             ended = obj.get("ended_at") if _number(obj.get("ended_at")) else None
-            parent = obj.get("parent_session_id")
             info = SessionInfo(id=sid, source=obj["source"], started_at=started, ended_at=ended,
                                end_reason=obj.get("end_reason") if isinstance(obj.get("end_reason"), str) else None,
-                               parent_id=parent if isinstance(parent, str) and parent else None, last_active=started,
+                               parent_id=parent, last_active=started,
                                session_key=obj.get("session_key") if isinstance(obj.get("session_key"), str) else None,
                                **_markers(obj.get("model_config")))
-            records[sid] = Record(line=n, offset=start, length=len(raw), info=info, messages=len(msgs))
+            records[sid] = Record(line=n, offset=start, length=len(raw), info=info, messages=len(msgs),
+                                  digest=hashlib.sha256(raw).digest(), newest=newest, kept_children=list(kept))
     if not records:
         raise UsageError(f"{path}: no session records ({EXPECTED})")
-    return records, scols, mcols
+    _refuse_cycles(path, records, set(records), lambda sid: None)
+    return ExportFile(records, scols, mcols, nulls)
+
+
+def _refuse_cycles(path: Path, records: dict[str, Record], written: set[str],
+                   stored_parent: Callable[[str], str | None]) -> None:
+    """A parent chain that comes back to where it started would make the parent links a loop: refused, naming
+    it. A session's parent after the import is the file's for the sessions written (*written*), the store's
+    (*stored_parent*) for every other one."""
+    for sid in written:
+        seen, cur = {sid}, records[sid].info.parent_id
+        while cur is not None:
+            if cur in seen:
+                raise _bad(path, records[sid].line, f"session {sid!r}: its parent links form a loop through {cur!r}")
+            seen.add(cur)
+            cur = records[cur].info.parent_id if cur in written else stored_parent(cur)
 
 
 def _units(records: dict[str, Record]) -> list[list[str]]:
@@ -228,17 +341,51 @@ def _parents_first(ids: list[str], infos: dict[str, SessionInfo], order: dict) -
     return out
 
 
-def plan_import(store: Store, path: Path, read: tuple | None = None) -> ImportPlan:
-    """*read*: what :func:`read_export` returned for *path*, when the caller has checked the file already."""
-    records, scols, mcols = read or read_export(path)
+def plan_import(store: Store, path: Path, read: ExportFile | None = None, *, replace: bool = False) -> ImportPlan:
+    """*read*: what :func:`read_export` returned for *path*, when the caller has checked the file already.
+
+    Checked against the store before anything is written: a null where the store needs a value, parent links
+    that would loop (with *replace*, through the rows it overwrites), and, with *replace*, the sessions it must
+    not overwrite (:attr:`ImportPlan.busy`): busy ones (:mod:`maint.store.guard`), and ones whose stored copy
+    holds messages the file lacks (written after the export: replacing would delete them).
+    """
+    read = read or read_export(path)
+    records = read.records
     have_s, have_m = store.columns("sessions"), store.columns("messages")
-    missing = {f"sessions.{c}": n for c, n in scols.items() if c not in have_s}
-    missing.update({f"messages.{c}": n for c, n in mcols.items() if c not in have_m})
+    missing = {f"sessions.{c}": n for c, n in read.session_columns.items() if c not in have_s}
+    missing.update({f"messages.{c}": n for c, n in read.message_columns.items() if c not in have_m})
+    for table in ("sessions", "messages"):
+        for _, col, _, notnull, default, _ in store.conn.execute(f"PRAGMA table_info({table})"):
+            line = read.nulls.get(f"{table}.{col}")
+            if notnull and line is not None and not (table == "messages" and col == "id"):
+                raise _bad(Path(path), line, f"{table}.{col} is null, but the store requires a value there"
+                                             f"{' (leave the field out to get its default)' if default else ''}")
     existing = set()
     for chunk in chunks(list(records)):
         existing.update(r[0] for r in store.conn.execute(f"SELECT id FROM sessions WHERE id IN ({ph(chunk)})", chunk))
-    return ImportPlan(path=Path(path), records=records, units=_units(records), session_columns=scols,
-                      message_columns=mcols, missing=missing, existing=existing)
+    busy = _replace_guard(store, records, existing) if replace else {}
+    written = {sid for sid in records if sid not in existing or (replace and sid not in busy)}
+
+    def stored_parent(sid: str) -> str | None:
+        return store.scalar("SELECT parent_session_id FROM sessions WHERE id = ?", (sid,))
+
+    _refuse_cycles(Path(path), records, written, stored_parent)
+    return ImportPlan(path=Path(path), records=records, units=_units(records), session_columns=read.session_columns,
+                      message_columns=read.message_columns, missing=missing, existing=existing, busy=busy)
+
+
+def _replace_guard(store: Store, records: dict[str, Record], existing: set[str]) -> dict[str, str]:
+    """The existing sessions --replace must leave alone, and why."""
+    out = dict(guard.busy(store, existing))
+    for sid in sorted(existing - set(out)):
+        count, newest = store.conn.execute(
+            "SELECT COUNT(*), MAX(CASE WHEN typeof(timestamp) IN ('integer', 'real') THEN timestamp END) "
+            "FROM messages WHERE session_id = ?", (sid,)).fetchone()
+        rec = records[sid]
+        if count > rec.messages or (newest is not None and (rec.newest is None or newest > rec.newest)):
+            out[sid] = ("the store holds messages the file lacks (written after the export); replacing would "
+                        "delete them")
+    return out
 
 
 def refuse_missing(plan: ImportPlan, drop_missing: bool) -> None:
@@ -253,7 +400,9 @@ class ImportResult:
     imported: list[str] = field(default_factory=list)
     skipped_existing: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)
+    skipped_busy: dict[str, str] = field(default_factory=dict)
     detached: list[str] = field(default_factory=list)
+    relinked: list[str] = field(default_factory=list)
     renumbered: list[str] = field(default_factory=list)
     prompts_dropped: list[str] = field(default_factory=list)
     messages: int = 0
@@ -276,6 +425,17 @@ def _unrepr(value: Any) -> Any:
     return value
 
 
+def _stored(column: str, value: Any) -> Any:
+    """A field as Hermes stores it: multimodal content behind its JSON prefix, other structure as JSON text
+    (as ``SessionDB._encode_content`` and ``import_sessions`` write them)."""
+    if not isinstance(value, (dict, list)):
+        return value
+    if column == "tool_calls" and not value:
+        return None
+    text = json.dumps(value)
+    return CONTENT_JSON_PREFIX + text if column == "content" else text
+
+
 class _Writer:
     """Inserts units inside the caller's transaction; collects what happened."""
 
@@ -295,9 +455,16 @@ class _Writer:
         self.fh.close()
 
     def record(self, sid: str) -> dict[str, Any]:
+        """The record as it was checked: a file rewritten since stops the import before this unit is written."""
         rec = self.plan.records[sid]
         self.fh.seek(rec.offset)
-        return json.loads(self.fh.read(rec.length))
+        raw = self.fh.read(rec.length)
+        if hashlib.sha256(raw).digest() != rec.digest:
+            raise MaintError(f"{self.plan.path}: changed while it was being imported (line {rec.line} differs from "
+                             f"what was checked); stopped before writing session {sid}: the "
+                             f"{len(self.result.imported) + len(self.result.replaced)} sessions imported before it "
+                             "stay, whole (import the file again once it is final)")
+        return json_text.loads(raw)
 
     def exists(self, sid: str) -> bool:
         return self.store.scalar("SELECT 1 FROM sessions WHERE id = ?", (sid,)) is not None
@@ -308,6 +475,9 @@ class _Writer:
         for sid in ids:
             if sid in present and not self.replace:
                 self.result.skipped_existing.append(sid)
+                continue
+            if sid in present and sid in self.plan.busy:
+                self.result.skipped_busy[sid] = self.plan.busy[sid]
                 continue
             try:
                 self.session(conn, sid, replacing=sid in present)
@@ -322,7 +492,7 @@ class _Writer:
 
     def session(self, conn, sid: str, replacing: bool) -> None:
         obj = self.record(sid)
-        row = {c: obj[c] for c in self.scols if c in obj}
+        row = {c: _stored(c, obj[c]) for c in self.scols if c in obj}
         for c in self.sblobs & row.keys():
             row[c] = _unrepr(row[c])
         parent = row.get("parent_session_id")
@@ -352,6 +522,26 @@ class _Writer:
             conn.execute(f"INSERT INTO sessions ({names}) VALUES ({ph(cols)})", [row[c] for c in cols])
             self.result.imported.append(sid)
         self.messages(conn, sid, obj["messages"])
+        self.relink(conn, sid, obj.get("kept_children") or [])
+
+    def relink(self, conn, sid: str, children: list[str]) -> None:
+        """The undo of a verified delete: children it kept, and whose link to *sid* it removed, point at it
+        again (only children still unlinked, and never into a loop)."""
+        for child in children:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ? AND parent_session_id IS NULL", (child,)).fetchone() \
+                    is None:
+                continue
+            cur, loop = sid, False
+            for _ in range(10_000):
+                if cur is None:
+                    break
+                if cur == child:
+                    loop = True
+                    break
+                cur = self.store.scalar("SELECT parent_session_id FROM sessions WHERE id = ?", (cur,))
+            if not loop:
+                conn.execute("UPDATE sessions SET parent_session_id = ? WHERE id = ?", (sid, child))
+                self.result.relinked.append(child)
 
     def messages(self, conn, sid: str, msgs: list[dict[str, Any]]) -> None:
         """Queue the session's messages; :meth:`flush` writes the chunk's in as few statements as it can."""
@@ -369,7 +559,7 @@ class _Writer:
             self.pending_ids.update(ids)
         rows = self.pending.setdefault(tuple(cols), [])
         for m in msgs:
-            rows.append([sid if c == "session_id" else (_unrepr(m.get(c)) if c in self.mblobs else m.get(c))
+            rows.append([sid if c == "session_id" else (_unrepr(m.get(c)) if c in self.mblobs else _stored(c, m.get(c)))
                          for c in cols])
         self.result.messages += len(msgs)
 
@@ -459,7 +649,7 @@ def import_store(target: StoreTarget, req: ImportRequest, op: Operator) -> dict[
     from maint.store.connection import open_store
 
     with open_store(target.path) as store:
-        plan = plan_import(store, req.file, req.checked)
+        plan = plan_import(store, req.file, req.checked, replace=req.replace)
         existing = [sid for sid in plan.records if sid in plan.existing]
         new = [sid for sid in plan.records if sid not in plan.existing]
         replace, dry_run = req.replace, req.dry_run
@@ -467,7 +657,8 @@ def import_store(target: StoreTarget, req: ImportRequest, op: Operator) -> dict[
                   "sessions_in_file": len(plan.records), "messages_in_file": plan.messages, "units": len(plan.units),
                   "missing_columns": plan.missing, "dropped_columns": sorted(plan.missing) if req.drop_missing else [],
                   "imported": new if dry_run else [], "skipped_existing": [] if replace else existing,
-                  "replaced": existing if replace and dry_run else [], "detached": [], "renumbered": [],
+                  "replaced": [s for s in existing if s not in plan.busy] if replace and dry_run else [],
+                  "skipped_busy": plan.busy if dry_run else {}, "detached": [], "relinked": [], "renumbered": [],
                   "prompts_dropped": [], "messages": 0, "transactions": 0, "longest_lock_ms": 0.0}
         refuse_missing(plan, req.drop_missing)
         if dry_run:
@@ -482,7 +673,8 @@ def import_store(target: StoreTarget, req: ImportRequest, op: Operator) -> dict[
         with op.progress(len(plan.units), "Importing") as tick:
             result = execute_import(store, plan, replace=replace, drop_missing=req.drop_missing, on_progress=tick)
         report.update(imported=result.imported, skipped_existing=result.skipped_existing, replaced=result.replaced,
-                      detached=result.detached, renumbered=result.renumbered, prompts_dropped=result.prompts_dropped,
+                      skipped_busy=result.skipped_busy, detached=result.detached, relinked=result.relinked,
+                      renumbered=result.renumbered, prompts_dropped=result.prompts_dropped,
                       messages=result.messages, transactions=result.transactions,
                       longest_lock_ms=round(result.longest_lock_s * 1000, 1))
     return report

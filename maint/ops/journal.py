@@ -22,8 +22,9 @@ from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError
 from maint.flow import target_config
 from maint.store.holders import HeldStore, find_holders, refuse_if_held
-from maint.store.connection import (NEWEST_KNOWN_SCHEMA, WAL_RESET_FIXED, _check_header, has_wal_reset_bug,
-                                    header_bytes, header_journal_mode)
+from maint.store.runlock import run_lock
+from maint.store.connection import (NEWEST_KNOWN_SCHEMA, WAL_RESET_FIXED, _check_header, check_writable,
+                                    has_wal_reset_bug, header_bytes, header_journal_mode)
 
 if TYPE_CHECKING:
     from maint.store.targets import StoreTarget
@@ -93,6 +94,7 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
     if not path.exists():
         raise StoreError(f"{path}: no such store (expected an existing SQLite database)")
     _check_header(path)
+    check_writable(path)
     _refuse_newer_schema(path)
     warnings: list[str] = []
     if mode == "wal":
@@ -105,6 +107,7 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
             warnings.append(warning)
     refuse_if_held(path, force=force, doing="switch", advice="stop them first", holders=holders)
     before = header_journal_mode(path)
+    lock = run_lock(path)  # no other hermes-maint works on the store meanwhile
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
     conn.set_busy_timeout(2000)
     try:
@@ -121,6 +124,7 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
                         "store untouched") from None
     finally:
         conn.close()
+        lock.release()
     header = header_bytes(path)
     after = header_journal_mode(path)
     if answer != mode or after != mode:

@@ -5,36 +5,33 @@ One file holds every store's figures, each sample labelled with ``profile`` and
 are read back from the file and kept, and a job keeps the last ``doctor``'s
 findings (doctor never writes the store, so the file is where they live).
 
-Written atomically: a temporary file in the same folder is created exclusively
-(O_CREAT|O_EXCL|O_NOFOLLOW), written, fsynced and renamed over the target,
-under an flock on the folder so two runs never interleave their read-merge-write.
-The mode is 0644, not our usual 0600: node_exporter runs as its own user and
-must read the file; it holds only counts, sizes, timestamps and store paths.
-The temporary name does not end in ``.prom``, so the collector never reads a
-half-written file.
+Written atomically through :mod:`maint.files`, under a (bounded) flock on the
+folder so two runs never interleave their read-merge-write. The mode is 0644,
+not our usual 0600: node_exporter runs as its own user and must read the file;
+it holds only counts, sizes, timestamps and store paths. The temporary name
+does not end in ``.prom``, so the collector never reads a half-written file.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import math
 import os
 import re
-import secrets
 import stat
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from maint.errors import UsageError
+from maint import files
+from maint.errors import MaintError, UsageError
 from maint.ops import history
 from maint.ops.stats import store_stats
 from maint.store.connection import Store
 
 FILE_MODE = 0o644
+LOCK_WAIT_S = 5.0
 
 # name -> (type, help). Order here is the order in the file.
 FAMILIES: dict[str, tuple[str, str]] = {
@@ -176,55 +173,21 @@ def check_path(path: Path) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def _folder_lock(folder: Path) -> Iterator[None]:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _read_existing(path: Path) -> str:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except (FileNotFoundError, OSError):
-        return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        with os.fdopen(fd, "r", encoding="utf-8", errors="replace", closefd=False) as fh:
-            return fh.read()
-    finally:
-        os.close(fd)
-
-
 def write(path: Path, fresh: list[Sample], refreshed: Iterable[str], *, keep_doctor: bool) -> None:
-    """Replace the refreshed stores' samples in the file (keeping their doctor findings when asked), atomically."""
+    """Replace the refreshed stores' samples in the file (keeping their doctor findings when asked), atomically.
+
+    The folder lock keeps two of our runs from interleaving their read-merge-write; anyone who can open
+    the folder can take it, so it is waited for :data:`LOCK_WAIT_S` at most, then this run's figures are
+    not written (a warning: the job's own result stands).
+    """
     path = check_path(path)
     refreshed = set(refreshed)
-    with _folder_lock(path.parent):
-        kept = [s for s in parse(_read_existing(path))
+    with files.Folder.open(path.parent, follow_links=True, what="metrics folder") as folder:
+        if not files.lock(folder.fd, LOCK_WAIT_S):
+            raise MaintError(f"{path.parent}: another process has held the metrics folder's lock for "
+                             f"{LOCK_WAIT_S:g} s; figures not written this run")
+        data = folder.read(path.name, what="metrics file") if folder.check_target(path.name) else None
+        kept = [s for s in parse((data or b"").decode("utf-8", "replace"))
                 if s.store not in refreshed or (keep_doctor and s.name in DOCTOR_FAMILIES)]
-        text = render(kept + fresh)
-        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
-        try:
-            os.fchmod(fd, FILE_MODE)
-            data = text.encode()
-            while data:
-                data = data[os.write(fd, data):]
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            raise
-        os.close(fd)
-        os.rename(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        with folder.atomic(path.name, mode=FILE_MODE) as fh:
+            fh.write(render(kept + fresh).encode())

@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
+from maint import files
 from maint.errors import MaintError, StoreError
 from maint.store.targets import hermes_home
-from maint.ops.prune import delete_sessions
+from maint.store.delete import delete_sessions
 from maint.store.sqlutil import chunks, ph
 from maint.store.connection import Store, open_store
 from maint.store.holders import STOP_HERMES, refuse_if_held
@@ -217,29 +218,28 @@ def scan(home: Path | None = None, legacy_main: str | None = None) -> tuple[dict
     return stores, out
 
 
-def snapshot(stores: dict[str, Path], home: Path | None = None, label: str = "repair-profiles") -> Path:
-    """Copies of every store through SQLite's backup API, in a timestamped folder named for *label*."""
-    home = home or hermes_home()
-    base = home / "state-snapshots" / time.strftime(f"{label}-%Y%m%d-%H%M%S")
-    folder, n = base, 1
-    base.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    while True:  # two runs within one second get two folders; a snapshot is never overwritten
-        try:
-            folder.mkdir(mode=0o700)  # the stores hold private conversations: owner only
-            break
-        except FileExistsError:
+def snapshot(stores: dict[str, Path], label: str = "repair-profiles") -> Path:
+    """Copies of every store through SQLite's backup API, in a timestamped folder named for *label*
+    inside the snapshot folder (made and opened as backup does: no link followed, 0700, owned as its home)."""
+    from maint.ops.backup import prepare_folder
+
+    parent = prepare_folder(None)
+    base = time.strftime(f"{label}-%Y%m%d-%H%M%S")
+    with files.Folder.open(parent) as snapshots:
+        name, n = base, 1
+        while snapshots.lstat(name) is not None:  # two runs within one second get two folders
             n += 1
-            folder = base.with_name(f"{base.name}-{n}")
-    for profile, path in stores.items():
-        src = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-        target = folder / f"{profile}.state.db"
-        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-        dst = apsw.Connection(str(target))
-        with dst.backup("main", src, "main") as backup:
-            backup.step()
-        dst.close()
-        src.close()
-    return folder
+            name = f"{base}-{n}"
+        with snapshots.subfolder(name, create=True) as folder:
+            for profile, path in stores.items():
+                os.close(folder.create(f"{profile}.state.db"))
+                src = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+                dst = apsw.Connection(str(folder.path / f"{profile}.state.db"))
+                with dst.backup("main", src, "main") as backup:
+                    backup.step()
+                dst.close()
+                src.close()
+            return folder.path
 
 
 def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str] | None = None) -> None:

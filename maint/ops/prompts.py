@@ -10,12 +10,12 @@ prompt to NULL on purpose: Hermes rebuilds a healthy one on the next turn.
 
 from __future__ import annotations
 
-import json
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from maint import json_text
 from maint.store.connection import Store, open_store
 from maint.store.holders import STOP_HERMES, refuse_if_held
 from maint.store.sqlutil import IdList
@@ -39,7 +39,7 @@ def pin_tool_names(store: Store, raw: Any) -> list[str] | None:
         return None
     text = store.system_prompt(raw) or raw
     try:
-        pin = json.loads(text)
+        pin = json_text.loads(text)
     except (TypeError, ValueError):
         return None
     tools = pin.get("tools") if isinstance(pin, dict) else pin
@@ -138,11 +138,12 @@ def clear_prompts(store: Store, ids: list[str]) -> list[str]:
     return cleared
 
 
-def targeted(store: Store, ref: str) -> PromptScan:
-    """One session named by the operator: its prompt is cleared whatever it says (if it has one)."""
+def targeted(store: Store, ref: str, *, exact: bool = False) -> PromptScan:
+    """One session named by the operator: its prompt is cleared whatever it says (if it has one). *exact*: a
+    whole id only (a clear without a confirmation at a terminal)."""
     from maint.store.catalog import resolve_session
 
-    sid = resolve_session(store, ref)
+    sid = resolve_session(store, ref, exact=exact)
     row = store.rows(f"SELECT {_cols(store)} FROM sessions WHERE id = ?", (sid,))[0]
     prompt = stored_prompt(store, row)
     result = PromptScan()
@@ -156,7 +157,8 @@ def repair_store(target: StoreTarget, op: Operator, *, session_id: str | None = 
     """``hermes-maint repair-prompts`` on one store: the scan (or the one session named); with *apply*, the
     verified prompts cleared once no process holds the store and the operator agrees."""
     with open_store(target.path, readonly=not apply) as store:
-        result = targeted(store, session_id) if session_id is not None else scan(store)
+        # Without a confirmation at a terminal, a SESSION_ID must be a whole id, never a prefix.
+        result = targeted(store, session_id, exact=apply and not op.asks) if session_id is not None else scan(store)
     ids = result.verified.ids
     cleared: list[str] = []
     if apply and ids:

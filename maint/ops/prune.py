@@ -10,7 +10,6 @@ session references any more, and ``parent_session_id`` of surviving children
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,7 +19,8 @@ from maint.fmt import fmt_bytes, fmt_time
 from maint.ops.fts_detach import NOTE_KEY as FTS_DETACHED_KEY, detaching, put_back_left_over
 from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched, target_from_env
-from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since, locked_session_ids
+from maint.store import guard
+from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since
 from maint.store.checkpointer import background_checkpoints
 from maint.store.fts_merges import (CRISIS_KEY as FTS_CRISIS_KEY, META_KEY as FTS_AUTOMERGE_KEY, merges_in_our_hands,
                                    restore_left_over)
@@ -28,6 +28,7 @@ from maint.store.holders import other_connections
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store, busy_timeout_from_env, open_store
+from maint.store.delete import delete_sessions, remove_session_files, session_files
 
 if TYPE_CHECKING:
     from maint.flow import Operator
@@ -212,17 +213,6 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
                      planned_at=planned_at)
 
 
-def message_counts(store: Store, ids: list[str]) -> dict[str, tuple[int, int]]:
-    """Per session with messages: (message count, lowest message rowid)."""
-    out: dict[str, tuple[int, int]] = {}
-    for chunk in chunks(ids):
-        for sid, n, first in store.conn.execute(
-                f"SELECT session_id, COUNT(*), MIN(id) FROM messages WHERE session_id IN ({ph(chunk)}) "
-                "GROUP BY session_id", chunk):
-            out[sid] = (n, first)
-    return out
-
-
 def plan_stored_bytes(store: Store) -> int:
     """Bytes of message text the planned deletion removes (see :func:`stored_bytes`)."""
     return store.scalar(f"SELECT COALESCE(SUM({_text_bytes(store)}), 0) FROM messages "
@@ -259,7 +249,7 @@ def _still_safe(store: Store, units: list[Unit], now: float,
                 f"SELECT id, ended_at, {pinned}, {NEWEST_MESSAGE_SQL} "
                 f"FROM sessions s WHERE id IN ({ph(chunk)})", chunk):
             rows[sid] = (ended, pin, last)
-    locked = locked_session_ids(store, now)
+    locked = guard.locked_ids(store, now)
 
     def safe(unit: Unit) -> bool:
         for sid in unit.session_ids:
@@ -275,34 +265,6 @@ def _still_safe(store: Store, units: list[Unit], now: float,
     for unit in units:
         (ok if safe(unit) else moved).append(unit)
     return ok, moved
-
-
-def delete_sessions(store: Store, conn, ids: list[str]) -> None:
-    """The deletion itself, inside the caller's transaction.
-
-    One statement per table whatever the count: FTS5 flushes its pending index data into a new
-    segment at every statement, so splitting the messages delete costs a segment (and later
-    merge work) per piece.
-    """
-    if not ids:
-        return
-    id_list = (json.dumps(ids),)
-    each = "SELECT value FROM json_each(?)"
-    ref_cols = [c for c in ("system_prompt_hash", "tool_names") if store.has_column("sessions", c)]
-    prompt_refs: set[str] = set()
-    if store.has_table("system_prompts") and ref_cols:
-        for row in conn.execute(f"SELECT {', '.join(ref_cols)} FROM sessions WHERE id IN ({each})", id_list):
-            prompt_refs.update(v for v in row if isinstance(v, str) and v)
-    conn.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN ({each})", id_list)
-    conn.execute(f"DELETE FROM messages WHERE session_id IN ({each})", id_list)
-    for table in ("session_model_usage", "compression_locks"):
-        if store.has_table(table):
-            conn.execute(f"DELETE FROM {table} WHERE session_id IN ({each})", id_list)
-    conn.execute(f"DELETE FROM sessions WHERE id IN ({each})", id_list)
-    if prompt_refs:
-        still = " OR ".join(f"s.{c} = system_prompts.hash" for c in ref_cols)
-        conn.execute(f"DELETE FROM system_prompts WHERE hash IN ({each}) "
-                     f"AND NOT EXISTS (SELECT 1 FROM sessions s WHERE {still})", (json.dumps(sorted(prompt_refs)),))
 
 
 def interrupted(store: Store) -> list[str]:
@@ -342,13 +304,12 @@ class PruneResult:
     transactions: int
     longest_lock_s: float
     skipped_too_big: list[str] = field(default_factory=list)
+    removed_files: list[str] = field(default_factory=list)  # Hermes's files of the deleted sessions
 
 
 # A unit is deleted in one transaction, so the lock is held for all of its messages. Hermes gives up
 # on a write after about 15 s of waiting; while other processes have the store open, a unit whose
-# delete would hold the lock longer than HERMES_MAINT_MAX_UNIT_S is held back instead.
-MAX_UNIT_ENV = "HERMES_MAINT_MAX_UNIT_S"
-DEFAULT_MAX_UNIT_S = 5.0
+# delete would hold the lock longer than the max_unit_s setting is held back instead.
 SLOWEST_S_PER_MESSAGE = 0.0002  # the slowest rate measured on stores Hermes built (0.08-0.2 ms)
 # Messages (and sessions) deleted a second on the scale benchmark's stores: only to foresee how many
 # commits a run makes, which sets how wide FTS5 merges may be (maint.store.fts_merges.run_fan_in).
@@ -356,9 +317,9 @@ TYPICAL_RATE = 15_000
 
 
 def max_unit_seconds() -> float:
-    from maint.settings import env_number
+    from maint import settings
 
-    return env_number(MAX_UNIT_ENV, DEFAULT_MAX_UNIT_S, low=0, high=86400)
+    return settings.value("max_unit_s")
 
 
 def check_settings() -> None:
@@ -397,6 +358,7 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         ids = [sid for u in ok for sid in u.session_ids]
         if ids:
             delete_sessions(store, store.conn, ids)
+            files_due.extend(ids)
         if detacher is not None and detacher.out([sid for u in chunk for sid in u.session_ids]):
             detacher.settle(store.conn, deleted=detacher.out(ids))
         deleted.extend(ids)
@@ -409,6 +371,16 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         if detacher is None or too_long(unit) or not _still_safe(store, [unit], time.time(), plan.planned_at)[0]:
             return None
         return detacher.start(unit.session_ids)
+
+    files_due: list[str] = []  # sessions deleted by the transaction in flight: their files go once it commits
+    removed_files: list[str] = []
+
+    def files_after(after_commit: Callable[[], None]) -> Callable[[], None]:
+        def after() -> None:
+            after_commit()
+            removed_files.extend(remove_session_files(store.path, files_due))
+            files_due.clear()
+        return after
 
     batcher = batcher or Batcher()
     pacer = pacer_for(store)
@@ -425,11 +397,12 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
             return merge_step() if merge_step is not None else False
 
         run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, transaction,
-                    pacer, batcher=batcher, on_progress=on_progress, after_commit=after_commit,
+                    pacer, batcher=batcher, on_progress=on_progress, after_commit=files_after(after_commit),
                     upkeep=upkeep if merge_step is not None or detacher is not None else None, lighten=lighten)
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=transactions[0],
-                       longest_lock_s=store.write_stats.longest_hold_s, skipped_too_big=too_big)
+                       longest_lock_s=store.write_stats.longest_hold_s, skipped_too_big=too_big,
+                       removed_files=removed_files)
 
 
 @dataclass(frozen=True)
@@ -453,6 +426,7 @@ def prune_store(target: StoreTarget, req: PruneRequest, op: Operator) -> dict[st
             "store": str(target.path), "dry_run": req.dry_run, "matched": count, "session_ids": [],
             "messages": plan.messages, "implicit_days": plan.implicit_days, "held_back": plan.held_back,
             "oldest": plan.extreme(newest=False), "newest": plan.extreme(newest=True),
+            "session_files": [], "removed_files": [],
         }
         # Text size is read only when someone will look at it (preview or prompt).
         report["bytes"] = plan_stored_bytes(store) if (req.dry_run or op.asks) else None
@@ -460,9 +434,11 @@ def prune_store(target: StoreTarget, req: PruneRequest, op: Operator) -> dict[st
             if not req.dry_run and not op.asks:
                 # Nothing to delete, but what a killed run left goes back (the delete itself does this first).
                 recover_interrupted(store)
-            report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[], skipped_too_big=[])
+            report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[], skipped_too_big=[],
+                          removed_files=[])
             if req.dry_run:
                 report["session_ids"] = plan.session_ids
+                report["session_files"] = session_files(target.path, plan.session_ids)
             return report
         o, n = report["oldest"], report["newest"]
         op.confirm(f"Delete {count} sessions ({plan.messages} messages)?", [
@@ -476,6 +452,6 @@ def prune_store(target: StoreTarget, req: PruneRequest, op: Operator) -> dict[st
             session_ids=result.deleted_ids, matched=len(result.deleted_ids), messages=result.messages,
             deleted=len(result.deleted_ids), transactions=result.transactions,
             longest_lock_ms=round(result.longest_lock_s * 1000, 1), skipped_changed=result.skipped_changed,
-            skipped_too_big=result.skipped_too_big,
+            skipped_too_big=result.skipped_too_big, removed_files=result.removed_files,
         )
         return report

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 
-from maint.store.catalog import ORPHAN_REAP_REASON, catalog_sql
+from maint.store.catalog import NUMERIC, ORPHAN_REAP_REASON, catalog_sql
+from maint.store.guard import active_sql, busy
 from maint.store.sqlutil import chunks, ph
 from maint.store.connection import Store
 
@@ -20,24 +21,31 @@ REAP_REASON = ORPHAN_REAP_REASON
 
 
 def reap_candidates(store: Store, retention_days: float, now: float | None = None) -> list[str]:
+    """Open sessions of the stateful sources whose start and last activity are both older than the retention
+    (upstream's rule: a fresh child carrying copied old activity is not an orphan), never pinned, never busy
+    (:mod:`maint.store.guard`: with ``retention_days: 0`` a chat written to a moment ago is not an orphan)."""
     now = time.time() if now is None else now
     cutoff = now - retention_days * 86400
     sources = ", ".join(f"'{s}'" for s in sorted(STATEFUL_SOURCES))
     with store.snapshot():
         return [r[0] for r in store.conn.execute(
             f"SELECT id FROM ({catalog_sql(store, ())}) WHERE ended_at IS NULL AND source IN ({sources}) "
-            "AND NOT pinned AND NOT locked AND last_active < :cutoff ORDER BY id", {"now": now, "cutoff": cutoff})]
+            f"AND NOT pinned AND NOT locked AND NOT {active_sql()} AND last_active < :cutoff "
+            f"AND typeof(started_at) IN {NUMERIC} AND started_at < :cutoff ORDER BY id",
+            {"now": now, "cutoff": cutoff})]
 
 
 def reap(store: Store, ids: list[str], now: float | None = None) -> list[str]:
-    """End the given sessions, re-checking inside each transaction that they are still open."""
+    """End the given sessions, re-checking inside each transaction that they are still open and not busy."""
     now = time.time() if now is None else now
     done: list[str] = []
     for chunk in chunks(ids, 200):
         with store.write() as conn:
             marks = ph(chunk)
-            still = [r[0] for r in conn.execute(
+            open_ = [r[0] for r in conn.execute(
                 f"SELECT id FROM sessions WHERE id IN ({marks}) AND ended_at IS NULL", chunk)]
+            busy_now = busy(store, open_, time.time())
+            still = [sid for sid in open_ if sid not in busy_now]
             if still:
                 conn.execute(f"UPDATE sessions SET ended_at = ?, end_reason = ? "
                              f"WHERE ended_at IS NULL AND id IN ({ph(still)})", [now, REAP_REASON, *still])

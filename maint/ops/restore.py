@@ -19,7 +19,6 @@ the snapshot's).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import stat
@@ -31,12 +30,14 @@ from typing import Any
 
 import apsw
 
+from maint import files
 from maint.crashpoints import crash_point
+from maint import json_text
 from maint.errors import MaintError, StoreError, UsageError
-from maint.ops.backup import (MADE_BY, Snapshot, check_file, counts, open_readonly, sidecar_of, take_snapshot)
+from maint.ops.backup import MADE_BY, Snapshot, check_file, counts, open_readonly, take_snapshot
 from maint.ops.vacuum import DiskUsage, with_margin
-from maint.store.connection import _check_header, _persist_wal, busy_timeout_from_env, header_journal_mode, \
-    polling_busy_handler
+from maint.store.connection import (NEWEST_KNOWN_SCHEMA, _check_header, _persist_wal, busy_timeout_from_env,
+                                    check_writable, header_journal_mode, polling_busy_handler)
 from maint.store.holders import STOP_HERMES, HolderReport, refuse_if_held
 from maint.store.runlock import run_lock
 from maint.store.targets import StoreTarget
@@ -63,9 +64,13 @@ def inspect_snapshot(path: Path) -> SnapshotInfo:
         raise UsageError(f"SNAPSHOT: {path} is not a regular file (expected a snapshot .db file)")
     _check_header(path)
     found = check_file(path)
+    if isinstance(found["schema_version"], int) and found["schema_version"] > NEWEST_KNOWN_SCHEMA:
+        raise UsageError(f"SNAPSHOT: {path} has schema version {found['schema_version']}, newer than this "
+                         f"hermes-maint knows ({NEWEST_KNOWN_SCHEMA}); refusing to restore it (upgrade hermes-maint)")
     meta = None
-    with contextlib.suppress(OSError, ValueError):
-        data = json.loads(sidecar_of(path).read_text(encoding="utf-8"))
+    with contextlib.suppress(MaintError, OSError, ValueError), \
+            files.Folder.open(path.parent, follow_links=True) as folder:
+        data = json_text.loads(folder.read(path.name + ".json", limit=1 << 20, what="snapshot sidecar") or b"null")
         if isinstance(data, dict) and data.get("made_by") == MADE_BY:
             meta = data
     return SnapshotInfo(path=path, sessions=found["sessions"], messages=found["messages"],
@@ -75,13 +80,10 @@ def inspect_snapshot(path: Path) -> SnapshotInfo:
 def open_live(path: Path) -> apsw.Connection:
     """The live store as a plain SQLite file: it may be damaged (that is why one restores), not missing."""
     path = Path(path).expanduser()
-    if not path.exists():
+    if not os.path.lexists(path):
         raise StoreError(f"{path}: no such store (restore copies into an existing state.db; start Hermes once "
                          "to create it)")
-    if not stat.S_ISREG(path.stat().st_mode):
-        raise StoreError(f"{path}: not a regular file; refusing")
-    if not os.access(path, os.W_OK):
-        raise StoreError(f"{path}: store is read-only (no write permission); nothing was changed")
+    check_writable(path)
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
     conn.set_busy_handler(polling_busy_handler(busy_timeout_from_env()))
     _persist_wal(conn)

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from maint.errors import MaintError, UsageError
 from maint.fmt import fmt_time
-from maint.ops.prune import delete_sessions, message_counts
-from maint.store import lineage
-from maint.store.catalog import (CANONICAL_BOT_CHAT_TITLE, NEWEST_MESSAGE_SQL, SessionInfo, locked_session_ids,
-                                 resolve_session, session_info)
+from maint.store.delete import delete_sessions, message_counts, remove_session_files, session_files
+from maint.store import guard, lineage
+from maint.store.catalog import (CANONICAL_BOT_CHAT_TITLE, NEWEST_MESSAGE_SQL, SessionInfo, resolve_session,
+                                 session_info)
 from maint.store.connection import Store, open_store
 from maint.store.sqlutil import ph
 
@@ -70,6 +70,7 @@ class DeletePlan:
     messages: int
     warnings: list[str]
     last_message_at: dict[str, float | None] = field(default_factory=dict)
+    removed_files: list[str] = field(default_factory=list)  # Hermes's files of the deleted sessions, once gone
 
     @property
     def children(self) -> list[str]:
@@ -83,16 +84,17 @@ def _busy_refusal(session_id: str, busy: list[str]) -> MaintError:
                       "nothing was deleted")
 
 
-def plan_delete(store: Store, ref: str, now: float | None = None) -> DeletePlan:
-    """What ``delete`` removes, or a refusal (exit 1) while a turn lease or compression lock is live."""
+def plan_delete(store: Store, ref: str, now: float | None = None, *, exact: bool = False) -> DeletePlan:
+    """What ``delete`` removes, or a refusal (exit 1) while a turn lease or compression lock is live.
+    *exact*: *ref* must be a whole id (see :func:`maint.store.catalog.resolve_session`)."""
     now = time.time() if now is None else now
     store.refuse_unknown_references()  # a table we do not know pointing at sessions: before the confirmation
     with store.snapshot():
-        sid = resolve_session(store, ref)
+        sid = resolve_session(store, ref, exact=exact)
         ids = [sid, *delegate_children(store, sid)]
         sessions = {i: session_info(store, i, now) for i in ids}
         counts = message_counts(store, ids)
-    busy = [i for i in ids if sessions[i].locked]
+        busy = sorted(guard.busy(store, ids, now, active=False))  # an open chat is warned about, not refused
     if busy:
         raise _busy_refusal(sid, busy)
     warnings = []
@@ -113,7 +115,7 @@ def execute_delete(store: Store, plan: DeletePlan) -> list[str]:
         if not conn.execute("SELECT 1 FROM sessions WHERE id = ?", (plan.session_id,)).fetchone():
             raise MaintError(f"{plan.session_id} was deleted by another process meanwhile; nothing more to do")
         ids = [plan.session_id, *delegate_children(store, plan.session_id)]
-        busy = sorted(locked_session_ids(store, time.time()).intersection(ids))
+        busy = sorted(guard.busy(store, ids, time.time(), active=False))
         if busy:
             raise _busy_refusal(plan.session_id, busy)
         last = dict(conn.execute(
@@ -123,6 +125,7 @@ def execute_delete(store: Store, plan: DeletePlan) -> list[str]:
             raise MaintError(f"{plan.session_id} or its delegate children changed since they were shown (new "
                              "messages or children); nothing was deleted, run delete again to see what goes now")
         delete_sessions(store, conn, ids)
+    plan.removed_files = remove_session_files(store.path, ids)  # after the commit, as Hermes does
     return ids
 
 
@@ -263,11 +266,12 @@ def pinned_sessions(store: Store, now: float | None = None) -> list[dict[str, An
 def delete_session(target: StoreTarget, ref: str, dry_run: bool, op: Operator) -> dict[str, Any]:
     """``hermes-maint delete``: plan, show what goes, ask, delete in one transaction; the report."""
     with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
-        plan = plan_delete(store, ref)
+        plan = plan_delete(store, ref, exact=not op.asks)  # no confirmation: a whole id, never a prefix
         s = plan.sessions[plan.session_id]
         report = {"store": str(target.path), "dry_run": dry_run, "session_id": plan.session_id,
                   "session_ids": plan.ids, "children": plan.children, "messages": plan.messages,
-                  "warnings": plan.warnings, "deleted": []}
+                  "warnings": plan.warnings, "deleted": [],
+                  "session_files": session_files(target.path, plan.ids) if dry_run else [], "removed_files": []}
         if dry_run:
             return report
         op.confirm(f"Delete {len(plan.ids)} session(s), {plan.messages} messages?", [
@@ -276,6 +280,7 @@ def delete_session(target: StoreTarget, ref: str, dry_run: bool, op: Operator) -
             *[f"  + delegate child {c} ({plan.sessions[c].source}, {plan.sessions[c].message_count} messages)"
               for c in plan.children]], warnings=plan.warnings)
         report["deleted"] = execute_delete(store, plan)
+        report["removed_files"] = plan.removed_files
         return report
 
 

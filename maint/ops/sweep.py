@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
+from maint import json_text
 from maint.config import Config
 from maint.flow import Operator, target_config
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, implicit_prune_filters
@@ -76,7 +77,7 @@ class Claim:
 def _unfinished_run_of_ours(conn, marker: str | None) -> bool:
     row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (RUN_KEY,)).fetchone()
     try:
-        run = json.loads(row[0]) if row and row[0] else {}
+        run = json_text.loads(row[0]) if row and row[0] else {}
     except ValueError:
         return False
     return isinstance(run, dict) and run.get("marker") == marker and run.get("completed") is False
@@ -262,6 +263,7 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
                 report["pruned_ids"] = result.deleted_ids
                 report["pruned_messages"] = result.messages
                 report["skipped_too_big"] = result.skipped_too_big
+                report["removed_files"] = result.removed_files
                 report["cancelled"] = batching.CANCEL.is_set()
                 decision = VacuumDecision(False, "the sweep was cancelled") if report["cancelled"] else decide_vacuum(
                     store, deleted=len(result.deleted_ids), enabled=bool(cfg.session("vacuum_after_prune")),

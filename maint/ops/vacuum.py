@@ -13,11 +13,9 @@ Hermes keeps writing, for the operator to swap in their own way.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
-import secrets
 import shutil
 import stat
 import time
@@ -28,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
+from maint import files
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError, UsageError
 from maint.flow import target_config
@@ -205,37 +204,26 @@ def check_into(dest: Path) -> Path:
     return dest
 
 
-def remove_stale_copies(dest: Path) -> list[str]:
-    """Temporary copies a killed ``--into`` run left for this same *dest*: our name pattern, a dead pid."""
-    pattern = re.compile(rf"^\.{re.escape(dest.name)}\.tmp-(\d+)-[0-9a-f]{{8}}(-wal|-shm|-journal)?$")
-    removed = []
-    for entry in os.scandir(dest.parent):
-        m = pattern.match(entry.name)
-        if not m or not entry.is_file(follow_symlinks=False) or _alive(int(m.group(1))):
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(entry.path)
-            removed.append(entry.path)
+def remove_stale_copies(folder: files.Folder, name: str) -> list[str]:
+    """Temporary copies a killed ``--into`` run left for this same name (our temporary files no live run
+    holds), and the journal files SQLite left beside them."""
+    removed = folder.clear_leftovers(name)
+    for entry in folder.names():
+        m = _JOURNAL_OF_PARTIAL.match(entry)
+        if m and m.group("name") == name[:160] and folder.lstat(m.group("partial")) is None and folder.unlink(entry):
+            removed.append(entry)
     return removed
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+_JOURNAL_OF_PARTIAL = re.compile(r"^(?P<partial>\.(?P<name>.+)\.[0-9a-f]{16}\.partial)(-wal|-shm|-journal)$")
 
 
 def vacuum_into(store: Store, dest: Path, disk_usage: DiskUsage = shutil.disk_usage) -> CopyResult:
     """A compacted copy of the store at *dest*; the live store is only read.
 
-    The copy is made under a temporary name created exclusively (O_EXCL|O_NOFOLLOW, 0600),
-    checked to still be that same regular file after SQLite wrote it, given the store's
-    journal mode, verified (quick_check, Hermes tables), fsynced, and linked to *dest*
-    without ever replacing an existing file.
+    The copy is made under our temporary name (:mod:`maint.files`), checked to still be that same
+    regular file after SQLite wrote it, given the store's journal mode, verified (quick_check, Hermes
+    tables), fsynced, and linked to *dest* without ever replacing an existing file.
     """
     dest = check_into(dest)
     before = sum(store.file_sizes().values())
@@ -244,56 +232,53 @@ def vacuum_into(store: Store, dest: Path, disk_usage: DiskUsage = shutil.disk_us
     if free < need:
         raise MaintError(f"{dest.parent}: not enough free space for the copy: {free} bytes free, need about {need} "
                          f"(store {before} bytes plus margin); nothing was written")
-    remove_stale_copies(dest)
-    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    made = os.fstat(fd)
-    os.fchmod(fd, 0o600)
-    os.close(fd)
-    started = time.monotonic()
-    try:
-        crash_point("vacuum_into")
+    with files.Folder.open(dest.parent, follow_links=True) as folder:
+        remove_stale_copies(folder, dest.name)
+        temp, fd = folder.temporary(dest.name)
+        tmp = folder.path / temp
         try:
-            store.conn.execute("VACUUM INTO ?", (str(tmp),))
-        except apsw.FullError:
-            raise MaintError(f"{dest.parent}: disk full while writing the copy; nothing was kept") from None
-        now = os.lstat(tmp)
-        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
-            raise MaintError(f"{tmp}: replaced by something else while the copy was written; nothing was kept")
-        mode = header_journal_mode(store.path)
-        copy = apsw.Connection(str(tmp), flags=apsw.SQLITE_OPEN_READWRITE)
-        try:
-            if mode == "wal":
-                copy.execute("PRAGMA journal_mode=WAL")
-            check = copy.execute("PRAGMA quick_check").fetchall()
-            tables = {r[0] for r in copy.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if check != [("ok",)] or not set(REQUIRED_TABLES) <= tables:
-                raise MaintError(f"{tmp}: the copy did not verify ({check[0][0] if check else 'no answer'}); "
-                                 "nothing was kept")
-            sessions = copy.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
-            messages = copy.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
-        finally:
-            copy.close()
-        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
-        try:
+            sessions, messages, started = _vacuum_verified(store, tmp, fd, dest)
             os.fsync(fd)
+            # never replaces a file that appeared meanwhile
+            os.link(temp, dest.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
+            folder.sync()
+        except FileExistsError:
+            raise MaintError(f"{dest}: appeared while the copy was written; not replaced, nothing was kept") from None
         finally:
             os.close(fd)
-        os.link(tmp, dest)  # fails rather than replace a file that appeared meanwhile
-        os.unlink(tmp)
-        dfd = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except FileExistsError:
-        raise MaintError(f"{dest}: appeared while the copy was written; not replaced, nothing was kept") from None
-    finally:
-        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
+            for leftover in (temp, f"{temp}-wal", f"{temp}-shm", f"{temp}-journal"):
+                folder.unlink(leftover)
     return CopyResult(str(dest), before, dest.stat().st_size, time.monotonic() - started,
                       header_journal_mode(dest), sessions, messages)
+
+
+def _vacuum_verified(store: Store, tmp: Path, fd: int, dest: Path) -> tuple[int, int, float]:
+    """VACUUM INTO our temporary file *tmp* (open as *fd*), given the store's journal mode and verified."""
+    made = os.fstat(fd)
+    started = time.monotonic()
+    crash_point("vacuum_into")
+    try:
+        store.conn.execute("VACUUM INTO ?", (str(tmp),))
+    except apsw.FullError:
+        raise MaintError(f"{dest.parent}: disk full while writing the copy; nothing was kept") from None
+    now = os.lstat(tmp)
+    if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
+        raise MaintError(f"{tmp}: replaced by something else while the copy was written; nothing was kept")
+    mode = header_journal_mode(store.path)
+    copy = apsw.Connection(str(tmp), flags=apsw.SQLITE_OPEN_READWRITE)
+    try:
+        if mode == "wal":
+            copy.execute("PRAGMA journal_mode=WAL")
+        check = copy.execute("PRAGMA quick_check").fetchall()
+        tables = {r[0] for r in copy.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if check != [("ok",)] or not set(REQUIRED_TABLES) <= tables:
+            raise MaintError(f"{tmp}: the copy did not verify ({check[0][0] if check else 'no answer'}); "
+                             "nothing was kept")
+        sessions = copy.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        messages = copy.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+    finally:
+        copy.close()
+    return sessions, messages, started
 
 
 @dataclass(frozen=True)

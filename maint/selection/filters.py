@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from maint.errors import UsageError
 from maint.selection.timeparse import read_amount, read_count, read_moment
+from maint.store.sqlutil import cwd_under
 
 if TYPE_CHECKING:  # only for annotations: filters stay importable without opening SQLite
     from maint.store.catalog import SessionInfo
@@ -142,16 +143,6 @@ class Filters:
 def normalize_cwd(path: str) -> str:
     expanded = os.path.expanduser(path)
     return expanded.rstrip("/\\") or expanded
-
-
-def cwd_under(cwd: str | None, prefix: str) -> bool:
-    """``/a/b`` matches ``/a/b`` and ``/a/b/c`` but never ``/a/bc``."""
-    if not cwd:
-        return False
-    cwd = cwd.rstrip("/\\") or cwd
-    if cwd == prefix:
-        return True
-    return cwd.startswith(prefix + "/") or cwd.startswith(prefix + "\\") or (prefix == "/" and cwd.startswith("/"))
 
 
 # flag name (``older_than`` for --older-than) -> (Filters field it sets, kind of value it takes)

@@ -28,7 +28,6 @@ U = TypeVar("U")
 # Set by the job loop on SIGTERM/SIGINT: bulk work stops after the transaction in flight.
 CANCEL = threading.Event()
 
-DEFAULT_TARGET_S = 0.15
 DEFAULT_CHUNK_S = 0.045
 
 # SQLite's default busy handler, which every Hermes connection uses (Python's sqlite3 with
@@ -127,10 +126,9 @@ def pacer_for(store) -> Pacer:
 
 def target_from_env() -> float:
     """HERMES_MAINT_BATCH_MS overrides the lock time each transaction aims at."""
-    from maint.settings import env_number
+    from maint import settings
 
-    return env_number("HERMES_MAINT_BATCH_MS", DEFAULT_TARGET_S * 1000, low=0, high=60_000,
-                      unit="milliseconds") / 1000
+    return settings.value("batch_ms") / 1000
 
 
 @dataclass

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from maint.errors import SessionNotFound
+from maint.errors import SessionNotFound, UsageError
 from maint.store.connection import Store
 
 
@@ -222,20 +222,14 @@ def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionIn
     return {row["id"]: _record(row) for row in store.iter_rows(catalog_sql(store), {"now": now})}
 
 
-def locked_session_ids(store: Store, now: float) -> set[str]:
-    """Sessions with a turn or compression in progress (unexpired lock or lease rows)."""
-    locked: set[str] = set()
-    if store.has_table("compression_locks"):
-        locked.update(r[0] for r in store.conn.execute(
-            "SELECT session_id FROM compression_locks WHERE expires_at > ?", (now,)))
-    if store.has_table("session_turn_leases"):
-        locked.update(r[0] for r in store.conn.execute(
-            "SELECT conversation_id FROM session_turn_leases WHERE expires_at > ?", (now,)))
-    return locked
+def resolve_session(store: Store, ref: str, *, exact: bool = False) -> str:
+    """An id or a unique prefix of one (case-sensitive, as ids are).
 
-
-def resolve_session(store: Store, ref: str) -> str:
-    """An id or a unique prefix of one (case-sensitive, as ids are)."""
+    *exact*: the destructive-operation contract. A destructive command run without an interactive
+    confirmation (``--yes``) takes whole ids only: a prefix could match another session once the one meant
+    is gone (a second run of the same command deleted a different session). A prefix is shown whole at an
+    interactive confirmation instead.
+    """
     if not ref:
         raise SessionNotFound("empty session id (expected a session id or a unique prefix)")
     if store.scalar("SELECT 1 FROM sessions WHERE id = ?", (ref,)):
@@ -247,4 +241,8 @@ def resolve_session(store: Store, ref: str) -> str:
     if len(matches) > 1:
         raise SessionNotFound(f"session prefix {ref!r} is ambiguous ({', '.join(matches[:2])}, ...); "
                               "give more of the id")
+    if exact:
+        raise UsageError(f"{ref!r} is not a whole session id (it begins {matches[0]!r}); without a confirmation "
+                         "at a terminal (--yes) a destructive command takes whole ids only (a prefix is accepted "
+                         "where the confirmation shows the whole id)")
     return matches[0]

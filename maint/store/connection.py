@@ -33,7 +33,6 @@ from maint.errors import CorruptStore, StoreError
 
 log = logging.getLogger("hermes_maint.store")
 
-DEFAULT_BUSY_TIMEOUT_MS = 5000
 # Page-cache caps (KiB): the main database for read-only and writable opens, and the temp database
 # that holds the planners' tables.
 READ_CACHE_KB, WRITE_CACHE_KB, TEMP_CACHE_KB = 2048, 16384, 1024
@@ -93,6 +92,23 @@ def check_regular_file(path: Path) -> os.stat_result:
         kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or \
             stat.S_ISBLK(st.st_mode) else "a socket or special file"
         raise StoreError(f"{path}: is {kind}, not a store file; refusing to open it")
+    return st
+
+
+def check_writable(path: Path) -> os.stat_result:
+    """The preflight of every open that may write a store (prune, restore, import, the repairs ...).
+
+    A regular file (a link to one is fine) we may write, with one name: SQLite keeps the WAL beside the
+    name a file is opened by, so a WAL left beside another hard link is replayed over our changes the next
+    time the file is opened by that name (sessions lost, "Rowid out of order").
+    """
+    st = check_regular_file(path)
+    if not os.access(path, os.W_OK):
+        raise StoreError(f"{path}: store is read-only (no write permission); nothing was changed")
+    if st.st_nlink > 1:
+        raise StoreError(f"{path}: the store file has {st.st_nlink} hard links; refusing to change it (SQLite keeps "
+                         "a separate WAL beside each name, so a write through one name can be undone or corrupted "
+                         "through another); keep one name and use a symlink for the others")
     return st
 
 
@@ -406,7 +422,7 @@ def register_functions(conn: apsw.Connection) -> None:
     ``maint_str`` is ``str()`` (markers are compared as text), ``maint_lower`` is ``str.lower``
     (SQLite's ``lower()`` folds ASCII only) and ``maint_cwd_under`` is the ``--cwd`` prefix rule.
     """
-    from maint.selection.filters import cwd_under
+    from maint.store.sqlutil import cwd_under
 
     conn.create_scalar_function("maint_str", lambda v: None if v is None else str(v), 1, deterministic=True)
     conn.create_scalar_function("maint_lower", lambda v: None if v is None else str(v).lower(), 1,
@@ -421,10 +437,9 @@ def quote_ident(name: str) -> str:
 
 def busy_timeout_from_env() -> int:
     """HERMES_MAINT_BUSY_MS overrides how long we wait for Hermes's write lock."""
-    from maint.settings import env_number
+    from maint import settings
 
-    return int(env_number("HERMES_MAINT_BUSY_MS", DEFAULT_BUSY_TIMEOUT_MS, low=0, high=3_600_000, low_open=False,
-                          unit="milliseconds"))
+    return int(settings.value("busy_ms"))
 
 
 def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Connection, str | None]:
@@ -466,16 +481,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
     busy_timeout_ms = busy_timeout_from_env() if busy_timeout_ms is None else busy_timeout_ms
     path = Path(path).expanduser()
     _check_header(path)
-    if not readonly and not os.access(path, os.W_OK):
-        raise StoreError(f"{path}: store is read-only (no write permission); nothing was changed")
-    before = os.stat(path)
-    links = before.st_nlink
-    if not readonly and links > 1:
-        # SQLite keeps the WAL beside the name a file is opened by: a WAL left beside another hard link is
-        # replayed over our changes the next time the file is opened by that name (a corrupt store).
-        raise StoreError(f"{path}: the store file has {links} hard links; refusing to change it (SQLite keeps a "
-                         "separate WAL beside each name, so a write through one name can be undone or corrupted "
-                         "through another); keep one name and use a symlink for the others")
+    before = os.stat(path) if readonly else check_writable(path)
     lock = None if readonly else run_lock(path)
     try:
         conn, note = _connect(path, readonly, busy_timeout_ms)

@@ -34,6 +34,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 
+from maint import json_text
 from maint.crashpoints import crash_point
 from maint.store.batching import run_steps
 from maint.store.connection import Store
@@ -163,8 +164,8 @@ def restore_left_over(store: Store) -> bool:
 def _saved_values(raw: str) -> dict[str, object] | None:
     """The values a note keeps, or None when it is not the note we write (hand-edited, damaged)."""
     try:
-        saved = json.loads(raw)
-    except (ValueError, RecursionError):
+        saved = json_text.loads(raw)
+    except ValueError:
         return None
     if not isinstance(saved, dict) or not all(isinstance(t, str) for t in saved):
         return None

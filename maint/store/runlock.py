@@ -3,24 +3,24 @@
 Separate from Hermes's ``<db>.auto-maintenance.lock`` (that one only says who sweeps). Two
 ``prune --yes`` on one store would otherwise plan the same sessions, both report them deleted,
 and take turns holding the write lock far past the budget. A non-blocking ``flock`` on
-``<db>.hermes-maint.lock`` (0600, created without following links) is held while a writable
-Store is open; a second process is refused, naming the holder's pid. The kernel drops the lock
-when its process dies, so a killed run never leaves a stale lock. Within one process the lock
-belongs to the thread that took it: nested opens by that thread share it (counted), and another
-thread (another job of the job loop) waits up to :data:`THREAD_WAIT_S` for it, then is refused as
-another process would be, so two runs never save each other's held FTS5 settings or index notes
-as Hermes's.
+``<db>.hermes-maint.lock`` (0600, created through :mod:`maint.files`: no link followed, owned by the
+store's owner) is held while a writable Store is open; a second process is refused, naming the
+holder's pid. The kernel drops the lock when its process dies, so a killed run never leaves a stale
+lock. Within one process the lock belongs to the thread that took it: nested opens by that thread
+share it (counted), and another thread (another job of the job loop) waits up to
+:data:`THREAD_WAIT_S` for it, then is refused as another process would be, so two runs never save
+each other's held FTS5 settings or index notes as Hermes's.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from maint import files
 from maint.errors import StoreError
 
 class RunLockHeld(StoreError):
@@ -70,17 +70,20 @@ def run_lock(db: Path) -> RunLock:
             return _held[key]
         path = lock_path(Path(key))
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            # Beside the store and owned by the store's owner, even after a run as root.
+            with files.Folder.open(path.parent, follow_links=True, what="store's folder") as folder:
+                fd = folder.create(path.name, exclusive=False, owner=files.owner_of(key))
+        except files.FileRefused as exc:
+            raise StoreError(f"cannot create our run lock: {exc}") from None
         except OSError as exc:
             raise StoreError(f"{path}: cannot create our run lock ({exc.strerror}); it keeps two hermes-maint "
                              "runs apart, so nothing was changed") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise StoreError(f"{path}: is not a regular file; refusing to use it as our run lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            # What another process wrote there is shown only as the pid it should be, never raw.
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            holder = holder if holder.isascii() and holder.isdigit() else "unknown"
             os.close(fd)
             raise RunLockHeld(f"{db}: another hermes-maint (pid {holder}) is working on this store; nothing was "
                              "changed, run again when it has finished") from None

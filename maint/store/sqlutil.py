@@ -1,5 +1,5 @@
 """Small helpers: IN-lists within SQLite's bound-parameter limit, sequences read a page at a time or
-packed, and JSON written in pieces."""
+packed, JSON written in pieces, and the --cwd prefix rule the SQL functions call."""
 
 from __future__ import annotations
 
@@ -133,3 +133,13 @@ def write_json(obj: Any, write: Callable[[str], Any]) -> None:
 
 def _streamed(value: Any) -> bool:
     return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray, list, tuple))
+
+
+def cwd_under(cwd: str | None, prefix: str) -> bool:
+    """``/a/b`` matches ``/a/b`` and ``/a/b/c`` but never ``/a/bc``."""
+    if not cwd:
+        return False
+    cwd = cwd.rstrip("/\\") or cwd
+    if cwd == prefix:
+        return True
+    return cwd.startswith(prefix + "/") or cwd.startswith(prefix + "\\") or (prefix == "/" and cwd.startswith("/"))

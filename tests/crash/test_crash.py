@@ -257,21 +257,22 @@ def test_export_delete_killed(tmp_path, point, export_seconds):
     files = {p.name for p in out.iterdir()} if out.exists() else set()
     for name in files:  # a kill may leave our private temporary file; a final name is always complete
         if name.startswith("."):
-            assert re.fullmatch(r"\.f1_(b|sub)\.jsonl\.[0-9a-f]{16}\.partial", name), name
+            assert re.fullmatch(r"\.hermes_session_f1_(b|sub)\.jsonl\.[0-9a-f]{16}\.partial", name), name
         else:
-            assert name in {"f1_b.jsonl", "f1_sub.jsonl"}, name
+            assert name in {"hermes_session_f1_b.jsonl", "hermes_session_f1_sub.jsonl"}, name
             json.loads((out / name).read_text())
     gone = {"f1_b", "f1_sub"} - session_ids(db)
     assert not gone or gone == {"f1_b", "f1_sub"}
     for sid in gone:  # nothing is deleted whose export was not written in full
-        assert (out / f"{sid}.jsonl").exists()
-        json.loads((out / f"{sid}.jsonl").read_text())
+        assert (out / f"hermes_session_{sid}.jsonl").exists()
+        json.loads((out / f"hermes_session_{sid}.jsonl").read_text())
     again = run(args)
     if gone:
         assert again.returncode == 1  # already deleted: nothing left to export
     else:
         assert again.returncode == 0, again.stderr
         assert not {"f1_b", "f1_sub"} & session_ids(db)
+        assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # what the kill left is cleared
 
 
 @pytest.fixture(scope="module")
@@ -384,7 +385,7 @@ def test_optimize_into_killed(tmp_path, point, into_seconds):
 
     def fresh():
         for p in tmp_path.iterdir():
-            if p.name.startswith((".copy.db.tmp-", "copy.db")):
+            if p.name.startswith((".copy.db.", "copy.db")):
                 p.unlink()
         build()
 
@@ -393,7 +394,7 @@ def test_optimize_into_killed(tmp_path, point, into_seconds):
     else:
         fresh()
         assert run(args, crash=point).returncode == -9
-        assert [p for p in os.listdir(tmp_path) if ".tmp-" in p]  # killed with its temporary copy on disk
+        assert [p for p in os.listdir(tmp_path) if p.startswith(".copy.db.")]  # killed with its temporary copy
     assert_whole(db)
     assert query(db, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages") == before
     if out.exists():  # killed after the link: what carries the final name is complete and verified
@@ -402,7 +403,7 @@ def test_optimize_into_killed(tmp_path, point, into_seconds):
         out.unlink()
     again = run(args + ["--json"])
     assert again.returncode == 0, again.stderr
-    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]  # the killed run's temporary copy is gone
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".copy.db.")]  # the killed run's copy is gone
     assert query(out, "PRAGMA integrity_check") == [("ok",)]
     assert query(out, "SELECT COUNT(*), SUM(LENGTH(content)) FROM messages") == before
 

@@ -1,0 +1,432 @@
+"""Every file hermes-maint creates or reads beside a store goes through this module.
+
+The rules live here once, so a new command gets them by using it:
+
+* **No link followed where we create.** A folder is opened with ``O_DIRECTORY|O_NOFOLLOW`` and every
+  name inside it is resolved against that descriptor (``dir_fd``), so a symlink planted at the folder
+  or at any name we create is refused, never written through.
+* **No special file read.** A file we read is opened ``O_NONBLOCK`` and must be a regular file: a FIFO
+  or a device named like one of our files never hangs a run.
+* **Private by default.** What we create is 0600 (folders 0700) unless the caller says otherwise.
+* **Owned like its folder.** A run as root hands every file and folder it creates to the owner of the
+  folder it creates it in (or of the store, for files beside it), so one root run never leaves files
+  the store's owner can no longer use.
+* **No half-written file under a final name.** A file is written under our temporary name
+  (``.NAME.<hex>.partial``), locked while written, synced, then renamed (or linked) into place. It is
+  removed when the run fails, is interrupted, or is terminated (SIGTERM and SIGHUP are raised as
+  :class:`~maint.errors.Terminated`, see :func:`raise_on_termination`); what a killed run left is
+  removed by the next run that writes the same name (:meth:`Folder.clear_leftovers`).
+* **Bounded waits.** A lock another user could hold is only ever waited for with a deadline
+  (:func:`lock`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import secrets
+import signal
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from maint.errors import MaintError, Terminated
+
+PARTIAL = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{16}\.partial$")
+READ_LIMIT = 64 << 20  # the largest sidecar, config or job file we read whole
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+class FileRefused(MaintError):
+    """A path we were asked to use is a link, a special file, or otherwise not what we may touch."""
+
+
+def kind_of(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a regular file" if stat.S_ISREG(mode) else "a special file"
+
+
+def _as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _give(fd: int, owner: tuple[int, int] | None) -> None:
+    """Hand what a root run created to *owner* (uid, gid); nothing to do for anyone else."""
+    if owner is not None and _as_root() and owner != (0, 0):
+        os.fchown(fd, owner[0], owner[1])
+
+
+def raise_on_termination() -> None:
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread, as Ctrl-C raises KeyboardInterrupt:
+    ``finally`` blocks run (temporary files go, transactions roll back) and the command exits 128 + signal."""
+
+    def handler(signum, frame):  # noqa: ARG001
+        raise Terminated(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(ValueError, OSError):  # not the main thread, or no such signal here
+            if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                signal.signal(sig, handler)
+
+
+def lock(fd: int, timeout_s: float, *, shared: bool = False) -> bool:
+    """``flock`` *fd*, waiting at most *timeout_s*; False when it was not had in time."""
+    mode = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, mode)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+
+def read_regular(path: Path | str, *, follow_links: bool = True, limit: int = READ_LIMIT,
+                 what: str = "file") -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file and its status, never blocking on a FIFO or device; at most *limit* bytes."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileRefused(f"{path}: is a symbolic link; refusing to read the {what} through it") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileRefused(f"{path}: is {kind_of(st.st_mode)}, not a regular file; refusing to read it as the "
+                              f"{what}")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise FileRefused(f"{path}: larger than {limit >> 20} MiB; refusing to read it as the {what}")
+    return data, st
+
+
+def open_regular(path: Path | str, *, what: str = "file") -> IO[bytes]:
+    """A regular file opened for reading (links followed: the operator named it), never a FIFO or device."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise FileRefused(f"{path}: is {kind_of(st.st_mode)}, not a regular file; refusing to read it as the {what}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def untrusted_by(st: os.stat_result, also_trusted: int | None = None) -> str | None:
+    """Why a file with status *st* may not steer us (owned by another user, writable by others), or None.
+
+    As OpenSSH and sudo do: only a file owned by us, by root or by *also_trusted* (the store's owner,
+    whose store it configures) and writable by its owner alone is obeyed.
+    """
+    me = os.geteuid() if hasattr(os, "geteuid") else st.st_uid
+    if st.st_uid not in (me, 0, also_trusted):
+        return f"is owned by another user (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        who = "every user" if st.st_mode & 0o002 else "its group"
+        return f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+class Folder:
+    """An open folder: every name is resolved against its descriptor, never through a link.
+
+    *owner* is who a root run hands new files and folders to (by default the folder's own owner).
+    """
+
+    def __init__(self, path: Path, fd: int, owner: tuple[int, int] | None = None):
+        self.path, self.fd = path, fd
+        st = os.fstat(fd)
+        self.owner = owner or (st.st_uid, st.st_gid)
+
+    # -- opening -------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: Path | str, *, create: bool = False, parents: bool = False, mode: int = 0o700,
+             owner: tuple[int, int] | None = None, what: str = "folder", follow_links: bool = False) -> Folder:
+        """*path* as a folder; a symlink or anything but a folder there is refused (*follow_links*: a link the
+        operator named is followed; the folder found is then used through its descriptor). With *create*, a
+        missing folder is made (*mode*, handed to *owner*, else to its parent's owner), with *parents* its
+        missing parents too."""
+        path = Path(os.path.abspath(Path(path).expanduser()))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW))
+        except FileNotFoundError:
+            if not create:
+                raise FileRefused(f"{path}: no such {what}") from None
+            parent = cls.open(path.parent, create=parents, parents=parents, mode=mode, owner=owner, what=what,
+                              follow_links=True)  # an existing parent is a path the operator gave; ours are made
+            try:
+                return parent.subfolder(path.name, create=True, mode=mode, owner=owner)
+            finally:
+                parent.close()
+        except OSError as exc:
+            raise cls._refusal(path, exc, what) from None
+        return cls(path, fd, owner)
+
+    @staticmethod
+    def _refusal(path: Path, exc: OSError, what: str) -> MaintError:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            try:
+                kind = kind_of(os.lstat(path).st_mode)
+            except OSError:
+                kind = "not a folder"
+            return FileRefused(f"{path}: is {kind}, not a folder; refusing to use it as the {what}")
+        return MaintError(f"{path}: cannot open the {what} ({exc.strerror})")
+
+    def subfolder(self, name: str, *, create: bool = False, mode: int = 0o700,
+                  owner: tuple[int, int] | None = None) -> Folder:
+        self._plain(name)
+        if create:
+            try:
+                os.mkdir(name, mode, dir_fd=self.fd)
+            except FileExistsError:
+                pass
+            else:
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+                os.fchmod(fd, mode)  # mkdir's mode passed through the umask
+                _give(fd, owner or self.owner)
+                return Folder(self.path / name, fd, owner)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+        except OSError as exc:
+            raise self._refusal(self.path / name, exc, "folder") from None
+        return Folder(self.path / name, fd, owner)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+    def __enter__(self) -> Folder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- names ---------------------------------------------------------------------------------
+    def _plain(self, name: str) -> str:
+        if not name or "/" in name or os.sep in name or name in (".", ".."):
+            raise FileRefused(f"refusing to use {name!r} inside {self.path}: not a plain file name")
+        return name
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        try:
+            return os.stat(self._plain(name), dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def names(self) -> list[str]:
+        return sorted(os.listdir(self.fd))
+
+    def unlink(self, name: str) -> bool:
+        try:
+            os.unlink(self._plain(name), dir_fd=self.fd)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def sync(self) -> None:
+        """Make a rename or link in this folder durable (best effort: some filesystems refuse)."""
+        with contextlib.suppress(OSError):
+            os.fsync(self.fd)
+
+    def chmod(self, mode: int) -> None:
+        os.fchmod(self.fd, mode)
+
+    # -- reading -------------------------------------------------------------------------------
+    def read(self, name: str, *, limit: int = READ_LIMIT, what: str = "file") -> bytes | None:
+        """A regular file's bytes (None when absent); a link, FIFO or device is refused, never followed or waited on."""
+        try:
+            fd = os.open(self._plain(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=self.fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise FileRefused(f"{self.path / name}: is a symbolic link; refusing to read the {what}") from None
+            raise
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise FileRefused(f"{self.path / name}: is {kind_of(st.st_mode)}, not a regular file; refusing to "
+                                  f"read the {what}")
+            data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise FileRefused(f"{self.path / name}: larger than {limit >> 20} MiB; refusing to read the {what}")
+        return data
+
+    def head(self, name: str, n: int) -> bytes:
+        """The first *n* bytes of the regular file at *name* (empty when absent, special or unreadable)."""
+        try:
+            fd = os.open(self._plain(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=self.fd)
+        except OSError:
+            return b""
+        try:
+            return os.pread(fd, n, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
+
+    # -- creating ------------------------------------------------------------------------------
+    def create(self, name: str, mode: int = 0o600, *, owner: tuple[int, int] | None = None,
+               exclusive: bool = True) -> int:
+        """A file descriptor (read-write) on a new file (*exclusive*) or on the regular file there."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_EXCL if exclusive else os.O_NONBLOCK)
+        try:
+            fd = os.open(self._plain(name), flags, mode, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise FileRefused(f"{self.path / name}: is a symbolic link; refusing to write through it") from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise FileRefused(f"{self.path / name}: is {kind_of(st.st_mode)}, not a regular file; refusing to use it")
+        os.set_blocking(fd, True)
+        if exclusive or st.st_size == 0:
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, mode)
+            _give(fd, owner or self.owner)
+        return fd
+
+    def temporary(self, name: str, owner: tuple[int, int] | None = None) -> tuple[str, int]:
+        """Our temporary name for *name* and a locked descriptor on it (0600, exclusive)."""
+        self._plain(name)
+        for _ in range(8):
+            temp = f".{name[:160]}.{secrets.token_hex(8)}.partial"
+            try:
+                fd = self.create(temp, owner=owner)
+            except FileExistsError:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a cleaner leaves it alone while we write
+            return temp, fd
+        raise MaintError(f"{self.path}: no free temporary name for {name}")
+
+    def clear_leftovers(self, name: str | None = None, pattern: re.Pattern[str] = PARTIAL) -> list[str]:
+        """Our temporary files (of *name*, or any matching *pattern*) that no live run holds: what killed
+        runs left. A FIFO or link with such a name is left alone, never opened for good."""
+        removed = []
+        for entry in self.names():
+            m = pattern.match(entry)
+            if not m or (name is not None and m.groupdict().get("name") != name[:160]):
+                continue
+            try:
+                fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.fd)
+            except OSError:
+                continue
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live run is writing it
+                if self.unlink(entry):
+                    removed.append(entry)
+            finally:
+                os.close(fd)
+        return removed
+
+    def check_target(self, name: str) -> os.stat_result | None:
+        """The status of the regular file at *name* we may replace (None when absent); anything else refused."""
+        st = self.lstat(name)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise FileRefused(f"{self.path / name}: is {kind_of(st.st_mode)}, not a regular file; refusing to write "
+                              "there (nothing was written)")
+        return st
+
+    @contextlib.contextmanager
+    def atomic(self, name: str, *, mode: int | None = None, replace: bool = True,
+               owner: tuple[int, int] | None = None, expect: os.stat_result | None = None) -> Iterator[IO[bytes]]:
+        """Write *name* whole or not at all: our temporary file, synced, then renamed over it (*replace*) or
+        linked to it (never over an existing file). A file replaced keeps its mode (narrowed to *mode* when
+        given) and its owner; a new one gets *mode* (0600 by default). The file there must not change while
+        we write (nor since *expect*, the status the caller read it with)."""
+        before = self.check_target(name)
+        if expect is not None and (before is None or _identity(before) != _identity(expect)):
+            raise MaintError(f"{self.path / name}: changed while it was being edited; not replaced "
+                             "(run the command again)")
+        if before is not None and not replace:
+            raise FileExistsError(errno.EEXIST, "exists", str(self.path / name))
+        if before is not None:
+            keep = stat.S_IMODE(before.st_mode)
+            final_mode = keep & mode if mode is not None else keep
+            final_owner = owner or (before.st_uid, before.st_gid)
+        else:
+            final_mode, final_owner = (0o600 if mode is None else mode), owner or self.owner
+        self.clear_leftovers(name)
+        temp, fd = self.temporary(name, owner=final_owner)
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as fh:
+                yield fh
+                fh.flush()
+            made = os.fstat(fd)
+            if before is not None and (made.st_uid, made.st_gid) != (before.st_uid, before.st_gid):
+                try:
+                    os.fchown(fd, before.st_uid, before.st_gid)
+                except PermissionError:
+                    raise MaintError(f"{self.path / name}: cannot keep its owner ({before.st_uid}:{before.st_gid}) "
+                                     "when replacing it; not replaced") from None
+            os.fchmod(fd, final_mode)  # after chown, which may clear set-id bits
+            os.fsync(fd)
+            now = self.check_target(name)
+            if (now is None) != (before is None) or now is not None and _identity(now) != _identity(before):
+                raise MaintError(f"{self.path / name}: changed while it was being written; not replaced "
+                                 "(run the command again)")
+            if replace:
+                os.rename(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            else:
+                os.link(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+                self.unlink(temp)
+            self.sync()
+        except BaseException:
+            self.unlink(temp)
+            raise
+        finally:
+            os.close(fd)
+
+
+def _identity(st: os.stat_result | None) -> tuple[int, int, int] | None:
+    return None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def owner_of(path: Path | str) -> tuple[int, int] | None:
+    """(uid, gid) of *path*, or None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_uid, st.st_gid
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path | str, *, mode: int | None = None, replace: bool = True,
+                owner: tuple[int, int] | None = None, what: str = "folder") -> Iterator[IO[bytes]]:
+    """:meth:`Folder.atomic` for *path* in its existing folder (a folder the operator named: links followed)."""
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    with Folder.open(path.parent, what=what, follow_links=True) as folder, \
+            folder.atomic(path.name, mode=mode, replace=replace, owner=owner) as fh:
+        yield fh
+
+
+def is_database_file(folder: Folder, name: str) -> bool:
+    """A SQLite database or a journal beside one: never replaced by an export."""
+    for suffix in ("-wal", "-shm", "-journal"):
+        if name.endswith(suffix) and folder.lstat(name[:-len(suffix)]) is not None:
+            return True
+    return folder.head(name, 16) == SQLITE_HEADER

@@ -1,0 +1,123 @@
+"""Deleting sessions, the one way every command does it (prune, sweep, delete, a verified delete, repairs).
+
+The rows go in the caller's transaction, through Hermes's own triggers for the search indexes; what no
+session references any more (content-addressed prompts) goes with them; children the deletion keeps lose
+their parent link, as Hermes does; after the commit, the files Hermes keeps for each session go too. It lives
+in the store layer so that deleting one session does not load the prune planners.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from maint import files
+from maint.errors import MaintError
+from maint.store.connection import Store
+from maint.store.sqlutil import chunks, ph
+
+
+def delete_sessions(store: Store, conn, ids: list[str]) -> None:
+    """The deletion itself, inside the caller's transaction.
+
+    One statement per table whatever the count: FTS5 flushes its pending index data into a new
+    segment at every statement, so splitting the messages delete costs a segment (and later
+    merge work) per piece.
+    """
+    if not ids:
+        return
+    id_list = (json.dumps(ids),)
+    each = "SELECT value FROM json_each(?)"
+    ref_cols = [c for c in ("system_prompt_hash", "tool_names") if store.has_column("sessions", c)]
+    prompt_refs: set[str] = set()
+    if store.has_table("system_prompts") and ref_cols:
+        for row in conn.execute(f"SELECT {', '.join(ref_cols)} FROM sessions WHERE id IN ({each})", id_list):
+            prompt_refs.update(v for v in row if isinstance(v, str) and v)
+    conn.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN ({each})", id_list)
+    conn.execute(f"DELETE FROM messages WHERE session_id IN ({each})", id_list)
+    for table in ("session_model_usage", "compression_locks"):
+        if store.has_table(table):
+            conn.execute(f"DELETE FROM {table} WHERE session_id IN ({each})", id_list)
+    conn.execute(f"DELETE FROM sessions WHERE id IN ({each})", id_list)
+    if prompt_refs:
+        still = " OR ".join(f"s.{c} = system_prompts.hash" for c in ref_cols)
+        conn.execute(f"DELETE FROM system_prompts WHERE hash IN ({each}) "
+                     f"AND NOT EXISTS (SELECT 1 FROM sessions s WHERE {still})", (json.dumps(sorted(prompt_refs)),))
+
+
+def message_counts(store: Store, ids: list[str]) -> dict[str, tuple[int, int]]:
+    """Per session with messages: (message count, lowest message rowid)."""
+    out: dict[str, tuple[int, int]] = {}
+    for chunk in chunks(ids):
+        for sid, n, first in store.conn.execute(
+                f"SELECT session_id, COUNT(*), MIN(id) FROM messages WHERE session_id IN ({ph(chunk)}) "
+                "GROUP BY session_id", chunk):
+            out[sid] = (n, first)
+    return out
+
+
+# -- the files Hermes keeps per session --------------------------------------------------------------
+
+_DUMP = re.compile(r"^request_dump_(?P<sid>.+)_(?P<ts>\d{8}_\d{6}_\d+)\.json$")
+
+
+def hermes_safe_id(session_id: str) -> str:
+    """The name Hermes's writers give a session's files (``_safe_session_filename_component``)."""
+    safe = re.sub(r"[^\w-]", "_", session_id).strip("._")[:96] or "session"
+    if safe != session_id:
+        safe += "_" + hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return safe
+
+
+def session_files(store_path: Path, ids: Iterable[str]) -> list[str]:
+    """The names, in ``<that store's HERMES_HOME>/sessions/``, of the files Hermes keeps for *ids*: what its own
+    delete and prune remove (``<id>.json``, ``<id>.jsonl``, ``request_dump_<id>_<time>.json``), under the raw id
+    and under the name its writers actually use (a sanitised id; also ``session_<id>.json`` snapshots, which
+    Hermes's remover misses). The home of a store is its folder (a profile is a home of its own)."""
+    folder = _sessions_folder(store_path)
+    if folder is None:
+        return []
+    with folder:
+        wanted: set[str] = set()
+        for sid in ids:
+            for name in {sid, hermes_safe_id(sid)}:
+                if "/" not in name and name not in (".", ".."):
+                    wanted.update((f"{name}.json", f"{name}.jsonl", f"session_{name}.json", f"dump:{name}"))
+        out = []
+        for entry in folder.names():
+            m = _DUMP.match(entry)
+            if entry in wanted or (m and f"dump:{m.group('sid')}" in wanted):
+                st = folder.lstat(entry)
+                if st is not None and not stat.S_ISDIR(st.st_mode):  # a link is removed itself, never followed
+                    out.append(entry)
+        return out
+
+
+def remove_session_files(store_path: Path, ids: Iterable[str]) -> list[str]:
+    """Remove the files of deleted sessions (after the commit, as Hermes does), never following a link and never
+    outside that folder; returns their paths. A file that cannot be removed is left (and not reported)."""
+    names = session_files(store_path, ids)
+    folder = _sessions_folder(store_path)
+    if folder is None or not names:
+        return []
+    removed = []
+    with folder:
+        for name in names:
+            try:
+                if folder.unlink(name):
+                    removed.append(str(folder.path / name))
+            except OSError:
+                continue
+    return removed
+
+
+def _sessions_folder(store_path: Path) -> files.Folder | None:
+    path = Path(store_path).expanduser().absolute().parent / "sessions"
+    try:
+        return files.Folder.open(path, what="sessions folder")
+    except MaintError:  # absent, a link, or not a folder: nothing of ours to touch there
+        return None

@@ -1,0 +1,60 @@
+"""The session-write guard: may this session be deleted, replaced or closed while Hermes may be working on it?
+
+One rule for every command that deletes, replaces or closes sessions (delete, prune, the sweep's reap,
+import --replace, export --delete-after-verified), so a new command cannot forget a case:
+
+* **locked**: a live turn lease or compression lock — a turn or compression is in progress;
+* **active**: open, with activity (a message, or Hermes's ``last_activity_at``) within :data:`ACTIVE_S` —
+  a chat may still be writing to it, and what it writes after our read would be lost or orphaned.
+
+Each command decides what a reason means for it (refuse, skip and report, or warn), but asks here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+
+from maint.store.catalog import NUMERIC, catalog_sql
+from maint.store.connection import Store
+
+ACTIVE_S = 300.0
+LOCKED = "a turn or compression is in progress"
+ACTIVE = f"open and written to within the last {ACTIVE_S / 60:g} minutes (a chat may still be writing to it)"
+
+
+def active_sql(now_param: str = ":now") -> str:
+    """1 when a catalog row (``catalog_sql``) is open with activity within :data:`ACTIVE_S` of *now_param*."""
+    return (f"(ended_at IS NULL AND typeof(last_active) IN {NUMERIC} "
+            f"AND last_active >= {now_param} - {ACTIVE_S})")
+
+
+def locked_ids(store: Store, now: float) -> set[str]:
+    """Every session with a turn or compression in progress (unexpired lock or lease rows): a handful at most,
+    read store-wide, so the bulk commands check whole transactions against it cheaply."""
+    locked: set[str] = set()
+    if store.has_table("compression_locks"):
+        locked.update(r[0] for r in store.conn.execute(
+            "SELECT session_id FROM compression_locks WHERE expires_at > ?", (now,)))
+    if store.has_table("session_turn_leases"):
+        locked.update(r[0] for r in store.conn.execute(
+            "SELECT conversation_id FROM session_turn_leases WHERE expires_at > ?", (now,)))
+    return locked
+
+
+def busy(store: Store, ids: Iterable[str], now: float | None = None, *, active: bool = True) -> dict[str, str]:
+    """Why each of *ids* may not be changed now (absent when it may): :data:`LOCKED`, or (with *active*)
+    :data:`ACTIVE`. Reads in the caller's transaction, so a check inside a write sees what it writes over."""
+    now = time.time() if now is None else now
+    wanted = json.dumps(list(ids))
+    where = "s.id IN (SELECT value FROM json_each(:ids))"
+    rows = store.conn.execute(f"SELECT id, locked, {active_sql()} FROM ({catalog_sql(store, (), where=where)})",
+                              {"now": now, "ids": wanted})
+    out: dict[str, str] = {}
+    for sid, locked, is_active in rows:
+        if locked:
+            out[sid] = LOCKED
+        elif active and is_active:
+            out[sid] = ACTIVE
+    return out

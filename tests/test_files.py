@@ -1,0 +1,296 @@
+"""The file module (maint/files.py): each rule once, and a second command that gets it by using the module.
+
+Rules: no link followed where we create; no FIFO or device read; temporary files removed on failure,
+SIGTERM/SIGHUP, and by the next run after a kill; what a root run creates belongs to the folder's (or
+the store's) owner; a lock another user can take is waited for a bounded time only.
+"""
+
+import fcntl
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from maint import files
+from maint.errors import MaintError
+from tests.conftest import REPO, run_subprocess
+from tests.storegen import StoreBuilder
+
+
+def _store(path, n=4, age=200):
+    with StoreBuilder(path) as b:
+        for i in range(n):
+            b.session(f"s{i}", age=age + i, messages=3)
+    return path
+
+
+# -- no link followed where we create --------------------------------------------------------------
+
+def test_a_folder_we_create_by_name_is_never_followed_when_it_is_a_link(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o755)
+    (tmp_path / "ours").symlink_to(victim)
+    with pytest.raises(files.FileRefused, match="symbolic link"):
+        files.Folder.open(tmp_path / "ours", create=True)
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o755 and list(victim.iterdir()) == []
+
+
+def test_a_file_is_never_created_through_a_link(tmp_path):
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    (tmp_path / "link").symlink_to(target)
+    with files.Folder.open(tmp_path) as folder:
+        with pytest.raises(files.FileRefused, match="symbolic link"):
+            folder.create("link", exclusive=False)
+        with pytest.raises(FileExistsError):
+            folder.create("link")
+        with pytest.raises(files.FileRefused):
+            with folder.atomic("link") as fh:
+                fh.write(b"x")
+    assert target.read_text() == "keep" and (tmp_path / "link").is_symlink()
+
+
+def test_backup_refuses_a_snapshot_folder_that_is_a_link(hermes_home, tmp_path):
+    """Finding 6: a root-run backup followed $HERMES_HOME/state-snapshots -> /etc, chmod'ed it 0700, wrote there."""
+    _store(hermes_home / "state.db")
+    victim = tmp_path / "etc"
+    victim.mkdir(mode=0o755)
+    (hermes_home / "state-snapshots").symlink_to(victim)
+    result = run_subprocess("backup", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 1 and "symbolic link" in result.stderr, result.stderr
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o755 and list(victim.iterdir()) == []
+
+
+def test_export_refuses_its_default_folder_when_it_is_a_link(hermes_home, tmp_path):
+    """The same rule reaches a second command: export's default folder ($HERMES_HOME/session-exports)."""
+    db = _store(hermes_home / "state.db")
+    victim = tmp_path / "elsewhere"
+    victim.mkdir()
+    (hermes_home / "session-exports").symlink_to(victim / "missing")  # a dangling link: "absent" to exists()
+    result = run_subprocess("export", "--db", db, "--format", "md", "--session-id", "s0",
+                            env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 1 and "symbolic link" in result.stderr, result.stderr
+    assert list(victim.iterdir()) == []
+
+
+# -- no FIFO read ----------------------------------------------------------------------------------
+
+def test_reading_a_fifo_is_refused_at_once(tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(files.FileRefused, match="FIFO"):
+        files.read_regular(tmp_path / "pipe")
+    with files.Folder.open(tmp_path) as folder, pytest.raises(files.FileRefused, match="FIFO"):
+        folder.read("pipe")
+
+
+@pytest.mark.parametrize("args", [["--keep", "1"], []], ids=["rotation", "stale-file clean-up"])
+def test_backup_never_waits_on_a_fifo_named_like_a_sidecar(hermes_home, tmp_path, args):
+    """Finding 10: a FIFO named state-...db.json hung rotation and the stale-file clean-up."""
+    _store(hermes_home / "state.db")
+    dest = tmp_path / "snaps"
+    first = run_subprocess("backup", dest, "--json", env={"HERMES_HOME": str(hermes_home)})
+    assert first.returncode == 0, first.stderr
+    snap = json.loads(first.stdout)["snapshot"]["path"]
+    os.unlink(snap + ".json")
+    os.mkfifo(snap + ".json")
+    os.mkfifo(dest / "state-default-20200101T000000Z.db.json")  # a sidecar whose snapshot is gone
+    result = run_subprocess("backup", dest, *args, "--json", env={"HERMES_HOME": str(hermes_home)}, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["removed"] == [] and snap in report["unverified_kept"]  # a FIFO vouches for nothing
+
+
+# -- temporary files -------------------------------------------------------------------------------
+
+def test_a_failed_write_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError), files.atomic_file(tmp_path / "out.txt") as fh:
+        fh.write(b"half")
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_leftovers_of_a_killed_run_are_cleared_by_the_next_write_but_a_live_writers_are_kept(tmp_path):
+    dead = tmp_path / ".out.txt.0123456789abcdef.partial"
+    dead.write_bytes(b"left by a kill")
+    live = tmp_path / ".out.txt.fedcba9876543210.partial"
+    live.write_bytes(b"being written")
+    holder = os.open(live, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        with files.atomic_file(tmp_path / "out.txt") as fh:
+            fh.write(b"whole")
+    finally:
+        os.close(holder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "out.txt"]
+
+
+def _wait_for(predicate, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_export_terminated_mid_write_removes_its_temporary_file(tmp_path, signum):
+    """Finding 18: SIGTERM or SIGHUP during export left .NAME.<hex>.partial files no later run removed."""
+    db = _store(tmp_path / "state.db")
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "maint", "export", str(out / "all.jsonl"), "--db", str(db)],
+                            cwd=REPO, env={**os.environ, "HERMES_MAINT_HANG_AT": "file_written"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: any(p.name.endswith(".partial") for p in out.iterdir()), "the temporary file")
+        time.sleep(0.2)  # in the hang point, past the write
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, err
+    assert "terminated" in err and list(out.iterdir()) == []
+
+
+def test_a_failed_metrics_rename_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """Finding 18: a failed metrics rename left .hermes.prom.tmp-* behind every run."""
+    from maint.ops import metrics
+
+    def refuse(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(os, "rename", refuse)
+    with pytest.raises(OSError):
+        metrics.write(tmp_path / "hermes.prom", [], [], keep_doctor=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- owned like the folder (or the store) after a root run ----------------------------------------
+
+class Chowns:
+    def __init__(self, monkeypatch):
+        self.calls = []
+        monkeypatch.setattr(files, "_as_root", lambda: True)
+        monkeypatch.setattr(os, "fchown", lambda fd, uid, gid: self.calls.append((os.fstat(fd).st_ino, uid, gid)))
+
+    def owners(self, path):
+        ino = os.lstat(path).st_ino
+        return [(uid, gid) for i, uid, gid in self.calls if i == ino]
+
+
+def test_a_root_run_hands_what_it_creates_to_the_folders_owner(tmp_path, monkeypatch):
+    chowns = Chowns(monkeypatch)
+    with files.Folder.open(tmp_path, owner=(1234, 5678)) as folder:
+        sub = folder.subfolder("made", create=True)
+        sub.close()
+        with folder.atomic("file.txt") as fh:
+            fh.write(b"x")
+    assert chowns.owners(tmp_path / "made") == [(1234, 5678)]
+    assert chowns.owners(tmp_path / "file.txt") == [(1234, 5678)]
+
+
+def test_a_root_run_leaves_the_run_lock_and_snapshot_folder_to_the_stores_owner(hermes_home, monkeypatch):
+    """Finding 7: after one root run, <db>.hermes-maint.lock and state-snapshots/ stayed root-owned, and every
+    later run by the store's owner failed with Permission denied."""
+    from maint.ops.backup import prepare_folder, take_snapshot
+    from maint.store.connection import open_store
+
+    db = _store(hermes_home / "state.db")
+    real_stat = os.stat
+
+    def owned_by_user(path, *args, **kwargs):  # the store and its home as a user's, the rest as they are
+        st = real_stat(path, *args, **kwargs)
+        if str(path).startswith(str(hermes_home)) and not kwargs.get("dir_fd"):
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, 1000, 1000, *st[6:]))
+        return st
+
+    chowns = Chowns(monkeypatch)
+    monkeypatch.setattr(os, "stat", owned_by_user)
+    monkeypatch.setattr(files.Folder, "__init__", _owner_from_stat(files.Folder.__init__, owned_by_user))
+    with open_store(db):
+        pass
+    folder = prepare_folder(None)
+    snap = take_snapshot(db, folder, label="default")
+    assert chowns.owners(f"{db}.hermes-maint.lock") == [(1000, 1000)]
+    assert chowns.owners(folder) == [(1000, 1000)]
+    assert (1000, 1000) in chowns.owners(snap.path)
+
+
+def _owner_from_stat(init, stat_fn):
+    """Folder owners read through *stat_fn* (fstat of a descriptor cannot be faked; its path can)."""
+
+    def wrapped(self, path, fd, owner=None):
+        init(self, path, fd, owner)
+        if owner is None:
+            st = stat_fn(str(path))
+            self.owner = (st.st_uid, st.st_gid)
+
+    return wrapped
+
+
+# -- bounded waits ---------------------------------------------------------------------------------
+
+HOLD_FOLDER = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY);"
+               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()")
+
+
+@pytest.mark.parametrize("command", [["prune", "--yes"], ["doctor"]])
+def test_a_metrics_lock_held_by_another_user_never_stalls_a_run(tmp_path, command):
+    """Finding 5: anyone who can open the metrics folder could take its lock: prune hung after its deletes,
+    doctor hung. Now the lock is waited for a few seconds, then the figures are skipped with a warning."""
+    db = _store(tmp_path / "state.db")
+    prom = tmp_path / "metrics"
+    prom.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_FOLDER, str(prom)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = run_subprocess(*command, "--db", db, "--metrics-file", prom / "hermes.prom", timeout=60)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert result.returncode in (0, 1) and "metrics not written" in result.stderr, result.stderr
+    assert "lock" in result.stderr and not (prom / "hermes.prom").exists()
+
+
+def test_lock_gives_up_at_its_deadline(tmp_path):
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    other = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        assert files.lock(fd, 0.05) is False
+        fcntl.flock(other, fcntl.LOCK_UN)
+        assert files.lock(fd, 0.05) is True
+    finally:
+        os.close(fd)
+        os.close(other)
+
+
+# -- what another process wrote is never printed raw --------------------------------------------------
+
+def test_a_foreign_lock_files_bytes_never_reach_the_terminal(tmp_path):
+    """Finding 9: the first bytes of a lock file held by another process were printed raw (an OSC escape)."""
+    db = _store(tmp_path / "state.db")
+    code = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600);"
+            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'\\x1b]0;owned\\x07 99'); print('held', flush=True);"
+            "sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code, f"{db}.hermes-maint.lock"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = run_subprocess("prune", "--db", db, "--yes")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert result.returncode == 1 and "another hermes-maint (pid unknown)" in result.stderr, result.stderr
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+
+
+def test_read_regular_refuses_past_its_limit(tmp_path):
+    (tmp_path / "big").write_bytes(b"x" * 2048)
+    with pytest.raises(MaintError, match="larger than"):
+        files.read_regular(tmp_path / "big", limit=1024)
