@@ -93,3 +93,11 @@ def test_a_hard_linked_store_is_never_written(hermes_home):
     assert query(a, "SELECT id FROM sessions ORDER BY id") == before
     preview = run_subprocess("prune", "--db", a, "--older-than", "100", "--dry-run", "--json")
     assert preview.returncode == 0 and json.loads(preview.stdout)["session_ids"] == ["old"]
+    # The same preflight reaches every command that writes a store (restore has its own test).
+    backup = hermes_home / "all.jsonl"
+    assert run_subprocess("export", backup, "--db", a).returncode == 0
+    for args in (["set-journal-mode", "delete", "--db", a], ["import", backup, "--db", a, "--yes", "--replace"],
+                 ["delete", "old", "--db", a, "--yes"], ["optimize", "--db", a]):
+        result = run_subprocess(*args, env={"HERMES_HOME": str(hermes_home)})
+        assert result.returncode in (1, 2) and "hard links" in result.stderr, (args, result.stderr)
+    assert query(a, "SELECT id FROM sessions ORDER BY id") == before
