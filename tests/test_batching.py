@@ -5,13 +5,13 @@ import os
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 
 import apsw
 import pytest
 
-from maint.store.batching import BUSY_DELAYS_MS, Batcher, Pacer, busy_retry_within, pacer_for, run_batched
+from maint.store.batching import (BUSY_DELAYS_MS, MARGIN_S, MAX_PAUSE_S, POLL_S, RECOUNT_S, Batcher, Pacer,
+                                  busy_retry_within, pacer_for, run_batched)
 from maint.store.holders import other_connections
 from maint.ops.prune import execute_prune, plan_prune
 from maint.store.connection import open_store
@@ -33,58 +33,103 @@ def small_store(tmp_path):
     return tmp_path / "state.db"
 
 
-def test_pause_lasts_a_whole_busy_step_when_nobody_writes(tmp_path):
-    with open_store(small_store(tmp_path)) as store:
-        pacer = Pacer(store.data_version)
-        pacer.exposed_since = time.monotonic() - 0.15  # a writer may have waited 150 ms: it sleeps 50 ms
-        started = time.monotonic()
+class FakeClock:
+    """The pacer's clock and sleep: time moves only when the pause sleeps, so every figure is exact."""
+
+    def __init__(self, commits=()):
+        self.now = self.start = 1000.0
+        self.commits = commits  # when another connection commits: a list of times, or a predicate on the time
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0
+        self.now += seconds
+        assert self.now - self.start < 60, "the pause never ended"
+
+    def data_version(self) -> int:
+        """PRAGMA data_version as the pause sees it: one more for every commit so far."""
+        if callable(self.commits):
+            return self.commits(self.now)
+        return sum(1 for t in self.commits if t <= self.now)
+
+    def pacer(self, writers=lambda: None, alone=lambda: False) -> Pacer:
+        return Pacer(self.data_version, writers=writers, alone=alone, clock=self.clock, sleep=self.sleep)
+
+    def pause(self, pacer: Pacer) -> float:
+        """Run one pause; how long it took on this clock."""
+        started = self.now
         pacer.pause()
-        assert time.monotonic() - started >= 0.05
-        assert pacer.exposed_since >= started  # every waiting writer has had its try
+        return self.now - started
 
 
-def run_pause_beside_commits(db, pacer):
-    """Pause while another connection commits every 2 ms; returns how long the pause took."""
-    done = threading.Event()
-
-    def writer():
-        conn = sqlite3.connect(db, isolation_level=None)
-        while not done.is_set():
-            conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('t', ?)", (str(time.time()),))
-            time.sleep(0.002)
-        conn.close()
-
-    thread = threading.Thread(target=writer)
-    thread.start()
-    try:
-        started = time.monotonic()
-        pacer.pause()
-        return time.monotonic() - started
-    finally:
-        done.set()
-        thread.join()
+def ends_after(took: float, seconds: float, polls: int = 1) -> bool:
+    """The pause ended at its first look (every POLL_S) once *seconds* had gone by (*polls*: two when the
+    moment itself was found by a look)."""
+    return seconds - 1e-9 <= took < seconds + polls * POLL_S + 1e-9
 
 
-def test_pause_ends_once_the_only_writer_has_committed(tmp_path):
-    db = small_store(tmp_path)
-    with open_store(db) as store:
-        pacer = Pacer(store.data_version, writers=lambda: 1)
-        exposed = pacer.exposed_since = time.monotonic() - 10
-        run_pause_beside_commits(db, pacer)
-        # It ended early, without forgiving the exposure (a second writer may have come since the count).
-        assert pacer.exposed_since == exposed
+def test_pause_lasts_a_whole_busy_step_when_nobody_writes():
+    fake = FakeClock()
+    pacer = fake.pacer()
+    pacer.exposed_since = fake.now - 0.15  # a writer may have waited 150 ms: it sleeps 50 ms
+    took = fake.pause(pacer)
+    assert ends_after(took, 0.05 + MARGIN_S)
+    assert pacer.exposed_since == fake.now  # every waiting writer has had its try
+    # so the next pause, right after, waits only the first step of a fresh wait (1 ms)
+    assert ends_after(fake.pause(pacer), 0.001 + MARGIN_S)
+
+
+def test_pause_ends_once_the_only_writer_has_committed():
+    fake = FakeClock(commits=[1000.01])
+    pacer = fake.pacer(writers=lambda: 1)
+    exposed = pacer.exposed_since = fake.now - 10  # a 100 ms step
+    took = fake.pause(pacer)
+    assert ends_after(took, 0.01)  # at the first look after its commit
+    # It ended early, without forgiving the exposure (a second writer may have come since the count).
+    assert pacer.exposed_since == exposed
 
 
 @pytest.mark.parametrize("count", [2, 0, None], ids=["two writers", "none visible", "unknown"])
-def test_pause_runs_its_whole_step_unless_there_is_one_writer(tmp_path, count):
-    """Commits every 2 ms: with two writers they could all be one quick writer's, so they end nothing."""
-    db = small_store(tmp_path)
-    with open_store(db) as store:
-        pacer = Pacer(store.data_version, writers=lambda: count)
-        pacer.exposed_since = time.monotonic() - 10  # 100 ms step
-        took = run_pause_beside_commits(db, pacer)
-        assert took >= 0.1
-        assert pacer.exposed_since > time.monotonic() - 0.05
+def test_pause_runs_its_whole_step_unless_there_is_one_writer(count):
+    """A commit 10 ms in: with two writers it could be one quick writer's, so it ends nothing; the window
+    stays open one whole step (100 ms) after it."""
+    fake = FakeClock(commits=[1000.01])
+    pacer = fake.pacer(writers=lambda: count)
+    pacer.exposed_since = fake.now - 10  # 100 ms steps
+    took = fake.pause(pacer)
+    assert ends_after(took, 0.01 + 0.1 + MARGIN_S, polls=2)
+    assert pacer.exposed_since == fake.now
+
+
+def test_with_several_writers_each_commit_keeps_the_window_open_up_to_a_bound():
+    """Commits every 2 ms with two writers counted: each may have refused the other, so the pause lasts
+    one more step after each, up to MAX_PAUSE_S (we must move on too)."""
+    fake = FakeClock(commits=lambda now: int((now - 1000.0) / 0.002))
+    pacer = fake.pacer(writers=lambda: 2)
+    pacer.exposed_since = fake.now - 10  # 100 ms steps
+    took = fake.pause(pacer)
+    assert ends_after(took, MAX_PAUSE_S)
+    assert pacer.exposed_since == fake.now
+    # Commits that stop 150 ms in: the window closes one step after the last one, before the bound.
+    fake = FakeClock(commits=[1000.0 + 0.002 * k for k in range(1, 76)])
+    pacer = fake.pacer(writers=lambda: 2)
+    pacer.exposed_since = fake.now - 10
+    took = fake.pause(pacer)
+    assert ends_after(took, 0.15 + 0.1 + MARGIN_S, polls=2) and took < MAX_PAUSE_S
+
+
+def test_the_count_of_other_connections_is_taken_again_after_a_while():
+    fake = FakeClock()
+    counted = []
+    pacer = fake.pacer(writers=lambda: counted.append(fake.now) or 1)
+    for _ in range(3):
+        fake.pause(pacer)
+    assert len(counted) == 1
+    fake.now += RECOUNT_S
+    fake.pause(pacer)
+    assert len(counted) == 2
 
 
 def test_other_connections_counts_each_sqlite_connection_of_other_processes(tmp_path):
@@ -333,16 +378,3 @@ def test_two_writers_beside_a_real_prune_never_run_out_of_patience(tmp_path):
     outs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
     assert result.messages > 30000 and result.transactions >= 10
     assert [o["failed"] for o in outs] == [0, 0] and all(o["done"] > 50 for o in outs)
-
-
-def test_with_several_writers_each_commit_keeps_the_window_open_up_to_a_bound(tmp_path):
-    """Commits every 2 ms with two writers counted: each may have refused the other, so the pause lasts
-    one more step after each, up to MAX_PAUSE_S (we must move on too)."""
-    from maint.store.batching import MAX_PAUSE_S
-
-    db = small_store(tmp_path)
-    with open_store(db) as store:
-        pacer = Pacer(store.data_version, writers=lambda: 2)
-        pacer.exposed_since = time.monotonic() - 10  # 100 ms steps
-        took = run_pause_beside_commits(db, pacer)
-        assert MAX_PAUSE_S - 0.01 <= took < MAX_PAUSE_S + 0.1
