@@ -56,8 +56,15 @@ def make_family_store(path: Path, n=3):
     return path
 
 
+# Transactions of about a microsecond: a chunk of work is then one unit (a lineage, a session), whatever
+# rate the batcher measures (it would need a million units a second for two), so a command makes one
+# transaction per unit on any machine and the n-th transaction below is reached. (At 1 ms a machine twice
+# as fast as this one archived 40 lineages in three transactions, and tx_committed:4 was never reached.)
+BATCH_MS = "0.001"
+
+
 def run(args, crash=None, env=None, timeout=120):
-    full = dict(os.environ, HERMES_MAINT_BATCH_MS="1", **(env or {}))
+    full = dict(os.environ, HERMES_MAINT_BATCH_MS=BATCH_MS, **(env or {}))
     if crash:
         full["HERMES_MAINT_CRASH_AT"] = crash
     return subprocess.run([sys.executable, "-m", "maint", *map(str, args)], cwd=REPO, env=full,
@@ -65,7 +72,7 @@ def run(args, crash=None, env=None, timeout=120):
 
 
 def _start(args, env=None):
-    full = dict(os.environ, HERMES_MAINT_BATCH_MS="1", **(env or {}))
+    full = dict(os.environ, HERMES_MAINT_BATCH_MS=BATCH_MS, **(env or {}))
     return subprocess.Popen([sys.executable, "-m", "maint", *map(str, args)], cwd=REPO, env=full,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -102,10 +109,13 @@ def run_killed_during(args, store: Path, seed: int, work: float, fresh, env=None
     """SIGKILL the command at a seeded moment of its work on *store*, and insist it was killed, not finished.
 
     *fresh* rebuilds the store from scratch. A run that finishes before its kill (the machine was
-    faster than the timing run) is repeated on a fresh store with half the delay, a few times.
+    faster than the timing run, or the timing run was slowed by load) is repeated on a fresh store with half
+    the delay, a few times, and at last with none: killed as soon as it has the store open.
     """
     delay = random.Random(seed).uniform(0.0, 0.6) * work
-    for _ in range(6):
+    for attempt in range(7):
+        if attempt == 6:
+            delay = 0.0
         fresh()
         proc = _start(args, env)
         _wait_until_open(proc, store)
@@ -425,7 +435,12 @@ def assert_snapshots_sound(folder: Path):
 
 
 def _backup_home(home: Path) -> Path:
-    make_store(home / "state.db", n=150)  # a few hundred pages: several steps
+    from maint.ops.backup import FIRST_STEP_PAGES
+
+    make_store(home / "state.db", n=200)
+    # More pages than a first step (64) and a second (at most 4 times that) copy: backup_step:3 is reached
+    # whatever the speed.
+    assert query(home / "state.db", "PRAGMA page_count")[0][0] > FIRST_STEP_PAGES * (1 + 4)
     return home
 
 
@@ -467,7 +482,10 @@ def _restore_home(home: Path) -> Path:
     """A store, a snapshot of it (home/snap.db), then two families deleted from the store."""
     import shutil
 
+    from maint.ops.backup import FIRST_STEP_PAGES
+
     db = make_store(home / "state.db", n=60)
+    assert query(db, "PRAGMA page_count")[0][0] > FIRST_STEP_PAGES  # the safety copy takes a second step
     made = run(["backup", "--json"], env={"HERMES_HOME": str(home)})
     assert made.returncode == 0, made.stderr
     shutil.copy(json.loads(made.stdout)["snapshot"]["path"], home / "snap.db")
