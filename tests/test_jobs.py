@@ -137,7 +137,7 @@ def test_second_signal_while_stopping_is_idempotent(tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.send_signal(signal.SIGINT)
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        proc.wait(timeout=120)  # a hang (a tick still running has the default 30 s grace)
     finally:
         if proc.poll() is None:
             proc.kill()
