@@ -13,7 +13,13 @@ the writer's worst append inside each run's window (also without the appends tha
 optimize, every 1,000 writes, seconds long on a big index whatever else runs), failed appends, and whether
 the run finished within ``--timeout`` seconds. The first row is the writer alone, for ``--idle`` seconds.
 
-    python bench/backup_bench.py [--sessions N] [--messages-per-session M] [--timeout S]
+The last row is ``backup`` of a rollback-journal copy of the store beside a writer committing every 10 ms
+(SQLite's busy handler, as Hermes's SessionDB would turn the store back to WAL): each step is its own read
+transaction with a pause after it, so the writer's worst append is what our steps cost it; with commits
+that frequent the copy restarts until it is refused (tests/test_backup.py checks that refusal and that the
+writer is never locked out; the wait is measured here).
+
+    python bench/backup_bench.py [--sessions N] [--messages-per-session M] [--timeout S] [--no-rollback]
 """
 
 import json
@@ -63,10 +69,80 @@ def _stored(db: Path) -> int:
         conn.close()
 
 
+ROLLBACK_WRITER = """
+import json, sqlite3, sys, time
+from pathlib import Path
+db, stop = sys.argv[1], Path(sys.argv[2])
+c = sqlite3.connect(db, timeout=30, isolation_level=None)
+assert c.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+c.execute("INSERT INTO sessions (id, source, started_at) VALUES ('rollback_writer', 'cli', ?)", (time.time(),))
+ok = failed = 0
+samples = []
+Path(str(stop) + ".ready").write_text("1")
+while not stop.exists():
+    started = time.monotonic()
+    try:
+        c.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('rollback_writer', 'user', "
+                  "'live message', ?)", (time.time(),))
+        ok += 1
+    except sqlite3.OperationalError:
+        failed += 1
+    samples.append((started, time.monotonic() - started))
+    time.sleep(0.01)
+print(json.dumps({"appended": ok, "failed": failed, "samples": samples}))
+"""
+
+
+def rollback_row(db: Path, run_dir: Path, timeout: float) -> dict:
+    """hermes-maint backup of a rollback-journal copy of *db* beside a writer committing every 10 ms."""
+    folder = run_dir / "rollback"
+    folder.mkdir()
+    copy = folder / "state.db"
+    shutil.copy(db, copy)
+    conn = sqlite3.connect(copy)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    stop = folder / "stop"
+    writer = subprocess.Popen([sys.executable, "-c", ROLLBACK_WRITER, str(copy), str(stop)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    while not Path(str(stop) + ".ready").exists():
+        if writer.poll() is not None:
+            raise SystemExit(f"rollback writer failed: {writer.stderr.read()}")
+        time.sleep(0.05)
+    time.sleep(1.0)
+    lo = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "maint", "backup", str(folder / "out"), "--db", str(copy),
+                               "--json"], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "HERMES_HOME": str(folder)})
+        finished, code, err, stdout = True, proc.returncode, proc.stderr, proc.stdout
+    except subprocess.TimeoutExpired:
+        finished, code, err, stdout = False, None, "", ""
+    hi = time.monotonic()
+    stop.write_text("1")
+    w = json.loads(writer.communicate(timeout=120)[0])
+    stored = sqlite3.connect(copy).execute("SELECT COUNT(*) FROM messages WHERE session_id = 'rollback_writer'"
+                                           ).fetchone()[0]
+    worst = max((took for at, took in w["samples"] if lo <= at <= hi), default=0.0)
+    row = {"seconds": round(hi - lo, 2), "finished": finished, "exit_code": code,
+           "writer_worst_ms": round(worst * 1000, 1), "writer_worst_without_own_optimize_ms": round(worst * 1000, 1),
+           "hermes_optimizes_in_window": 0, "failed_appends": w["failed"], "lost_messages": w["appended"] - stored}
+    if finished and code == 0:
+        snap = json.loads(stdout)["snapshot"]
+        row.update(snapshot_mb=round(snap["bytes"] / 2**20, 1), steps=snap["steps"], restarts=snap["restarts"],
+                   longest_step_ms=snap["longest_step_ms"], copy_s=snap["copy_seconds"],
+                   verify_s=snap["verify_seconds"])
+    elif finished:
+        row["error"] = err.strip()[-300:]
+    shutil.rmtree(folder, ignore_errors=True)
+    return row
+
+
 def main() -> None:
     ap = store_args()
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--idle", type=float, default=30.0, help="seconds the writer runs alone, as a baseline")
+    ap.add_argument("--no-rollback", action="store_true", help="leave out the rollback-journal row")
     args = ap.parse_args()
     db = base_store(args.sessions, args.messages_per_session, 600)
     run_dir = CACHE / "run" / "backup"
@@ -113,6 +189,8 @@ def main() -> None:
             row["error"] = err.strip()[-300:]
         rows[name] = row
         shutil.rmtree(out, ignore_errors=True)
+    if not args.no_rollback:
+        rows["hermes-maint backup (rollback)"] = rollback_row(db, run_dir, args.timeout)
     base = rows.get("sqlite3 shell .backup") if rows.get("sqlite3 shell .backup", {}).get("finished") else None
     base = base or rows["python sqlite3 .backup()"]
     print(f"\nbackup benchmark: {args.sessions * args.messages_per_session} messages, {store_mb(db):.0f} MB store, "

@@ -44,6 +44,9 @@ def main():
          load["results"]["archive"]["writer_worst_ms"], None),
         ("optimize", load["results"]["optimize"]["seconds"], "s", None, None, None,
          load["results"]["optimize"]["writer_worst_ms"], None),
+        # the import of the old sessions beside the writers (load_bench.py's import job; absent from older results)
+        *((("import", r["seconds"], "s", None, None, None, r["writer_worst_ms"], None),)
+          if (r := load["results"].get("import")) else ()),
     ]
     def fmt(value, spec):
         width = int(spec.split(".")[0]) if spec[0].isdigit() else 0

@@ -164,6 +164,15 @@ class Silent:
         self.thread.start()
         return self
 
+    def request_lines(self) -> list[str]:
+        """The first line of the request each connection sent (read once the client is done with them)."""
+        lines = []
+        for conn in list(self.conns):
+            conn.settimeout(5)
+            with contextlib.suppress(OSError):
+                lines.append(conn.recv(65536).split(b"\r\n", 1)[0].decode(errors="replace"))
+        return lines
+
     def __exit__(self, *exc):
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)

@@ -301,7 +301,8 @@ def _sweep_home(tmp_path, n=40):
 
 def test_a_killed_sweep_is_resumed_by_the_next_run_not_skipped(tmp_path):
     home = _sweep_home(tmp_path)
-    env = {"HERMES_HOME": str(home), "HERMES_MAINT_BATCH_MS": "1", "HERMES_MAINT_CRASH_AT": "tx_committed:3"}
+    # one session a transaction, however fast the machine (see BATCH_MS in tests/crash/test_crash.py)
+    env = {"HERMES_HOME": str(home), "HERMES_MAINT_BATCH_MS": "0.001", "HERMES_MAINT_CRASH_AT": "tx_committed:3"}
     killed = run_subprocess("sweep", "--json", env=env)
     assert killed.returncode == -9
     left = session_ids(home / "state.db")

@@ -117,7 +117,7 @@ def test_stuck_job_is_reported_and_the_loop_exits_anyway(tmp_path):
         _wait_for(errlog, "received SIGTERM")
         proc.send_signal(signal.SIGTERM)  # a second signal during shutdown changes nothing
         started = time.monotonic()
-        proc.wait(timeout=30)
+        proc.wait(timeout=120)  # a hang
         took = time.monotonic() - started
     finally:
         if proc.poll() is None:
@@ -126,7 +126,7 @@ def test_stuck_job_is_reported_and_the_loop_exits_anyway(tmp_path):
     assert proc.returncode == 1, log
     assert "job tick did not stop within 2 s" in log and "exiting anyway" in log and "job loop stopped" in log
     assert "already stopping" in log and "Traceback" not in log
-    assert took < 10, took  # the 2 s grace and process exit, not a hang
+    assert took < 25, took  # the 2 s grace it was given and process exit, not the default 30 s
 
 
 def test_second_signal_while_stopping_is_idempotent(tmp_path):
@@ -137,7 +137,7 @@ def test_second_signal_while_stopping_is_idempotent(tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.send_signal(signal.SIGINT)
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        proc.wait(timeout=120)  # a hang (a tick still running has the default 30 s grace)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -136,13 +136,18 @@ def mid_checkpoint(path, extra_pages):
     return page_size * (pages + extra_pages)
 
 
-def test_a_store_growing_under_a_checkpoint_is_not_called_corrupt(make_store, cli):
+def test_a_store_growing_under_a_checkpoint_is_not_called_corrupt(make_store, cli, monkeypatch):
     """A hostile try saw `stats` refuse a healthy store as 'truncated or corrupt' while Hermes's checkpoint
     was extending it (3 runs in 40): a short file beside a WAL is read again until the checkpoint ends."""
     import threading
     import time
 
+    from maint.store import connection
     from maint.store.connection import _check_header
+
+    # A grace no load uses up: a return before it ends is the file reaching its size, never the deadline
+    # (which raises).
+    monkeypatch.setattr(connection, "CHECKPOINT_GRACE_S", 120.0)
 
     b = make_store()
     b.session("s1")
@@ -157,11 +162,11 @@ def test_a_store_growing_under_a_checkpoint_is_not_called_corrupt(make_store, cl
             fh.truncate(full)
 
     ender = threading.Thread(target=checkpoint_ends)
-    ender.start()
     started = time.monotonic()
+    ender.start()
     _check_header(b.path)  # no CorruptStore: it waited for the file to reach its size
     ender.join()
-    assert 0.25 <= time.monotonic() - started < 2.5
+    assert time.monotonic() - started >= 0.3  # it waited for the file (a sleep never ends early)
 
 
 def test_a_short_store_stays_corrupt_when_no_checkpoint_ends(make_store, cli):

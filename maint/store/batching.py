@@ -71,16 +71,18 @@ class Pacer:
     """
 
     def __init__(self, data_version: Callable[[], int], writers: Callable[[], int | None] = lambda: None,
-                 alone: Callable[[], bool] = lambda: False):
+                 alone: Callable[[], bool] = lambda: False, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
         self.data_version = data_version
         self.writers = writers
         self.alone = alone
-        self.exposed_since = time.monotonic()
+        self.clock, self.sleep = clock, sleep  # a test drives the pause with a fake clock
+        self.exposed_since = clock()
         self._expected: int | None = None
         self._counted_at = float("-inf")
 
     def expected_writers(self) -> int | None:
-        now = time.monotonic()
+        now = self.clock()
         if now - self._counted_at >= RECOUNT_S:
             self._expected, self._counted_at = self.writers(), now
         return self._expected
@@ -88,16 +90,16 @@ class Pacer:
     def pause(self) -> None:
         if self.expected_writers() == 0:
             if self.alone():
-                self.exposed_since = time.monotonic()
+                self.exposed_since = self.clock()
                 return
             self._counted_at = float("-inf")  # someone has opened the store since the count
         one_writer = self.expected_writers() == 1
-        start = time.monotonic()
+        start = self.clock()
         deadline = start + busy_retry_within(start - self.exposed_since) + MARGIN_S
         longest = start + MAX_PAUSE_S
         version = self.data_version()
-        while time.monotonic() < deadline:
-            time.sleep(POLL_S)
+        while self.clock() < deadline:
+            self.sleep(POLL_S)
             now_version = self.data_version()
             if now_version == version:
                 continue
@@ -107,10 +109,10 @@ class Pacer:
                 return
             # Another writer committed: one that tried while it held the lock was refused and sleeps
             # its next step, so the window stays open one more step after this commit (within limits).
-            version, now = now_version, time.monotonic()
+            version, now = now_version, self.clock()
             deadline = min(longest, max(deadline, now + busy_retry_within(now - self.exposed_since) + MARGIN_S))
         # The whole step went by: whoever was waiting has tried, so the count starts again.
-        self.exposed_since = time.monotonic()
+        self.exposed_since = self.clock()
 
 
 def pacer_for(store) -> Pacer:
