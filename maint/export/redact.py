@@ -21,6 +21,7 @@ JSON text stays JSON.
 
 from __future__ import annotations
 
+import json
 import re
 from functools import lru_cache
 from typing import Any
@@ -149,14 +150,19 @@ def _random_body(token: str) -> bool:
 # A name is found at a keyword inside it; the regex is only run on text whose lower-cased form holds
 # one of _NAME_TRIGGERS.
 _NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pw", "dsn", "cookie", "jwt", "bearer")
-_PROSE_TRIGGERS = ("key", "token", "pass", "secret")
 # Bounded repeats: a keyword inside a long run ("keykeykey...") costs at most ~100 steps, never the run.
-_TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\?[\"'])?"
+_TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"'])?(?P<sub>\])?"
              # "AWS Secret Access Key [None]: …" (aws configure) puts a bracket before the colon
-             r"(?:(?P<sep>(?:[ \t]+\[[^\]\n]{0,20}\])?[ \t]*(?::=|=>|=(?!=)|:(?![/:=]))[ \t]*)"
-             r"|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?))"
-             # a value follows on the same line, and not an obvious code reference
-             r"(?=[^\s])(?!os\.|process\.env|self\.|config\.|settings\.|getenv\(|env\(|args\.|none\b|null\b)")
+             r"(?:(?P<sep>(?:[ \t]+\[[^\]\n]{0,20}\])?[ \t]*"
+             # a type between the name and "=": api_key: str = …, apiKey: string = …, TOKEN: &str = …
+             r"(?::[ \t]*[&*]?[\w.]{1,40}(?:<[^<>\n]{0,40}>|\[[^\[\]\n]{0,40}\])?\??[ \t]*(?==[^=]))?"
+             # NAME=, NAME:, NAME:=, NAME =>, NAME <-; "NAME", value (define, setenv); <NAME>value; NAME("value")
+             r"(?::=|=>|<-|=(?!=)|:(?![/:=])|(?P<comma>,)|(?P<xml>>)|(?P<call>\()(?=[ \t]*\\*[\"'])))[ \t]*"
+             r"|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?)"
+             # NAME 'value' (SQL, #define), NAME value at the end of a line (properties, ENV, set -x)
+             r"|(?P<ws>[ \t]+)(?=\\*[\"']|[^\s\"'`=:]+[ \t]*(?:\r?\n|$)))"
+             # a value follows (on the same line, or a YAML block below), not an obvious code reference
+             r"(?=[^\s]|\r?\n)(?!os\.|process\.env|self\.|config\.|settings\.|getenv\(|env\(|args\.|none\b|null\b)")
 _KW_SEP = {word: re.compile(word + _TAIL_SEP) for word in _NAME_TRIGGERS}
 _KW_SEP_ANYCASE = {word: re.compile(word + _TAIL_SEP, re.IGNORECASE) for word in _NAME_TRIGGERS}
 # --password VALUE (the name starts after the dashes)
@@ -167,7 +173,7 @@ _NAME_BACK = re.compile(r"[A-Za-z0-9_.\-]*")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
 _VALUE = re.compile(
-    r"\\\"(?P<eq>.*?)\\\""                      # \"value\" inside a JSON-encoded string
+    r"(?P<esc>\\+)(?P<eqq>[\"'])(?P<eq>.*?)(?P=esc)(?P=eqq)"  # \"value\" inside JSON-encoded strings, any level
     r"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\""           # "value"
     r"|'(?P<sq>[^'\n]*)'"                        # 'value'
     r"|(?P<uq>[^\s\"'`\\;&,<>(){}\[\]|]+)")      # bare value
@@ -360,26 +366,33 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         seen.add(done)
         pos = m.end()
         cli = m.re is _CLI_NAME
-        prose = not cli and m.group("prose") is not None
+        form = "cli" if cli else _form(m)
         start = m.start("n") if cli else m.start()
         # back to the start of the name (a reversed window, so the scan runs in C)
         start -= _NAME_BACK.match(text[max(0, start - 80):start][::-1]).end()
         while start < done and not (text[start].isalpha() or text[start] == "_"):
             start += 1  # names start with a letter or _
-        if start and text[start - 1] == "$":
-            continue  # $API_KEY: a variable, not an assignment
+        if start and text[start - 1] == "$" and form != "assign":
+            continue  # $API_KEY: a variable, not an assignment ($password = '…' is one)
         name = text[start:done]
         kind = name_kind(name)
         if kind is None:
             continue
-        if prose:
+        if form == "prose":
             v = _PROSE_VALUE.match(text, pos)
             if v and kind in ("password", "token") and _value_is_secret(v.group(), kind, False, name) \
                     and _looks_random(v.group()) | any(c in "!#$%^&*_-+=~.@?" for c in v.group()[1:]):
                 spans.append(v.span())
             continue
+        if form == "xml":
+            _xml_span(text, start, pos, name, kind, spans)
+            continue
         if kind in ("auth", "line"):
-            _header_span(text, pos, kind, spans)
+            if form in ("assign", "cli"):
+                _header_span(text, pos, kind, spans)
+            continue
+        if text[pos] in "|>\r\n" and form == "assign" and text[m.end("n"):pos].strip(" \t\"'\\]").startswith(":"):
+            _yaml_block_span(text, start, pos, name, kind, spans)
             continue
         v = _VALUE.match(text, pos)
         if v is None:
@@ -388,6 +401,14 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         value = v.group(group)
         if group == "uq" and (text[v.end():v.end() + 1] in ("(", "[") or cli and value.startswith("-")):
             continue  # a call or subscript: code, not a value; or the next flag
+        if form != "assign" and form != "cli":
+            # weaker evidence (a comma, a call, a space): only a value that looks like a credential
+            if form in ("comma", "call") and (group == "uq" or not m.group("q") and form == "comma"):
+                continue
+            if form == "call" and name.lower().startswith(_GETTERS):
+                continue
+            if not _strong(value):
+                continue
         if kind in ("token", "random") and group != "uq" and " " in value \
                 and value.split(" ", 1)[0].lower() in _SCHEMES:
             # "Authorization"-like value under another name: keep the scheme word
@@ -395,6 +416,93 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             continue
         if _value_is_secret(value, kind, group != "uq", name):
             spans.append(v.span(group))
+
+
+_GETTERS = ("get", "read", "load", "fetch", "has", "is", "prompt", "ask", "input", "check", "verify", "validate",
+            "hash", "reset", "forgot", "change", "update", "delete", "remove", "clear", "require", "generate")
+
+
+def _form(m: re.Match) -> str:
+    """How a name found by _KW_SEP meets its value."""
+    if m.group("prose") is not None:
+        return "prose"
+    if m.group("ws") is not None:
+        return "space"
+    for form in ("comma", "xml", "call"):
+        if m.group(form) is not None:
+            return form
+    return "assign"
+
+
+def _strong(value: str) -> bool:
+    """A value that looks like a credential on its own: no spaces, and digits, symbols, mixed case or length."""
+    v = value.strip()
+    if len(v) < 6 or " " in v or MASK in v:
+        return False
+    return (any(c.isdigit() for c in v) or any(c in "!#$%^&*+=~@?/_-." for c in v) or len(v) >= 16
+            or (any(c.isupper() for c in v[1:]) and any(c.islower() for c in v)))
+
+
+_XML_TEXT = re.compile(r"[^<]*")
+_XML_OPEN = re.compile(r"[\w.\-]*:?<")  # reversed: "<" or "<ns:" before the name
+
+
+def _xml_span(text: str, start: int, pos: int, name: str, kind: str, spans: list[tuple[int, int]]) -> None:
+    """<password>VALUE</password>: the element's text, when the element opens at the name."""
+    if not _XML_OPEN.match(text[max(0, start - 40):start][::-1]):
+        return
+    v = _XML_TEXT.match(text, pos)
+    body = v.group()
+    if not text.startswith("</", v.end()) or not body.strip():
+        return
+    lo = pos + len(body) - len(body.lstrip())
+    hi = v.end() - (len(body) - len(body.rstrip()))
+    if kind in ("auth", "line"):
+        first, _, rest = body.strip().partition(" ")
+        if first.lower() in _SCHEMES and rest.strip():
+            lo = hi - len(rest.strip())
+    elif not _value_is_secret(text[lo:hi], kind, True, name):
+        return
+    spans.append((lo, hi))
+
+
+def _yaml_block_span(text: str, start: int, pos: int, name: str, kind: str, spans: list[tuple[int, int]]) -> None:
+    """``password: |`` (or ``>``, or nothing) and the value on the lines below, indented deeper than the name."""
+    line_start = text.rfind("\n", 0, start) + 1
+    indent = start - line_start
+    nl = text.find("\n", pos)
+    if nl < 0:
+        return
+    head = text[pos:nl].strip()
+    block = head[:1] in ("|", ">")
+    if head and not block:
+        return
+    lo = hi = None
+    at = nl + 1
+    while at < len(text):
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        line = text[at:end]
+        content = line.lstrip(" \t")
+        if content.strip():
+            if len(line) - len(content) <= indent:
+                break
+            if lo is None:
+                if not block and (_YAML_KEY.match(content) or content.startswith(("- ", "#"))):
+                    return  # a nested mapping or a list: its own names decide
+                lo = at + len(line) - len(content)
+            hi = at + len(line.rstrip())
+            if not block:
+                break  # a plain scalar on the next line
+        at = end + 1
+    if lo is None or hi <= lo:
+        return
+    value = text[lo:hi]
+    if block or _value_is_secret(value, kind, False, name):
+        spans.append((lo, hi))
+
+
+_YAML_KEY = re.compile(r"[\w.\-\"']+[ \t]*:(?:[ \t]|$)")
 
 
 def _header_span(text: str, pos: int, kind: str, spans: list[tuple[int, int]]) -> None:
@@ -451,6 +559,18 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span("v") for m in _NETRC.finditer(text))
     if "+" in text:
         spans.extend(m.span() for m in _PHONE.finditer(text))
+    if "identified" in low:
+        spans.extend(m.span(m.lastgroup) for m in _SQL_IDENTIFIED.finditer(text) if MASK not in m.group(m.lastgroup))
+    if words and ("value" in low or ">" in text):
+        for m in _PAIR.finditer(text):
+            kind = name_kind(m.group("n"))
+            if kind is not None:
+                _pair_span(text, m, kind, spans)
+    if "\\u" in text or "\\x" in low:
+        for m in _ESCAPED_RUN.finditer(text):
+            plain = _ESCAPE.sub(lambda e: chr(int(e.group(1) or e.group(2), 16)), m.group())
+            if plain != m.group() and find_secrets(plain):
+                spans.append(m.span())
     if "&" in text and "\n" not in text:
         body = text.strip()
         if _FORM.fullmatch(body):
@@ -464,16 +584,46 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
                 pos += len(pair) + 1
 
 
+# CREATE USER … IDENTIFIED BY 'pw', ALTER USER scott IDENTIFIED BY tiger, GRANT … IDENTIFIED WITH x BY 'pw'
+_SQL_IDENTIFIED = re.compile(r"(?i)\bidentified[ \t]+(?:with[ \t]+\S+[ \t]+)?by[ \t]+(?:password[ \t]+)?"
+                             r"(?:(?P<q>\\*[\"'`])(?P<v>[^\"'`\n\\]+)(?P=q)|(?P<b>[^\s;\"'`\\]+))")
+# A name and its value given apart: <add key="ApiKey" value="…"/>, <entry key="db.password">…</entry>,
+# {"name": "DB_PASSWORD", "value": "…"} in text, and Kubernetes' "- name: DB_PASSWORD\n  value: …".
+_PAIR = re.compile(r"\b(?:[Nn]ame|[Kk]ey|ParameterKey|OptionName|Variable)\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?"
+                   r"(?P<n>[A-Za-z_][\w.\-]{0,100})\\*[\"']?"
+                   r"(?:(?P<mid>[^<>{}\n]{0,120}?(?:\r?\n[ \t-]{0,40})?)\b(?:[Vv]alue|ParameterValue|VALUE)\\*[\"']?"
+                   r"[ \t]*[:=][ \t]*|(?P<el>[^<>\n]{0,120}?>)(?=[^<]))")
+# a token spelt with escapes (\u0073k-proj-…, \x73k-…): decoded, then judged as the token it spells
+_ESCAPED_RUN = re.compile(r"(?:[A-Za-z0-9_\-.+/=~:]|\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}){20,}")
+_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})")
+
+
+def _pair_span(text: str, m: re.Match, kind: str, spans: list[tuple[int, int]]) -> None:
+    if m.group("el") is not None:  # <entry key="db.password">VALUE</entry>
+        v = _XML_TEXT.match(text, m.end())
+        if text.startswith("</", v.end()) and _value_is_secret(v.group(), kind, True, m.group("n")):
+            spans.append(v.span())
+        return
+    v = _VALUE.match(text, m.end())
+    if v is None or v.lastgroup == "uq" and text[v.end():v.end() + 1] in ("(", "["):
+        return
+    if kind in ("auth", "line"):
+        value = v.group(v.lastgroup)
+        first, _, rest = value.partition(" ")
+        if first.lower() in _SCHEMES and rest.strip():
+            spans.append((v.end(v.lastgroup) - len(rest), v.end(v.lastgroup)))
+        elif value.strip() and MASK not in value:
+            spans.append(v.span(v.lastgroup))
+        return
+    if _value_is_secret(v.group(v.lastgroup), kind, v.lastgroup != "uq", m.group("n")):
+        spans.append(v.span(v.lastgroup))
+
+
 def find_secrets(text: str) -> list[tuple[int, int]]:
     """The spans of *text* to mask, sorted and merged."""
     spans: list[tuple[int, int]] = []
     low = text.lower()
-    if "=" in text or ":" in text or "--" in text:
-        words = [word for word in _NAME_TRIGGERS if word in low]
-    elif " is " in low or " was " in low:  # only "my password is hunter2" can be here
-        words = [word for word in _PROSE_TRIGGERS if word in low]
-    else:
-        words = []
+    words = [word for word in _NAME_TRIGGERS if word in low]
     if words:
         _name_spans(text, low, words, spans)
     _place_spans(text, low, words, spans)
@@ -495,10 +645,14 @@ def redact_text(text: str) -> str:
     """*text* with every secret found replaced by ``[REDACTED]``; the same object when nothing is."""
     if len(text) <= 64:
         # short values (tool names, paths, models, ids) repeat on every message: remember them
-        return text if len(text) < 8 else _redact_short(text)
-    if 4096 <= len(text) <= 65536:
-        return _redact_long(text)  # system prompts repeat on every session of a backup
-    return _redact(text)
+        if len(text) < 8:
+            return text
+        out = _redact_short(text)
+    elif 4096 <= len(text) <= 65536:
+        out = _redact_long(text)  # system prompts repeat on every session of a backup
+    else:
+        return _redact(text)
+    return text if out == text else out  # the cache holds an equal string, not necessarily this one
 
 
 @lru_cache(maxsize=8192)
@@ -513,8 +667,16 @@ def _redact_long(text: str) -> str:
 
 def _redact(text: str) -> str:
     spans = find_secrets(text)
+    if text.lstrip()[:1] in _JSON_OPENERS and (spans or _HIDDEN.search(text)):
+        decoded = _redact_json(text)
+        if decoded is not None:
+            return decoded
     if not spans:
         return text
+    return _masked(text, spans)
+
+
+def _masked(text: str, spans: list[tuple[int, int]]) -> str:
     out, pos = [], 0
     for start, end in spans:
         out.append(text[pos:start])
@@ -524,21 +686,146 @@ def _redact(text: str) -> str:
     return "".join(out)
 
 
+# -- JSON -----------------------------------------------------------------------------------------
+# A text that is JSON is judged by the values it holds, decoded: a key, an escaped token or a YAML
+# file written into a tool call's arguments are then plain strings, however deep the escaping. It
+# is decoded only when its own text shows a candidate, or something that escaping could hide.
+_JSON_OPENERS = ("{", "[", '"')
+# \u0073k-…, a \/-split token, a name whose value starts on the next line (YAML block in a string)
+_HIDDEN = re.compile(r"\\u00[0-7]|\\x[0-7]|\\/|(?i:key|token|pass|secret|auth|pw|cred)[\w.\-]{0,60}\\*[\"']?"
+                     r"[ \t]*:[ \t]*(?:[|>][-+0-9]{0,2}[ \t]*)?\\+[nr]")
+_NESTED = 24  # JSON inside JSON strings, levels decoded (each level at least doubles the escaping)
+
+
+def _redact_json(text: str, level: int = 0) -> str | None:
+    """*text* redacted through its decoded values, or None when it is not JSON (then it is text)."""
+    from maint.export import json_text
+
+    try:
+        value = json_text.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    out = _walk(value, None, level)
+    if out is value:
+        return text
+    return _encode_like(out, text)
+
+
+def _encode_like(value: Any, text: str) -> str:
+    """JSON for *value* in the layout of *text*: compact or spaced, indented or not, ASCII or not."""
+    head = text.lstrip()
+    indent = None
+    if head[:1] in "{[" and head[1:2] == "\n":
+        line = head[2:head.find("\n", 2)] if "\n" in head[2:] else head[2:]
+        indent = len(line) - len(line.lstrip(" ")) or None
+    spaced = indent is not None or '": ' in text or '", ' in text or ", " in text[:200]
+    separators = (", ", ": ") if spaced else (",", ":")
+    if indent is not None:
+        separators = (",", ": ")
+    return json.dumps(value, ensure_ascii=text.isascii(), separators=separators, indent=indent)
+
+
 def redact_value(value: Any, name: str | None = None) -> Any:
-    """Strings are redacted; lists and dicts recursively, a dict key that says secret masking its value."""
-    if isinstance(value, str):
+    """Strings redacted (JSON inside them through its values), dict keys too, a key that says secret
+    masking the value it names, bytes as the text they hold; containers copied, however deep."""
+    return _walk(value, name, 0)
+
+
+def _walk(root: Any, name: str | None, level: int) -> Any:
+    """The redacted copy of *root*, or *root* itself when nothing in it changed. Iterative: JSON
+    nests as deep as the parser allows, deeper than Python's recursion limit."""
+    if not isinstance(root, (dict, list)):
+        return _leaf(root, name, level)
+    changed = False
+    out_root: Any = {} if isinstance(root, dict) else []
+    stack = [(root, out_root, name)]
+    while stack:
+        src, dst, owner = stack.pop()
+        if isinstance(src, dict):
+            pair = _pair_name(src)
+            for k, v in src.items():
+                key = k
+                if k.__class__ is str and len(k) >= 8:
+                    key = redact_text(k)
+                    if key is not k:
+                        changed = True
+                        while key in dst or key in src:
+                            key += "'"  # two masked keys stay two keys
+                vname = k if k.__class__ is str else None
+                if pair is not None and vname in _PAIR_VALUES:
+                    vname = pair
+                if isinstance(v, (dict, list)):
+                    child: Any = {} if isinstance(v, dict) else []
+                    dst[key] = child
+                    stack.append((v, child, vname))
+                else:
+                    new = _leaf(v, vname, level)
+                    changed |= new is not v
+                    dst[key] = new
+        else:
+            for v in src:
+                if isinstance(v, (dict, list)):
+                    child = {} if isinstance(v, dict) else []
+                    dst.append(child)
+                    stack.append((v, child, owner))
+                else:
+                    new = _leaf(v, owner, level)
+                    changed |= new is not v
+                    dst.append(new)
+    return out_root if changed else root
+
+
+_PAIR_NAMES = ("name", "Name", "key", "Key", "ParameterKey", "OptionName")
+_PAIR_VALUES = frozenset({"value", "Value", "ParameterValue", "OptionValue", "SecretString"})
+
+
+def _pair_name(d: dict) -> str | None:
+    """{"name": "DB_PASSWORD", "value": "…"}: the name the value goes by."""
+    for k in _PAIR_NAMES:
+        n = d.get(k)
+        if n.__class__ is str and len(n) <= 100 and name_kind(n) is not None:
+            return n
+    return None
+
+
+def _leaf(value: Any, name: str | None, level: int) -> Any:
+    if value.__class__ is str:
         if name is not None:
             kind = name_kind(name)
             if kind in ("auth", "line"):
-                return redact_text(f"{name}: {value}")[len(name) + 2:]
+                out = redact_text(f"{name}: {value}")
+                return value if out == f"{name}: {value}" else out[len(name) + 2:]
             if kind is not None and _value_is_secret(value, kind, True, name):
                 return MASK
+        if level < _NESTED and len(value) >= 8 and value.lstrip()[:1] in _JSON_OPENERS:
+            spans = find_secrets(value)
+            if spans or _HIDDEN.search(value):
+                decoded = _redact_json(value, level + 1)
+                if decoded is not None:
+                    return decoded
+            return _masked(value, spans) if spans else value
         return redact_text(value)
-    if isinstance(value, list):
-        return [redact_value(v) for v in value]
-    if isinstance(value, dict):
-        return {k: redact_value(v, k if isinstance(k, str) else None) for k, v in value.items()}
+    if isinstance(value, (int, float)) and value.__class__ is not bool and name is not None:
+        kind = name_kind(name)  # {"pin_password": 123456}
+        if kind is not None and _value_is_secret(repr(value), kind, False, name):
+            return MASK
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return redact_bytes(bytes(value))
     return value
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """A BLOB as the text it holds: secrets masked inside, every other byte kept (the same object when
+    nothing is found)."""
+    text = data.decode("utf-8", "surrogateescape")
+    out = redact_text(text)
+    if out is text:
+        return data
+    try:
+        return out.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate decoded from a JSON escape
+        return out.encode("utf-8", "backslashreplace")
 
 
 # Columns that link rows (ids, content hashes) are never touched; every other text column is.
@@ -561,9 +848,14 @@ def redact_row(row: dict[str, Any]) -> dict[str, Any]:
     out = row.copy()
     for k in _text_columns(tuple(row)):
         v = row[k]
-        if v.__class__ is str and len(v) >= 8:
-            out[k] = redact_text(v)
+        if v.__class__ is str:
+            if len(v) >= 8:
+                out[k] = redact_text(v)
+        elif v.__class__ is bytes:
+            out[k] = redact_bytes(v)
     for k in _NUMERIC_COLUMNS.intersection(row):
         if row[k].__class__ is str:
             out[k] = redact_text(row[k])
+        elif row[k].__class__ is bytes:
+            out[k] = redact_bytes(row[k])
     return out
