@@ -64,17 +64,29 @@ def loads(text: str | bytes) -> Any:
         raise ValueError(f"JSON nested deeper than {MAX_DEPTH}")
     if nesting <= SHALLOW:
         return json.loads(text)
+    return _in_deep_thread(lambda: json.loads(text), nesting)
+
+
+def dumps(value: Any, nesting: int, **options: Any) -> str:
+    """``json.dumps(value, **options)`` of a value nested *nesting* levels deep (as :func:`loads` gave
+    it): deep values are encoded the way :func:`loads` parses them, in a thread of their own."""
+    if nesting <= SHALLOW:
+        return json.dumps(value, **options)
+    return _in_deep_thread(lambda: json.dumps(value, **options), nesting)
+
+
+def _in_deep_thread(work: Any, nesting: int) -> Any:
     result: list[Any] = []
     failure: list[BaseException] = []
 
-    def parse() -> None:
+    def run() -> None:
         try:
-            result.append(json.loads(text))
+            result.append(work())
         except BaseException as exc:  # handed to the caller below
             failure.append(exc)
 
     with _raised_limit(nesting + 200):
-        worker = threading.Thread(target=parse, name="json-deep")
+        worker = threading.Thread(target=run, name="json-deep")
         worker.start()
         worker.join()
     if failure:

@@ -21,7 +21,6 @@ JSON text stays JSON.
 
 from __future__ import annotations
 
-import json
 import re
 from functools import lru_cache
 from typing import Any
@@ -102,6 +101,42 @@ _FAMILIES: list[tuple[str, str]] = [
     ("openai-session", r"sess-[A-Za-z0-9]{40}"),
     ("firebase-fcm", r"AAAA[A-Za-z0-9_\-]{7}:[A-Za-z0-9_\-]{100,}"),
     ("dropbox", r"sl\.[A-Za-z0-9_\-]{100,}"),
+    # more families from gitleaks's public rule set (config/gitleaks.toml)
+    ("1password-secret-key", r"A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})"
+                             r"-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}"),
+    ("adobe", r"p8e-[A-Za-z0-9]{32}"),
+    ("airtable", r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}"),
+    ("alibaba", r"LTAI[A-Za-z0-9]{20}"),
+    ("artifactory-reference", r"cmVmd[A-Za-z0-9]{59}"),
+    ("aws-bedrock", r"ABSK[A-Za-z0-9+/]{109,269}={0,2}"),
+    ("clickhouse", r"4b1d[A-Za-z0-9]{38}"),
+    ("clojars", r"CLOJARS_[A-Za-z0-9]{60}"),
+    ("defined-networking", r"dnkey-[A-Za-z0-9=_\-]{26}-[A-Za-z0-9=_\-]{52}"),
+    ("duffel", r"duffel_(?:test|live)_[A-Za-z0-9_\-=]{43}"),
+    ("dynatrace", r"dt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}"),
+    ("easypost", r"EZ[AT]K[A-Za-z0-9]{54}"),
+    ("facebook-page", r"EAA[MC][A-Za-z0-9]{100,}"),
+    ("flutterwave", r"FLW(?:SECK|PUBK)_TEST-[a-hA-H0-9]{12,32}(?:-X)?"),
+    ("flyio", r"fo1_[\w\-]{43}|fm1[ar]_[A-Za-z0-9+/]{100,}={0,3}|fm2_[A-Za-z0-9+/]{100,}={0,3}"),
+    ("frameio", r"fio-u-[A-Za-z0-9_=\-]{64}"),
+    ("harness", r"(?:pat|sat)\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}"),
+    ("infracost", r"ico-[A-Za-z0-9]{32}"),
+    ("intra42", r"s-s4t2(?:ud|af)-[a-f0-9]{64}"),
+    ("maxmind", r"[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk"),
+    ("octopus-deploy", r"API-[A-Z0-9]{26}"),
+    ("openshift", r"sha256~[\w\-]{43}"),
+    ("readme", r"rdme_[a-z0-9]{70}"),
+    ("scalingo", r"tk-us-[\w\-]{48}"),
+    ("sendinblue", r"xkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}"),
+    ("settlemint", r"sm_[aps]at_[A-Za-z0-9]{16}"),
+    ("shippo", r"shippo_(?:live|test)_[a-fA-F0-9]{40}"),
+    ("sourcegraph", r"sgp_(?:[a-fA-F0-9]{16}_|local_)?[a-fA-F0-9]{40}"),
+    ("typeform", r"tfp_[A-Za-z0-9_.=\-]{59}"),
+    ("yandex", r"AQVN[A-Za-z0-9_\-]{35,38}|t1\.[A-Za-z0-9_\-]+={0,2}\.[A-Za-z0-9_\-]{86}"),
+    ("newrelic-more", r"NRJS-[a-f0-9]{19}|NRII-[A-Za-z0-9_\-]{32}"),
+    ("sonar", r"sq[upa]_[a-f0-9]{40}"),
+    ("twitter-bearer", r"A{22}[A-Za-z0-9%]{80,100}"),
+    ("gitlab-session", r"_gitlab_session=[0-9a-z]{32}"),
     # webhooks: the secret is the path; the host stays readable
     ("slack-webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{20,}"),
     ("discord-webhook", r"discord(?:app)?\.com/api/webhooks/\d{16,20}/[A-Za-z0-9_\-]{40,}"),
@@ -174,6 +209,7 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 _PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
 _VALUE = re.compile(
     r"(?P<esc>\\+)(?P<eqq>[\"'])(?P<eq>.*?)(?P=esc)(?P=eqq)"  # \"value\" inside JSON-encoded strings, any level
+    r"|\"\"\"(?P<tq>.*?)\"\"\"|'''(?P<tsq>.*?)'''"  # """value""" (TOML, Python)
     r"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\""           # "value"
     r"|'(?P<sq>[^'\n]*)'"                        # 'value'
     r"|(?P<uq>[^\s\"'`\\;&,<>(){}\[\]|]+)")      # bare value
@@ -181,7 +217,7 @@ _LINE_VALUE = re.compile(r"[^\n\"'\\]*")
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 _PASSWORD_WORDS = {"password", "passwd", "pass", "pwd", "pw", "passphrase", "secret", "secrets", "credential",
-                   "credentials", "creds", "privatekey", "secretkey"}
+                   "credentials", "creds", "privatekey", "secretkey", "requirepass", "masterauth"}
 _TOKEN_WORDS = {"token", "apikey", "accesskey", "authtoken", "accesstoken", "refreshtoken", "signature", "sig",
                 "dsn", "bearer", "jwt", "sas", "pat"}
 _FUSED = ("password", "passwd", "secret", "token", "apikey", "credential", "credentials")
@@ -444,7 +480,7 @@ def _strong(value: str) -> bool:
 
 
 _XML_TEXT = re.compile(r"[^<]*")
-_XML_OPEN = re.compile(r"[\w.\-]*:?<")  # reversed: "<" or "<ns:" before the name
+_XML_OPEN = re.compile(r"(?::[\w.\-]*)?<")  # reversed: "<" or "<ns:" before the name
 
 
 def _xml_span(text: str, start: int, pos: int, name: str, kind: str, spans: list[tuple[int, int]]) -> None:
@@ -461,8 +497,9 @@ def _xml_span(text: str, start: int, pos: int, name: str, kind: str, spans: list
         first, _, rest = body.strip().partition(" ")
         if first.lower() in _SCHEMES and rest.strip():
             lo = hi - len(rest.strip())
-    elif not _value_is_secret(text[lo:hi], kind, True, name):
-        return
+    elif not _value_is_secret(text[lo:hi], kind, True, name) or kind == "random" and not any(
+            c.isdigit() for c in text[lo:hi]):
+        return  # <key>CFBundleIdentifier</key> names a key, it holds none
     spans.append((lo, hi))
 
 
@@ -559,8 +596,11 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span("v") for m in _NETRC.finditer(text))
     if "+" in text:
         spans.extend(m.span() for m in _PHONE.finditer(text))
+    if "webhookb2" in text:
+        spans.extend(m.span("v") for m in _TEAMS.finditer(text))
     if "identified" in low:
-        spans.extend(m.span(m.lastgroup) for m in _SQL_IDENTIFIED.finditer(text) if MASK not in m.group(m.lastgroup))
+        spans.extend(m.span(m.lastgroup) for m in _SQL_IDENTIFIED.finditer(text)
+                     if _value_is_secret(m.group(m.lastgroup), "password", m.lastgroup == "v"))
     if words and ("value" in low or ">" in text):
         for m in _PAIR.finditer(text):
             kind = name_kind(m.group("n"))
@@ -584,6 +624,7 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
                 pos += len(pair) + 1
 
 
+_TEAMS = re.compile(r"\.webhook\.office\.com/webhookb2/(?P<v>[\w\-@/]{20,})")
 # CREATE USER … IDENTIFIED BY 'pw', ALTER USER scott IDENTIFIED BY tiger, GRANT … IDENTIFIED WITH x BY 'pw'
 _SQL_IDENTIFIED = re.compile(r"(?i)\bidentified[ \t]+(?:with[ \t]+\S+[ \t]+)?by[ \t]+(?:password[ \t]+)?"
                              r"(?:(?P<q>\\*[\"'`])(?P<v>[^\"'`\n\\]+)(?P=q)|(?P<b>[^\s;\"'`\\]+))")
@@ -692,8 +733,10 @@ def _masked(text: str, spans: list[tuple[int, int]]) -> str:
 # is decoded only when its own text shows a candidate, or something that escaping could hide.
 _JSON_OPENERS = ("{", "[", '"')
 # \u0073k-…, a \/-split token, a name whose value starts on the next line (YAML block in a string)
-_HIDDEN = re.compile(r"\\u00[0-7]|\\x[0-7]|\\/|(?i:key|token|pass|secret|auth|pw|cred)[\w.\-]{0,60}\\*[\"']?"
-                     r"[ \t]*:[ \t]*(?:[|>][-+0-9]{0,2}[ \t]*)?\\+[nr]")
+_HIDDEN = re.compile(r"\\u00[0-7]|\\x[0-7]|\\/|(?i:key|token|pass|secret|auth|pw|cred|sig|dsn|cookie|jwt)"
+                     r"[\w.\-]{0,60}(?:\\*[\"']?[ \t]*:[ \t]*(?:[|>][-+0-9]{0,2}[ \t]*)?\\+[nr]"
+                     # NAME value at the end of a line, the line's end escaped
+                     r"|[ \t]+[^\s\"'\\]{1,200}[ \t]*[\\\"])")
 _NESTED = 24  # JSON inside JSON strings, levels decoded (each level at least doubles the escaping)
 
 
@@ -722,7 +765,10 @@ def _encode_like(value: Any, text: str) -> str:
     separators = (", ", ": ") if spaced else (",", ":")
     if indent is not None:
         separators = (",", ": ")
-    return json.dumps(value, ensure_ascii=text.isascii(), separators=separators, indent=indent)
+    from maint.export import json_text
+
+    nesting = json_text.depth(text) if text.count("[") + text.count("{") > json_text.SHALLOW else 0
+    return json_text.dumps(value, nesting, ensure_ascii=text.isascii(), separators=separators, indent=indent)
 
 
 def redact_value(value: Any, name: str | None = None) -> Any:
@@ -754,6 +800,8 @@ def _walk(root: Any, name: str | None, level: int) -> Any:
                 vname = k if k.__class__ is str else None
                 if pair is not None and vname in _PAIR_VALUES:
                     vname = pair
+                elif pair is not None and vname in _PAIR_NAMES:
+                    vname = None  # {"ParameterKey": "DbPassword"}: the name, not a key's value
                 if isinstance(v, (dict, list)):
                     child: Any = {} if isinstance(v, dict) else []
                     dst[key] = child
