@@ -20,10 +20,12 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import lru_cache
 from typing import Any
 
 import apsw
 
+from maint.export.redact import KEEP_COLUMNS, gate, redact_gated, redact_text, redact_value
 from maint.store.connection import Store
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)  # render._dumps: the reference's encoder
@@ -74,7 +76,7 @@ def _affinity(declared: str) -> str:
     return "real" if any(k in t for k in ("REAL", "FLOA", "DOUB")) else "numeric"
 
 
-def _value(expr: str, affinity: str = "blob") -> str:
+def _value(expr: str, affinity: str = "blob", redact: bool = False) -> str:
     """A column as ``json.dumps`` prints it: finite floats by ``float.__repr__``, blobs and infinities
     by the encoder itself, the rest by SQLite.
 
@@ -85,6 +87,10 @@ def _value(expr: str, affinity: str = "blob") -> str:
     real = f"iif(abs({expr}) <= 1.7976931348623157e308, maint_repr({expr}), maint_json({expr}))"
     number = {"text": "", "real": f"WHEN {expr} < '' THEN {real} "}.get(
         affinity, f"WHEN {expr} < '' THEN iif(typeof({expr}) = 'real', {real}, {expr}) ")
+    if redact:  # texts of 8 characters or more and blobs go through the redactor (render.redact_row)
+        return (f"CASE WHEN {expr} IS NULL THEN 'null' {number}WHEN {expr} < x'' THEN "
+                f"iif(length({expr}) < 8, json_quote({expr}), coalesce(maint_gated(CAST({expr} AS BLOB)), "
+                f"json_quote({expr}))) ELSE maint_redacted({expr}) END")
     return (f"CASE WHEN {expr} IS NULL THEN 'null' {number}WHEN {expr} < x'' THEN json_quote({expr}) "
             f"ELSE maint_json({expr}) END")
 
@@ -102,12 +108,13 @@ def _tenths(expr: str) -> str:
             f"CAST(floor({expr} * 10 + 0.5) AS INTEGER) % 10), maint_ms({expr}))")
 
 
-def _object(alias: str, columns: list[tuple[str, str]], close: str) -> str:
-    """``json.dumps`` of a row as a dict (keys in column order, ``", "`` and ``": "``), then *close*."""
+def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool = False) -> str:
+    """``json.dumps`` of a row as a dict (keys in column order, ``", "`` and ``": "``), then *close*;
+    with *redact*, of the row as :func:`maint.export.redact.redact_row` leaves it."""
     parts = []
     for n, (col, affinity) in enumerate(columns):
         parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
-        parts.append(_value(f"{alias}.{_ident(col)}", affinity))
+        parts.append(_value(f"{alias}.{_ident(col)}", affinity, redact and col not in KEEP_COLUMNS))
     return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
 
 
@@ -119,7 +126,7 @@ _UNAVAILABLE = ('"available": false, "unavailable_reason": "no message has a tim
                 '"wall_clock_ms": null, "largest_gap_ms": null, "intervals": []}}')  # the block's } and the line's
 
 
-def _messages(columns: list[tuple[str, str]], prompts: str) -> str:
+def _messages(columns: list[tuple[str, str]], prompts: str, redact: bool = False) -> str:
     """One ordered pass over the session's rows: the messages, the prompts, the role counts (Python's
     Counter over the roles, in order) and the tool calls; NUL for what the SQL cannot vouch for.
 
@@ -140,7 +147,7 @@ def _messages(columns: list[tuple[str, str]], prompts: str) -> str:
                              OR role = 'assistant' AND calls <> '' AND NOT json_valid(calls)
                              OR role = 'assistant' AND instr(calls, char(0)) > 0), 0)
                 OR group_concat(id) IS NOT group_concat(id, ',' ORDER BY id), char(0), ''))
-        FROM (SELECT m.id AS id, {_object('m', columns, '}')} AS js, {role} AS role, {calls} AS calls
+        FROM (SELECT m.id AS id, {_object('m', columns, '}', redact)} AS js, {role} AS role, {calls} AS calls
               FROM (SELECT id FROM messages WHERE session_id = s.id ORDER BY id) o JOIN messages m ON m.id = o.id))"""
 
 
@@ -163,7 +170,7 @@ def _intervals(columns: list[tuple[str, str]]) -> str:
               FROM messages m WHERE m.session_id = s.id))"""
 
 
-def line_sql(store: Store) -> str:
+def line_sql(store: Store, redact: bool = False) -> str:
     """One row per session id of the JSON array bound to ``?``: (position, found, messages, line).
 
     No ORDER BY: a sort would build every line of the batch before returning the first. json_each
@@ -172,7 +179,7 @@ def line_sql(store: Store) -> str:
     """
     session_cols, message_cols = _columns(store, "sessions"), _columns(store, "messages")
     names = {c for c, _ in session_cols}
-    head = _object("s", session_cols, ", \"messages\": [" if session_cols else "\"messages\": [")
+    head = _object("s", session_cols, ", \"messages\": [" if session_cols else "\"messages\": [", redact)
     prompts = "''"
     if store.has_table("system_prompts"):
         refs = [f"iif(typeof(s.{c}) = 'text' AND s.{c} <> '', s.{c}, NULL)"
@@ -181,11 +188,12 @@ def line_sql(store: Store) -> str:
         # A hash that is not text would be a key json.dumps prints otherwise (only a store whose hash
         # column turns the text refs into numbers matches one).
         prompts = f"""(SELECT concat(', "system_prompts": {{',
-                group_concat(json_quote(p.hash) || ': ' || {_value('p.prompt')}, ', ' ORDER BY p.hash), '}}',
+                group_concat(json_quote(p.hash) || ': ' || {_value('p.prompt', redact=redact)}, ', '
+                             ORDER BY p.hash), '}}',
                 iif(SUM(typeof(p.hash) <> 'text'), char(0), ''))
                 FROM system_prompts p WHERE {where})"""
     return f"""SELECT j.key, s.rowid IS NOT NULL, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id),
-        CAST(concat({head}, {_messages(message_cols, prompts)}, {_intervals(message_cols)}, char(10)) AS BLOB)
+        CAST(concat({head}, {_messages(message_cols, prompts, redact)}, {_intervals(message_cols)}, char(10)) AS BLOB)
         FROM json_each(?) j LEFT JOIN sessions s ON s.id = j.value"""
 
 
@@ -195,6 +203,35 @@ def register(store: Store) -> None:
     conn.create_scalar_function("maint_repr", float.__repr__, 1, deterministic=True)
     conn.create_scalar_function("maint_ms", _ms, 1, deterministic=True)
     conn.create_scalar_function("maint_roles", _roles, 1, deterministic=True)
+    conn.create_scalar_function("maint_redacted", _redacted, 1, deterministic=True)
+    conn.create_scalar_function("maint_gated", _gated, 1, deterministic=True)
+
+
+def _gated(text: bytes) -> str | None:
+    """A text column's UTF-8, redacted and JSON-quoted; None (SQLite quotes it) when the redactor's gate
+    says no rule can match: most texts never become Python strings."""
+    if len(text) <= 64:
+        return _gated_short(text)
+    hits = gate(text)
+    if not hits:
+        return None
+    return _quote(redact_gated(text.decode("utf-8"), hits))
+
+
+@lru_cache(maxsize=8192)
+def _gated_short(text: bytes) -> str | None:
+    """Short texts (tool names, models, finish reasons) repeat on every message: remembered."""
+    hits = gate(text)
+    if not hits:
+        return None
+    return _quote(redact_gated(text.decode("utf-8"), hits))
+
+
+def _redacted(value: Any) -> str:
+    """A text or blob column as the reference renderer writes it with --redact."""
+    if value.__class__ is str:
+        return _quote(redact_text(value))
+    return _json(redact_value(value))
 
 
 def _batches(ids: Iterable[Any]) -> Iterator[list[Any]]:
@@ -209,11 +246,12 @@ def _batches(ids: Iterable[Any]) -> Iterator[list[Any]]:
 
 
 def write_sessions(store: Store, ids: Iterable[Any], write: Callable[[bytes], None],
-                   reference: Callable[[Any], int]) -> int:
+                   reference: Callable[[Any], int], redact: bool = False) -> int:
     """Every session's line in order, as UTF-8 written in chunks of about :data:`CHUNK` bytes (by a
-    second thread); *reference* renders (and counts) a session the SQL gives back."""
+    second thread); *reference* renders (and counts) a session the SQL gives back. With *redact*,
+    every text the reference would redact is redacted by it, called from the SQL."""
     register(store)
-    sql = line_sql(store)
+    sql = line_sql(store, redact)
     out = _Chunks(write)
     n = 0
     try:

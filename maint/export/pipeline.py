@@ -270,6 +270,11 @@ class Renderer:
             folder = Path(path).parent if path not in (None, STDOUT) else None
             return write_shared(store, entry["ids"], write_bytes, lambda sid: _reference_jsonl(store, sid, write),
                                 folder, self.plan.processes)
+        if self.req.fmt == "jsonl" and not self.req.only:  # redacted: by the SQL too, calling the redactor
+            from maint.export.fast_jsonl import write_sessions
+
+            return write_sessions(store, entry["ids"], write_bytes,
+                                  lambda sid: _reference_jsonl(store, sid, write, redact=True), redact=True)
         from maint.export import render as r  # jinja2 and the redaction patterns: imported when needed
 
         if self.req.fmt == "jsonl":
@@ -309,11 +314,11 @@ class Renderer:
         return h.hexdigest()
 
 
-def _reference_jsonl(store: Store, session_id: str, write) -> int:
+def _reference_jsonl(store: Store, session_id: str, write, redact: bool = False) -> int:
     """A session the SQL-built export gives back, rendered (or failed) the Python way."""
     from maint.export.render import write_jsonl_session
 
-    return write_jsonl_session(store, session_id, write, False)
+    return write_jsonl_session(store, session_id, write, redact)
 
 
 def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> dict[str, Any]:

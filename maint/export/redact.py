@@ -158,6 +158,81 @@ _HEX_SHAPES = re.compile(rb"fc-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}
 _ID_RUN = re.compile(rb"(?:call|toolu|msg|chatcmpl|run|req|resp|asst|thread|batch)[_\-][A-Za-z0-9_\-]+")
 
 
+# -- the gate ------------------------------------------------------------------------------------
+# One automaton over the whole text, compiled by RE2 (linear time, a DFA): it matches wherever any
+# rule below could (a keyword with a separator after it, a shape's prefix, a place's marker, an
+# escape), so a text it does not match is returned as it is without running them. It must stay a
+# superset of the rules: the corpus tests run through it.
+_GATE_KW = "(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer)"
+_GATE_NAMECHARS = r"[^\s\"'`\]=:,(<>\\]"
+# The name after its keyword: anything, except a name that ends in "tokens" (MAX_TOKENS, max_tokens:
+# no rule takes a plural, and code is full of them), unless another keyword comes first.
+_GATE_TAIL = r"(?:(?i:[^s\s\"'`\]=:,(<>\\])" + _GATE_NAMECHARS + "*|(?i:s)" + _GATE_NAMECHARS + "+)?"
+# What follows "NAME =": a line end (a YAML block) or a value that is not os./self. (code reading
+# a setting: the rules skip os.environ[…], self.token …)
+_GATE_VALUE = (r"[ \t]*(?:[\r\n]|$|(?i:[^os\s]|o$|o[^s]|os$|os[^.]|s$|s[^e]|se$|se[^l]|sel$|sel[^f]|self$"
+               r"|self[^.]))")
+_GATE_NAME = (_GATE_KW.replace("token|", "") + _GATE_NAMECHARS + "*|(?i:token)" + _GATE_TAIL)
+_GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
+              r"(?:\\*[\"'])?\]?[ \t]*(?::|=|<-)" + _GATE_VALUE +  # NAME=, NAME:, "NAME"] =, NAME <-
+              r"|\\*[\"']\]?[ \t]*,"  # "NAME", value
+              r"|(?:\\*[\"'])?\]?[ \t]*\([ \t]*\\*[\"']"  # NAME("value")
+              r"|[ \t]+(?:\\*[\"']|\[|(?i:is|was)[ \t]|[^\s\"'`=:]+[ \t]*(?:[\r\n\\\"]|$)))"  # NAME 'v', NAME v$
+              r"|<(?:[\w.\-]*:)?[\w.\-]*" + _GATE_KW + _GATE_NAMECHARS + r"*(?:\\*[\"'])?\]?[ \t]*>")  # <NAME>
+_GATE_PAIR = (r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?[\w.\-]*"
+              + _GATE_KW)
+_GATE_CLI = r"--[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*[ \t]+[^\s\-]"
+_GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|(?i:bearer)\s|\s-[upa]|--user|--proxy-user|sshpass|machine\s"
+                r"|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\[ux][0-9a-fA-F]{2}|\\/")
+_GATE_SHAPES = (
+    r"sk-|gsk_|pplx-|tgp_v1_|f(?:w|pk)[_\-]|xai-|hf_|api_org_|r8_|lsv2_|pcsk_|tvly-"
+    r"|fal_|fc-|bb_live_|am_|exa_|syt_|retaindb_|hsk-|mem0_|brv_|sk_|gAAAA|AIza|GOCSPX-|ya29\.|1//0"
+    r"|AKIA|ASIA|ABIA|ACCA|A3T|\dQ~|gh[pousr]_|github_pat_|gl(?:pat|dt|rtr|rt|ptt|cbt|ft|soat|oas|imt|agent|ffct|wt)-"
+    r"|GR1348941|AT(?:ATT|CTT|OAT)3|ATBB|npm_|pypi-|rubygems_|dckr_|do[opr]_v1_|HRKU-|v1\.0-|vc[piakr]_"
+    r"|nf[pcoa]_|shp(?:at|ca|pa|ss)_|[rp]k_(?:live|test)_|whsec_|SK[0-9a-fA-F]{8}|AC[0-9a-f]{8}|SG\."
+    r"|key-[0-9a-f]|[0-9a-f]{32}-(?:[0-9a-f]{8}-|us)|xox|xapp-|\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27}"
+    r"|\d{8}:[A-Za-z0-9_\-]{30}|lin_|secret_|ntn_|sntry[su]_|eyJ|PMAK-|\.atlasv1\.|hv[sbr]\."
+    r"|s\.[A-Za-z0-9]{24}|gl(?:c|sa)_|NRAK-|pscale_|sbp_|dp\.(?:pt|st|sa|ct|scim|audit)\.|AGE-SECRET-KEY-1"
+    r"|age1[02-9ac-hj-np-z]{8}|figd_|sq0(?:atp|csp|idp)-|EAAA|dapi|AKCp|pul-[a-f0-9]|pnu_|CFPAT-"
+    r"|sess-|AAAA[A-Za-z0-9_\-]{7}:|sl\.|A3-|p8e-"
+    r"|pat[A-Za-z0-9]{14}\.|LTAI|cmVmd|ABSK|4b1d|CLOJARS_|dnkey-|duffel_|dt0c01\.|EZ[AT]K|EAA[MC]"
+    r"|FLW(?:SECK|PUBK)_TEST-|fo1_|fm1[ar]_|fm2_|fio-u-|pat\.|sat\.|ico-|s-s4t2|_mmk"
+    r"|API-|sha256~|rdme_|tk-us-|xkeysib-|sm_[aps]at_|shippo_|sgp_|tfp_|AQVN|t1\.[A-Za-z0-9_\-]"
+    r"|NRJS-|NRII-|sq[upa]_|AAAAAAAAAAAAAAAAAAAAAA|_gitlab_session=|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/")
+
+
+def _compile_gate() -> Any:
+    """RE2's set matcher: it only says whether anything matches, which its DFA answers alone (a
+    search for where would cost a second pass). Patterns with long counted repeats that can start
+    anywhere (a Discord token's [MNO]x{23,27}) are given by a shorter superset: they multiply the
+    DFA's states, and the gate's speed, by several."""
+    import re2
+
+    options = re2.Options()
+    options.max_mem = 64 << 20
+    gate = re2.Set.SearchSet(options)
+    for pattern in ("|".join((_GATE_NAME, _GATE_PAIR, _GATE_CLI)), _GATE_SHAPES, _GATE_PLACES):
+        gate.Add(pattern.encode())  # indices NAMES, SHAPES, PLACES: which rules can match
+    gate.Compile()
+    return gate.Match
+
+
+NAMES, SHAPES, PLACES = 0, 1, 2
+_GATE = _compile_gate()
+
+
+# gate(utf8_bytes): which kinds of rule (NAMES, SHAPES, PLACES) could find something in the text;
+# empty when none can.
+gate = _GATE
+
+
+def redact_gated(text: str, hits: Any) -> str:
+    """:func:`redact_text` of a text :func:`gate` gave *hits* for."""
+    if len(text) < 8:
+        return text
+    return redact_text(text) if len(text) <= 64 or 4096 <= len(text) <= 65536 else _redact(text, hits)
+
+
 def _looks_random(token: str) -> bool:
     """Generated credentials mix digits with letters, or both cases throughout (base64); words and
     identifiers (sk_learn_model, AuthenticationProvider) do not."""
@@ -601,11 +676,6 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
     if "identified" in low:
         spans.extend(m.span(m.lastgroup) for m in _SQL_IDENTIFIED.finditer(text)
                      if _value_is_secret(m.group(m.lastgroup), "password", m.lastgroup == "v"))
-    if words and ("value" in low or ">" in text):
-        for m in _PAIR.finditer(text):
-            kind = name_kind(m.group("n"))
-            if kind is not None:
-                _pair_span(text, m, kind, spans)
     if "\\u" in text or "\\x" in low:
         for m in _ESCAPED_RUN.finditer(text):
             plain = _ESCAPE.sub(lambda e: chr(int(e.group(1) or e.group(2), 16)), m.group())
@@ -662,13 +732,37 @@ def _pair_span(text: str, m: re.Match, kind: str, spans: list[tuple[int, int]]) 
 
 def find_secrets(text: str) -> list[tuple[int, int]]:
     """The spans of *text* to mask, sorted and merged."""
-    spans: list[tuple[int, int]] = []
+    hits = _GATE(text.encode("utf-8", "surrogatepass"))
+    if not hits:
+        return []
     low = text.lower()
-    words = [word for word in _NAME_TRIGGERS if word in low]
-    if words:
+    return _find(text, low, _words(low), hits)
+
+
+_ANY_TRIGGER = re.compile("|".join(_NAME_TRIGGERS))
+
+
+def _words(low: str) -> list[str]:
+    """The name keywords in *low* (one scan finds whether there is any)."""
+    if _ANY_TRIGGER.search(low) is None:
+        return []
+    return [word for word in _NAME_TRIGGERS if word in low]
+
+
+def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLACES)) -> list[tuple[int, int]]:
+    """The spans the rules the gate let through (*hits*) find."""
+    spans: list[tuple[int, int]] = []
+    if words and NAMES in hits:
         _name_spans(text, low, words, spans)
-    _place_spans(text, low, words, spans)
-    _shape_spans(text, spans)
+        if "value" in low or ">" in text:
+            for m in _PAIR.finditer(text):
+                kind = name_kind(m.group("n"))
+                if kind is not None:
+                    _pair_span(text, m, kind, spans)
+    if PLACES in hits:
+        _place_spans(text, low, words, spans)
+    if SHAPES in hits:
+        _shape_spans(text, spans)
     if not spans:
         return spans
     spans.sort()
@@ -684,15 +778,19 @@ def find_secrets(text: str) -> list[tuple[int, int]]:
 
 def redact_text(text: str) -> str:
     """*text* with every secret found replaced by ``[REDACTED]``; the same object when nothing is."""
+    if len(text) < 8:
+        return text
     if len(text) <= 64:
-        # short values (tool names, paths, models, ids) repeat on every message: remember them
-        if len(text) < 8:
-            return text
+        # short values (tool names, paths, models, ids, JSON keys) repeat on every message: remember them
         out = _redact_short(text)
-    elif 4096 <= len(text) <= 65536:
+        return text if out == text else out  # the cache holds an equal string, not necessarily this one
+    hits = _GATE(text.encode("utf-8", "surrogatepass"))
+    if not hits:
+        return text
+    if 4096 <= len(text) <= 65536:
         out = _redact_long(text)  # system prompts repeat on every session of a backup
     else:
-        return _redact(text)
+        return _redact(text, hits)
     return text if out == text else out  # the cache holds an equal string, not necessarily this one
 
 
@@ -706,12 +804,17 @@ def _redact_long(text: str) -> str:
     return _redact(text)
 
 
-def _redact(text: str) -> str:
-    spans = find_secrets(text)
-    if text.lstrip()[:1] in _JSON_OPENERS and (spans or _HIDDEN.search(text)):
+def _redact(text: str, hits: Any = None) -> str:
+    if hits is None:
+        hits = _GATE(text.encode("utf-8", "surrogatepass"))
+        if not hits:
+            return text
+    if text.lstrip()[:1] in _JSON_OPENERS:
         decoded = _redact_json(text)
         if decoded is not None:
             return decoded
+    low = text.lower()
+    spans = _find(text, low, _words(low), hits)
     if not spans:
         return text
     return _masked(text, spans)
@@ -728,15 +831,11 @@ def _masked(text: str, spans: list[tuple[int, int]]) -> str:
 
 
 # -- JSON -----------------------------------------------------------------------------------------
-# A text that is JSON is judged by the values it holds, decoded: a key, an escaped token or a YAML
-# file written into a tool call's arguments are then plain strings, however deep the escaping. It
-# is decoded only when its own text shows a candidate, or something that escaping could hide.
+# A text that is JSON (and that the gate lets through) is judged by the values it holds, decoded:
+# a key, an escaped token, a YAML file or a config line written into a tool call's arguments are
+# then plain strings with their own line ends, however deep the escaping. The raw text's rules see
+# one level of escaping only; the decoded walk sees every level.
 _JSON_OPENERS = ("{", "[", '"')
-# \u0073k-…, a \/-split token, a name whose value starts on the next line (YAML block in a string)
-_HIDDEN = re.compile(r"\\u00[0-7]|\\x[0-7]|\\/|(?i:key|token|pass|secret|auth|pw|cred|sig|dsn|cookie|jwt)"
-                     r"[\w.\-]{0,60}(?:\\*[\"']?[ \t]*:[ \t]*(?:[|>][-+0-9]{0,2}[ \t]*)?\\+[nr]"
-                     # NAME value at the end of a line, the line's end escaped
-                     r"|[ \t]+[^\s\"'\\]{1,200}[ \t]*[\\\"])")
 _NESTED = 24  # JSON inside JSON strings, levels decoded (each level at least doubles the escaping)
 
 
@@ -845,14 +944,18 @@ def _leaf(value: Any, name: str | None, level: int) -> Any:
                 return value if out == f"{name}: {value}" else out[len(name) + 2:]
             if kind is not None and _value_is_secret(value, kind, True, name):
                 return MASK
-        if level < _NESTED and len(value) >= 8 and value.lstrip()[:1] in _JSON_OPENERS:
-            spans = find_secrets(value)
-            if spans or _HIDDEN.search(value):
-                decoded = _redact_json(value, level + 1)
-                if decoded is not None:
-                    return decoded
-            return _masked(value, spans) if spans else value
-        return redact_text(value)
+        if len(value) <= 64:
+            return redact_text(value)  # remembered
+        hits = _GATE(value.encode("utf-8", "surrogatepass"))
+        if not hits:
+            return value
+        if level < _NESTED and value.lstrip()[:1] in _JSON_OPENERS:
+            decoded = _redact_json(value, level + 1)
+            if decoded is not None:
+                return decoded
+        low = value.lower()
+        spans = _find(value, low, _words(low), hits)
+        return _masked(value, spans) if spans else value
     if isinstance(value, (int, float)) and value.__class__ is not bool and name is not None:
         kind = name_kind(name)  # {"pin_password": 123456}
         if kind is not None and _value_is_secret(repr(value), kind, False, name):

@@ -93,7 +93,7 @@ def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], No
     prompts = referenced_prompts(store, row)
     if redact:
         row = redact_row(row)
-        prompts = None if prompts is None else {h: redact_text(p) for h, p in prompts.items()}
+        prompts = None if prompts is None else {h: redact_value(p) for h, p in prompts.items()}
     head = _dumps(row)
     write(head[:-1] + (', "messages": [' if len(row) else '"messages": ['))
     timings = Timings()
