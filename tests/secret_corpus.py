@@ -420,6 +420,54 @@ def leak_classes(seed: int = 14) -> list[Case]:
     return c
 
 
+def hostile_round(seed: int = 14) -> list[Case]:
+    """A fresh hostile try after the classes above were fixed: 30 cases in styles the rules had not
+    seen (9 leaked before the rules were extended: Terraform variable defaults, PowerShell's
+    SecureString, a password piped to --password-stdin or `secret create`, Makefile ?= and +=, a
+    Markdown table row, requests' auth tuple, a passcode in prose, a value echoed in backticks)."""
+    g = Gen(seed + 2626)
+    pw = g.password
+    forms = [
+        ("kotlin-build", 'buildConfigField("String", "API_KEY", "\\"{s}\\"")', None),
+        ("swift", 'let apiSecret = "{s}"', None),
+        ("elixir-config", 'config :my_app, MyApp.Mailer, api_key: "{s}"', None),
+        ("nginx", 'proxy_set_header X-API-Key "{s}";', None),
+        ("apache", "SetEnv DB_PASSWORD {s}", None),
+        ("terraform", 'variable "db_password" {{\n  default = "{s}"\n}}', None),
+        ("helm", "helm upgrade app ./chart --set auth.password={s} --namespace prod", None),
+        ("powershell", 'ConvertTo-SecureString "{s}" -AsPlainText -Force', None),
+        ("stdin-pipe", 'echo "{s}" | docker secret create db_password -', None),
+        ("stdin-pipe", "echo '{s}' | docker login -u ci --password-stdin registry.example.com", None),
+        ("properties", "db.password: {s}", None),
+        ("js-object", "{{ 'clientSecret': '{s}' }}", None),
+        ("curl-body", "curl -d '{{\"username\":\"admin\",\"password\":\"{s}\"}}' https://api.example.com/login", None),
+        ("yaml-anchor", "password: &pw {s}\nreplica_password: *pw", None),
+        ("sqlserver", "Server=db;Database=app;User Id=sa;Password={s};", None),
+        ("jdbc", "jdbc:postgresql://db:5432/app?user=app&password={s}", None),
+        ("redis-url", "redis://:{s}@cache:6379/0", "b62"),
+        ("gitlab-ci", 'variables:\n  DEPLOY_TOKEN: "{s}"', None),
+        ("toml-inline", 'db = {{ user = "app", password = "{s}" }}', None),
+        ("makefile", "API_TOKEN ?= {s}", None),
+        ("makefile", "SECRET_KEY_BASE += {s}", "hex"),
+        ("markdown-table", "| API key | {s} |", "b62"),
+        ("auth-tuple", 'requests.get(url, auth=("admin", "{s}"))', None),
+        ("prose-passcode", "the passcode is {s}", "digits"),
+        ("env-inline", "PGPASSWORD={s} psql -h db -U app", None),
+        ("ini-spaced", "[database]\nDB_PASS    :    {s}", None),
+        ("vault-cli", "$ vault kv put secret/app token={s}", None),
+        ("kubectl", "kubectl create secret generic db --from-literal=password={s}", None),
+        ("mongo-url", 'mongosh "mongodb://admin:{s}@mongo:27017/?authSource=admin"', "b62"),
+        ("backtick", "WEBHOOK_SECRET=`echo {s}`", None),
+    ]
+    out = []
+    for family, fmt, kind in forms:
+        s = {"b62": lambda: g.b62(20), "hex": lambda: g.s(HEX, 64),
+             "digits": lambda: f"{g.s(string.digits, 4)}-{g.s(string.digits, 4)}-{g.s(string.digits, 4)}",
+             None: pw}[kind]()
+        out.append(Case(family, fmt.format(s=s), s))
+    return out
+
+
 def secret_cases(seed: int = 14) -> list[Case]:
     g = Gen(seed)
     cases = []
@@ -427,7 +475,7 @@ def secret_cases(seed: int = 14) -> list[Case]:
         for maker in makers:
             for _ in range(2):
                 cases.append(_bare(g, family, maker()))
-    return cases + _named(g) + leak_classes(seed)
+    return cases + _named(g) + leak_classes(seed) + hostile_round(seed)
 
 
 def phone_cases(seed: int = 14) -> list[Case]:

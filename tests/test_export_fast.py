@@ -192,7 +192,8 @@ def test_rows_reaching_the_aggregate_out_of_id_order_are_caught(tmp_path, monkey
 
     line_sql = fast_jsonl.line_sql
     # Without the sort the rows come in the session index's order (by timestamp): "floats" goes back in time.
-    monkeypatch.setattr(fast_jsonl, "line_sql", lambda store, redact=False: line_sql(store, redact).replace("ORDER BY id) o", ") o"))
+    monkeypatch.setattr(fast_jsonl, "line_sql",
+                        lambda store, redact=False: line_sql(store, redact).replace("ORDER BY id) o", ") o"))
     db = awkward_store(tmp_path / "state.db", "v31")
     ids = _all_ids(db)
     out, fell_back = [], []
@@ -234,7 +235,8 @@ def test_a_batch_returned_out_of_order_stops_the_export(tmp_path, monkeypatch):
     from maint.export import fast_jsonl
 
     line_sql = fast_jsonl.line_sql
-    monkeypatch.setattr(fast_jsonl, "line_sql", lambda store, redact=False: line_sql(store, redact) + " ORDER BY j.key DESC")
+    monkeypatch.setattr(fast_jsonl, "line_sql",
+                        lambda store, redact=False: line_sql(store, redact) + " ORDER BY j.key DESC")
     db = awkward_store(tmp_path / "state.db", "v31")
     with open_store(db, readonly=True) as store, store.snapshot():
         with pytest.raises(RuntimeError, match="in place of"):

@@ -174,16 +174,18 @@ _GATE_VALUE = (r"[ \t]*(?:[\r\n]|$|(?i:[^os\s]|o$|o[^s]|os$|os[^.]|s$|s[^e]|se$|
                r"|self[^.]))")
 _GATE_NAME = (_GATE_KW.replace("token|", "") + _GATE_NAMECHARS + "*|(?i:token)" + _GATE_TAIL)
 _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
-              r"(?:\\*[\"'])?\]?[ \t]*(?::|=|<-)" + _GATE_VALUE +  # NAME=, NAME:, "NAME"] =, NAME <-
+              r"(?:\\*[\"'])?\]?[ \t]*(?::|[?+]?=|<-)" + _GATE_VALUE +  # NAME=, NAME:, "NAME"] =, NAME <-
+              r"|[ \t]*\|[ \t]*[^\s|]+[ \t]*\|"  # | NAME | value |
               r"|\\*[\"']\]?[ \t]*,"  # "NAME", value
               r"|(?:\\*[\"'])?\]?[ \t]*\([ \t]*\\*[\"']"  # NAME("value")
               r"|[ \t]+(?:\\*[\"']|\[|(?i:is|was)[ \t]|[^\s\"'`=:]+[ \t]*(?:[\r\n\\\"]|$)))"  # NAME 'v', NAME v$
               r"|<(?:[\w.\-]*:)?[\w.\-]*" + _GATE_KW + _GATE_NAMECHARS + r"*(?:\\*[\"'])?\]?[ \t]*>")  # <NAME>
 _GATE_PAIR = (r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?[\w.\-]*"
-              + _GATE_KW)
+              + _GATE_KW + r"|(?i:variable)[ \t]+\\*[\"'][\w.\-]*" + _GATE_KW)
 _GATE_CLI = r"--[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*[ \t]+[^\s\-]"
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|(?i:bearer)\s|\s-[upa]|--user|--proxy-user|sshpass|machine\s"
-                r"|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\[ux][0-9a-fA-F]{2}|\\/")
+                r"|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\[ux][0-9a-fA-F]{2}|\\/"
+                r"|(?i:securestring)|echo[ \t][^\n]*\|")
 _GATE_SHAPES = (
     r"sk-|gsk_|pplx-|tgp_v1_|f(?:w|pk)[_\-]|xai-|hf_|api_org_|r8_|lsv2_|pcsk_|tvly-"
     r"|fal_|fc-|bb_live_|am_|exa_|syt_|retaindb_|hsk-|mem0_|brv_|sk_|gAAAA|AIza|GOCSPX-|ya29\.|1//0"
@@ -267,7 +269,9 @@ _TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"'])?(?P<
              # a type between the name and "=": api_key: str = …, apiKey: string = …, TOKEN: &str = …
              r"(?::[ \t]*[&*]?[\w.]{1,40}(?:<[^<>\n]{0,40}>|\[[^\[\]\n]{0,40}\])?\??[ \t]*(?==[^=]))?"
              # NAME=, NAME:, NAME:=, NAME =>, NAME <-; "NAME", value (define, setenv); <NAME>value; NAME("value")
-             r"(?::=|=>|<-|=(?!=)|:(?![/:=])|(?P<comma>,)|(?P<xml>>)|(?P<call>\()(?=[ \t]*\\*[\"'])))[ \t]*"
+             r"(?::=|=>|<-|[?+]=|=(?!=)|:(?![/:=])|(?P<comma>,)|(?P<xml>>)|(?P<call>\()(?=[ \t]*\\*[\"'])"
+             # | NAME | value | (a Markdown table row)
+             r"|(?P<cell>\|)(?=[ \t]*[^\s|]+[ \t]*\|)))[ \t]*"
              r"|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?)"
              # NAME 'value' (SQL, #define), NAME value at the end of a line (properties, ENV, set -x)
              r"|(?P<ws>[ \t]+)(?=\\*[\"']|[^\s\"'`=:]+[ \t]*(?:\r?\n|$)))"
@@ -287,12 +291,14 @@ _VALUE = re.compile(
     r"|\"\"\"(?P<tq>.*?)\"\"\"|'''(?P<tsq>.*?)'''"  # """value""" (TOML, Python)
     r"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\""           # "value"
     r"|'(?P<sq>[^'\n]*)'"                        # 'value'
+    r"|(?:`|\$\()echo[ \t]+(?P<echo>[^`)\s]+)"      # `echo value`, $(echo value)
     r"|(?P<uq>[^\s\"'`\\;&,<>(){}\[\]|]+)")      # bare value
 _LINE_VALUE = re.compile(r"[^\n\"'\\]*")
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 _PASSWORD_WORDS = {"password", "passwd", "pass", "pwd", "pw", "passphrase", "secret", "secrets", "credential",
-                   "credentials", "creds", "privatekey", "secretkey", "requirepass", "masterauth"}
+                   "credentials", "creds", "privatekey", "secretkey", "requirepass", "masterauth", "passcode",
+                   "passkey", "pincode"}
 _TOKEN_WORDS = {"token", "apikey", "accesskey", "authtoken", "accesstoken", "refreshtoken", "signature", "sig",
                 "dsn", "bearer", "jwt", "sas", "pat"}
 _FUSED = ("password", "passwd", "secret", "token", "apikey", "credential", "credentials")
@@ -539,7 +545,7 @@ def _form(m: re.Match) -> str:
         return "prose"
     if m.group("ws") is not None:
         return "space"
-    for form in ("comma", "xml", "call"):
+    for form in ("comma", "xml", "call", "cell"):
         if m.group(form) is not None:
             return form
     return "assign"
@@ -671,6 +677,10 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span("v") for m in _NETRC.finditer(text))
     if "+" in text:
         spans.extend(m.span() for m in _PHONE.finditer(text))
+    if "securestring" in low:
+        spans.extend(m.span("v") for m in _SECURE_STRING.finditer(text))
+    if "echo" in text and "|" in text:
+        spans.extend(m.span("v") for m in _ECHO_PIPE.finditer(text) if _value_is_secret(m.group("v"), "password", True))
     if "webhookb2" in text:
         spans.extend(m.span("v") for m in _TEAMS.finditer(text))
     if "identified" in low:
@@ -694,6 +704,10 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
                 pos += len(pair) + 1
 
 
+# ConvertTo-SecureString "pw" -AsPlainText; echo "pw" | docker login --password-stdin (or secret create, chpasswd)
+_SECURE_STRING = re.compile(r"(?i)ConvertTo-SecureString[ \t]+(?:-String[ \t]+)?(\\*[\"'])(?P<v>[^\"'\n\\]+)\1")
+_ECHO_PIPE = re.compile(r"\becho[ \t]+(?:-[ne][ \t]+)?(\\*[\"']?)(?P<v>[^\s\"'|\\]+)\1[ \t]*\|[^\n|]*"
+                        r"(?:--password-stdin|secret[ \t]+create|--stdin|chpasswd|passwd)")
 _TEAMS = re.compile(r"\.webhook\.office\.com/webhookb2/(?P<v>[\w\-@/]{20,})")
 # CREATE USER … IDENTIFIED BY 'pw', ALTER USER scott IDENTIFIED BY tiger, GRANT … IDENTIFIED WITH x BY 'pw'
 _SQL_IDENTIFIED = re.compile(r"(?i)\bidentified[ \t]+(?:with[ \t]+\S+[ \t]+)?by[ \t]+(?:password[ \t]+)?"
@@ -704,13 +718,20 @@ _PAIR = re.compile(r"\b(?:[Nn]ame|[Kk]ey|ParameterKey|OptionName|Variable)\\*[\"
                    r"(?P<n>[A-Za-z_][\w.\-]{0,100})\\*[\"']?"
                    r"(?:(?P<mid>[^<>{}\n]{0,120}?(?:\r?\n[ \t-]{0,40})?)\b(?:[Vv]alue|ParameterValue|VALUE)\\*[\"']?"
                    r"[ \t]*[:=][ \t]*|(?P<el>[^<>\n]{0,120}?>)(?=[^<]))")
+# variable "db_password" { default = "…" } (Terraform)
+_HCL_DEFAULT = re.compile(r"\bvariable[ \t]+\\*[\"'](?P<n>[\w.\-]{1,100})\\*[\"'][ \t]*\{(?P<mid>[^{}]{0,300}?)"
+                          r"\bdefault[ \t]*=[ \t]*")
+# auth=("user", "pw"), HTTPBasicAuth("user", "pw")
+_AUTH_TUPLE = re.compile(r"(?i)\b(?:auth|HTTPBasicAuth|HTTPDigestAuth|BasicAuth)[ \t]*(?:=[ \t]*)?\([ \t]*"
+                         r"(?:username[ \t]*=[ \t]*)?(\\*[\"'])[^\"'\n]*\1[ \t]*,[ \t]*(?:password[ \t]*=[ \t]*)?"
+                         r"(\\*[\"'])(?P<v>[^\"'\n\\]+)\2")
 # a token spelt with escapes (\u0073k-proj-…, \x73k-…): decoded, then judged as the token it spells
 _ESCAPED_RUN = re.compile(r"(?:[A-Za-z0-9_\-.+/=~:]|\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}){20,}")
 _ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})")
 
 
 def _pair_span(text: str, m: re.Match, kind: str, spans: list[tuple[int, int]]) -> None:
-    if m.group("el") is not None:  # <entry key="db.password">VALUE</entry>
+    if m.groupdict().get("el") is not None:  # <entry key="db.password">VALUE</entry>
         v = _XML_TEXT.match(text, m.end())
         if text.startswith("</", v.end()) and _value_is_secret(v.group(), kind, True, m.group("n")):
             spans.append(v.span())
@@ -754,6 +775,14 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
     spans: list[tuple[int, int]] = []
     if words and NAMES in hits:
         _name_spans(text, low, words, spans)
+        if "variable" in low:
+            for m in _HCL_DEFAULT.finditer(text):
+                kind = name_kind(m.group("n"))
+                if kind is not None:
+                    _pair_span(text, m, kind, spans)
+        if "auth" in words:
+            spans.extend(m.span("v") for m in _AUTH_TUPLE.finditer(text)
+                         if _value_is_secret(m.group("v"), "password", True))
         if "value" in low or ">" in text:
             for m in _PAIR.finditer(text):
                 kind = name_kind(m.group("n"))
