@@ -111,11 +111,20 @@ def _tenths(expr: str) -> str:
 def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool = False) -> str:
     """``json.dumps`` of a row as a dict (keys in column order, ``", "`` and ``": "``), then *close*;
     with *redact*, of the row as :func:`maint.export.redact.redact_row` leaves it."""
-    parts = []
-    for n, (col, affinity) in enumerate(columns):
-        parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
-        parts.append(_value(f"{alias}.{_ident(col)}", affinity, redact and col not in KEEP_COLUMNS))
-    return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
+    def build(redacted: bool) -> str:
+        parts = []
+        for n, (col, affinity) in enumerate(columns):
+            parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
+            parts.append(_value(f"{alias}.{_ident(col)}", affinity, redacted and col not in KEEP_COLUMNS))
+        return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
+
+    texts = [f"{alias}.{_ident(col)}" for col, _ in columns if col not in KEEP_COLUMNS]
+    if not redact or not texts:
+        return build(False)
+    # One gate for the row's columns at once (one per line, blobs as their bytes): most rows are
+    # built by SQLite alone, the rest column by column through the redactor.
+    row = f"maint_gate_row(CAST(concat_ws(char(10), {', '.join(texts)}) AS BLOB))"
+    return f"iif({row}, {build(True)}, {build(False)})"
 
 
 def _columns(store: Store, table: str) -> list[tuple[str, str]]:
@@ -205,6 +214,13 @@ def register(store: Store) -> None:
     conn.create_scalar_function("maint_roles", _roles, 1, deterministic=True)
     conn.create_scalar_function("maint_redacted", _redacted, 1, deterministic=True)
     conn.create_scalar_function("maint_gated", _gated, 1, deterministic=True)
+    conn.create_scalar_function("maint_gate_row", _gate_row, 1, deterministic=True)
+
+
+def _gate_row(texts: bytes) -> bool:
+    """Whether any rule could find something in a row's text columns (their UTF-8, a line each: every
+    rule that wants the end of a text takes the end of a line)."""
+    return bool(gate(texts))
 
 
 def _gated(text: bytes) -> str | None:

@@ -483,18 +483,18 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         seen.add(done)
         pos = m.end()
         cli = m.re is _CLI_NAME
-        form = "cli" if cli else _form(m)
         start = m.start("n") if cli else m.start()
         # back to the start of the name (a reversed window, so the scan runs in C)
         start -= _NAME_BACK.match(text[max(0, start - 80):start][::-1]).end()
         while start < done and not (text[start].isalpha() or text[start] == "_"):
             start += 1  # names start with a letter or _
-        if start and text[start - 1] == "$" and form != "assign":
-            continue  # $API_KEY: a variable, not an assignment ($password = '…' is one)
         name = text[start:done]
         kind = name_kind(name)
         if kind is None:
-            continue
+            continue  # most names found: token_count, MAX_TOKENS, keyboard ...
+        form = "cli" if cli else _form(m)
+        if start and text[start - 1] == "$" and form != "assign":
+            continue  # $API_KEY: a variable, not an assignment ($password = '…' is one)
         if form == "prose":
             v = _PROSE_VALUE.match(text, pos)
             if v and kind in ("password", "token") and _value_is_secret(v.group(), kind, False, name) \
@@ -773,7 +773,7 @@ def _words(low: str) -> list[str]:
 def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLACES)) -> list[tuple[int, int]]:
     """The spans the rules the gate let through (*hits*) find."""
     spans: list[tuple[int, int]] = []
-    if words and NAMES in hits:
+    if NAMES in hits and words:
         _name_spans(text, low, words, spans)
         if "variable" in low:
             for m in _HCL_DEFAULT.finditer(text):
