@@ -229,6 +229,41 @@ def ratios(runs: list[dict], num: str, den: str) -> dict:
             "cpu_median": round(statistics.median(cpu), 2), "cpu_min": round(cpu[0], 2)}
 
 
+def gate_figures(db: Path) -> dict:
+    """Why the gate is RE2's: the same question (can any rule match this text?) asked of every text
+    column of the store by RE2's set matcher, by the standard library's re (the same patterns), and
+    the full rules run on every text with no gate. CPU seconds, one process, texts in memory."""
+    import re
+
+    import apsw
+
+    from maint.export import redact
+
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    texts = [v for row in conn.execute("SELECT content, tool_calls FROM messages") for v in row
+             if isinstance(v, str) and len(v) >= 8]
+    conn.close()
+    data = [t.encode() for t in texts]
+    patterns = ("|".join((redact._GATE_NAME, redact._GATE_PAIR, redact._GATE_CLI)), redact._GATE_SHAPES,
+                redact._GATE_PLACES)
+    stdlib = re.compile("|".join(patterns).encode())
+    out = {"texts": len(texts), "text_mb": round(sum(map(len, data)) / 2**20, 1)}
+
+    def timed(name, fn, items, limit=None):
+        items = items if limit is None else items[:limit]
+        started = time.process_time()
+        hits = sum(1 for x in items if fn(x))
+        seconds = time.process_time() - started
+        scale = len(texts) / len(items)
+        out[name] = {"cpu_s": round(seconds * scale, 2), "hits": round(hits * scale),
+                     "measured_on": len(items)}
+
+    timed("re2_set_gate", redact.gate, data)
+    timed("stdlib_re_gate", stdlib.search, data, limit=20_000)  # slow: a sample, scaled to all texts
+    timed("no_gate_full_rules", lambda t: redact._find(t, t.lower(), redact._words(t.lower())), texts, limit=40_000)
+    return out
+
+
 def main() -> None:
     import argparse
 
@@ -255,6 +290,7 @@ def main() -> None:
                 "redacted_vs_hermes_redacted": ratios(runs, "redacted", "hermes_redacted"),
                 "trace_redacted_vs_trace": ratios(runs, "trace_redacted", "trace")}
     size = store_mb(db)
+    gates = gate_figures(db)
     print(f"\nredaction benchmark: {messages} messages, {size:.0f} MB store written by Hermes's SessionDB, "
           f"{args.rounds} rounds")
     print(f"{'contender':<17}{'median s':>10}{'min s':>8}{'cpu s':>8}{'msg/s':>10}{'RSS MB':>8}{'out MB':>8}")
@@ -265,8 +301,11 @@ def main() -> None:
     for name, v in verdicts.items():
         print(f"{name:<28} {v['median']:.2f}x (min {v['min']:.2f}; CPU time {v['cpu_median']:.2f}x, "
               f"min {v['cpu_min']:.2f})")
+    print(f"gate over {gates['texts']} texts ({gates['text_mb']} MB): RE2 set {gates['re2_set_gate']['cpu_s']} s, "
+          f"stdlib re {gates['stdlib_re_gate']['cpu_s']} s, no gate (every rule on every text) "
+          f"{gates['no_gate_full_rules']['cpu_s']} s CPU")
     write_result("redact", {"store_mb": round(size, 1), "messages": messages, "sessions": args.sessions,
-                            "summary": summary, "verdicts": verdicts, "runs": runs})
+                            "summary": summary, "verdicts": verdicts, "gate": gates, "runs": runs})
 
 
 if __name__ == "__main__":
