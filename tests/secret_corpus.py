@@ -468,6 +468,48 @@ def hostile_round(seed: int = 14) -> list[Case]:
     return out
 
 
+def hostile_round_3(seed: int = 14) -> list[Case]:
+    """A third fresh try, after round 2's fixes: 26 cases, 9 leaked (a .pgpass line, credential
+    constructors and calls whose password is not the first argument, a \\u escape at the start of a
+    bare value, a CSV column named api_key, a JSON argument list ["--password", …], a secret named in a
+    sentence before a colon, a here-string); the rules were extended and the cases joined the corpus."""
+    g = Gen(seed + 3131)
+    pw = g.password
+    forms = [
+        ("spring-default", '@Value("${{db.password:{s}}}")', None),
+        ("python-setdefault", 'os.environ.setdefault("API_KEY", "{s}")', None),
+        ("dockerfile-arg", "ARG NPM_TOKEN={s}", None),
+        ("actions-with", "- uses: actions/checkout@v4\n  with:\n    token: {s}", None),
+        ("pgpass", "db.internal:5432:app:deploy:{s}", None),
+        ("wget", "wget --user=ci --password={s} https://files.example.com/a.tgz", None),
+        ("git-oauth2", "git clone https://oauth2:{s}@gitlab.com/group/app.git", "b62"),
+        ("psql-query", 'psql "postgresql://app@db/app?sslmode=require&password={s}"', None),
+        ("mysql-long", 'mysql --user=root --password={s} -e "show databases"', None),
+        ("yaml-flow", "db: {{user: admin, password: {s}}}", None),
+        ("credential-call", 'var cred = new NetworkCredential("svc_backup", "{s}");', None),
+        ("credential-call", 'auth := smtp.PlainAuth("", "bot@example.com", "{s}", "smtp.example.com")', None),
+        ("credential-call", 'keyring.set_password("deploy", "alice", "{s}")', None),
+        ("ansible", "ansible_become_pass: {s}", None),
+        ("properties-escape", "db.password=\\u0073{s}", None),
+        ("systemd", 'Environment="API_TOKEN={s}"', None),
+        ("csv", "env,api_key,owner\nprod,{s},ops", "b62"),
+        ("netrc-default", "default login ci password {s}", None),
+        ("xml-single", "<db host='db' password='{s}'/>", None),
+        ("ruby-string-rocket", '"api_key" => "{s}",', None),
+        ("json-argv", '["--password", "{s}"]', None),
+        ("docker-env-json", '{{"Env": ["PATH=/usr/bin", "DB_PASSWORD={s}"]}}', None),
+        ("prose-colon", "use this secret for the staging box: {s}", None),
+        ("here-string", 'read -s PASS <<< "{s}"', None),
+        ("k8s-secret-data", "kind: Secret\ndata:\n  password: {s}", "b64"),
+        ("tfvars", 'admin_password = "{s}"', None),
+    ]
+    out = []
+    for family, fmt, kind in forms:
+        s = {"b62": lambda: g.b62(28), "b64": lambda: g.b64(24), None: pw}[kind]()
+        out.append(Case(family, fmt.format(s=s), s))
+    return out
+
+
 def secret_cases(seed: int = 14) -> list[Case]:
     g = Gen(seed)
     cases = []
@@ -475,7 +517,7 @@ def secret_cases(seed: int = 14) -> list[Case]:
         for maker in makers:
             for _ in range(2):
                 cases.append(_bare(g, family, maker()))
-    return cases + _named(g) + leak_classes(seed) + hostile_round(seed)
+    return cases + _named(g) + leak_classes(seed) + hostile_round(seed) + hostile_round_3(seed)
 
 
 def phone_cases(seed: int = 14) -> list[Case]:
@@ -560,5 +602,9 @@ def clean_texts(seed: int = 14) -> list[str]:
             '{"tokens": {"input": 1200, "output": 300}}', "the auth token\nexpired", "api_key: str",
             "def check_password(plain, hashed):", "token_type: Bearer", "secret sauce", "key_value_store = {}",
             '{"key": "session_timeout", "value": "30m"}', '<add key="LogLevel" value="Verbose" />',
-            "PASSWORD_HASHERS = [", "author: Jane Doe\nkeywords: redaction, export"]
+            "PASSWORD_HASHERS = [", "author: Jane Doe\nkeywords: redaction, export",
+            "name,email,role\nalice,a@x.com,admin", "key,value\ncolor,blue", "10:30:45:123:abc",
+            "client.login(user, password)", 'login("alice")', "authenticate(request)", "Token refresh failed: 401",
+            "secret santa list: alice,bob", '["--verbose", "--output", "file.txt"]', '["--password", "--stdin"]',
+            'credentials = Credentials.from_service_account_file("sa.json")', "NetworkCredential(user, pass)"]
     return out

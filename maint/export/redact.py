@@ -174,7 +174,7 @@ _GATE_VALUE = (r"[ \t]*(?:[\r\n]|$|(?i:[^os\s]|o$|o[^s]|os$|os[^.]|s$|s[^e]|se$|
                r"|self[^.]))")
 _GATE_NAME = (_GATE_KW.replace("token|", "") + _GATE_NAMECHARS + "*|(?i:token)" + _GATE_TAIL)
 _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
-              r"(?:\\*[\"'])?\]?[ \t]*(?::|[?+]?=|<-)" + _GATE_VALUE +  # NAME=, NAME:, "NAME"] =, NAME <-
+              r"(?:\\*[\"'])?\]?[ \t]*(?::|[?+]?=|<-|<<<)" + _GATE_VALUE +  # NAME=, NAME:, "NAME"] =, NAME <-
               r"|[ \t]*\|[ \t]*[^\s|]+[ \t]*\|"  # | NAME | value |
               r"|\\*[\"']\]?[ \t]*,"  # "NAME", value
               r"|(?:\\*[\"'])?\]?[ \t]*\([ \t]*\\*[\"']"  # NAME("value")
@@ -185,7 +185,12 @@ _GATE_PAIR = (r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?[ \t]*[:=
 _GATE_CLI = r"--[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*[ \t]+[^\s\-]"
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|(?i:bearer)\s|\s-[upa]|--user|--proxy-user|sshpass|machine\s"
                 r"|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\[ux][0-9a-fA-F]{2}|\\/"
-                r"|(?i:securestring)|echo[ \t][^\n]*\|")
+                r"|(?i:securestring)|echo[ \t][^\n]*\|"
+                r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate)[ \t]*\("
+                r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
+                r"|,[ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*[\r\n,]|(?m:^)[ \t\"]*[\w.\-]*" + _GATE_KW
+                + r"[\w.\-]*[ \t\"]*,"
+                r"|(?i:password|passphrase|passcode|secret|token|api key|credential)[^.:\n]{0,60}:[ \t]*[^\s]")
 _GATE_SHAPES = (
     r"sk-|gsk_|pplx-|tgp_v1_|f(?:w|pk)[_\-]|xai-|hf_|api_org_|r8_|lsv2_|pcsk_|tvly-"
     r"|fal_|fc-|bb_live_|am_|exa_|syt_|retaindb_|hsk-|mem0_|brv_|sk_|gAAAA|AIza|GOCSPX-|ya29\.|1//0"
@@ -269,7 +274,7 @@ _TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"'])?(?P<
              # a type between the name and "=": api_key: str = …, apiKey: string = …, TOKEN: &str = …
              r"(?::[ \t]*[&*]?[\w.]{1,40}(?:<[^<>\n]{0,40}>|\[[^\[\]\n]{0,40}\])?\??[ \t]*(?==[^=]))?"
              # NAME=, NAME:, NAME:=, NAME =>, NAME <-; "NAME", value (define, setenv); <NAME>value; NAME("value")
-             r"(?::=|=>|<-|[?+]=|=(?!=)|:(?![/:=])|(?P<comma>,)|(?P<xml>>)|(?P<call>\()(?=[ \t]*\\*[\"'])"
+             r"(?::=|=>|<<<|<-|[?+]=|=(?!=)|:(?![/:=])|(?P<comma>,)|(?P<xml>>)|(?P<call>\()(?=[ \t]*\\*[\"'])"
              # | NAME | value | (a Markdown table row)
              r"|(?P<cell>\|)(?=[ \t]*[^\s|]+[ \t]*\|)))[ \t]*"
              r"|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?)"
@@ -292,7 +297,7 @@ _VALUE = re.compile(
     r"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\""           # "value"
     r"|'(?P<sq>[^'\n]*)'"                        # 'value'
     r"|(?:`|\$\()echo[ \t]+(?P<echo>[^`)\s]+)"      # `echo value`, $(echo value)
-    r"|(?P<uq>[^\s\"'`\\;&,<>(){}\[\]|]+)")      # bare value
+    r"|(?P<uq>(?:[^\s\"'`\\;&,<>(){}\[\]|]|\\u[0-9a-fA-F]{4})+)")      # bare value (\u escapes too)
 _LINE_VALUE = re.compile(r"[^\n\"'\\]*")
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
@@ -522,7 +527,7 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             # weaker evidence (a comma, a call, a space): only a value that looks like a credential
             if form in ("comma", "call") and (group == "uq" or not m.group("q") and form == "comma"):
                 continue
-            if form == "call" and name.lower().startswith(_GETTERS):
+            if form == "call" and (name.lower().startswith(_GETTERS) or not text[v.end():].lstrip().startswith(")")):
                 continue
             if not _strong(value):
                 continue
@@ -677,6 +682,16 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span("v") for m in _NETRC.finditer(text))
     if "+" in text:
         spans.extend(m.span() for m in _PHONE.finditer(text))
+    if "(" in text and _CRED_CALL_HINT.search(low):
+        _cred_call_spans(text, spans)
+    if "\n" in text or text.count(":") >= 4:
+        spans.extend(m.span("v") for m in _PGPASS.finditer(text) if _value_is_secret(m.group("v"), "password", True))
+    if "," in text and words:
+        _csv_spans(text, spans)
+    if words:
+        spans.extend(m.span("v") for m in _PROSE_COLON.finditer(text)
+                     if _strong(m.group("v")) and _value_is_secret(m.group("v"), "password", False)
+                     and _looks_random(m.group("v")) | any(c in "!#$%^&*_-+=~.@?" for c in m.group("v")[1:]))
     if "securestring" in low:
         spans.extend(m.span("v") for m in _SECURE_STRING.finditer(text))
     if "echo" in text and "|" in text:
@@ -702,6 +717,61 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
                     start = offset + pos + len(key) + 1
                     spans.append((start, start + len(value)))
                 pos += len(pair) + 1
+
+
+# NetworkCredential("user", "pw"), smtp.PlainAuth("", "user", "pw", "host"), keyring.set_password("svc", "user",
+# "pw"), client.login("user", "pw"): the arguments that look like a password (not the first of several, not an
+# address or a host name)
+_CRED_CALL_HINT = re.compile(r"(?:credential|passwordauthentication|plainauth|basicauth|set_?password|login"
+                             r"|authenticate)[ \t]*\(")
+_CRED_CALL = re.compile(r"(?i)(?:credentials?|passwordauthentication|plainauth|basicauth|set_?password|login"
+                        r"|authenticate)[ \t]*\((?P<args>[^()\n]{0,400})\)")
+_QUOTED_ARG = re.compile(r"(\\*[\"'])(?P<v>[^\"'\n\\]*)\1")
+_HOST = re.compile(r"[\w\-]+(?:\.[\w\-]+)+")
+
+
+def _cred_call_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    for call in _CRED_CALL.finditer(text):
+        args = list(_QUOTED_ARG.finditer(text, call.start("args"), call.end("args")))
+        for n, a in enumerate(args):
+            v = a.group("v")
+            if (n == 0 and len(args) > 1) or not _strong(v) or "@" in v or "://" in v or _HOST.fullmatch(v):
+                continue
+            if _value_is_secret(v, "password", True):
+                spans.append(a.span("v"))
+
+
+# host:port:database:user:password (.pgpass)
+_PGPASS = re.compile(r"(?m)^(?=[^:\s]*[A-Za-z*])[^:\s#]+:(?:\d{2,5}|\*):(?=[^:\s]*[A-Za-z*])[^:\s]+:"
+                     r"(?=[^:\s]*[A-Za-z*])[^:\s]+:(?P<v>\S+)$")  # host, port, database and user have letters
+# A CSV header naming a secret column, then its rows: that column's values
+_CSV_HEAD = re.compile(r"(?m)^(?P<head>[ \t\"]*[\w .\-]+[ \t\"]*(?:,[ \t\"]*[\w .\-]+[ \t\"]*)+)\r?$")
+# "use this secret for the staging box: VALUE" (a strong value after a colon in a sentence naming a secret)
+_PROSE_COLON = re.compile(r"(?i)\b(?:password|passphrase|passcode|secret|token|api key|credentials?)\b[^.:\n]{0,60}?:"
+                          r"[ \t]*(?P<v>[^\s\"'`]+)")
+
+
+def _csv_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    for head in _CSV_HEAD.finditer(text):
+        names = [c.strip(" \t\"") for c in head.group("head").split(",")]
+        secret = {i: name_kind(n) for i, n in enumerate(names) if name_kind(n) is not None}
+        if not secret:
+            continue
+        pos = head.end() + 1
+        while pos < len(text):
+            end = text.find("\n", pos)
+            end = len(text) if end < 0 else end
+            fields = text[pos:end].rstrip("\r").split(",")
+            if len(fields) != len(names):
+                break
+            at = pos
+            for i, field in enumerate(fields):
+                value = field.strip(" \t\"")
+                if i in secret and _value_is_secret(value, secret[i], True, names[i]):
+                    lo = at + field.index(value) if value else at
+                    spans.append((lo, lo + len(value)))
+                at += len(field) + 1
+            pos = end + 1
 
 
 # ConvertTo-SecureString "pw" -AsPlainText; echo "pw" | docker login --password-stdin (or secret create, chpasswd)
@@ -783,7 +853,7 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
         if "auth" in words:
             spans.extend(m.span("v") for m in _AUTH_TUPLE.finditer(text)
                          if _value_is_secret(m.group("v"), "password", True))
-        if "value" in low or ">" in text:
+        if "value" in low or "</" in text:  # key="NAME" value="…", <entry key="NAME">…</entry>
             for m in _PAIR.finditer(text):
                 kind = name_kind(m.group("n"))
                 if kind is not None:
@@ -939,13 +1009,17 @@ def _walk(root: Any, name: str | None, level: int) -> Any:
                     changed |= new is not v
                     dst[key] = new
         else:
+            flag = None  # ["--password", "VALUE"]: an argument list names the value after a flag
             for v in src:
                 if isinstance(v, (dict, list)):
                     child = {} if isinstance(v, dict) else []
                     dst.append(child)
                     stack.append((v, child, owner))
+                    flag = None
                 else:
-                    new = _leaf(v, owner, level)
+                    is_flag = v.__class__ is str and v.startswith("-") and len(v) <= 64
+                    new = _leaf(v, flag if flag is not None and not is_flag else owner, level)
+                    flag = v.lstrip("-") if is_flag and name_kind(v.lstrip("-")) is not None else None
                     changed |= new is not v
                     dst.append(new)
     return out_root if changed else root
