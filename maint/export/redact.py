@@ -190,7 +190,7 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|(?i:bearer)\s|\s-[upa]|--use
                 r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
                 r"|,[ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*[\r\n,]|(?m:^)[ \t\"]*[\w.\-]*" + _GATE_KW
                 + r"[\w.\-]*[ \t\"]*,"
-                r"|(?i:password|passphrase|passcode|secret|token|api key|credential)[^.:\n]{0,60}:[ \t]*[^\s]")
+                r"|\b(?i:password|passphrase|passcode|secret|token|api key|credentials?)\b[^.:\n]{0,60}:[ \t]*[^\s]")
 _GATE_SHAPES = (
     r"sk-|gsk_|pplx-|tgp_v1_|f(?:w|pk)[_\-]|xai-|hf_|api_org_|r8_|lsv2_|pcsk_|tvly-"
     r"|fal_|fc-|bb_live_|am_|exa_|syt_|retaindb_|hsk-|mem0_|brv_|sk_|gAAAA|AIza|GOCSPX-|ya29\.|1//0"
@@ -527,7 +527,7 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             # weaker evidence (a comma, a call, a space): only a value that looks like a credential
             if form in ("comma", "call") and (group == "uq" or not m.group("q") and form == "comma"):
                 continue
-            if form == "call" and (name.lower().startswith(_GETTERS) or not text[v.end():].lstrip().startswith(")")):
+            if form == "call" and (name.lower().startswith(_GETTERS) or not _CALL_END.match(text, v.end())):
                 continue
             if not _strong(value):
                 continue
@@ -540,6 +540,7 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             spans.append(v.span(group))
 
 
+_CALL_END = re.compile(r"[ \t]*\)")  # NAME("value") alone: the call's only argument
 _GETTERS = ("get", "read", "load", "fetch", "has", "is", "prompt", "ask", "input", "check", "verify", "validate",
             "hash", "reset", "forgot", "change", "update", "delete", "remove", "clear", "require", "generate")
 
