@@ -17,6 +17,7 @@ import random
 import string
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 B62 = string.ascii_letters + string.digits
 B64URL = B62 + "-_"
@@ -30,6 +31,7 @@ class Case:
     family: str
     text: str
     secret: str  # the part that must not survive (for PEM blocks: the first body line)
+    blob: bool = False  # stored as a BLOB (the text's UTF-8 bytes), not as text
 
 
 class Gen:
@@ -152,6 +154,50 @@ def _secrets(g: Gen) -> dict[str, list]:
         "pulumi": [lambda: "pul-" + g.s(HEX, 40)],
         "firebase-fcm": [lambda: "AAAA" + g.s(B64URL, 7) + ":APA91b" + g.s(B64URL, 134)],
         "dropbox": [lambda: "sl.B" + g.s(B64URL, 135)],
+        # families from gitleaks's public rule set (config/gitleaks.toml), generated from its patterns
+        "1password-secret-key": [lambda: f"A3-{g.s(UPPER_ALNUM, 6)}-{g.s(UPPER_ALNUM, 11)}-{g.s(UPPER_ALNUM, 5)}-"
+                                         f"{g.s(UPPER_ALNUM, 5)}-{g.s(UPPER_ALNUM, 5)}"],
+        "adobe": [lambda: "p8e-" + g.b62(32)],
+        "airtable": [lambda: "pat" + g.b62(14) + "." + g.s(HEX, 64)],
+        "alibaba": [lambda: "LTAI" + g.b62(20)],
+        "artifactory-reference": [lambda: "cmVmd" + g.b62(59)],
+        "aws-bedrock": [lambda: "ABSK" + g.s(B64, 120)],
+        "clickhouse": [lambda: "4b1d" + g.b62(38)],
+        "clojars": [lambda: "CLOJARS_" + g.s("abcdefghijklmnopqrstuvwxyz0123456789", 60)],
+        "defined-networking": [lambda: "dnkey-" + g.s(UPPER_ALNUM, 26) + "-" + g.s(UPPER_ALNUM, 52)],
+        "duffel": [lambda: "duffel_live_" + g.s(B64URL, 43)],
+        "dynatrace": [lambda: "dt0c01." + g.s(UPPER_ALNUM, 24) + "." + g.s(UPPER_ALNUM, 64)],
+        "easypost": [lambda: "EZAK" + g.b62(54), lambda: "EZTK" + g.b62(54)],
+        "facebook-page": [lambda: "EAAM" + g.b62(120)],
+        "flutterwave": [lambda: "FLWSECK_TEST-" + g.s(HEX, 32) + "-X"],
+        "flyio": [lambda: "fo1_" + g.s(B64URL, 43), lambda: "fm2_" + g.s(B64, 120)],
+        "frameio": [lambda: "fio-u-" + g.s(B64URL, 64)],
+        "harness": [lambda: f"pat.{g.s(B64URL, 22)}.{g.b62(24)}.{g.b62(20)}"],
+        "infracost": [lambda: "ico-" + g.b62(32)],
+        "intra42": [lambda: "s-s4t2ud-" + g.s(HEX, 64)],
+        "gitlab-more": [lambda: "glcbt-" + g.b62(4) + "_" + g.s(B64URL, 20), lambda: "glimt-" + g.s(B64URL, 25),
+                        lambda: "glagent-" + g.s(B64URL, 50), lambda: "gloas-" + g.s(B64URL, 64),
+                        lambda: "glptt-" + g.s(HEX, 40), lambda: "glsoat-" + g.s(B64URL, 20)],
+        "maxmind": [lambda: g.b62(6) + "_" + g.b62(29) + "_mmk"],
+        "octopus-deploy": [lambda: "API-" + g.s(UPPER_ALNUM, 26)],
+        "openshift": [lambda: "sha256~" + g.s(B64URL, 43)],
+        "readme": [lambda: "rdme_" + g.s("abcdefghijklmnopqrstuvwxyz0123456789", 70)],
+        "scalingo": [lambda: "tk-us-" + g.s(B64URL, 48)],
+        "sendinblue": [lambda: "xkeysib-" + g.s(HEX, 64) + "-" + g.b62(16)],
+        "settlemint": [lambda: "sm_pat_" + g.b62(16), lambda: "sm_aat_" + g.b62(16)],
+        "shippo": [lambda: "shippo_live_" + g.s(HEX, 40)],
+        "sourcegraph": [lambda: "sgp_" + g.s(HEX, 16) + "_" + g.s(HEX, 40)],
+        "typeform": [lambda: "tfp_" + g.s(B64URL, 59)],
+        "vault-batch": [lambda: "hvb." + g.s(B64URL, 140)],
+        "yandex": [lambda: "AQVN" + g.s(B64URL, 36), lambda: "t1." + g.s(B64URL, 20) + "." + g.s(B64URL, 86)],
+        "mapbox-secret": [lambda: "sk.eyJ1Ijoi" + g.b62(50) + "." + g.s(B64URL, 22)],
+        "newrelic-more": [lambda: "NRJS-" + g.s(HEX, 19), lambda: "NRII-" + g.s(B64URL, 32)],
+        "sonar": [lambda: "squ_" + g.s(HEX, 40), lambda: "sqp_" + g.s(HEX, 40)],
+        "twitter-bearer": [lambda: "A" * 22 + g.b62(90)],
+        "gitlab-session": [lambda: "_gitlab_session=" + g.s("abcdefghijklmnopqrstuvwxyz0123456789", 32)],
+        "teams-webhook": [lambda: f"https://acme.webhook.office.com/webhookb2/{uuid.UUID(int=g.rng.getrandbits(128))}"
+                                  f"@{uuid.UUID(int=g.rng.getrandbits(128))}/IncomingWebhook/{g.s(HEX, 32)}/"
+                                  f"{uuid.UUID(int=g.rng.getrandbits(128))}"],
     }
 
 
@@ -177,7 +223,7 @@ def _bare(g: Gen, family: str, secret: str) -> Case:
         text = json.dumps({"output": f"$ cat .env\nNODE_ENV=production\nPROVIDER={secret}\n", "exit_code": 0})
     else:
         text = ctx.format(s=secret)
-    return Case(family, text, secret)
+    return Case(family, text, secret.split("/webhookb2/")[-1])  # a webhook's host stays readable
 
 
 def _named(g: Gen) -> list[Case]:
@@ -278,6 +324,192 @@ def _named(g: Gen) -> list[Case]:
     return cases
 
 
+def _tool_call(name: str, args: dict) -> str:
+    """A stored ``tool_calls`` text: a JSON list whose arguments are JSON in a JSON string."""
+    return json.dumps([{"id": "call_Q1w2E3r4T5y6U7i8O9p0", "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args)}}])
+
+
+def leak_classes(seed: int = 14) -> list[Case]:
+    """The classes a hostile reader got past the redactor of issue 26, several shapes of each.
+
+    Each class is masked by a design, not by one pattern: JSON is judged by its decoded values
+    (keys, escapes, any depth), BLOBs by the text they hold, and assignments by the secret-like name
+    in the syntaxes of config files and code.
+    """
+    g = Gen(seed + 26)
+    pw = g.password
+    gh1, gh2, oa = "ghp_" + g.b62(36), "ghp_" + g.b62(36), "sk-proj-" + g.b64url(60)
+    c: list[Case] = []
+    # secrets as JSON keys (a trace's tool input is a dict; keys were never looked at)
+    c += [Case("json-key", json.dumps({"tokens": {gh1: "repo-a", gh2: "repo-b"}}), gh1),
+          Case("json-key", _tool_call("save_tokens", {"by_token": {oa: {"owner": "ci"}}}), oa),
+          Case("json-key", json.dumps([{("AKIA" + (k := g.s(UPPER_ALNUM, 16))): "prod"}]), "AKIA" + k)]
+    # JSON escaped twice or more: a file of JSON written by a tool call, inside the stored tool_calls
+    for depth in (2, 3):
+        s = pw()
+        doc: Any = {"db": {"host": "db.internal", "password": s}}
+        for _ in range(depth - 1):
+            doc = {"path": "config.json", "content": json.dumps(doc, indent=2)}
+        c.append(Case("json-double-escaped", _tool_call("write_file", doc), s))
+    s = g.b62(32)
+    c.append(Case("json-double-escaped", json.dumps({"output": json.dumps({"body": json.dumps({"api_key": s})})}), s))
+    # \uXXXX escapes inside a token or a name: the JSON decodes them, so must we
+    s = "sk-proj-" + g.b64url(60)
+    c.append(Case("json-unicode-escape", '{"output": "OPENAI_KEY_IN_USE=\\u0073' + s[1:] + '", "exit_code": 0}', s[1:]))
+    s = "ghp_" + g.b62(36)
+    c.append(Case("json-unicode-escape", '{"command": "git push https://\\u0067' + s[1:] + '@github.com/o/r"}', s[1:]))
+    s = pw()
+    c.append(Case("json-unicode-escape", '{"p\\u0061ssword": "' + s + '", "user": "admin"}', s))
+    s = "AKIA" + g.s(UPPER_ALNUM, 16)
+    c.append(Case("json-unicode-escape", 'aws_id = "\\x41' + s[1:] + '"', s[1:]))
+    # BLOBs: the bytes hold text, and the text holds the secret
+    s = "sk-proj-" + g.b64url(60)
+    c += [Case("blob", f"export OPENAI_API_KEY={s}\n", s, blob=True),
+          Case("blob", json.dumps({"password": (p := pw()), "user": "root"}), p, blob=True),
+          Case("blob", f"db:\n  password: |\n    {(p2 := pw())}\n", p2, blob=True)]
+    # YAML block scalars and values on the next line
+    for fmt in ("password: |\n  {s}\n", "db:\n  password: |-\n    {s}\n  host: db\n",
+                "auth:\n  api_token: >\n    {s}\nport: 80\n", "smtp:\n  password:\n    {s}\n  user: mailer\n",
+                "secrets:\n  client_secret: |+\n\n    {s}\n"):
+        s = pw()
+        c.append(Case("yaml-block", fmt.format(s=s), s))
+    s = pw()
+    c.append(Case("yaml-block", _tool_call("write_file", {"path": "values.yaml",
+                                                          "content": f"redis:\n  password: |\n    {s}\n"}), s))
+    # XML elements and attributes
+    for fmt in ("<password>{s}</password>", "<config>\n  <Password>\n    {s}\n  </Password>\n</config>",
+                "<db:secret>{s}</db:secret>", '<add key="ApiKey" value="{s}" />',
+                '<entry key="db.password">{s}</entry>', '<property name="spring.datasource.password" value="{s}"/>',
+                '<param name="token" value="{s}"/>', '<user name="admin" password="{s}" />',
+                '<add key="ClearTextPassword" value="{s}" />'):
+        s = pw()
+        c.append(Case("xml", fmt.format(s=s), s))
+    # SQL
+    for fmt in ("CREATE USER 'app'@'%' IDENTIFIED BY '{s}';", "ALTER USER app WITH PASSWORD '{s}';",
+                "ALTER USER scott IDENTIFIED BY {s};", "CREATE ROLE report LOGIN ENCRYPTED PASSWORD '{s}';",
+                "SET PASSWORD FOR 'root'@'localhost' = PASSWORD('{s}');", "CREATE LOGIN app WITH PASSWORD = '{s}';",
+                "GRANT ALL ON shop.* TO 'w'@'%' IDENTIFIED WITH mysql_native_password BY '{s}';"):
+        s = pw(symbols="_!#%^*")
+        c.append(Case("sql", fmt.format(s=s), s))
+    # assignments and calls in code, by the name
+    for fmt in ('os.environ["DB_PASSWORD"] = "{s}"', "cfg['api_key'] = '{s}'", "$_ENV['DB_PASS'] = '{s}';",
+                'ENV["STRIPE_SECRET"] = "{s}"', 'config["auth"]["token"] = "{s}"', "process.env.API_TOKEN = '{s}';",
+                "define('DB_PASSWORD', '{s}');", 'os.Setenv("GITHUB_TOKEN", "{s}")',
+                'props.setProperty("db.password", "{s}");', '$password = "{s}";', "my $db_pass = '{s}';",
+                '$env:API_KEY = "{s}"', 'api_key: str = "{s}"', 'const apiKey: string = "{s}";',
+                'let token: &str = "{s}";', ":password => '{s}',", 'Password: "{s}",', 'db_password <- "{s}"',
+                '#define API_SECRET "{s}"', 'String dbPassword = "{s}";', 'private static final String TOKEN = "{s}";',
+                'putenv("API_KEY={s}");', "PASSWORD('{s}')",
+                'System.setProperty("javax.net.ssl.keyStorePassword", "{s}");',
+                'secrets = {{"db": {{"password": "{s}"}}}}', "headers['X-Api-Key'] = '{s}'"):
+        s = pw()
+        c.append(Case("code-assignment", fmt.format(s=s), s))
+    # properties, ini, TOML, shell forms where a space or the line is the separator
+    for fmt in ("db.password {s}", "password {s}\nuser admin", "ENV DB_PASSWORD {s}", "set -x API_TOKEN {s}",
+                "setenv SECRET_KEY {s}", "requirepass {s}", "masterauth {s}",
+                "aws configure set aws_secret_access_key {s}", "[client]\npassword={s}\n", 'token = """{s}"""'):
+        s = pw()
+        c.append(Case("config-line", fmt.format(s=s), s))
+    # a name and its value given apart
+    for fmt in ("env:\n  - name: DB_PASSWORD\n    value: {s}\n",
+                '[{{"ParameterKey": "DbPassword", "ParameterValue": "{s}"}}]',
+                '{{"name": "API_TOKEN", "value": "{s}", "type": "secret"}}'):
+        s = pw()
+        c.append(Case("name-value-pair", fmt.format(s=s), s))
+    return c
+
+
+def hostile_round(seed: int = 14) -> list[Case]:
+    """A fresh hostile try after the classes above were fixed: 30 cases in styles the rules had not
+    seen (9 leaked before the rules were extended: Terraform variable defaults, PowerShell's
+    SecureString, a password piped to --password-stdin or `secret create`, Makefile ?= and +=, a
+    Markdown table row, requests' auth tuple, a passcode in prose, a value echoed in backticks)."""
+    g = Gen(seed + 2626)
+    pw = g.password
+    forms = [
+        ("kotlin-build", 'buildConfigField("String", "API_KEY", "\\"{s}\\"")', None),
+        ("swift", 'let apiSecret = "{s}"', None),
+        ("elixir-config", 'config :my_app, MyApp.Mailer, api_key: "{s}"', None),
+        ("nginx", 'proxy_set_header X-API-Key "{s}";', None),
+        ("apache", "SetEnv DB_PASSWORD {s}", None),
+        ("terraform", 'variable "db_password" {{\n  default = "{s}"\n}}', None),
+        ("helm", "helm upgrade app ./chart --set auth.password={s} --namespace prod", None),
+        ("powershell", 'ConvertTo-SecureString "{s}" -AsPlainText -Force', None),
+        ("stdin-pipe", 'echo "{s}" | docker secret create db_password -', None),
+        ("stdin-pipe", "echo '{s}' | docker login -u ci --password-stdin registry.example.com", None),
+        ("properties", "db.password: {s}", None),
+        ("js-object", "{{ 'clientSecret': '{s}' }}", None),
+        ("curl-body", "curl -d '{{\"username\":\"admin\",\"password\":\"{s}\"}}' https://api.example.com/login", None),
+        ("yaml-anchor", "password: &pw {s}\nreplica_password: *pw", None),
+        ("sqlserver", "Server=db;Database=app;User Id=sa;Password={s};", None),
+        ("jdbc", "jdbc:postgresql://db:5432/app?user=app&password={s}", None),
+        ("redis-url", "redis://:{s}@cache:6379/0", "b62"),
+        ("gitlab-ci", 'variables:\n  DEPLOY_TOKEN: "{s}"', None),
+        ("toml-inline", 'db = {{ user = "app", password = "{s}" }}', None),
+        ("makefile", "API_TOKEN ?= {s}", None),
+        ("makefile", "SECRET_KEY_BASE += {s}", "hex"),
+        ("markdown-table", "| API key | {s} |", "b62"),
+        ("auth-tuple", 'requests.get(url, auth=("admin", "{s}"))', None),
+        ("prose-passcode", "the passcode is {s}", "digits"),
+        ("env-inline", "PGPASSWORD={s} psql -h db -U app", None),
+        ("ini-spaced", "[database]\nDB_PASS    :    {s}", None),
+        ("vault-cli", "$ vault kv put secret/app token={s}", None),
+        ("kubectl", "kubectl create secret generic db --from-literal=password={s}", None),
+        ("mongo-url", 'mongosh "mongodb://admin:{s}@mongo:27017/?authSource=admin"', "b62"),
+        ("backtick", "WEBHOOK_SECRET=`echo {s}`", None),
+    ]
+    out = []
+    for family, fmt, kind in forms:
+        s = {"b62": lambda: g.b62(20), "hex": lambda: g.s(HEX, 64),
+             "digits": lambda: f"{g.s(string.digits, 4)}-{g.s(string.digits, 4)}-{g.s(string.digits, 4)}",
+             None: pw}[kind]()
+        out.append(Case(family, fmt.format(s=s), s))
+    return out
+
+
+def hostile_round_3(seed: int = 14) -> list[Case]:
+    """A third fresh try, after round 2's fixes: 26 cases, 9 leaked (a .pgpass line, credential
+    constructors and calls whose password is not the first argument, a \\u escape at the start of a
+    bare value, a CSV column named api_key, a JSON argument list ["--password", …], a secret named in a
+    sentence before a colon, a here-string); the rules were extended and the cases joined the corpus."""
+    g = Gen(seed + 3131)
+    pw = g.password
+    forms = [
+        ("spring-default", '@Value("${{db.password:{s}}}")', None),
+        ("python-setdefault", 'os.environ.setdefault("API_KEY", "{s}")', None),
+        ("dockerfile-arg", "ARG NPM_TOKEN={s}", None),
+        ("actions-with", "- uses: actions/checkout@v4\n  with:\n    token: {s}", None),
+        ("pgpass", "db.internal:5432:app:deploy:{s}", None),
+        ("wget", "wget --user=ci --password={s} https://files.example.com/a.tgz", None),
+        ("git-oauth2", "git clone https://oauth2:{s}@gitlab.com/group/app.git", "b62"),
+        ("psql-query", 'psql "postgresql://app@db/app?sslmode=require&password={s}"', None),
+        ("mysql-long", 'mysql --user=root --password={s} -e "show databases"', None),
+        ("yaml-flow", "db: {{user: admin, password: {s}}}", None),
+        ("credential-call", 'var cred = new NetworkCredential("svc_backup", "{s}");', None),
+        ("credential-call", 'auth := smtp.PlainAuth("", "bot@example.com", "{s}", "smtp.example.com")', None),
+        ("credential-call", 'keyring.set_password("deploy", "alice", "{s}")', None),
+        ("ansible", "ansible_become_pass: {s}", None),
+        ("properties-escape", "db.password=\\u0073{s}", None),
+        ("systemd", 'Environment="API_TOKEN={s}"', None),
+        ("csv", "env,api_key,owner\nprod,{s},ops", "b62"),
+        ("netrc-default", "default login ci password {s}", None),
+        ("xml-single", "<db host='db' password='{s}'/>", None),
+        ("ruby-string-rocket", '"api_key" => "{s}",', None),
+        ("json-argv", '["--password", "{s}"]', None),
+        ("docker-env-json", '{{"Env": ["PATH=/usr/bin", "DB_PASSWORD={s}"]}}', None),
+        ("prose-colon", "use this secret for the staging box: {s}", None),
+        ("here-string", 'read -s PASS <<< "{s}"', None),
+        ("k8s-secret-data", "kind: Secret\ndata:\n  password: {s}", "b64"),
+        ("tfvars", 'admin_password = "{s}"', None),
+    ]
+    out = []
+    for family, fmt, kind in forms:
+        s = {"b62": lambda: g.b62(28), "b64": lambda: g.b64(24), None: pw}[kind]()
+        out.append(Case(family, fmt.format(s=s), s))
+    return out
+
+
 def secret_cases(seed: int = 14) -> list[Case]:
     g = Gen(seed)
     cases = []
@@ -285,7 +517,7 @@ def secret_cases(seed: int = 14) -> list[Case]:
         for maker in makers:
             for _ in range(2):
                 cases.append(_bare(g, family, maker()))
-    return cases + _named(g)
+    return cases + _named(g) + leak_classes(seed) + hostile_round(seed) + hostile_round_3(seed)
 
 
 def phone_cases(seed: int = 14) -> list[Case]:
@@ -357,4 +589,22 @@ def clean_texts(seed: int = 14) -> list[str]:
             "key: value pairs are separated by colons", "public_key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIF",
             "GET /api/v1/tokens/42 HTTP/1.1", "monkey=banana", "author: Jane Doe", "passport number pending",
             "I set the key to the new value", "passwordless login via magic link", "kid: 2024-05-rotation"]
+    # look-alikes of the shapes issue 26 added: names without a value, values that are references
+    out += ["Secret Santa", "password reset link sent", 'fields = ("password", "email", "username")',
+            "<password/>", "<password></password>", "<token>{{ token }}</token>", "<apiKey>${API_KEY}</apiKey>",
+            'get_password("github")', 'keyring.get_password("svc", "alice")', "ENV PATH /usr/local/bin",
+            "set -x PATH $PATH", "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef:\n      name: db",
+            '{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}',
+            "token_count: |\n  512", "password:\n  - required\n  - min_length", "password:\nhost: db",
+            "db:\n  password:\n    from_env: DB_PASSWORD", '{"max_tokens": 4096, "keys": ["a", "b"]}',
+            "ALTER USER scott IDENTIFIED EXTERNALLY;", "CREATE USER app IDENTIFIED BY $1", "password = ?",
+            "ssh-keygen -t ed25519 -C key", "<key>CFBundleIdentifier</key>", "tokens: 1200 in, 300 out",
+            '{"tokens": {"input": 1200, "output": 300}}', "the auth token\nexpired", "api_key: str",
+            "def check_password(plain, hashed):", "token_type: Bearer", "secret sauce", "key_value_store = {}",
+            '{"key": "session_timeout", "value": "30m"}', '<add key="LogLevel" value="Verbose" />',
+            "PASSWORD_HASHERS = [", "author: Jane Doe\nkeywords: redaction, export",
+            "name,email,role\nalice,a@x.com,admin", "key,value\ncolor,blue", "10:30:45:123:abc",
+            "client.login(user, password)", 'login("alice")', "authenticate(request)", "Token refresh failed: 401",
+            "secret santa list: alice,bob", '["--verbose", "--output", "file.txt"]', '["--password", "--stdin"]',
+            'credentials = Credentials.from_service_account_file("sa.json")', "NetworkCredential(user, pass)"]
     return out

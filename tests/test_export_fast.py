@@ -42,8 +42,10 @@ def _message(b, sid, role, content, ts, **extra):
                   tuple(cols.values()))
 
 
-def awkward_store(path, layout):
+def awkward_store(path, layout, more=None):
     with StoreBuilder(path, layout=layout) as b:
+        if more is not None:
+            more(b)
         b.session("plain", messages=6, title="plain one")
         b.session("empty", messages=0)
         b.session("floats", messages=0, estimated_cost_usd=1e16, actual_cost_usd=5e-324,
@@ -140,6 +142,38 @@ def test_sql_lines_are_the_reference_bytes_and_only_unvouched_sessions_fall_back
     assert set(fell_back) == set(FALLBACK)
 
 
+@pytest.mark.parametrize("layout", ["v22", "v31"])
+def test_redacted_sql_lines_are_the_redacted_reference_bytes(tmp_path, layout):
+    """--redact goes the SQL way too, the redactor called from the SQL for each text and blob: the
+    lines are byte for byte what the Python renderer writes with redaction, secrets and all."""
+    from tests.secret_corpus import secret_cases
+
+    cases = secret_cases()  # every case of the corpus: the SQL gates a row at once, which must miss none
+
+    def secrets(b):
+        b.session("secrets", messages=0, title=cases[0].text)
+        b.set("secrets", model_config=cases[1].text.encode())
+        for n, c in enumerate(cases):
+            _message(b, "secrets", ["user", "assistant", "tool"][n % 3], c.text.encode() if c.blob else c.text,
+                     1700000000.0 + n, tool_name=c.text[:30], finish_reason=c.text[-12:],
+                     tool_calls=json.dumps([{"id": "c", "function": {"name": "w", "arguments": json.dumps(
+                         {"content": c.text})}}]) if n % 3 == 1 else None)
+        if layout != "v22":
+            b.session("prompted_secret", messages=1, system_prompt_hash=b.prompt(cases[2].text), tool_names="")
+
+    db = awkward_store(tmp_path / "state.db", layout, secrets)
+    ids = _all_ids(db)
+    out, expected = [], []
+    with open_store(db, readonly=True) as store, store.snapshot():
+        for sid in ids:
+            render.write_jsonl_session(store, sid, expected.append, True)
+        n = write_sessions(store, ids, lambda b: out.append(b.decode()),
+                           lambda sid: render.write_jsonl_session(store, sid, out.append, True), redact=True)
+    assert "".join(out) == "".join(expected)
+    assert n == _expected(db, ids)[1]
+    assert cases[0].secret not in "".join(out) and "[REDACTED]" in "".join(out)
+
+
 def test_a_prompt_hash_that_is_not_text_takes_the_reference_way(tmp_path):
     db = tmp_path / "state.db"
     with StoreBuilder(db, layout="v31") as b:
@@ -167,7 +201,8 @@ def test_rows_reaching_the_aggregate_out_of_id_order_are_caught(tmp_path, monkey
 
     line_sql = fast_jsonl.line_sql
     # Without the sort the rows come in the session index's order (by timestamp): "floats" goes back in time.
-    monkeypatch.setattr(fast_jsonl, "line_sql", lambda store: line_sql(store).replace("ORDER BY id) o", ") o"))
+    monkeypatch.setattr(fast_jsonl, "line_sql",
+                        lambda store, redact=False: line_sql(store, redact).replace("ORDER BY id) o", ") o"))
     db = awkward_store(tmp_path / "state.db", "v31")
     ids = _all_ids(db)
     out, fell_back = [], []
@@ -209,7 +244,8 @@ def test_a_batch_returned_out_of_order_stops_the_export(tmp_path, monkeypatch):
     from maint.export import fast_jsonl
 
     line_sql = fast_jsonl.line_sql
-    monkeypatch.setattr(fast_jsonl, "line_sql", lambda store: line_sql(store) + " ORDER BY j.key DESC")
+    monkeypatch.setattr(fast_jsonl, "line_sql",
+                        lambda store, redact=False: line_sql(store, redact) + " ORDER BY j.key DESC")
     db = awkward_store(tmp_path / "state.db", "v31")
     with open_store(db, readonly=True) as store, store.snapshot():
         with pytest.raises(RuntimeError, match="in place of"):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from maint.export.redact import MASK, name_kind, redact_row, redact_text, redact_value
+from maint.export.redact import MASK, name_kind, redact_bytes, redact_row, redact_text, redact_value
 from tests.conftest import run_subprocess
 from tests.secret_corpus import clean_texts, phone_cases, secret_cases
 from tests.storegen import StoreBuilder
@@ -20,6 +20,13 @@ def leaked(secret: str, text: str) -> bool:
     return any(secret[i:i + width] in text for i in range(len(secret) - width + 1))
 
 
+def redacted(case) -> str:
+    """What the redactor leaves of a corpus case (a BLOB case as the text of its redacted bytes)."""
+    if case.blob:
+        return redact_bytes(case.text.encode()).decode("utf-8", "replace")
+    return redact_text(case.text)
+
+
 def test_corpus_is_broad_and_holds_its_secrets():
     assert len(CASES) >= 150
     assert len({c.family for c in CASES}) >= 40
@@ -27,9 +34,9 @@ def test_corpus_is_broad_and_holds_its_secrets():
     assert all(c.secret and c.secret in c.text for c in CASES)  # else "masked" would be vacuous
 
 
-def test_recall_at_least_98_percent():
-    missed = [c for c in CASES if leaked(c.secret, redact_text(c.text))]
-    assert len(missed) <= 0.02 * len(CASES), [(c.family, c.text[:100]) for c in missed]
+def test_recall_is_complete():
+    missed = [(c.family, c.text[:100]) for c in CASES if leaked(c.secret, redacted(c))]
+    assert missed == []
 
 
 def test_clean_look_alikes_are_left_exactly_as_they_are():
@@ -44,7 +51,7 @@ def test_everything_hermes_masks_we_mask_too():
     from agent.redact import redact_sensitive_text
 
     cases = CASES + phone_cases()
-    hermes_masked = [c for c in cases if c.secret not in redact_sensitive_text(c.text, force=True)]
+    hermes_masked = [c for c in cases if not c.blob and c.secret not in redact_sensitive_text(c.text, force=True)]
     assert len(hermes_masked) >= 100  # the oracle has teeth
     ours_missed = [(c.family, c.text[:100]) for c in hermes_masked if leaked(c.secret, redact_text(c.text))]
     assert ours_missed == []
@@ -83,12 +90,22 @@ def test_json_text_stays_json():
     assert len(texts) > 5
     for text in texts:
         out = redact_text(text)
-        assert _shape(json.loads(out)) == _shape(json.loads(text))
+        masked, original = _shape(json.loads(out)), _shape(json.loads(text))
+        assert _keys_masked(masked, original) == masked
     out = json.loads(redact_text(stored))
     inner = json.loads(out[0]["function"]["arguments"])
     assert out[0]["id"] == "call_Ab3dEf6hIj9kLm2nOp5qRs8t"
     assert inner == {"command": "export OPENAI_API_KEY=[REDACTED] && run", "password": MASK,
                      "headers": {"Authorization": "Bearer [REDACTED]"}}
+
+
+def _keys_masked(masked, original):
+    """*original* with the keys that *masked* masks replaced by "*"."""
+    if isinstance(original, list) and isinstance(masked, list) and len(original) == len(masked):
+        return [(("*" if m[0] == "*" else o[0]), _keys_masked(m[1], o[1]))
+                if isinstance(o, tuple) and isinstance(m, tuple) else _keys_masked(m, o)
+                for m, o in zip(masked, original)]
+    return original
 
 
 def _is_json(text):
@@ -99,8 +116,9 @@ def _is_json(text):
 
 
 def _shape(value):
+    """Types and keys, in order; a key that holds a mask stands for the key it masked."""
     if isinstance(value, dict):
-        return {k: _shape(v) for k, v in value.items()}
+        return [("*" if MASK in k else k, _shape(v)) for k, v in value.items()]
     if isinstance(value, list):
         return [_shape(v) for v in value]
     return type(value).__name__
@@ -238,7 +256,126 @@ def test_other_draws_of_the_corpus():
     """The same generators with other seeds: other bodies, other contexts. Rules tuned to one draw
     of the corpus would miss here."""
     cases = [c for seed in range(1, 11) for c in secret_cases(seed)]
-    missed = [(c.family, c.text[:100]) for c in cases if leaked(c.secret, redact_text(c.text))]
-    assert len(missed) <= 0.02 * len(cases), missed
+    missed = [(c.family, c.text[:100]) for c in cases if leaked(c.secret, redacted(c))]
+    assert missed == []
     damaged = [t[:80] for seed in range(1, 11) for t in clean_texts(seed) if redact_text(t) != t]
     assert damaged == []
+
+
+# -- issue 26: the leak classes, each by its design ---------------------------------------------------
+
+GH2 = "ghp_" + "Qw8" * 12
+
+
+def test_secret_keys_are_masked_and_stay_distinct_keys():
+    value = {"tokens": {GH: "repo-a", GH2: "repo-b"}, "token_count": 3}
+    assert redact_value(value) == {"tokens": {MASK: "repo-a", MASK + "'": "repo-b"}, "token_count": 3}
+    assert json.loads(redact_text(json.dumps(value))) == {"tokens": {MASK: "repo-a", MASK + "'": "repo-b"},
+                                                          "token_count": 3}
+
+
+def test_json_escaped_twice_is_redacted_through_its_decoded_values():
+    config = json.dumps({"db": {"password": PW, "host": "db"}}, indent=2)
+    stored = json.dumps([{"id": "call_1", "type": "function", "function": {
+        "name": "write_file", "arguments": json.dumps({"path": "config.json", "content": config})}}])
+    assert '\\\\\\"password\\\\\\"' in stored  # the shape that leaked: \\\"password\\\"
+    out = json.loads(redact_text(stored))
+    args = json.loads(out[0]["function"]["arguments"])
+    assert json.loads(args["content"]) == {"db": {"password": MASK, "host": "db"}}
+    assert args["content"].startswith('{\n  "db"')  # re-encoded in its own layout
+    assert out[0]["id"] == "call_1"
+
+
+def test_unicode_escapes_cannot_hide_a_token_or_a_name():
+    token = OPENAI[1:]
+    assert redact_text('{"output": "key=\\u0073' + token + '"}') == '{"output": "key=[REDACTED]"}'
+    assert json.loads(redact_text('{"p\\u0061ssword": "' + PW + '"}')) == {"password": MASK}
+    assert redact_text('print("\\u0073' + token + '")') == 'print("[REDACTED]")'  # not JSON: the run decoded
+
+
+def test_blobs_are_redacted_as_the_text_they_hold_keeping_their_other_bytes():
+    blob = b"\xff\xfe head OPENAI_API_KEY=" + OPENAI.encode() + b" tail \x00\x01"
+    assert redact_bytes(blob) == b"\xff\xfe head OPENAI_API_KEY=" + MASK.encode() + b" tail \x00\x01"
+    assert redact_bytes(b"clean \xff bytes") == b"clean \xff bytes"
+    row = redact_row({"id": 1, "content": blob, "tool_calls": json.dumps({"password": PW}).encode()})
+    assert OPENAI.encode() not in row["content"] and json.loads(row["tool_calls"]) == {"password": MASK}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("password: |\n  Hunter2!xq7\nhost: db", "password: |\n  [REDACTED]\nhost: db"),
+    ("db:\n  password: >-\n    Hunter2!xq7\n    more\n  host: db", "db:\n  password: >-\n    [REDACTED]\n  host: db"),
+    ("smtp:\n  password:\n    Hunter2!xq7\n  user: mailer", "smtp:\n  password:\n    [REDACTED]\n  user: mailer"),
+])
+def test_yaml_block_scalars_and_next_line_values(text, expected):
+    assert redact_text(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("<password>Hunter2!xq7</password>", "<password>[REDACTED]</password>"),
+    ("<db:secret>Hunter2!xq7</db:secret>", "<db:secret>[REDACTED]</db:secret>"),
+    ('<add key="ApiKey" value="Hunter2!xq7" />', '<add key="ApiKey" value="[REDACTED]" />'),
+    ('<entry key="db.password">Hunter2!xq7</entry>', '<entry key="db.password">[REDACTED]</entry>'),
+    ('<user name="admin" password="Hunter2!xq7"/>', '<user name="admin" password="[REDACTED]"/>'),
+    ("CREATE USER 'app'@'%' IDENTIFIED BY 'Hunter2!xq7';", "CREATE USER 'app'@'%' IDENTIFIED BY '[REDACTED]';"),
+    ("ALTER USER app WITH PASSWORD 'Hunter2!xq7';", "ALTER USER app WITH PASSWORD '[REDACTED]';"),
+    ("ALTER USER scott IDENTIFIED BY tiger99;", "ALTER USER scott IDENTIFIED BY [REDACTED];"),
+    ('os.environ["DB_PASSWORD"] = "Hunter2!xq7"', 'os.environ["DB_PASSWORD"] = "[REDACTED]"'),
+    ("cfg['api_key'] = 'Hunter2!xq7'", "cfg['api_key'] = '[REDACTED]'"),
+    ("define('DB_PASSWORD', 'Hunter2!xq7');", "define('DB_PASSWORD', '[REDACTED]');"),
+    ('os.Setenv("GITHUB_TOKEN", "Hunter2!xq7")', 'os.Setenv("GITHUB_TOKEN", "[REDACTED]")'),
+    ('$password = "Hunter2!xq7";', '$password = "[REDACTED]";'),
+    ('const apiKey: string = "Hunter2!xq7";', 'const apiKey: string = "[REDACTED]";'),
+    ('db_password <- "Hunter2!xq7"', 'db_password <- "[REDACTED]"'),
+    ("PASSWORD('Hunter2!xq7')", "PASSWORD('[REDACTED]')"),
+    ("db.password Hunter2!xq7", "db.password [REDACTED]"),
+    ("ENV DB_PASSWORD Hunter2!xq7", "ENV DB_PASSWORD [REDACTED]"),
+    ("requirepass Hunter2!xq7", "requirepass [REDACTED]"),
+    ('token = """Hunter2!xq7"""', 'token = """[REDACTED]"""'),
+    ("env:\n  - name: DB_PASSWORD\n    value: Hunter2!xq7", "env:\n  - name: DB_PASSWORD\n    value: [REDACTED]"),
+])
+def test_assignment_shapes_by_the_secret_like_name(text, expected):
+    assert redact_text(text) == expected
+
+
+def test_name_value_pairs_in_json_mask_the_value_by_the_name():
+    value = [{"ParameterKey": "DbPassword", "ParameterValue": PW}, {"name": "LOG_LEVEL", "value": "debug"}]
+    assert redact_value(value) == [{"ParameterKey": "DbPassword", "ParameterValue": MASK},
+                                   {"name": "LOG_LEVEL", "value": "debug"}]
+
+
+def test_hostile_depth_never_raises():
+    """JSON as deep as the parser takes, JSON strings nested in JSON strings, and Python structures
+    deeper than the recursion limit: redacted, never a RecursionError."""
+    deep = "[" * 999 + json.dumps({"password": PW}) + "]" * 999
+    out = redact_text(deep)
+    assert PW not in out and out.count("[") == deep.count("[") + out.count(MASK) == 1000
+    too_deep = "[" * 1500 + json.dumps({"password": PW}) + "]" * 1500
+    assert PW not in redact_text(too_deep)  # not JSON by our rule: redacted as text
+    nested = json.dumps({"password": PW})
+    for _ in range(12):
+        nested = json.dumps({"content": nested})
+    assert PW not in redact_text(nested)
+    value: object = {"password": PW}
+    for _ in range(50_000):
+        value = [value]
+    out = redact_value(value)
+    for _ in range(50_000):
+        out = out[0]
+    assert out == {"password": MASK}
+
+
+def test_recall_is_complete_inside_tool_call_arguments():
+    """Every case again, as a file a tool call writes: its text JSON-encoded twice in the stored
+    tool_calls. The raw text decides whether to decode, so this checks that nothing escaping can
+    change (line ends, quotes, backslashes) hides a case from that decision."""
+    missed = []
+    for c in CASES:
+        if c.blob:
+            continue
+        stored = json.dumps([{"id": "call_1", "type": "function", "function": {
+            "name": "write_file", "arguments": json.dumps({"path": "f.txt", "content": c.text})}}])
+        out = redact_text(stored)
+        inner = json.loads(json.loads(out)[0]["function"]["arguments"])["content"]
+        if leaked(c.secret, inner):
+            missed.append((c.family, c.text[:100]))
+    assert missed == []

@@ -21,10 +21,12 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import lru_cache
 from typing import Any
 
 import apsw
 
+from maint.export.redact import KEEP_COLUMNS, gate, redact_gated, redact_text, redact_value
 from maint.json_text import MAX_DEPTH
 from maint.store.connection import Store
 
@@ -76,7 +78,7 @@ def _affinity(declared: str) -> str:
     return "real" if any(k in t for k in ("REAL", "FLOA", "DOUB")) else "numeric"
 
 
-def _value(expr: str, affinity: str = "blob") -> str:
+def _value(expr: str, affinity: str = "blob", redact: bool = False) -> str:
     """A column as ``json.dumps`` prints it: finite floats by ``float.__repr__``, blobs and infinities
     by the encoder itself, the rest by SQLite.
 
@@ -87,6 +89,10 @@ def _value(expr: str, affinity: str = "blob") -> str:
     real = f"iif(abs({expr}) <= 1.7976931348623157e308, maint_repr({expr}), maint_json({expr}))"
     number = {"text": "", "real": f"WHEN {expr} < '' THEN {real} "}.get(
         affinity, f"WHEN {expr} < '' THEN iif(typeof({expr}) = 'real', {real}, {expr}) ")
+    if redact:  # texts of 8 characters or more and blobs go through the redactor (render.redact_row)
+        return (f"CASE WHEN {expr} IS NULL THEN 'null' {number}WHEN {expr} < x'' THEN "
+                f"iif(length({expr}) < 8, json_quote({expr}), coalesce(maint_gated(CAST({expr} AS BLOB)), "
+                f"json_quote({expr}))) ELSE maint_redacted({expr}) END")
     return (f"CASE WHEN {expr} IS NULL THEN 'null' {number}WHEN {expr} < x'' THEN json_quote({expr}) "
             f"ELSE maint_json({expr}) END")
 
@@ -104,13 +110,36 @@ def _tenths(expr: str) -> str:
             f"CAST(floor({expr} * 10 + 0.5) AS INTEGER) % 10), maint_ms({expr}))")
 
 
-def _object(alias: str, columns: list[tuple[str, str]], close: str) -> str:
-    """``json.dumps`` of a row as a dict (keys in column order, ``", "`` and ``": "``), then *close*."""
-    parts = []
-    for n, (col, affinity) in enumerate(columns):
-        parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
-        parts.append(_value(f"{alias}.{_ident(col)}", affinity))
-    return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
+def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool = False) -> str:
+    """``json.dumps`` of a row as a dict (keys in column order, ``", "`` and ``": "``), then *close*;
+    with *redact*, of the row as :func:`maint.export.redact.redact_row` leaves it."""
+    def build(redacted: bool) -> str:
+        parts = []
+        for n, (col, affinity) in enumerate(columns):
+            parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
+            parts.append(_value(f"{alias}.{_ident(col)}", affinity, redacted and col not in KEEP_COLUMNS))
+        return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
+
+    if not redact or not _gated_texts(alias, columns):
+        return build(False)
+    # Rows the gate let through (maint_hits, filled by gate_rows for the batch) go column by column
+    # through the redactor; SQLite alone builds the rest.
+    return f"iif(maint_hits('{alias}', {alias}.rowid), {build(True)}, {build(False)})"
+
+
+def _gated_texts(alias: str, columns: list[tuple[str, str]]) -> str:
+    """A row's redactable columns as one UTF-8 blob, a line each (every rule that wants the end of a
+    text takes the end of a line), blobs as their bytes; '' when the table has none."""
+    texts = [f"{alias}.{_ident(col)}" for col, _ in columns if col not in KEEP_COLUMNS]
+    return f"CAST(concat_ws(char(10), {', '.join(texts)}) AS BLOB)" if texts else ""
+
+
+def gate_sql(store: Store) -> tuple[str, str]:
+    """Per batch (the JSON array of session ids bound to ``?``): (rowid, texts) of its sessions, then
+    of their messages, for :func:`maint.export.redact.gate`."""
+    sessions, messages = _gated_texts("s", _columns(store, "sessions")), _gated_texts("m", _columns(store, "messages"))
+    return (f"SELECT s.rowid, {sessions or 'NULL'} FROM json_each(?) j JOIN sessions s ON s.id = j.value",
+            f"SELECT m.rowid, {messages or 'NULL'} FROM json_each(?) j JOIN messages m ON m.session_id = j.value")
 
 
 def _columns(store: Store, table: str) -> list[tuple[str, str]]:
@@ -121,7 +150,7 @@ _UNAVAILABLE = ('"available": false, "unavailable_reason": "no message has a tim
                 '"wall_clock_ms": null, "largest_gap_ms": null, "intervals": []}}')  # the block's } and the line's
 
 
-def _messages(columns: list[tuple[str, str]], prompts: str) -> str:
+def _messages(columns: list[tuple[str, str]], prompts: str, redact: bool = False) -> str:
     """One ordered pass over the session's rows: the messages, the prompts, the role counts (Python's
     Counter over the roles, in order) and the tool calls; NUL for what the SQL cannot vouch for.
 
@@ -144,7 +173,7 @@ def _messages(columns: list[tuple[str, str]], prompts: str) -> str:
                              OR role = 'assistant'
                               AND length(calls) - length(replace(replace(calls, '[', ''), '{{', '')) > {MAX_DEPTH}), 0)
                 OR group_concat(id) IS NOT group_concat(id, ',' ORDER BY id), char(0), ''))
-        FROM (SELECT m.id AS id, {_object('m', columns, '}')} AS js, {role} AS role, {calls} AS calls
+        FROM (SELECT m.id AS id, {_object('m', columns, '}', redact)} AS js, {role} AS role, {calls} AS calls
               FROM (SELECT id FROM messages WHERE session_id = s.id ORDER BY id) o JOIN messages m ON m.id = o.id))"""
 
 
@@ -167,7 +196,7 @@ def _intervals(columns: list[tuple[str, str]]) -> str:
               FROM messages m WHERE m.session_id = s.id))"""
 
 
-def line_sql(store: Store) -> str:
+def line_sql(store: Store, redact: bool = False) -> str:
     """One row per session id of the JSON array bound to ``?``: (position, found, messages, line).
 
     No ORDER BY: a sort would build every line of the batch before returning the first. json_each
@@ -176,7 +205,7 @@ def line_sql(store: Store) -> str:
     """
     session_cols, message_cols = _columns(store, "sessions"), _columns(store, "messages")
     names = {c for c, _ in session_cols}
-    head = _object("s", session_cols, ", \"messages\": [" if session_cols else "\"messages\": [")
+    head = _object("s", session_cols, ", \"messages\": [" if session_cols else "\"messages\": [", redact)
     prompts = "''"
     if store.has_table("system_prompts"):
         refs = [f"iif(typeof(s.{c}) = 'text' AND s.{c} <> '', s.{c}, NULL)"
@@ -185,11 +214,12 @@ def line_sql(store: Store) -> str:
         # A hash that is not text would be a key json.dumps prints otherwise (only a store whose hash
         # column turns the text refs into numbers matches one).
         prompts = f"""(SELECT concat(', "system_prompts": {{',
-                group_concat(json_quote(p.hash) || ': ' || {_value('p.prompt')}, ', ' ORDER BY p.hash), '}}',
+                group_concat(json_quote(p.hash) || ': ' || {_value('p.prompt', redact=redact)}, ', '
+                             ORDER BY p.hash), '}}',
                 iif(SUM(typeof(p.hash) <> 'text'), char(0), ''))
                 FROM system_prompts p WHERE {where})"""
     return f"""SELECT j.key, s.rowid IS NOT NULL, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id),
-        CAST(concat({head}, {_messages(message_cols, prompts)}, {_intervals(message_cols)}, char(10)) AS BLOB)
+        CAST(concat({head}, {_messages(message_cols, prompts, redact)}, {_intervals(message_cols)}, char(10)) AS BLOB)
         FROM json_each(?) j LEFT JOIN sessions s ON s.id = j.value"""
 
 
@@ -199,6 +229,55 @@ def register(store: Store) -> None:
     conn.create_scalar_function("maint_repr", float.__repr__, 1, deterministic=True)
     conn.create_scalar_function("maint_ms", _ms, 1, deterministic=True)
     conn.create_scalar_function("maint_roles", _roles, 1, deterministic=True)
+    conn.create_scalar_function("maint_redacted", _redacted, 1, deterministic=True)
+    conn.create_scalar_function("maint_gated", _gated, 1, deterministic=True)
+
+
+class _Hits:
+    """The rows of the batch under way in which the redactor's gate found a candidate. Gating a
+    batch in one tight loop before SQLite builds its lines keeps the gate's automaton in the CPU's
+    caches (interleaved with the line building it ran at half the speed)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.sql = gate_sql(store)
+        self.rows: dict[str, set] = {"s": set(), "m": set()}
+        store.conn.create_scalar_function("maint_hits", self.hit, 2)
+
+    def hit(self, alias: str, rowid: Any) -> bool:
+        return rowid in self.rows[alias]
+
+    def gate_batch(self, batch_json: str) -> None:
+        for alias, sql in zip(("s", "m"), self.sql):
+            self.rows[alias] = {rowid for rowid, texts in self.store.conn.execute(sql, (batch_json,))
+                                if texts is not None and gate(texts)}
+
+
+def _gated(text: bytes) -> str | None:
+    """A text column's UTF-8, redacted and JSON-quoted; None (SQLite quotes it) when the redactor's gate
+    says no rule can match: most texts never become Python strings."""
+    if len(text) <= 64:
+        return _gated_short(text)
+    hits = gate(text)
+    if not hits:
+        return None
+    return _quote(redact_gated(text.decode("utf-8"), hits))
+
+
+@lru_cache(maxsize=8192)
+def _gated_short(text: bytes) -> str | None:
+    """Short texts (tool names, models, finish reasons) repeat on every message: remembered."""
+    hits = gate(text)
+    if not hits:
+        return None
+    return _quote(redact_gated(text.decode("utf-8"), hits))
+
+
+def _redacted(value: Any) -> str:
+    """A text or blob column as the reference renderer writes it with --redact."""
+    if value.__class__ is str:
+        return _quote(redact_text(value))
+    return _json(redact_value(value))
 
 
 def _batches(ids: Iterable[Any]) -> Iterator[list[Any]]:
@@ -213,16 +292,20 @@ def _batches(ids: Iterable[Any]) -> Iterator[list[Any]]:
 
 
 def write_sessions(store: Store, ids: Iterable[Any], write: Callable[[bytes], None],
-                   reference: Callable[[Any], int]) -> int:
+                   reference: Callable[[Any], int], redact: bool = False) -> int:
     """Every session's line in order, as UTF-8 written in chunks of about :data:`CHUNK` bytes (by a
-    second thread); *reference* renders (and counts) a session the SQL gives back."""
+    second thread); *reference* renders (and counts) a session the SQL gives back. With *redact*,
+    every text the reference would redact is redacted by it, called from the SQL."""
     register(store)
-    sql = line_sql(store)
+    sql = line_sql(store, redact)
+    hits = _Hits(store) if redact else None
     out = _Chunks(write)
     n = 0
     try:
         for batch in _batches(ids):
             if all(isinstance(sid, str) for sid in batch):
+                if hits is not None:
+                    hits.gate_batch(json.dumps(batch))
                 n += _write_batch(store, sql, batch, out, _Unlimited(store, reference))
             else:
                 out.flush()

@@ -293,10 +293,11 @@ class Renderer:
             return sum(r.write_jsonl_session(store, sid, write, redact, kept_children=[
                 c for (c,) in store.conn.execute("SELECT id FROM sessions WHERE parent_session_id = ? ORDER BY id",
                                                  (sid,)) if c not in family]) for sid in entry["ids"])
-        if self.req.fmt == "jsonl" and not self.req.only and not redact:
+        if self.req.fmt == "jsonl" and not self.req.only:  # redacted too: the SQL calls the redactor
             from maint.export.fast_jsonl import write_sessions
 
-            return write_sessions(store, entry["ids"], write_bytes, lambda sid: _reference_jsonl(store, sid, write))
+            return write_sessions(store, entry["ids"], write_bytes,
+                                  lambda sid: _reference_jsonl(store, sid, write, redact=redact), redact=redact)
         from maint.export import render as r  # jinja2 and the redaction patterns: imported when needed
 
         if self.req.fmt == "jsonl":
@@ -336,11 +337,11 @@ class Renderer:
         return h.hexdigest()
 
 
-def _reference_jsonl(store: Store, session_id: str, write) -> int:
+def _reference_jsonl(store: Store, session_id: str, write, redact: bool = False) -> int:
     """A session the SQL-built export gives back, rendered (or failed) the Python way."""
     from maint.export.render import write_jsonl_session
 
-    return write_jsonl_session(store, session_id, write, False)
+    return write_jsonl_session(store, session_id, write, redact)
 
 
 def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> dict[str, Any]:

@@ -21,9 +21,12 @@ JSON text stays JSON.
 
 from __future__ import annotations
 
+import json
 import re
 from functools import lru_cache
 from typing import Any
+
+from maint import json_text
 
 MASK = "[REDACTED]"
 
@@ -101,6 +104,42 @@ _FAMILIES: list[tuple[str, str]] = [
     ("openai-session", r"sess-[A-Za-z0-9]{40}"),
     ("firebase-fcm", r"AAAA[A-Za-z0-9_\-]{7}:[A-Za-z0-9_\-]{100,}"),
     ("dropbox", r"sl\.[A-Za-z0-9_\-]{100,}"),
+    # more families from gitleaks's public rule set (config/gitleaks.toml)
+    ("1password-secret-key", r"A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})"
+                             r"-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}"),
+    ("adobe", r"p8e-[A-Za-z0-9]{32}"),
+    ("airtable", r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}"),
+    ("alibaba", r"LTAI[A-Za-z0-9]{20}"),
+    ("artifactory-reference", r"cmVmd[A-Za-z0-9]{59}"),
+    ("aws-bedrock", r"ABSK[A-Za-z0-9+/]{109,269}={0,2}"),
+    ("clickhouse", r"4b1d[A-Za-z0-9]{38}"),
+    ("clojars", r"CLOJARS_[A-Za-z0-9]{60}"),
+    ("defined-networking", r"dnkey-[A-Za-z0-9=_\-]{26}-[A-Za-z0-9=_\-]{52}"),
+    ("duffel", r"duffel_(?:test|live)_[A-Za-z0-9_\-=]{43}"),
+    ("dynatrace", r"dt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}"),
+    ("easypost", r"EZ[AT]K[A-Za-z0-9]{54}"),
+    ("facebook-page", r"EAA[MC][A-Za-z0-9]{100,}"),
+    ("flutterwave", r"FLW(?:SECK|PUBK)_TEST-[a-hA-H0-9]{12,32}(?:-X)?"),
+    ("flyio", r"fo1_[\w\-]{43}|fm1[ar]_[A-Za-z0-9+/]{100,}={0,3}|fm2_[A-Za-z0-9+/]{100,}={0,3}"),
+    ("frameio", r"fio-u-[A-Za-z0-9_=\-]{64}"),
+    ("harness", r"(?:pat|sat)\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}"),
+    ("infracost", r"ico-[A-Za-z0-9]{32}"),
+    ("intra42", r"s-s4t2(?:ud|af)-[a-f0-9]{64}"),
+    ("maxmind", r"[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk"),
+    ("octopus-deploy", r"API-[A-Z0-9]{26}"),
+    ("openshift", r"sha256~[\w\-]{43}"),
+    ("readme", r"rdme_[a-z0-9]{70}"),
+    ("scalingo", r"tk-us-[\w\-]{48}"),
+    ("sendinblue", r"xkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}"),
+    ("settlemint", r"sm_[aps]at_[A-Za-z0-9]{16}"),
+    ("shippo", r"shippo_(?:live|test)_[a-fA-F0-9]{40}"),
+    ("sourcegraph", r"sgp_(?:[a-fA-F0-9]{16}_|local_)?[a-fA-F0-9]{40}"),
+    ("typeform", r"tfp_[A-Za-z0-9_.=\-]{59}"),
+    ("yandex", r"AQVN[A-Za-z0-9_\-]{35,38}|t1\.[A-Za-z0-9_\-]+={0,2}\.[A-Za-z0-9_\-]{86}"),
+    ("newrelic-more", r"NRJS-[a-f0-9]{19}|NRII-[A-Za-z0-9_\-]{32}"),
+    ("sonar", r"sq[upa]_[a-f0-9]{40}"),
+    ("twitter-bearer", r"A{22}[A-Za-z0-9%]{80,100}"),
+    ("gitlab-session", r"_gitlab_session=[0-9a-z]{32}"),
     # webhooks: the secret is the path; the host stays readable
     ("slack-webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{20,}"),
     ("discord-webhook", r"discord(?:app)?\.com/api/webhooks/\d{16,20}/[A-Za-z0-9_\-]{40,}"),
@@ -120,6 +159,88 @@ _HEX = b"0123456789abcdef-"
 _PLAIN = _HEX + b":.TZ+"
 _HEX_SHAPES = re.compile(rb"fc-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}")
 _ID_RUN = re.compile(rb"(?:call|toolu|msg|chatcmpl|run|req|resp|asst|thread|batch)[_\-][A-Za-z0-9_\-]+")
+
+
+# -- the gate ------------------------------------------------------------------------------------
+# One automaton over the whole text, compiled by RE2 (linear time, a DFA): it matches wherever any
+# rule below could (a keyword with a separator after it, a shape's prefix, a place's marker, an
+# escape), so a text it does not match is returned as it is without running them. It must stay a
+# superset of the rules: the corpus tests run through it.
+_GATE_KW = "(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer)"
+_GATE_NAMECHARS = r"[^\s\"'`\]=:,(<>\\]"
+# The name after its keyword: anything, except a name that ends in "tokens" (MAX_TOKENS, max_tokens:
+# no rule takes a plural, and code is full of them), unless another keyword comes first.
+_GATE_TAIL = r"(?:(?i:[^s\s\"'`\]=:,(<>\\])" + _GATE_NAMECHARS + "*|(?i:s)" + _GATE_NAMECHARS + "+)?"
+# What follows "NAME =": a line end (a YAML block) or a value that is not os./self. (code reading
+# a setting: the rules skip os.environ[…], self.token …)
+_GATE_VALUE = (r"[ \t]*(?:[\r\n]|$|(?i:[^os\s]|o$|o[^s]|os$|os[^.]|s$|s[^e]|se$|se[^l]|sel$|sel[^f]|self$"
+               r"|self[^.]))")
+_GATE_NAME = (_GATE_KW.replace("token|", "") + _GATE_NAMECHARS + "*|(?i:token)" + _GATE_TAIL)
+_GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
+              r"(?:\\*[\"'])?\]?[ \t]*(?::|[?+]?=|<-|<<<)" + _GATE_VALUE +  # NAME=, NAME:, "NAME"] =, NAME <-
+              r"|[ \t]*\|[ \t]*[^\s|]+[ \t]*\|"  # | NAME | value |
+              r"|\\*[\"']\]?[ \t]*,"  # "NAME", value
+              r"|(?:\\*[\"'])?\]?[ \t]*\([ \t]*\\*[\"']"  # NAME("value")
+              r"|[ \t]+(?:\\*[\"']|\[|(?i:is|was)[ \t]|[^\s\"'`=:]+[ \t]*(?:[\r\n\\\"]|$)))"  # NAME 'v', NAME v$
+              r"|<(?:[\w.\-]*:)?[\w.\-]*" + _GATE_KW + _GATE_NAMECHARS + r"*(?:\\*[\"'])?\]?[ \t]*>")  # <NAME>
+_GATE_PAIR = (r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?[\w.\-]*"
+              + _GATE_KW + r"|(?i:variable)[ \t]+\\*[\"'][\w.\-]*" + _GATE_KW)
+_GATE_CLI = r"--[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*[ \t]+[^\s\-]"
+_GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|(?i:bearer)\s|\s-[upa]|--user|--proxy-user|sshpass|machine\s"
+                r"|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\[ux][0-9a-fA-F]{2}|\\/"
+                r"|(?i:securestring)|echo[ \t][^\n]*\|"
+                r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate)[ \t]*\("
+                r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
+                r"|,[ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*[\r\n,]|(?m:^)[ \t\"]*[\w.\-]*" + _GATE_KW
+                + r"[\w.\-]*[ \t\"]*,"
+                r"|\b(?i:password|passphrase|passcode|secret|token|api key|credentials?)\b[^.:\n]{0,60}:[ \t]*[^\s]")
+_GATE_SHAPES = (
+    r"sk-|gsk_|pplx-|tgp_v1_|f(?:w|pk)[_\-]|xai-|hf_|api_org_|r8_|lsv2_|pcsk_|tvly-"
+    r"|fal_|fc-|bb_live_|am_|exa_|syt_|retaindb_|hsk-|mem0_|brv_|sk_|gAAAA|AIza|GOCSPX-|ya29\.|1//0"
+    r"|AKIA|ASIA|ABIA|ACCA|A3T|\dQ~|gh[pousr]_|github_pat_|gl(?:pat|dt|rtr|rt|ptt|cbt|ft|soat|oas|imt|agent|ffct|wt)-"
+    r"|GR1348941|AT(?:ATT|CTT|OAT)3|ATBB|npm_|pypi-|rubygems_|dckr_|do[opr]_v1_|HRKU-|v1\.0-|vc[piakr]_"
+    r"|nf[pcoa]_|shp(?:at|ca|pa|ss)_|[rp]k_(?:live|test)_|whsec_|SK[0-9a-fA-F]{8}|AC[0-9a-f]{8}|SG\."
+    r"|key-[0-9a-f]|[0-9a-f]{32}-(?:[0-9a-f]{8}-|us)|xox|xapp-|\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27}"
+    r"|\d{8}:[A-Za-z0-9_\-]{30}|lin_|secret_|ntn_|sntry[su]_|eyJ|PMAK-|\.atlasv1\.|hv[sbr]\."
+    r"|s\.[A-Za-z0-9]{24}|gl(?:c|sa)_|NRAK-|pscale_|sbp_|dp\.(?:pt|st|sa|ct|scim|audit)\.|AGE-SECRET-KEY-1"
+    r"|age1[02-9ac-hj-np-z]{8}|figd_|sq0(?:atp|csp|idp)-|EAAA|dapi|AKCp|pul-[a-f0-9]|pnu_|CFPAT-"
+    r"|sess-|AAAA[A-Za-z0-9_\-]{7}:|sl\.|A3-|p8e-"
+    r"|pat[A-Za-z0-9]{14}\.|LTAI|cmVmd|ABSK|4b1d|CLOJARS_|dnkey-|duffel_|dt0c01\.|EZ[AT]K|EAA[MC]"
+    r"|FLW(?:SECK|PUBK)_TEST-|fo1_|fm1[ar]_|fm2_|fio-u-|pat\.|sat\.|ico-|s-s4t2|_mmk"
+    r"|API-|sha256~|rdme_|tk-us-|xkeysib-|sm_[aps]at_|shippo_|sgp_|tfp_|AQVN|t1\.[A-Za-z0-9_\-]"
+    r"|NRJS-|NRII-|sq[upa]_|AAAAAAAAAAAAAAAAAAAAAA|_gitlab_session=|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/")
+
+
+def _compile_gate() -> Any:
+    """RE2's set matcher: it only says whether anything matches, which its DFA answers alone (a
+    search for where would cost a second pass). Patterns with long counted repeats that can start
+    anywhere (a Discord token's [MNO]x{23,27}) are given by a shorter superset: they multiply the
+    DFA's states, and the gate's speed, by several."""
+    import re2
+
+    options = re2.Options()
+    options.max_mem = 64 << 20
+    gate = re2.Set.SearchSet(options)
+    for pattern in ("|".join((_GATE_NAME, _GATE_PAIR, _GATE_CLI)), _GATE_SHAPES, _GATE_PLACES):
+        gate.Add(pattern.encode())  # indices NAMES, SHAPES, PLACES: which rules can match
+    gate.Compile()
+    return gate.Match
+
+
+NAMES, SHAPES, PLACES = 0, 1, 2
+_GATE = _compile_gate()
+
+
+# gate(utf8_bytes): which kinds of rule (NAMES, SHAPES, PLACES) could find something in the text;
+# empty when none can.
+gate = _GATE
+
+
+def redact_gated(text: str, hits: Any) -> str:
+    """:func:`redact_text` of a text :func:`gate` gave *hits* for."""
+    if len(text) < 8:
+        return text
+    return redact_text(text) if len(text) <= 64 or 4096 <= len(text) <= 65536 else _redact(text, hits)
 
 
 def _looks_random(token: str) -> bool:
@@ -149,14 +270,21 @@ def _random_body(token: str) -> bool:
 # A name is found at a keyword inside it; the regex is only run on text whose lower-cased form holds
 # one of _NAME_TRIGGERS.
 _NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pw", "dsn", "cookie", "jwt", "bearer")
-_PROSE_TRIGGERS = ("key", "token", "pass", "secret")
 # Bounded repeats: a keyword inside a long run ("keykeykey...") costs at most ~100 steps, never the run.
-_TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\?[\"'])?"
+_TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"'])?(?P<sub>\])?"
              # "AWS Secret Access Key [None]: …" (aws configure) puts a bracket before the colon
-             r"(?:(?P<sep>(?:[ \t]+\[[^\]\n]{0,20}\])?[ \t]*(?::=|=>|=(?!=)|:(?![/:=]))[ \t]*)"
-             r"|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?))"
-             # a value follows on the same line, and not an obvious code reference
-             r"(?=[^\s])(?!os\.|process\.env|self\.|config\.|settings\.|getenv\(|env\(|args\.|none\b|null\b)")
+             r"(?:(?P<sep>(?:[ \t]+\[[^\]\n]{0,20}\])?[ \t]*"
+             # a type between the name and "=": api_key: str = …, apiKey: string = …, TOKEN: &str = …
+             r"(?::[ \t]*[&*]?[\w.]{1,40}(?:<[^<>\n]{0,40}>|\[[^\[\]\n]{0,40}\])?\??[ \t]*(?==[^=]))?"
+             # NAME=, NAME:, NAME:=, NAME =>, NAME <-; "NAME", value (define, setenv); <NAME>value; NAME("value")
+             r"(?::=|=>|<<<|<-|[?+]=|=(?!=)|:(?![/:=])|(?P<comma>,)|(?P<xml>>)|(?P<call>\()(?=[ \t]*\\*[\"'])"
+             # | NAME | value | (a Markdown table row)
+             r"|(?P<cell>\|)(?=[ \t]*[^\s|]+[ \t]*\|)))[ \t]*"
+             r"|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?)"
+             # NAME 'value' (SQL, #define), NAME value at the end of a line (properties, ENV, set -x)
+             r"|(?P<ws>[ \t]+)(?=\\*[\"']|[^\s\"'`=:]+[ \t]*(?:\r?\n|$)))"
+             # a value follows (on the same line, or a YAML block below), not an obvious code reference
+             r"(?=[^\s]|\r?\n)(?!os\.|process\.env|self\.|config\.|settings\.|getenv\(|env\(|args\.|none\b|null\b)")
 _KW_SEP = {word: re.compile(word + _TAIL_SEP) for word in _NAME_TRIGGERS}
 _KW_SEP_ANYCASE = {word: re.compile(word + _TAIL_SEP, re.IGNORECASE) for word in _NAME_TRIGGERS}
 # --password VALUE (the name starts after the dashes)
@@ -167,15 +295,18 @@ _NAME_BACK = re.compile(r"[A-Za-z0-9_.\-]*")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
 _VALUE = re.compile(
-    r"\\\"(?P<eq>.*?)\\\""                      # \"value\" inside a JSON-encoded string
+    r"(?P<esc>\\+)(?P<eqq>[\"'])(?P<eq>.*?)(?P=esc)(?P=eqq)"  # \"value\" inside JSON-encoded strings, any level
+    r"|\"\"\"(?P<tq>.*?)\"\"\"|'''(?P<tsq>.*?)'''"  # """value""" (TOML, Python)
     r"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\""           # "value"
     r"|'(?P<sq>[^'\n]*)'"                        # 'value'
-    r"|(?P<uq>[^\s\"'`\\;&,<>(){}\[\]|]+)")      # bare value
+    r"|(?:`|\$\()echo[ \t]+(?P<echo>[^`)\s]+)"      # `echo value`, $(echo value)
+    r"|(?P<uq>(?:[^\s\"'`\\;&,<>(){}\[\]|]|\\u[0-9a-fA-F]{4})+)")      # bare value (\u escapes too)
 _LINE_VALUE = re.compile(r"[^\n\"'\\]*")
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 _PASSWORD_WORDS = {"password", "passwd", "pass", "pwd", "pw", "passphrase", "secret", "secrets", "credential",
-                   "credentials", "creds", "privatekey", "secretkey"}
+                   "credentials", "creds", "privatekey", "secretkey", "requirepass", "masterauth", "passcode",
+                   "passkey", "pincode"}
 _TOKEN_WORDS = {"token", "apikey", "accesskey", "authtoken", "accesstoken", "refreshtoken", "signature", "sig",
                 "dsn", "bearer", "jwt", "sas", "pat"}
 _FUSED = ("password", "passwd", "secret", "token", "apikey", "credential", "credentials")
@@ -360,26 +491,33 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         seen.add(done)
         pos = m.end()
         cli = m.re is _CLI_NAME
-        prose = not cli and m.group("prose") is not None
         start = m.start("n") if cli else m.start()
         # back to the start of the name (a reversed window, so the scan runs in C)
         start -= _NAME_BACK.match(text[max(0, start - 80):start][::-1]).end()
         while start < done and not (text[start].isalpha() or text[start] == "_"):
             start += 1  # names start with a letter or _
-        if start and text[start - 1] == "$":
-            continue  # $API_KEY: a variable, not an assignment
         name = text[start:done]
         kind = name_kind(name)
         if kind is None:
-            continue
-        if prose:
+            continue  # most names found: token_count, MAX_TOKENS, keyboard ...
+        form = "cli" if cli else _form(m)
+        if start and text[start - 1] == "$" and form != "assign":
+            continue  # $API_KEY: a variable, not an assignment ($password = '…' is one)
+        if form == "prose":
             v = _PROSE_VALUE.match(text, pos)
             if v and kind in ("password", "token") and _value_is_secret(v.group(), kind, False, name) \
                     and _looks_random(v.group()) | any(c in "!#$%^&*_-+=~.@?" for c in v.group()[1:]):
                 spans.append(v.span())
             continue
+        if form == "xml":
+            _xml_span(text, start, pos, name, kind, spans)
+            continue
         if kind in ("auth", "line"):
-            _header_span(text, pos, kind, spans)
+            if form in ("assign", "cli"):
+                _header_span(text, pos, kind, spans)
+            continue
+        if text[pos] in "|>\r\n" and form == "assign" and text[m.end("n"):pos].strip(" \t\"'\\]").startswith(":"):
+            _yaml_block_span(text, start, pos, name, kind, spans)
             continue
         v = _VALUE.match(text, pos)
         if v is None:
@@ -388,6 +526,14 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         value = v.group(group)
         if group == "uq" and (text[v.end():v.end() + 1] in ("(", "[") or cli and value.startswith("-")):
             continue  # a call or subscript: code, not a value; or the next flag
+        if form != "assign" and form != "cli":
+            # weaker evidence (a comma, a call, a space): only a value that looks like a credential
+            if form in ("comma", "call") and (group == "uq" or not m.group("q") and form == "comma"):
+                continue
+            if form == "call" and (name.lower().startswith(_GETTERS) or not _CALL_END.match(text, v.end())):
+                continue
+            if not _strong(value):
+                continue
         if kind in ("token", "random") and group != "uq" and " " in value \
                 and value.split(" ", 1)[0].lower() in _SCHEMES:
             # "Authorization"-like value under another name: keep the scheme word
@@ -395,6 +541,95 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             continue
         if _value_is_secret(value, kind, group != "uq", name):
             spans.append(v.span(group))
+
+
+_CALL_END = re.compile(r"[ \t]*\)")  # NAME("value") alone: the call's only argument
+_GETTERS = ("get", "read", "load", "fetch", "has", "is", "prompt", "ask", "input", "check", "verify", "validate",
+            "hash", "reset", "forgot", "change", "update", "delete", "remove", "clear", "require", "generate")
+
+
+def _form(m: re.Match) -> str:
+    """How a name found by _KW_SEP meets its value."""
+    if m.group("prose") is not None:
+        return "prose"
+    if m.group("ws") is not None:
+        return "space"
+    for form in ("comma", "xml", "call", "cell"):
+        if m.group(form) is not None:
+            return form
+    return "assign"
+
+
+def _strong(value: str) -> bool:
+    """A value that looks like a credential on its own: no spaces, and digits, symbols, mixed case or length."""
+    v = value.strip()
+    if len(v) < 6 or " " in v or MASK in v:
+        return False
+    return (any(c.isdigit() for c in v) or any(c in "!#$%^&*+=~@?/_-." for c in v) or len(v) >= 16
+            or (any(c.isupper() for c in v[1:]) and any(c.islower() for c in v)))
+
+
+_XML_TEXT = re.compile(r"[^<]*")
+_XML_OPEN = re.compile(r"(?::[\w.\-]*)?<")  # reversed: "<" or "<ns:" before the name
+
+
+def _xml_span(text: str, start: int, pos: int, name: str, kind: str, spans: list[tuple[int, int]]) -> None:
+    """<password>VALUE</password>: the element's text, when the element opens at the name."""
+    if not _XML_OPEN.match(text[max(0, start - 40):start][::-1]):
+        return
+    v = _XML_TEXT.match(text, pos)
+    body = v.group()
+    if not text.startswith("</", v.end()) or not body.strip():
+        return
+    lo = pos + len(body) - len(body.lstrip())
+    hi = v.end() - (len(body) - len(body.rstrip()))
+    if kind in ("auth", "line"):
+        first, _, rest = body.strip().partition(" ")
+        if first.lower() in _SCHEMES and rest.strip():
+            lo = hi - len(rest.strip())
+    elif not _value_is_secret(text[lo:hi], kind, True, name) or kind == "random" and not any(
+            c.isdigit() for c in text[lo:hi]):
+        return  # <key>CFBundleIdentifier</key> names a key, it holds none
+    spans.append((lo, hi))
+
+
+def _yaml_block_span(text: str, start: int, pos: int, name: str, kind: str, spans: list[tuple[int, int]]) -> None:
+    """``password: |`` (or ``>``, or nothing) and the value on the lines below, indented deeper than the name."""
+    line_start = text.rfind("\n", 0, start) + 1
+    indent = start - line_start
+    nl = text.find("\n", pos)
+    if nl < 0:
+        return
+    head = text[pos:nl].strip()
+    block = head[:1] in ("|", ">")
+    if head and not block:
+        return
+    lo = hi = None
+    at = nl + 1
+    while at < len(text):
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        line = text[at:end]
+        content = line.lstrip(" \t")
+        if content.strip():
+            if len(line) - len(content) <= indent:
+                break
+            if lo is None:
+                if not block and (_YAML_KEY.match(content) or content.startswith(("- ", "#"))):
+                    return  # a nested mapping or a list: its own names decide
+                lo = at + len(line) - len(content)
+            hi = at + len(line.rstrip())
+            if not block:
+                break  # a plain scalar on the next line
+        at = end + 1
+    if lo is None or hi <= lo:
+        return
+    value = text[lo:hi]
+    if block or _value_is_secret(value, kind, False, name):
+        spans.append((lo, hi))
+
+
+_YAML_KEY = re.compile(r"[\w.\-\"']+[ \t]*:(?:[ \t]|$)")
 
 
 def _header_span(text: str, pos: int, kind: str, spans: list[tuple[int, int]]) -> None:
@@ -451,6 +686,30 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span("v") for m in _NETRC.finditer(text))
     if "+" in text:
         spans.extend(m.span() for m in _PHONE.finditer(text))
+    if "(" in text and _CRED_CALL_HINT.search(low):
+        _cred_call_spans(text, spans)
+    if "\n" in text or text.count(":") >= 4:
+        spans.extend(m.span("v") for m in _PGPASS.finditer(text) if _value_is_secret(m.group("v"), "password", True))
+    if "," in text and words:
+        _csv_spans(text, spans)
+    if words:
+        spans.extend(m.span("v") for m in _PROSE_COLON.finditer(text)
+                     if _strong(m.group("v")) and _value_is_secret(m.group("v"), "password", False)
+                     and _looks_random(m.group("v")) | any(c in "!#$%^&*_-+=~.@?" for c in m.group("v")[1:]))
+    if "securestring" in low:
+        spans.extend(m.span("v") for m in _SECURE_STRING.finditer(text))
+    if "echo" in text and "|" in text:
+        spans.extend(m.span("v") for m in _ECHO_PIPE.finditer(text) if _value_is_secret(m.group("v"), "password", True))
+    if "webhookb2" in text:
+        spans.extend(m.span("v") for m in _TEAMS.finditer(text))
+    if "identified" in low:
+        spans.extend(m.span(m.lastgroup) for m in _SQL_IDENTIFIED.finditer(text)
+                     if _value_is_secret(m.group(m.lastgroup), "password", m.lastgroup == "v"))
+    if "\\u" in text or "\\x" in low:
+        for m in _ESCAPED_RUN.finditer(text):
+            plain = _ESCAPE.sub(lambda e: chr(int(e.group(1) or e.group(2), 16)), m.group())
+            if plain != m.group() and find_secrets(plain):
+                spans.append(m.span())
     if "&" in text and "\n" not in text:
         body = text.strip()
         if _FORM.fullmatch(body):
@@ -464,20 +723,149 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
                 pos += len(pair) + 1
 
 
+# NetworkCredential("user", "pw"), smtp.PlainAuth("", "user", "pw", "host"), keyring.set_password("svc", "user",
+# "pw"), client.login("user", "pw"): the arguments that look like a password (not the first of several, not an
+# address or a host name)
+_CRED_CALL_HINT = re.compile(r"(?:credential|passwordauthentication|plainauth|basicauth|set_?password|login"
+                             r"|authenticate)[ \t]*\(")
+_CRED_CALL = re.compile(r"(?i)(?:credentials?|passwordauthentication|plainauth|basicauth|set_?password|login"
+                        r"|authenticate)[ \t]*\((?P<args>[^()\n]{0,400})\)")
+_QUOTED_ARG = re.compile(r"(\\*[\"'])(?P<v>[^\"'\n\\]*)\1")
+_HOST = re.compile(r"[\w\-]+(?:\.[\w\-]+)+")
+
+
+def _cred_call_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    for call in _CRED_CALL.finditer(text):
+        args = list(_QUOTED_ARG.finditer(text, call.start("args"), call.end("args")))
+        for n, a in enumerate(args):
+            v = a.group("v")
+            if (n == 0 and len(args) > 1) or not _strong(v) or "@" in v or "://" in v or _HOST.fullmatch(v):
+                continue
+            if _value_is_secret(v, "password", True):
+                spans.append(a.span("v"))
+
+
+# host:port:database:user:password (.pgpass)
+_PGPASS = re.compile(r"(?m)^(?=[^:\s]*[A-Za-z*])[^:\s#]+:(?:\d{2,5}|\*):(?=[^:\s]*[A-Za-z*])[^:\s]+:"
+                     r"(?=[^:\s]*[A-Za-z*])[^:\s]+:(?P<v>\S+)$")  # host, port, database and user have letters
+# A CSV header naming a secret column, then its rows: that column's values
+_CSV_HEAD = re.compile(r"(?m)^(?P<head>[ \t\"]*[\w .\-]+[ \t\"]*(?:,[ \t\"]*[\w .\-]+[ \t\"]*)+)\r?$")
+# "use this secret for the staging box: VALUE" (a strong value after a colon in a sentence naming a secret)
+_PROSE_COLON = re.compile(r"(?i)\b(?:password|passphrase|passcode|secret|token|api key|credentials?)\b[^.:\n]{0,60}?:"
+                          r"[ \t]*(?P<v>[^\s\"'`]+)")
+
+
+def _csv_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    for head in _CSV_HEAD.finditer(text):
+        names = [c.strip(" \t\"") for c in head.group("head").split(",")]
+        secret = {i: name_kind(n) for i, n in enumerate(names) if name_kind(n) is not None}
+        if not secret:
+            continue
+        pos = head.end() + 1
+        while pos < len(text):
+            end = text.find("\n", pos)
+            end = len(text) if end < 0 else end
+            fields = text[pos:end].rstrip("\r").split(",")
+            if len(fields) != len(names):
+                break
+            at = pos
+            for i, field in enumerate(fields):
+                value = field.strip(" \t\"")
+                if i in secret and _value_is_secret(value, secret[i], True, names[i]):
+                    lo = at + field.index(value) if value else at
+                    spans.append((lo, lo + len(value)))
+                at += len(field) + 1
+            pos = end + 1
+
+
+# ConvertTo-SecureString "pw" -AsPlainText; echo "pw" | docker login --password-stdin (or secret create, chpasswd)
+_SECURE_STRING = re.compile(r"(?i)ConvertTo-SecureString[ \t]+(?:-String[ \t]+)?(\\*[\"'])(?P<v>[^\"'\n\\]+)\1")
+_ECHO_PIPE = re.compile(r"\becho[ \t]+(?:-[ne][ \t]+)?(\\*[\"']?)(?P<v>[^\s\"'|\\]+)\1[ \t]*\|[^\n|]*"
+                        r"(?:--password-stdin|secret[ \t]+create|--stdin|chpasswd|passwd)")
+_TEAMS = re.compile(r"\.webhook\.office\.com/webhookb2/(?P<v>[\w\-@/]{20,})")
+# CREATE USER … IDENTIFIED BY 'pw', ALTER USER scott IDENTIFIED BY tiger, GRANT … IDENTIFIED WITH x BY 'pw'
+_SQL_IDENTIFIED = re.compile(r"(?i)\bidentified[ \t]+(?:with[ \t]+\S+[ \t]+)?by[ \t]+(?:password[ \t]+)?"
+                             r"(?:(?P<q>\\*[\"'`])(?P<v>[^\"'`\n\\]+)(?P=q)|(?P<b>[^\s;\"'`\\]+))")
+# A name and its value given apart: <add key="ApiKey" value="…"/>, <entry key="db.password">…</entry>,
+# {"name": "DB_PASSWORD", "value": "…"} in text, and Kubernetes' "- name: DB_PASSWORD\n  value: …".
+_PAIR = re.compile(r"\b(?:[Nn]ame|[Kk]ey|ParameterKey|OptionName|Variable)\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?"
+                   r"(?P<n>[A-Za-z_][\w.\-]{0,100})\\*[\"']?"
+                   r"(?:(?P<mid>[^<>{}\n]{0,120}?(?:\r?\n[ \t-]{0,40})?)\b(?:[Vv]alue|ParameterValue|VALUE)\\*[\"']?"
+                   r"[ \t]*[:=][ \t]*|(?P<el>[^<>\n]{0,120}?>)(?=[^<]))")
+# variable "db_password" { default = "…" } (Terraform)
+_HCL_DEFAULT = re.compile(r"\bvariable[ \t]+\\*[\"'](?P<n>[\w.\-]{1,100})\\*[\"'][ \t]*\{(?P<mid>[^{}]{0,300}?)"
+                          r"\bdefault[ \t]*=[ \t]*")
+# auth=("user", "pw"), HTTPBasicAuth("user", "pw")
+_AUTH_TUPLE = re.compile(r"(?i)\b(?:auth|HTTPBasicAuth|HTTPDigestAuth|BasicAuth)[ \t]*(?:=[ \t]*)?\([ \t]*"
+                         r"(?:username[ \t]*=[ \t]*)?(\\*[\"'])[^\"'\n]*\1[ \t]*,[ \t]*(?:password[ \t]*=[ \t]*)?"
+                         r"(\\*[\"'])(?P<v>[^\"'\n\\]+)\2")
+# a token spelt with escapes (\u0073k-proj-…, \x73k-…): decoded, then judged as the token it spells
+_ESCAPED_RUN = re.compile(r"(?:[A-Za-z0-9_\-.+/=~:]|\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}){20,}")
+_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})")
+
+
+def _pair_span(text: str, m: re.Match, kind: str, spans: list[tuple[int, int]]) -> None:
+    if m.groupdict().get("el") is not None:  # <entry key="db.password">VALUE</entry>
+        v = _XML_TEXT.match(text, m.end())
+        if text.startswith("</", v.end()) and _value_is_secret(v.group(), kind, True, m.group("n")):
+            spans.append(v.span())
+        return
+    v = _VALUE.match(text, m.end())
+    if v is None or v.lastgroup == "uq" and text[v.end():v.end() + 1] in ("(", "["):
+        return
+    if kind in ("auth", "line"):
+        value = v.group(v.lastgroup)
+        first, _, rest = value.partition(" ")
+        if first.lower() in _SCHEMES and rest.strip():
+            spans.append((v.end(v.lastgroup) - len(rest), v.end(v.lastgroup)))
+        elif value.strip() and MASK not in value:
+            spans.append(v.span(v.lastgroup))
+        return
+    if _value_is_secret(v.group(v.lastgroup), kind, v.lastgroup != "uq", m.group("n")):
+        spans.append(v.span(v.lastgroup))
+
+
 def find_secrets(text: str) -> list[tuple[int, int]]:
     """The spans of *text* to mask, sorted and merged."""
-    spans: list[tuple[int, int]] = []
+    hits = _GATE(text.encode("utf-8", "surrogatepass"))
+    if not hits:
+        return []
     low = text.lower()
-    if "=" in text or ":" in text or "--" in text:
-        words = [word for word in _NAME_TRIGGERS if word in low]
-    elif " is " in low or " was " in low:  # only "my password is hunter2" can be here
-        words = [word for word in _PROSE_TRIGGERS if word in low]
-    else:
-        words = []
-    if words:
+    return _find(text, low, _words(low), hits)
+
+
+_ANY_TRIGGER = re.compile("|".join(_NAME_TRIGGERS))
+
+
+def _words(low: str) -> list[str]:
+    """The name keywords in *low* (one scan finds whether there is any)."""
+    if _ANY_TRIGGER.search(low) is None:
+        return []
+    return [word for word in _NAME_TRIGGERS if word in low]
+
+
+def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLACES)) -> list[tuple[int, int]]:
+    """The spans the rules the gate let through (*hits*) find."""
+    spans: list[tuple[int, int]] = []
+    if NAMES in hits and words:
         _name_spans(text, low, words, spans)
-    _place_spans(text, low, words, spans)
-    _shape_spans(text, spans)
+        if "variable" in low:
+            for m in _HCL_DEFAULT.finditer(text):
+                kind = name_kind(m.group("n"))
+                if kind is not None:
+                    _pair_span(text, m, kind, spans)
+        if "auth" in words:
+            spans.extend(m.span("v") for m in _AUTH_TUPLE.finditer(text)
+                         if _value_is_secret(m.group("v"), "password", True))
+        if "value" in low or "</" in text:  # key="NAME" value="…", <entry key="NAME">…</entry>
+            for m in _PAIR.finditer(text):
+                kind = name_kind(m.group("n"))
+                if kind is not None:
+                    _pair_span(text, m, kind, spans)
+    if PLACES in hits:
+        _place_spans(text, low, words, spans)
+    if SHAPES in hits:
+        _shape_spans(text, spans)
     if not spans:
         return spans
     spans.sort()
@@ -493,12 +881,20 @@ def find_secrets(text: str) -> list[tuple[int, int]]:
 
 def redact_text(text: str) -> str:
     """*text* with every secret found replaced by ``[REDACTED]``; the same object when nothing is."""
+    if len(text) < 8:
+        return text
     if len(text) <= 64:
-        # short values (tool names, paths, models, ids) repeat on every message: remember them
-        return text if len(text) < 8 else _redact_short(text)
+        # short values (tool names, paths, models, ids, JSON keys) repeat on every message: remember them
+        out = _redact_short(text)
+        return text if out == text else out  # the cache holds an equal string, not necessarily this one
+    hits = _GATE(text.encode("utf-8", "surrogatepass"))
+    if not hits:
+        return text
     if 4096 <= len(text) <= 65536:
-        return _redact_long(text)  # system prompts repeat on every session of a backup
-    return _redact(text)
+        out = _redact_long(text)  # system prompts repeat on every session of a backup
+    else:
+        return _redact(text, hits)
+    return text if out == text else out  # the cache holds an equal string, not necessarily this one
 
 
 @lru_cache(maxsize=8192)
@@ -511,10 +907,23 @@ def _redact_long(text: str) -> str:
     return _redact(text)
 
 
-def _redact(text: str) -> str:
-    spans = find_secrets(text)
+def _redact(text: str, hits: Any = None) -> str:
+    if hits is None:
+        hits = _GATE(text.encode("utf-8", "surrogatepass"))
+        if not hits:
+            return text
+    if text.lstrip()[:1] in _JSON_OPENERS:
+        decoded = _redact_json(text)
+        if decoded is not None:
+            return decoded
+    low = text.lower()
+    spans = _find(text, low, _words(low), hits)
     if not spans:
         return text
+    return _masked(text, spans)
+
+
+def _masked(text: str, spans: list[tuple[int, int]]) -> str:
     out, pos = [], 0
     for start, end in spans:
         out.append(text[pos:start])
@@ -524,21 +933,152 @@ def _redact(text: str) -> str:
     return "".join(out)
 
 
+# -- JSON -----------------------------------------------------------------------------------------
+# A text that is JSON (and that the gate lets through) is judged by the values it holds, decoded:
+# a key, an escaped token, a YAML file or a config line written into a tool call's arguments are
+# then plain strings with their own line ends, however deep the escaping. The raw text's rules see
+# one level of escaping only; the decoded walk sees every level.
+_JSON_OPENERS = ("{", "[", '"')
+_NESTED = 24  # JSON inside JSON strings, levels decoded (each level at least doubles the escaping)
+
+
+def _redact_json(text: str, level: int = 0) -> str | None:
+    """*text* redacted through its decoded values, or None when it is not JSON (then it is text)."""
+    try:
+        value = json_text.loads(text)  # deeper than json_text.MAX_DEPTH: not JSON, redacted as text
+    except ValueError:
+        return None
+    out = _walk(value, None, level)
+    if out is value:
+        return text
+    return _encode_like(out, text)
+
+
+def _encode_like(value: Any, text: str) -> str:
+    """JSON for *value* in the layout of *text*: compact or spaced, indented or not, ASCII or not."""
+    head = text.lstrip()
+    indent = None
+    if head[:1] in "{[" and head[1:2] == "\n":
+        line = head[2:head.find("\n", 2)] if "\n" in head[2:] else head[2:]
+        indent = len(line) - len(line.lstrip(" ")) or None
+    spaced = indent is not None or '": ' in text or '", ' in text or ", " in text[:200]
+    separators = (", ", ": ") if spaced else (",", ":")
+    if indent is not None:
+        separators = (",", ": ")
+    return json.dumps(value, ensure_ascii=text.isascii(), separators=separators, indent=indent)
+
+
 def redact_value(value: Any, name: str | None = None) -> Any:
-    """Strings are redacted; lists and dicts recursively, a dict key that says secret masking its value."""
-    if isinstance(value, str):
+    """Strings redacted (JSON inside them through its values), dict keys too, a key that says secret
+    masking the value it names, bytes as the text they hold; containers copied, however deep."""
+    return _walk(value, name, 0)
+
+
+def _walk(root: Any, name: str | None, level: int) -> Any:
+    """The redacted copy of *root*, or *root* itself when nothing in it changed. Iterative: JSON
+    nests as deep as the parser allows, deeper than Python's recursion limit."""
+    if not isinstance(root, (dict, list)):
+        return _leaf(root, name, level)
+    changed = False
+    out_root: Any = {} if isinstance(root, dict) else []
+    stack = [(root, out_root, name)]
+    while stack:
+        src, dst, owner = stack.pop()
+        if isinstance(src, dict):
+            pair = _pair_name(src)
+            for k, v in src.items():
+                key = k
+                if k.__class__ is str and len(k) >= 8:
+                    key = redact_text(k)
+                    if key is not k:
+                        changed = True
+                        while key in dst or key in src:
+                            key += "'"  # two masked keys stay two keys
+                vname = k if k.__class__ is str else None
+                if pair is not None and vname in _PAIR_VALUES:
+                    vname = pair
+                elif pair is not None and vname in _PAIR_NAMES:
+                    vname = None  # {"ParameterKey": "DbPassword"}: the name, not a key's value
+                if isinstance(v, (dict, list)):
+                    child: Any = {} if isinstance(v, dict) else []
+                    dst[key] = child
+                    stack.append((v, child, vname))
+                else:
+                    new = _leaf(v, vname, level)
+                    changed |= new is not v
+                    dst[key] = new
+        else:
+            flag = None  # ["--password", "VALUE"]: an argument list names the value after a flag
+            for v in src:
+                if isinstance(v, (dict, list)):
+                    child = {} if isinstance(v, dict) else []
+                    dst.append(child)
+                    stack.append((v, child, owner))
+                    flag = None
+                else:
+                    is_flag = v.__class__ is str and v.startswith("-") and len(v) <= 64
+                    new = _leaf(v, flag if flag is not None and not is_flag else owner, level)
+                    flag = v.lstrip("-") if is_flag and name_kind(v.lstrip("-")) is not None else None
+                    changed |= new is not v
+                    dst.append(new)
+    return out_root if changed else root
+
+
+_PAIR_NAMES = ("name", "Name", "key", "Key", "ParameterKey", "OptionName")
+_PAIR_VALUES = frozenset({"value", "Value", "ParameterValue", "OptionValue", "SecretString"})
+
+
+def _pair_name(d: dict) -> str | None:
+    """{"name": "DB_PASSWORD", "value": "…"}: the name the value goes by."""
+    for k in _PAIR_NAMES:
+        n = d.get(k)
+        if n.__class__ is str and len(n) <= 100 and name_kind(n) is not None:
+            return n
+    return None
+
+
+def _leaf(value: Any, name: str | None, level: int) -> Any:
+    if value.__class__ is str:
         if name is not None:
             kind = name_kind(name)
             if kind in ("auth", "line"):
-                return redact_text(f"{name}: {value}")[len(name) + 2:]
+                out = redact_text(f"{name}: {value}")
+                return value if out == f"{name}: {value}" else out[len(name) + 2:]
             if kind is not None and _value_is_secret(value, kind, True, name):
                 return MASK
-        return redact_text(value)
-    if isinstance(value, list):
-        return [redact_value(v) for v in value]
-    if isinstance(value, dict):
-        return {k: redact_value(v, k if isinstance(k, str) else None) for k, v in value.items()}
+        if len(value) <= 64:
+            return redact_text(value)  # remembered
+        hits = _GATE(value.encode("utf-8", "surrogatepass"))
+        if not hits:
+            return value
+        if level < _NESTED and value.lstrip()[:1] in _JSON_OPENERS:
+            decoded = _redact_json(value, level + 1)
+            if decoded is not None:
+                return decoded
+        low = value.lower()
+        spans = _find(value, low, _words(low), hits)
+        return _masked(value, spans) if spans else value
+    if isinstance(value, (int, float)) and value.__class__ is not bool and name is not None:
+        kind = name_kind(name)  # {"pin_password": 123456}
+        if kind is not None and _value_is_secret(repr(value), kind, False, name):
+            return MASK
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return redact_bytes(bytes(value))
     return value
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """A BLOB as the text it holds: secrets masked inside, every other byte kept (the same object when
+    nothing is found)."""
+    text = data.decode("utf-8", "surrogateescape")
+    out = redact_text(text)
+    if out is text:
+        return data
+    try:
+        return out.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate decoded from a JSON escape
+        return out.encode("utf-8", "backslashreplace")
 
 
 # Columns that link rows (ids, content hashes) are never touched; every other text column is.
@@ -561,9 +1101,14 @@ def redact_row(row: dict[str, Any]) -> dict[str, Any]:
     out = row.copy()
     for k in _text_columns(tuple(row)):
         v = row[k]
-        if v.__class__ is str and len(v) >= 8:
-            out[k] = redact_text(v)
+        if v.__class__ is str:
+            if len(v) >= 8:
+                out[k] = redact_text(v)
+        elif v.__class__ is bytes:
+            out[k] = redact_bytes(v)
     for k in _NUMERIC_COLUMNS.intersection(row):
         if row[k].__class__ is str:
             out[k] = redact_text(row[k])
+        elif row[k].__class__ is bytes:
+            out[k] = redact_bytes(row[k])
     return out

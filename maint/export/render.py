@@ -19,7 +19,7 @@ from jinja2 import Environment, FunctionLoader, select_autoescape
 
 from maint import json_text
 from maint.store.catalog import SessionInfo
-from maint.export.redact import redact_row, redact_text, redact_value
+from maint.export.redact import redact_bytes, redact_row, redact_text, redact_value
 from maint.store.connection import Store
 from maint.store.timestamps import utc_iso
 from maint.export.transcript import Timings, iter_messages
@@ -107,7 +107,7 @@ def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], No
     prompts = referenced_prompts(store, row)
     if redact:
         row = redact_row(row)
-        prompts = None if prompts is None else {h: redact_text(p) for h, p in prompts.items()}
+        prompts = None if prompts is None else {h: redact_value(p) for h, p in prompts.items()}
     head = _dumps(row)
     write(head[:-1] + (', "messages": [' if len(row) else '"messages": ['))
     timings = Timings()
@@ -126,9 +126,12 @@ def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], No
 def iter_user_prompts(store: Store, session_id: str, redact: bool) -> Iterator[dict[str, Any]]:
     index = 0
     for msg in iter_messages(store, session_id, display=True):
-        if msg.get("role") != "user" or not isinstance(msg.get("content"), str):
+        content = msg.get("content")
+        if isinstance(content, bytes):  # a prompt stored as a BLOB: the text it holds
+            content = content.decode("utf-8", "replace")
+        if msg.get("role") != "user" or not isinstance(content, str):
             continue
-        text = redact_text(msg["content"]) if redact else msg["content"]
+        text = redact_text(content) if redact else content
         yield {"session_id": session_id, "index": index, "timestamp": msg.get("timestamp"), "text": text}
         index += 1
 
@@ -276,6 +279,8 @@ def write_trace(store: Store, session: SessionInfo, write: Callable[[str], None]
         role = msg.get("role")
         if role == "system":
             continue
+        if redact:  # a BLOB is redacted as the text it holds, before it is shown as its repr
+            msg = {k: redact_bytes(v) if v.__class__ is bytes else v for k, v in msg.items()}
         turn = str(uuid.uuid5(uuid.NAMESPACE_URL, f"hermes:{session.id}:{msg.get('id')}"))
         entry = {"parentUuid": parent, **common, "uuid": turn, "timestamp": iso_time(msg.get("timestamp"))}
         if role == "assistant":
