@@ -36,8 +36,9 @@ from maint.ops.reap import reap_candidates
 from maint.ops.recover import find_stray
 from maint.ops.sweep import MIN_FREELIST_RATIO, validate_retention
 from maint.ops.vacuum import detect_replication
-from maint.store.connection import (NEWEST_KNOWN_SCHEMA, Store, has_wal_reset_bug, header_journal_mode, open_store,
-                                    sqlite_version)
+from maint.settings import SETTINGS
+from maint.store.connection import (NEWEST_KNOWN_SCHEMA, Store, busy_timeout_from_env, has_wal_reset_bug,
+                                    header_journal_mode, open_store, sqlite_version)
 from maint.store.holders import HolderReport, find_holders
 from maint.store.targets import hermes_home
 
@@ -471,7 +472,11 @@ class Doctor:
         self.check_config()
         self.on_progress(1)
         try:
-            store = open_store(self.path, readonly=True)
+            busy_ms = busy_timeout_from_env()
+        except UsageError:  # a bad setting in config.yaml: check_config reported it; the store is still checked
+            busy_ms = int(SETTINGS["busy_ms"].default)
+        try:
+            store = open_store(self.path, readonly=True, busy_timeout_ms=busy_ms)
         except CorruptStore as exc:  # a missing or non-Hermes file stays an error (exit 1), like everywhere
             self.add("open", CRITICAL, f"{exc}", RESTORE)
             return self.findings
