@@ -45,6 +45,7 @@ class Config:
     sessions: dict[str, Any] = field(default_factory=dict)
     journal_mode: str | None = None
     maint_section: Any = None  # the raw ``hermes_maint:`` value (validated where it is used)
+    owner: int | None = None  # the uid that owns the file: whose word a path named in it is
 
     def maint(self, key: str, default: Any = None) -> Any:
         """``hermes_maint.<key>`` (dotted for nested mappings), or *default* when absent or not a mapping."""
@@ -85,13 +86,15 @@ def config_path_for(store: Path | None, profile: str | None = None) -> Path:
     return hermes_home() / "config.yaml"
 
 
-def load_config(path: Path | None = None) -> Config:
+def load_config(path: Path | None = None, *, store: Path | None = None) -> Config:
     """The config.yaml at *path* (default: $HERMES_HOME/config.yaml): defaults when it is absent; a file
-    we may not trust or cannot parse is a usage error naming it (see :func:`read_trusted`, :func:`parse_yaml`)."""
+    we may not trust or cannot parse is a usage error naming it (see :func:`read_trusted`, :func:`parse_yaml`).
+    With *store*, the config steers that store: it must be owned by us, root or the store's owner."""
     path = path or hermes_home() / "config.yaml"
     if not path.exists():
         return Config(path=path, exists=False)
-    data = parse_yaml(read_trusted(path, "config"), path, what="config")
+    text, owner = read_trusted(path, "config", store=store)
+    data = parse_yaml(text, path, what="config")
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -103,7 +106,7 @@ def load_config(path: Path | None = None) -> Config:
     journal = database.get("journal_mode") if isinstance(database, dict) else None
     return Config(path=path, exists=True, raw=data, sessions=dict(sessions),
                   journal_mode=str(journal).lower() if journal is not None else None,
-                  maint_section=data.get(MAINT_SECTION))
+                  maint_section=data.get(MAINT_SECTION), owner=owner)
 
 
 # -- trust and bounds: every YAML file that steers us (config.yaml, job files) -----------------------
@@ -112,24 +115,29 @@ YAML_MAX_NODES = 20_000  # values and keys, aliases expanded: a config has hundr
 YAML_MAX_DEPTH = 64
 
 
-def read_trusted(path: Path, what: str) -> str:
-    """The text of a file that steers us, as OpenSSH and sudo read theirs: a regular file (a link is
-    followed), owned by us, by root or by the owner of its folder (who could replace it anyway), and
-    writable by its owner alone. A file planted by another user beside a store in a shared folder is
-    refused, never obeyed."""
+def read_trusted(path: Path, what: str, *, store: Path | None = None) -> tuple[str, int]:
+    """The text of a file that steers us, and its owner, as OpenSSH and sudo read theirs: a regular file (a
+    link is followed), owned by us, by root, or (with *store*) by the owner of the store it configures, else
+    by the owner of its folder (who could replace it anyway); and writable by its owner alone. A file planted
+    by another user beside a store in a shared folder, or a config in one user's folder steering another
+    user's store through a link, is refused, never obeyed."""
     try:
         data, st = files.read_regular(path, what=what)
     except files.FileRefused as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
-    folder = files.owner_of(Path(os.path.realpath(path)).parent)
-    why = files.untrusted_by(st, also_trusted=folder[0] if folder else None)
+    if store is not None:  # the store's owner, or (no store yet) the owner of the folder it will be made in
+        vouches = files.owner_of(store) or files.owner_of(Path(os.path.realpath(store)).parent)
+    else:
+        vouches = files.owner_of(Path(os.path.realpath(path)).parent)
+    why = files.untrusted_by(st, also_trusted=vouches[0] if vouches else None)
     if why:
+        whose = "the store's owner" if store is not None else "the owner of its folder"
         raise UsageError(f"{path}: {why}; refusing to obey it as the {what} (it must be owned by you, root or "
-                         "the owner of its folder, and writable by its owner only: chown it, or chmod go-w it)")
+                         f"{whose}, and writable by its owner only: chown it, or chmod go-w it)")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8"), st.st_uid
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}); refusing") from None
 

@@ -47,4 +47,4 @@ def target_config(target: StoreTarget) -> Config:
     """The config.yaml Hermes itself reads for this store (its profile's, or the one beside a --db file)."""
     from maint.config import config_path_for, load_config
 
-    return load_config(config_path_for(target.path, target.profile))
+    return load_config(config_path_for(target.path, target.profile), store=target.path)

@@ -34,7 +34,8 @@ def test_mode_owner_symlink_bom_and_crlf_are_kept(hermes_home, cli, tmp_path):
     os.chmod(real, 0o600)
     owner = (4321, 4321) if os.geteuid() == 0 else (os.getuid(), os.getgid())
     os.chown(real, *owner)
-    os.chown(dots, *owner)  # the user's own dotfiles folder: a config owned by its folder's owner is trusted
+    os.chown(dots, *owner)
+    os.chown(hermes_home, *owner)  # the user's own HERMES_HOME (no store yet) and dotfiles: the user's config
     link = hermes_home / "config.yaml"
     link.symlink_to(os.path.relpath(real, hermes_home))
 

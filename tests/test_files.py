@@ -294,3 +294,37 @@ def test_read_regular_refuses_past_its_limit(tmp_path):
     (tmp_path / "big").write_bytes(b"x" * 2048)
     with pytest.raises(MaintError, match="larger than"):
         files.read_regular(tmp_path / "big", limit=1024)
+
+
+def test_only_the_file_module_creates_files_and_folders():
+    """A new file or folder created anywhere else would miss the module's rules (hostile review: Hermes's
+    auto-maintenance lock was still opened by hand, and a root sweep left it root-owned)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "maint"
+    creating = re.compile(r"O_CREAT|\.mkdir\(|os\.makedirs|\.write_text\(|\.write_bytes\(|\bopen\([^)]*['\"][wax]")
+    offenders = [f"{p.relative_to(root)}:{n}" for p in root.rglob("*.py") if p.name != "files.py"
+                 for n, line in enumerate(p.read_text().splitlines(), 1) if creating.search(line)]
+    assert offenders == []
+
+
+def test_a_root_sweep_leaves_hermes_maintenance_lock_to_the_stores_owner(hermes_home, monkeypatch):
+    """Hostile review F4: a root sweep left <db>.auto-maintenance.lock root-owned 0644, and the owner's next
+    sweep failed with Permission denied."""
+    from maint.store.locks import lock_path, maintenance_lock
+
+    db = _store(hermes_home / "state.db")
+    real_stat = os.stat
+
+    def owned_by_user(path, *args, **kwargs):
+        st = real_stat(path, *args, **kwargs)
+        if str(path) == str(db) and not kwargs.get("dir_fd"):
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, 1000, 1000, *st[6:]))
+        return st
+
+    chowns = Chowns(monkeypatch)
+    monkeypatch.setattr(os, "stat", owned_by_user)
+    with maintenance_lock(db):
+        pass
+    assert chowns.owners(lock_path(db)) == [(1000, 1000)]

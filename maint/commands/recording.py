@@ -25,15 +25,34 @@ def metrics_target(option: str | Path | None) -> Path | None:
     from maint.ops.metrics import check_path
 
     if option is None:
-        configured = load_config().maint("metrics_file")
+        cfg = load_config()
+        configured = cfg.maint("metrics_file")
         if configured is None:
             return None
         if not isinstance(configured, str) or not configured.strip():
             raise UsageError(f"hermes_maint.metrics_file: bad value {configured!r} (expected a path to a *.prom file)")
-        option = configured
+        path = check_path(Path(configured))
+        _only_where_its_owner_writes(path, cfg.owner, cfg.path)
+        return path
     if not str(option).strip():
         raise UsageError("--metrics-file: empty path (expected a path to a *.prom file)")
     return check_path(Path(option))
+
+
+def _only_where_its_owner_writes(path: Path, owner: int | None, config: Path) -> None:
+    """A path named in a config.yaml is that file owner's word: a run as another user (root) writes there only
+    when the config's owner owns the folder (and the file, if it exists), so a user's config cannot make a
+    root run replace another exporter's file or create files in root's folders."""
+    import os
+
+    if owner is None or owner in (0, os.geteuid()):
+        return
+    folder = os.stat(path.parent).st_uid
+    existing = os.lstat(path).st_uid if os.path.lexists(path) else owner
+    if owner != folder or owner != existing:
+        raise UsageError(f"hermes_maint.metrics_file: {path} is not in a folder uid {owner} (the owner of {config}) "
+                         "owns; a path named in a user's config is written only where that user could write it "
+                         "(give --metrics-file to choose it as this user)")
 
 
 def profile_label(target: StoreTarget) -> str:

@@ -130,7 +130,7 @@ def load_job(path: Path, check_command: Callable[[list[str]], None] | None = Non
     """
     from maint.config import parse_yaml, read_trusted
 
-    data = parse_yaml(read_trusted(path, "job file"), path, what="job file", safe=True)
+    data = parse_yaml(read_trusted(path, "job file")[0], path, what="job file", safe=True)
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a job file must be a mapping with name, command, trigger, enabled")
     unknown = set(data) - {"name", "command", "trigger", "enabled"}

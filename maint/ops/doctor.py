@@ -579,7 +579,7 @@ def doctor_store(target: StoreTarget, op: Operator, *, full: bool = False) -> di
     """``hermes-maint doctor`` on one store; a config.yaml that cannot be read is a finding, not a stop."""
     path = config_path_for(target.path, target.profile)
     try:
-        cfg, cfg_error = load_config(path), None
+        cfg, cfg_error = load_config(path, store=target.path), None
     except UsageError as exc:
         cfg, cfg_error = Config(path=path, exists=True), str(exc)
     with op.progress(len(CHECKS), "Checking") as tick:

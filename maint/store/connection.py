@@ -92,7 +92,53 @@ def check_regular_file(path: Path) -> os.stat_result:
         kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or \
             stat.S_ISBLK(st.st_mode) else "a socket or special file"
         raise StoreError(f"{path}: is {kind}, not a store file; refusing to open it")
+    _refuse_foreign_links(Path(path), st)
+    _refuse_foreign_journals(Path(path), st)
     return st
+
+
+def _me() -> int:
+    return os.geteuid() if hasattr(os, "geteuid") else -1
+
+
+def _refuse_foreign_links(path: Path, st: os.stat_result) -> None:
+    """A run as root never follows a link to a store owned by someone other than the link's owner (as the
+    kernel's fs.protected_symlinks does in shared folders, which many systems leave off): a user's profile
+    folder could otherwise point root's nightly run, and that user's config, at another user's store."""
+    if _me() != 0:
+        return
+    current = Path(path.anchor or "/")
+    for part in Path(os.path.abspath(path)).parts[1:]:
+        current = current / part
+        try:
+            link = os.lstat(current)
+        except OSError:
+            return
+        if stat.S_ISLNK(link.st_mode) and link.st_uid not in (0, st.st_uid):
+            raise StoreError(f"{path}: reached through {current}, a symbolic link owned by uid {link.st_uid}, to a "
+                             f"store owned by uid {st.st_uid}; a run as root refuses such a link (open the store by "
+                             "its real path)")
+
+
+def _refuse_foreign_journals(path: Path, st: os.stat_result) -> None:
+    """SQLite replays a store's ``-wal`` (or hot ``-journal``) into it on open: one that another user planted
+    beside the store (in a shared folder) would rewrite its content. Each that exists must be a regular file
+    owned by the store's owner, by root, or by us."""
+    for suffix in ("-wal", "-shm", "-journal"):
+        side = Path(f"{path}{suffix}")
+        try:
+            sst = os.lstat(side)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StoreError(f"{side}: cannot check it ({exc.strerror}); refusing to open the store") from None
+        if not stat.S_ISREG(sst.st_mode):
+            raise StoreError(f"{side}: is not a regular file (a link or special file beside the store); refusing "
+                             "to open the store")
+        if sst.st_uid not in (st.st_uid, 0, _me()):
+            raise StoreError(f"{side}: is owned by uid {sst.st_uid}, not by the store's owner (uid {st.st_uid}); "
+                             "SQLite would replay it into the store, so it is refused (remove it if it is not "
+                             "yours)")
 
 
 def check_writable(path: Path) -> os.stat_result:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import stat
 from pathlib import Path
 from collections.abc import Iterator
 
+from maint import files
 from maint.errors import MaintError
 
 
@@ -28,13 +28,13 @@ def lock_path(db: Path) -> Path:
 @contextlib.contextmanager
 def maintenance_lock(db: Path) -> Iterator[Path]:
     path = lock_path(db)
-    try:  # Hermes creates it 0644; never through a link someone planted there
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:  # Hermes creates it 0644; never through a link, and owned by the store's owner after a root run
+        with files.Folder.open(path.parent, follow_links=True, what="store's folder") as folder:
+            fd = folder.create(path.name, 0o644, exclusive=False, owner=files.owner_of(db))
+    except files.FileRefused as exc:
+        raise MaintError(f"cannot use the auto-maintenance lock: {exc}") from None
     except OSError as exc:
         raise MaintError(f"{path}: cannot open the auto-maintenance lock ({exc.strerror})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise MaintError(f"{path}: is not a regular file; refusing to use it as the auto-maintenance lock")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
