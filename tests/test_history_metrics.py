@@ -228,3 +228,33 @@ def test_job_loop_passes_the_metrics_file_to_jobs_and_runs_doctor(store, hermes_
     samples = parse(prom)
     assert value(samples, "hermes_maint_doctor_findings", severity="critical") == 0
     assert value(samples, "hermes_maint_last_job_rows_affected", kind="sweep") == 6
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root run is the one another user's config could steer")
+def test_a_metrics_path_in_another_users_config_is_written_only_where_that_user_writes(store, hermes_home,
+                                                                                        tmp_path):
+    """A user's config.yaml naming a file in root's folders must not make root's nightly run create or replace
+    it (hostile try: another exporter's .prom replaced by a root sweep)."""
+    user = 4321
+    for path in (hermes_home, store):
+        os.chown(path, user, user)
+    theirs, roots = tmp_path / "theirs", tmp_path / "roots"
+    theirs.mkdir()
+    roots.mkdir()
+    os.chown(theirs, user, user)
+    victim = roots / "node.prom"
+    victim.write_text("# another exporter's metrics\n")
+    before = file_hash(victim)
+    cfg = hermes_home / "config.yaml"
+    cfg.write_text(f"hermes_maint:\n  metrics_file: {victim}\n")
+    os.chown(cfg, user, user)
+    result = run_subprocess("archive", "--title", "nothing", "--yes", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 2, result.stderr
+    assert "hermes_maint.metrics_file" in result.stderr and str(victim) in result.stderr
+    assert run_subprocess("doctor", env={"HERMES_HOME": str(hermes_home)}).returncode == 0  # its finding, not a stop
+    assert file_hash(victim) == before and sorted(p.name for p in roots.iterdir()) == ["node.prom"]
+    allowed = theirs / "hermes.prom"
+    cfg.write_text(f"hermes_maint:\n  metrics_file: {allowed}\n")
+    result = run_subprocess("archive", "--title", "nothing", "--yes", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    assert value(parse(allowed), "hermes_maint_sessions") == 7

@@ -101,3 +101,61 @@ def test_a_hard_linked_store_is_never_written(hermes_home):
         result = run_subprocess(*args, env={"HERMES_HOME": str(hermes_home)})
         assert result.returncode in (1, 2) and "hard links" in result.stderr, (args, result.stderr)
     assert query(a, "SELECT id FROM sessions ORDER BY id") == before
+
+
+def _users_store(tmp_path, uid=4321):
+    """A store in a shared (sticky) folder, owned by user *uid*, as root sees another user's store."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    path = shared / "state.db"
+    with StoreBuilder(path) as b:
+        b.session("old", age=200)
+        b.session("new", age=1)
+    os.chown(path, uid, uid)
+    return path
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root run is the one a foreign link or journal could steer")
+def test_a_root_run_refuses_a_store_reached_through_another_users_link(tmp_path):
+    """A user's link to another user's store must not steer root's run at it (hostile try: a profile folder
+    pointed root's nightly prune, with that user's config, at someone else's store)."""
+    store = _users_store(tmp_path)
+    before = query(store, "SELECT id FROM sessions ORDER BY id")
+    planted = tmp_path / "shared" / "mine.db"
+    os.symlink(store.name, planted)
+    os.lchown(planted, 5555, 5555)
+    for args in (["stats", "--db", planted], ["prune", "--db", planted, "--older-than", "100", "--yes"],
+                 ["export", tmp_path / "out.jsonl", "--db", planted]):
+        result = run_subprocess(*args)
+        assert result.returncode == 1, (args, result.stderr)
+        assert "a symbolic link owned by uid 5555" in result.stderr and "Traceback" not in result.stderr
+    assert query(store, "SELECT id FROM sessions ORDER BY id") == before
+    os.lchown(planted, 4321, 4321)  # the store owner's own link is followed, as before
+    assert run_subprocess("stats", "--db", planted).returncode == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can plant a file owned by another user here")
+@pytest.mark.parametrize("planted", ["foreign-wal", "linked-wal", "fifo-shm"])
+def test_a_journal_another_user_planted_beside_the_store_is_refused(planted, tmp_path):
+    """SQLite replays a -wal into the store on open: one planted by another user (or a link, or a FIFO in its
+    place) would rewrite the store or hang the run. Every command that opens the store refuses it."""
+    store = _users_store(tmp_path)
+    before = query(store, "SELECT id FROM sessions ORDER BY id")
+    if planted == "foreign-wal":
+        side = tmp_path / "shared" / "state.db-wal"
+        side.write_bytes(b"")
+        os.chown(side, 5555, 5555)
+    elif planted == "linked-wal":
+        side = tmp_path / "shared" / "state.db-wal"
+        os.symlink(tmp_path / "elsewhere", side)
+    else:
+        side = tmp_path / "shared" / "state.db-shm"
+        os.mkfifo(side)
+    for args in (["stats", "--db", store], ["list", "--db", store],
+                 ["prune", "--db", store, "--older-than", "100", "--yes"]):
+        result = run_subprocess(*args, timeout=60)
+        assert result.returncode == 1, (args, result.stderr)
+        assert f"{side}:" in result.stderr and "refusing to open the store" in result.stderr.replace("\n", " ")
+    os.unlink(side)
+    assert query(store, "SELECT id FROM sessions ORDER BY id") == before

@@ -137,8 +137,8 @@ def _refuse_foreign_journals(path: Path, st: os.stat_result) -> None:
                              "to open the store")
         if sst.st_uid not in (st.st_uid, 0, _me()):
             raise StoreError(f"{side}: is owned by uid {sst.st_uid}, not by the store's owner (uid {st.st_uid}); "
-                             "SQLite would replay it into the store, so it is refused (remove it if it is not "
-                             "yours)")
+                             "SQLite would replay it into the store; refusing to open the store (remove it if it is "
+                             "not yours)")
 
 
 def check_writable(path: Path) -> os.stat_result:
