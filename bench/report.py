@@ -279,6 +279,26 @@ unless a section says otherwise, so read small differences as noise.
 """
 
 
+ONE_OFF = (  # (where, what was measured): figures a module's design rests on, measured once while it was written
+    ("`maint/ops/importer.py` (`import_batcher`)",
+     "inserting is uneven: on a 20k-message store one chunk of 200 messages took 5 ms and the next 70 ms, as FTS5 "
+     "merged its segments; imports aim at half the prune target"),
+    ("`maint/store/checkpointer.py`",
+     "SQLite's auto-checkpoint inside our commit cost the job about 10 ms a transaction; the checkpoint thread moves "
+     "it beside the work"),
+    ("`maint/store/sqlutil.py` (`IdList`)",
+     "a Python list of 100,000 session ids is about 8 MB of objects; the packed list about a third of that"),
+    ("`maint/ops/sweep.py` (`_write_report`)",
+     "a sweep report naming 90k pruned sessions is 2.5 MB of JSON; built as one string it cost four copies in memory"),
+)
+
+
+def section_one_off() -> str:
+    return "\n".join(["## One-off measurements behind the code\n",
+                      "Figures a module's design rests on, measured once while it was written (not rerun by "
+                      "`make bench`):\n", _table(["where", "what was measured"], [list(r) for r in ONE_OFF], set())])
+
+
 def render(results: Path = RESULTS) -> str:
     parts = [HEAD, section_summary(summary_rows(results))]
     for name, section in (("prune", section_prune), ("export", section_export), ("sweep", section_sweep),
@@ -287,6 +307,7 @@ def render(results: Path = RESULTS) -> str:
         data = latest(name, results)
         if data is not None:
             parts.append(section(data))
+    parts.append(section_one_off())
     return "\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
