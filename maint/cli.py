@@ -40,6 +40,7 @@ COMMANDS = {
     "repair-fts": ("fts_cmd", "repair_fts"),
     "recover": ("recover_cmd", "recover"),
     "clean-markers": ("clean_markers_cmd", "clean_markers"),
+    "discard": ("discard_cmd", "discard"),
     "doctor": ("doctor_cmd", "doctor"),
     "history": ("history_cmd", "history"),
     "demo": ("demo_cmd", "demo"),
