@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 MARKER = re.compile(r"^\[[A-Za-z_][A-Za-z0-9_.-]*\]$")
 CANDIDATES_SQL = ("SELECT id, session_id, content FROM messages "
                   "WHERE role = 'assistant' AND tool_calls IS NOT NULL AND tool_calls != '' "
-                  "AND typeof(content) = 'text' AND length(content) <= 300 AND instr(content, '[') > 0")
+                  "AND typeof(content) = 'text' AND instr(content, '[') > 0")
 SHOWN = 20
 
 _TRIGGER = re.compile(r"AFTER\s+(INSERT|DELETE|UPDATE)\b.*?\bON\s+(?:main\.)?\"?messages\"?\s*(?:FOR\s+EACH\s+ROW\s*)?"
