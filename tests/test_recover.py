@@ -208,6 +208,11 @@ def test_salvage_copies_every_readable_row_and_never_touches_the_damaged_file(br
     unread = sum(hi - lo + 1 for lo, hi in lost)
     assert 0 < total - report["messages"] <= unread  # only rows on the damaged pages are missing
     assert report["messages"] > total * 0.8
+    # bisection cost is bounded by the damage, not the table: each damaged span costs at most two range
+    # reads per level of a 64-bit rowid space plus two per rowid in it
+    spans = [span for t in tables.values() for span in t["unread_rowid_ranges"]]
+    assert sum(t["queries"] for t in tables.values()) <= len(tables) + sum(
+        2 * 64 + 2 * (hi - lo + 1) for lo, hi in spans)
     assert query(new, "PRAGMA integrity_check") == [("ok",)]
     assert query(new, "PRAGMA foreign_key_check") == []
     # messages whose session row was on the damaged page keep their transcript under a placeholder

@@ -66,7 +66,7 @@ class TableResult:
     def as_dict(self) -> dict[str, Any]:
         return {"table": self.name, "copied": self.copied, "unread_rowid_ranges": self.unread,
                 "rejected_rowids": self.rejected[:100], "rejected": len(self.rejected), "dropped": self.dropped,
-                "budget_spent": self.budget_spent, "error": self.unreadable}
+                "queries": self.queries, "budget_spent": self.budget_spent, "error": self.unreadable}
 
 
 def _q(name: str) -> str:
