@@ -173,3 +173,22 @@ def test_trace_upload_without_output_goes_through_a_private_temporary_file(tmp_p
     report = json.loads(result.stdout)
     assert report["files"] == [] and len(report["uploaded"]) == 1
     assert not list(tmp_path.glob("**/*.trace.jsonl"))
+
+
+def test_upload_without_token_says_the_temporary_trace_was_removed(store, tmp_path):
+    """Issue 25 item 6: --upload without OUTPUT writes a private temporary trace that is gone when the
+    command ends; the refusal said it "was kept"."""
+    env = {"HF_TOKEN": "", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    r = run_subprocess("export", "--db", store, "--format", "trace", "--session-id", "a1", "--upload", env=env)
+    assert r.returncode == 1, r.stderr
+    line, = r.stderr.strip().splitlines()
+    assert "HF_TOKEN" in line and "was removed" in line and "kept" not in line
+    assert not list(tmp_path.glob("**/*.trace.jsonl"))
+
+
+def test_upload_without_token_says_a_named_output_was_kept(store, tmp_path):
+    out = tmp_path / "t.trace.jsonl"
+    r = run_subprocess("export", out, "--db", store, "--format", "trace", "--session-id", "a1", "--upload",
+                       env={"HF_TOKEN": "", "HF_ENDPOINT": "http://127.0.0.1:9"})
+    assert r.returncode == 1, r.stderr
+    assert "were kept" in r.stderr and out.exists()
