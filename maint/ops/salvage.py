@@ -91,12 +91,14 @@ def copy_bundle(path: Path, work: Path) -> tuple[Path, dict[str, str | None]]:
     """The store and its WAL copied into *work*; refused when either changed while copied."""
     before = _fingerprint(path)
     copy = work / "damaged.db"
-    for suffix in ("", *SIDE_FILES):
-        src = Path(f"{path}{suffix}")
-        if not os.path.lexists(src):
-            continue
-        with files.open_regular(src, what="store") as fh, open(f"{copy}{suffix}", "xb") as out:
-            shutil.copyfileobj(fh, out, 1 << 20)
+    with files.Folder.open(work) as folder:
+        for suffix in ("", *SIDE_FILES):
+            src = Path(f"{path}{suffix}")
+            if not os.path.lexists(src):
+                continue
+            with files.open_regular(src, what="store") as fh, \
+                    os.fdopen(folder.create(f"{copy.name}{suffix}"), "wb") as out:
+                shutil.copyfileobj(fh, out, 1 << 20)
     after = _fingerprint(path)
     if before != after:
         raise MaintError(f"{path}: changed while it was being copied (a Hermes process is still writing to it); "
