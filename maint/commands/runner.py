@@ -100,7 +100,18 @@ def usage_message(exc: click.UsageError) -> str:
 
 
 def run(command: click.Command, args: Sequence[str] | None) -> int:
-    """Run a click command (the whole app, or one looked up from it) and return its exit code."""
+    """Run a click command (the whole app, or one looked up from it) and return its exit code.
+
+    Every text written to stdout and stderr meanwhile has its control characters escaped
+    (:class:`maint.commands.output.SafeText`): stored and foreign text never drives the terminal.
+    """
+    from maint.commands.output import safe_streams
+
+    with safe_streams():
+        return _run(command, args)
+
+
+def _run(command: click.Command, args: Sequence[str] | None) -> int:
     try:
         code = command.main(args=args, prog_name=PROG, standalone_mode=False)
     except StdoutClosed:
