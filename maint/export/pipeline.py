@@ -110,7 +110,7 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
     skipped: list[Unreadable] = []
     if req.latest_trace:
         with store.snapshot():
-            latest = latest_session(store)
+            latest = latest_session(store, raw=True)
             if latest is None:
                 raise MaintError("the store has no sessions to trace")
             skipped = unreadable_sessions(store, "SELECT id FROM sessions WHERE CAST(id AS BLOB) = ?", (latest,))

@@ -72,8 +72,9 @@ def select_sessions(store: Store, session_id: str | None, filters: Filters,
     return Paged(count, load, page=2048)
 
 
-def latest_session(store: Store, now: float | None = None) -> bytes | None:
-    """The most recently active session's id as stored bytes (ties: started later, then the higher id)."""
+def latest_session(store: Store, now: float | None = None, *, raw: bool = False) -> str | bytes | None:
+    """The most recently active session (ties: started later, then the higher id); *raw*: its id's stored
+    bytes (an id that is not UTF-8 cannot be read as text)."""
     now = time.time() if now is None else now
-    return store.scalar(f"SELECT CAST(id AS BLOB) FROM ({catalog_sql(store, ())}) "
+    return store.scalar(f"SELECT {'CAST(id AS BLOB)' if raw else 'id'} FROM ({catalog_sql(store, ())}) "
                         "ORDER BY last_active DESC, started_at DESC, id DESC LIMIT 1", {"now": now})

@@ -17,24 +17,33 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from maint.store.connection import Store, quote_ident
-
-def _not_utf8(raw: Any) -> int:
-    if raw is None or raw.__class__ is not bytes:
-        return 0
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return 1
-    return 0
+from maint.store.connection import Store, not_utf8, quote_ident
 
 
 def register(store: Store) -> None:
-    store.conn.create_scalar_function("maint_not_utf8", _not_utf8, 1, deterministic=True)
+    """``maint_not_utf8`` (every store's connection has it; a bare apsw connection needs this)."""
+    store.conn.create_scalar_function("maint_not_utf8", not_utf8, 1, deterministic=True)
+
+
+def readable_id_sql(alias: str) -> str:
+    """True when the session row *alias*'s id is UTF-8, as every id Python reads must be: listings and
+    plans leave the others out (and name them, :func:`unreadable_ids`)."""
+    return f"NOT maint_not_utf8(CAST({alias}.id AS BLOB))"
+
+
+def unreadable_ids(store: Store) -> list[str]:
+    """The ids that are not UTF-8, shown escaped (``x\\xff``); one pass over the ids alone."""
+    return [shown_id(raw) for (raw,) in store.conn.execute(
+        "SELECT CAST(id AS BLOB) FROM sessions WHERE maint_not_utf8(CAST(id AS BLOB)) ORDER BY 1")]
+
+
+def shown_text_sql(expr: str) -> str:
+    """*expr* as text Python can read, for display: a text that is not UTF-8 with its bad bytes as ``\\xff``."""
+    return f"iif(typeof({expr}) = 'text', maint_shown(CAST({expr} AS BLOB)), {expr})"
 
 
 def bad_text_sql(expr: str) -> str:
-    """True when the value of *expr* is TEXT whose bytes are not UTF-8 (needs :func:`register`)."""
+    """True when the value of *expr* is TEXT whose bytes are not UTF-8."""
     return f"(typeof({expr}) = 'text' AND maint_not_utf8(CAST({expr} AS BLOB)))"
 
 
