@@ -146,3 +146,13 @@ def test_session_given_a_child_after_planning_keeps_its_lineage(make_store):
         (time.time(),)))
     assert rows(path, "SELECT id FROM sessions WHERE archived = 1 ORDER BY id") == [("a1",), ("a2",), ("b1",)]
     assert sorted(result.archived_ids) == ["a1", "a2", "b1"] and result.skipped_changed == ["c1"]
+
+
+def test_archive_leaves_a_session_whose_id_is_not_utf8_and_archives_the_rest(tmp_path, cli):
+    """Finding 12 of issue 24 (a second command through the same mechanism): such an id stopped archive."""
+    from tests.test_export_stored_text import bad_store
+
+    store = bad_store(tmp_path / "state.db", layout="v30")
+    report = run_json(cli, "archive", store, "--older-than", "1d")
+    assert sorted(report["session_ids"]) == ["badmsg", "badtitle", "g0", "g1", "g2"]
+    assert query(store, "SELECT archived FROM sessions WHERE CAST(id AS BLOB) = x'78ff'") == [(0,)]

@@ -516,3 +516,19 @@ def test_a_profile_is_checked_against_its_own_config(store, hermes_home):
     apply_fix(f["fix"], hermes_home)
     assert only(check(), "config", "ok")
     assert only(doctor(store), "config", "ok")  # the default store's config was never the problem
+
+
+def test_stored_text_not_utf8_is_a_finding_naming_the_sessions_and_the_rest_still_runs(tmp_path):
+    """Finding 12 of issue 24: one bad byte made doctor exit 2 naming no session."""
+    from tests.test_export_stored_text import bad_store
+
+    store = bad_store(tmp_path / "state.db")
+    result = Cli()("doctor", "--db", store, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    found = only(report, "stored_text", "warning")
+    assert {(s["id"], s["fields"][0]) for s in found["data"]["sessions"]} == {
+        ("badmsg", "messages.content"), ("badtitle", "sessions.title"), ("x\\xff", "sessions.id")}
+    assert "x\\xff (sessions.id" in found["what"]
+    for kind in ("integrity", "holders", "last_backup", "orphans", "stray_messages"):
+        assert findings(report, kind), kind

@@ -293,3 +293,19 @@ def test_prune_delete_and_sweep_remove_the_files_hermes_keeps_per_session(hermes
 
 def _session_files_names(sid):
     return [f"{sid}.json", f"{sid}.jsonl", f"request_dump_{sid}_20260101_101010_123456.json", f"session_{sid}.json"]
+
+
+def test_prune_keeps_a_session_whose_id_is_not_utf8_and_deletes_the_rest(tmp_path, cli):
+    """Finding 12 of issue 24: such an id stopped prune (plan, dry run and apply) with exit 2, naming nothing.
+    The session is held back, named escaped; sessions with bad bytes in their text are pruned as any other."""
+    from tests.test_export_stored_text import bad_store
+
+    store = bad_store(tmp_path / "state.db")
+    dry = cli("prune", "--db", store, "--dry-run", "--older-than", "1d")
+    assert dry.exit_code == 0, dry.output
+    assert "kept x\\xff: its id is not valid UTF-8" in dry.stdout
+    report = run_json(cli, "prune", store, "--older-than", "1d")
+    assert sorted(report["session_ids"]) == ["badmsg", "badtitle", "g0", "g1", "g2"]
+    assert report["held_back"] == {"id_not_utf8": 1} and report["ids_not_utf8"] == ["x\\xff"]
+    assert query(store, "SELECT CAST(id AS BLOB) FROM sessions") == [(b"x\xff",)]
+    assert query(store, "SELECT COUNT(*) FROM messages") == [(2,)]

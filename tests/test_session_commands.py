@@ -202,3 +202,20 @@ def test_delete_shows_stored_control_characters_never_raw(tmp_path, cli):
     out = cli("delete", "bad\x00id", "--db", db, "--yes")
     assert out.exit_code == 0, out.output
     assert "\x00" not in out.stdout and "bad\\x00id" in out.stdout
+
+
+def test_stored_bytes_that_are_not_utf8_are_shown_escaped_or_named(tmp_path, cli):
+    """Finding 12 of issue 24: rename showed no previous title but 'give ids, titles and paths in UTF-8' (exit 2);
+    a command that still cannot read past such bytes says so and points at doctor (exit 1), not at the operator."""
+    from tests.test_export_stored_text import bad_store
+
+    store = bad_store(tmp_path / "state.db")
+    result = cli("rename", "badtitle", "fixed", "--db", store)
+    assert result.exit_code == 0, result.output
+    assert "previous title: A\\xc3" in result.stdout
+    assert query(store, "SELECT title FROM sessions WHERE id = 'badtitle'") == [("fixed",)]
+    prompts = cli("repair-prompts", "--db", store)
+    assert prompts.exit_code == 0, prompts.output
+    routing = cli("repair-routing", "--db", store)
+    assert routing.exit_code == 1
+    assert "the store holds text that is not valid UTF-8" in routing.stderr and "doctor" in routing.stderr

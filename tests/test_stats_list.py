@@ -109,3 +109,25 @@ def test_list_never_sends_stored_escape_sequences_to_the_terminal(tmp_path):
     result = run_subprocess("list", "--db", store)
     assert result.returncode == 0 and "\x1b" not in result.stdout and "\x07" not in result.stdout
     assert "\\x1b[2J" in result.stdout and len(result.stdout.strip().splitlines()) == 3
+
+
+def test_list_and_stats_work_when_stored_bytes_are_not_utf8(tmp_path, cli):
+    """Finding 12 of issue 24: a session id that is not UTF-8 stopped list with exit 2, naming nothing.
+    Now the id is named (escaped) and left out, bad bytes in a title or preview are shown escaped."""
+    import json
+
+    from tests.test_export_stored_text import bad_store
+
+    store = bad_store(tmp_path / "state.db")
+    for sort in ("started", "last-active"):
+        result = cli("list", "--db", store, "--sort", sort, "--limit", "0" if sort == "last-active" else "20")
+        assert result.exit_code == 0, result.output
+        assert "session x\\xff: its id is not valid UTF-8; not listed" in result.stderr
+        assert "\\xffA" in result.stdout and "A\\xc3" in result.stdout
+    report = cli.json("list", "--db", store)
+    assert report["unlisted_ids_not_utf8"] == ["x\\xff"]
+    assert sorted(s["id"] for s in report["sessions"]) == ["badmsg", "badtitle", "g0", "g1", "g2"]
+    assert {s["id"]: s["title"] for s in report["sessions"]}["badtitle"] == "A\\xc3"
+    stats = cli("stats", "--db", store, "--json")
+    assert stats.exit_code == 0, stats.output
+    assert json.loads(stats.stdout)["sessions"] == 6

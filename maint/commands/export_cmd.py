@@ -4,6 +4,7 @@ import sys
 
 import click
 
+from maint import PROG
 from maint.commands.options import command, dry_run_option, filter_options, store_options
 from maint.commands.output import Terminal, emit_json, write_json
 from maint.commands.runner import naming_store
@@ -55,8 +56,10 @@ def export(filters, output, fmt, session_id, only, lineage, redact, upload, publ
             raise
     if dry_run:
         _render_plan(report, stores.as_json)
+        _name_skipped(report, "would skip")
         return
     _emit_report(report) if stores.as_json else _render(report)
+    _name_skipped(report, "skipped")
     failed = [u for u in report["uploaded"] if not u["ok"]]
     if failed:  # each one is listed in the report
         done = len(report["uploaded"]) - len(failed)
@@ -65,6 +68,17 @@ def export(filters, output, fmt, session_id, only, lineage, redact, upload, publ
     if report["deleted"] and not stores.as_json:
         click.echo(f"verified and deleted {len(report['deleted'])} session(s): {', '.join(report['deleted'])}",
                    err=True)
+
+
+def _name_skipped(report: dict, done: str) -> None:
+    """A session whose stored text is not UTF-8 was left out: each named on stderr, then exit 1."""
+    skipped = report.get("skipped") or []
+    for u in skipped:
+        click.echo(f"{PROG}: warning: session {u['id']}: stored text is not valid UTF-8 in "
+                   f"{', '.join(u['fields'])}; {done}", err=True)
+    if skipped:
+        raise MaintError(f"{len(skipped)} session(s) {'would not be' if done == 'would skip' else 'not'} exported: "
+                         "stored text not valid UTF-8 (each named above)")
 
 
 def _render_plan(report: dict, as_json: bool) -> None:

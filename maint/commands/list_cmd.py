@@ -2,6 +2,8 @@
 
 import click
 
+from maint import PROG
+
 from maint.commands.options import command, store_options
 from maint.commands.output import fit, printable
 from maint.commands.params import Text, WholeNumber
@@ -39,6 +41,8 @@ def _render(r: dict) -> None:
     from maint.ops.listing import relative_time, source_label
 
     rows = r["sessions"]
+    for sid in r.get("unlisted_ids_not_utf8") or []:
+        click.echo(f"{PROG}: warning: session {sid}: its id is not valid UTF-8; not listed", err=True)
     if not rows:
         click.echo("No sessions found.")
         return

@@ -1,5 +1,6 @@
 """How commands talk to the operator: JSON lines, safe terminal text, and :class:`Terminal` (a terminal)."""
 
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -10,6 +11,66 @@ import click
 from maint.errors import Declined, Interrupted, NotATerminal
 from maint.flow import Operator
 from maint.store.sqlutil import write_json
+
+
+# C0 controls but tab and newline, DEL, and C1 controls: none reaches a terminal from our text.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    """Every control character but tab and newline as ``\\u001b``: shown, never obeyed, and inside a
+    JSON string the same character still (JSON's own escape; ``json.dumps`` leaves DEL and C1 raw)."""
+    return _CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+class SafeText:
+    """A text stream (stdout, stderr) whose writes never carry a terminal control character.
+
+    :func:`maint.commands.runner.run` puts one over sys.stdout and sys.stderr for the whole run, a
+    terminal or not (a log or a piped listing is read on a terminal later): ids, titles, paths,
+    lock-file bytes and error lines are stored or foreign text, escaped here once for every
+    command. JSON is unchanged in meaning (see :func:`escape_controls`). Documents written to
+    ``-`` go to the binary ``buffer`` beneath, byte for byte; the progress bar writes to
+    :func:`raw_stream`.
+    """
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def write(self, text: Any) -> int:
+        if isinstance(text, str) and _CONTROLS.search(text) is not None:
+            self._inner.write(escape_controls(text))
+            return len(text)
+        return self._inner.write(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._inner)
+
+
+def raw_stream(stream: Any) -> Any:
+    """The stream beneath a :class:`SafeText` (for our own control sequences: the progress bar)."""
+    return stream._inner if isinstance(stream, SafeText) else stream
+
+
+@contextmanager
+def safe_streams() -> Iterator[None]:
+    """sys.stdout and sys.stderr as :class:`SafeText` while the block runs (once: a nested run keeps them)."""
+    saved = sys.stdout, sys.stderr
+    if not isinstance(sys.stdout, SafeText) and sys.stdout is not None:
+        sys.stdout = SafeText(sys.stdout)
+    if not isinstance(sys.stderr, SafeText) and sys.stderr is not None:
+        sys.stderr = SafeText(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def emit_json(obj: Any) -> None:
@@ -110,5 +171,5 @@ class Terminal(Operator):
         if self.quiet or total <= 0 or not sys.stderr.isatty():
             yield lambda n: None
             return
-        with click.progressbar(length=total, label=label, file=sys.stderr, show_eta=True) as bar:
+        with click.progressbar(length=total, label=label, file=raw_stream(sys.stderr), show_eta=True) as bar:
             yield bar.update

@@ -54,6 +54,9 @@ def describe(exc: BaseException) -> tuple[str, int]:
         if isinstance(exc, apsw.ConstraintError):
             return f"a constraint refused the change ({detail}); the transaction was rolled back", EXIT_FAILED
         return f"SQLite error ({exc.__class__.__name__}: {detail})", EXIT_FAILED
+    if isinstance(exc, UnicodeDecodeError):  # stored bytes apsw could not hand over as text
+        return (f"the store holds text that is not valid UTF-8 ({exc.reason}); this command cannot read past it "
+                f"(`{PROG} doctor` names the sessions holding it; exports skip them)", EXIT_FAILED)
     if isinstance(exc, UnicodeError):  # an argument that is not valid UTF-8 reached a text-only place
         return (f"a value is not valid UTF-8 text ({exc.reason}); give ids, titles and paths in UTF-8",
                 EXIT_USAGE)
@@ -100,7 +103,18 @@ def usage_message(exc: click.UsageError) -> str:
 
 
 def run(command: click.Command, args: Sequence[str] | None) -> int:
-    """Run a click command (the whole app, or one looked up from it) and return its exit code."""
+    """Run a click command (the whole app, or one looked up from it) and return its exit code.
+
+    Every text written to stdout and stderr meanwhile has its control characters escaped
+    (:class:`maint.commands.output.SafeText`): stored and foreign text never drives the terminal.
+    """
+    from maint.commands.output import safe_streams
+
+    with safe_streams():
+        return _run(command, args)
+
+
+def _run(command: click.Command, args: Sequence[str] | None) -> int:
     try:
         code = command.main(args=args, prog_name=PROG, standalone_mode=False)
     except StdoutClosed:

@@ -27,6 +27,7 @@ from maint.selection.filters import Filters
 from maint.store.connection import Store, open_store
 from maint.store.sqlutil import IdList
 from maint.store.targets import hermes_home
+from maint.store.text_check import Unreadable, unreadable_sessions
 
 if TYPE_CHECKING:
     from maint.flow import Operator
@@ -97,18 +98,29 @@ class ExportPlan:
     folder: Path | None  # created by run_export when it does not exist
     manifest: Path | None
     manifest_lines: list[str]  # lines kept from an existing manifest
+    skipped: list[Unreadable] = field(default_factory=list)  # left out: stored text not UTF-8
 
 
 def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = None) -> ExportPlan:
-    """Read the store and the destination; create and write nothing."""
+    """Read the store and the destination; create and write nothing.
+
+    A session whose stored text is not UTF-8 is left out and listed in the plan's ``skipped``; the
+    rest are exported (the command names each one skipped and exits 1).
+    """
+    skipped: list[Unreadable] = []
     if req.latest_trace:
         with store.snapshot():
-            latest = latest_session(store)
-        if latest is None:
-            raise MaintError("the store has no sessions to trace")
-        chosen: Sequence[str] = [latest]
+            latest = latest_session(store, raw=True)
+            if latest is None:
+                raise MaintError("the store has no sessions to trace")
+            skipped = unreadable_sessions(store, "SELECT id FROM sessions WHERE CAST(id AS BLOB) = ?", (latest,))
+        chosen: Sequence[str] = [] if skipped else [latest.decode("utf-8")]
     else:
-        chosen = select_sessions(store, req.session_id, req.filters, exact=req.delete_after_verified)
+        chosen = select_sessions(store, req.session_id, req.filters, exact=req.delete_after_verified,
+                                 skipped=skipped)
+    if req.delete_after_verified and skipped:
+        raise MaintError(f"{skipped[0].describe()}; it cannot be exported as it is stored, so nothing was "
+                         "exported or deleted")
     if req.delete_after_verified:
         from maint.export.verified_delete import family, refuse_if_busy
 
@@ -116,6 +128,10 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
             _refuse_splitting_a_lineage(store, chosen[0])
             chosen = family(store, chosen[0])  # the named session first, then its delegates
             refuse_if_busy(store, chosen)
+            bad = unreadable_sessions(store, "SELECT value FROM json_each(?)", (json.dumps(list(chosen)),))
+        if bad:
+            raise MaintError(f"{bad[0].describe()} (a delegate of {chosen[0]}); it cannot be exported as it is "
+                             "stored, so nothing was exported or deleted")
     if req.fmt == "jsonl" and not req.only and isinstance(max_export_messages, int) and max_export_messages > 0:
         from maint.export.transcript import stored_count
 
@@ -137,7 +153,7 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
     if req.fmt in ("md", "qmd") and folder is not None:
         manifest = folder / "manifest.jsonl"
         kept = _kept_manifest_lines(manifest, {Path(e["path"]).name for e in entries})
-    return ExportPlan(req, chosen, entries, folder, manifest, kept)
+    return ExportPlan(req, chosen, entries, folder, manifest, kept, skipped)
 
 
 def _refuse_splitting_a_lineage(store: Store, session_id: str) -> None:
@@ -372,6 +388,7 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
             "messages": sum(w["messages"] for w in written),
             "written": [{"path": w["path"], "messages": w["messages"], "sha256": w["sha256"]} for w in written],
             "manifest": _write_manifest(plan, written), "uploaded": [], "deleted": [], "removed_files": [],
+            "skipped": [u.as_json() for u in plan.skipped],
         }
         if req.upload:
             from maint.export.hf_upload import KEPT, REMOVED, upload_traces
@@ -431,7 +448,8 @@ def export_store(target: StoreTarget, req: ExportRequest, op: Operator) -> dict[
             return {"dry_run": True, "store": str(target.path), "format": req.fmt, "sessions": IdList(plan.chosen),
                     "files": [e["path"] for e in plan.entries if e["path"] is not None],
                     "would_replace": [e["path"] for e in plan.entries if e.get("replaces")],
-                    "entries": [{**e, "ids": list(e["ids"])} for e in plan.entries]}
+                    "entries": [{**e, "ids": list(e["ids"])} for e in plan.entries],
+                    "skipped": [u.as_json() for u in plan.skipped]}
         with op.progress(len(plan.entries) if len(plan.entries) > 1 else 0, "Exporting") as tick:
             try:
                 report = run_export(store, plan, on_progress=tick)

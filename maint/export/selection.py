@@ -16,26 +16,50 @@ from maint.selection.filters import Filters
 from maint.store.catalog import catalog_sql, resolve_session
 from maint.store.connection import Store
 from maint.store.sqlutil import Paged
+from maint.store.text_check import Unreadable, unreadable_sessions
 
 
 def select_sessions(store: Store, session_id: str | None, filters: Filters,
-                    now: float | None = None, *, exact: bool = False) -> Sequence[str]:
-    """Session ids in export order: started first, ties by id. *exact*: --session-id must be a whole id."""
+                    now: float | None = None, *, exact: bool = False,
+                    skipped: list[Unreadable] | None = None) -> Sequence[str]:
+    """Session ids in export order: started first, ties by id. *exact*: --session-id must be a whole id.
+
+    Given a *skipped* list, the sessions whose stored text is not UTF-8 are left out and added to it
+    (:mod:`maint.store.text_check`): one such session never stops the export of the others.
+    """
     if session_id is not None and not filters.is_empty:
         raise UsageError("--session-id cannot be combined with filters (use one or the other)")
     if session_id is not None:
-        return [resolve_session(store, session_id, exact=exact)]
+        sid = resolve_session(store, session_id, exact=exact)
+        if skipped is not None:
+            with store.snapshot():
+                bad = unreadable_sessions(store, "SELECT ?", (sid,))
+            if bad:
+                skipped.extend(bad)
+                return []
+        return [sid]
     now = time.time() if now is None else now
     where, params = ("1", {}) if filters.is_empty else filters.sql("c.")
     ended = "" if filters.is_empty else "c.ended_at IS NOT NULL AND "
     conn = store.conn
     with store.snapshot():
         conn.execute("DROP TABLE IF EXISTS temp.maint_export")
-        conn.execute(f"""CREATE TEMP TABLE maint_export AS
-            SELECT ROW_NUMBER() OVER (ORDER BY c.started_at, c.id) - 1 AS ord, c.id AS id
+        conn.execute("DROP TABLE IF EXISTS temp.maint_export_all")
+        conn.execute("DROP TABLE IF EXISTS temp.maint_export_bad")
+        conn.execute(f"""CREATE TEMP TABLE maint_export_all AS SELECT c.id AS id, c.started_at AS started_at
             FROM ({catalog_sql(store, filters.columns)}) c WHERE {ended}({where})""", {"now": now, **params})
+        bad = unreadable_sessions(store, "SELECT id FROM temp.maint_export_all") if skipped is not None else []
+        conn.execute("CREATE TEMP TABLE maint_export_bad (raw BLOB PRIMARY KEY)")
+        conn.executemany("INSERT INTO maint_export_bad VALUES (?)", [(b.raw_id,) for b in bad])
+        conn.execute("""CREATE TEMP TABLE maint_export AS
+            SELECT ROW_NUMBER() OVER (ORDER BY started_at, id) - 1 AS ord, id FROM temp.maint_export_all
+            WHERE CAST(id AS BLOB) NOT IN (SELECT raw FROM temp.maint_export_bad)""")
+        conn.execute("DROP TABLE temp.maint_export_all")
+        conn.execute("DROP TABLE temp.maint_export_bad")
         conn.execute("CREATE UNIQUE INDEX temp.maint_export_ord ON maint_export(ord)")
         count = store.scalar("SELECT COUNT(*) FROM maint_export")
+    if skipped is not None:
+        skipped.extend(bad)
     store.plan_generation += 1
     generation = store.plan_generation
 
@@ -48,8 +72,9 @@ def select_sessions(store: Store, session_id: str | None, filters: Filters,
     return Paged(count, load, page=2048)
 
 
-def latest_session(store: Store, now: float | None = None) -> str | None:
-    """The most recently active session (ties: started later, then the higher id)."""
+def latest_session(store: Store, now: float | None = None, *, raw: bool = False) -> str | bytes | None:
+    """The most recently active session (ties: started later, then the higher id); *raw*: its id's stored
+    bytes (an id that is not UTF-8 cannot be read as text)."""
     now = time.time() if now is None else now
-    return store.scalar(f"SELECT id FROM ({catalog_sql(store, ())}) "
+    return store.scalar(f"SELECT {'CAST(id AS BLOB)' if raw else 'id'} FROM ({catalog_sql(store, ())}) "
                         "ORDER BY last_active DESC, started_at DESC, id DESC LIMIT 1", {"now": now})

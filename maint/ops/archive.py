@@ -60,7 +60,8 @@ def plan_archive(store: Store, filters: Filters, *, include_open: bool = False,
         conn.execute("DROP TABLE IF EXISTS temp.maint_arch")
         conn.execute("""CREATE TEMP TABLE maint_arch AS
             SELECT c.key, c.first_rid,
-                   CASE WHEN MIN(s.archived AND NOT s.auto_archived) = 1 THEN 'done' WHEN MAX(s.pinned) THEN 'pinned'
+                   CASE WHEN MAX(maint_not_utf8(CAST(s.id AS BLOB))) THEN 'id_not_utf8'
+                        WHEN MIN(s.archived AND NOT s.auto_archived) = 1 THEN 'done' WHEN MAX(s.pinned) THEN 'pinned'
                         WHEN MAX(s.ended_at IS NULL) AND NOT :include_open THEN 'open' ELSE 'go' END AS verdict,
                    MAX(CASE WHEN NOT s.archived OR s.auto_archived THEN s.last_active END) AS active,
                    SUM(NOT s.archived OR s.auto_archived) AS n

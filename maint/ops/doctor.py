@@ -60,7 +60,7 @@ THRESHOLDS: dict[str, tuple[float, int]] = {
 }
 SWEEP_GRACE_S = 3600  # the job loop's misfire grace
 NUMERIC_SESSION_KEYS = ("min_interval_hours", "min_vacuum_interval_days")
-CHECKS = ("config", "integrity", "schema", "sizes", "holders", "journal_mode", "repairs", "ages")
+CHECKS = ("config", "integrity", "schema", "sizes", "holders", "journal_mode", "text", "repairs", "ages")
 RESTORE = ("stop Hermes, then copy your last good backup over the store (a copy made with "
            "`hermes-maint optimize --into PATH` is one)")
 
@@ -354,6 +354,31 @@ class Doctor:
 
     # -- what the repairs would fix -------------------------------------------------------------
     def check_repairs(self, store: Store) -> None:
+        for name, step in (("degraded_prompts", self.check_prompts), ("profiles", self.check_profiles),
+                           ("interrupted", self.check_interrupted), ("orphans", self.check_orphans),
+                           ("unrouted", self.check_unrouted), ("stray_messages", self.check_strays)):
+            try:
+                step(store)
+            except UnicodeDecodeError:  # one session's bytes stop this step only (named by check_text)
+                self.add(name, WARNING, f"the {name} check stopped at stored text that is not valid UTF-8 "
+                                        "(the sessions holding it are named in the stored_text finding)",
+                         "fix or delete those sessions, then run doctor again")
+
+    def check_text(self, store: Store) -> None:
+        """Stored text that is not UTF-8: exports skip those sessions, other commands may stop at them."""
+        from maint.store.text_check import unreadable_sessions
+
+        bad = unreadable_sessions(store)
+        if not bad:
+            self.add("stored_text", OK, "every stored text is valid UTF-8")
+            return
+        self.add("stored_text", WARNING,
+                 f"{len(bad)} session(s) hold stored text that is not valid UTF-8 (exports skip them): "
+                 + "; ".join(f"{u.id} ({', '.join(u.fields)})" for u in bad[:10]) + (" …" if len(bad) > 10 else ""),
+                 "rewrite the bytes as UTF-8 with SQL, or delete those sessions",
+                 sessions=[u.as_json() for u in bad[:50]])
+
+    def check_prompts(self, store: Store) -> None:
         prompts = scan_prompts(store)
         if prompts.verified:
             self.add("degraded_prompts", WARNING, f"{len(prompts.verified)} stored system prompt(s) verified "
@@ -363,8 +388,8 @@ class Doctor:
         else:
             self.add("degraded_prompts", OK, "no degraded stored prompt"
                      + (f" ({len(prompts.unverifiable)} unverifiable, left alone)" if prompts.unverifiable else ""))
-        self.check_profiles(store)
-        self.check_interrupted(store)
+
+    def check_orphans(self, store: Store) -> None:
         candidates = reap_candidates(store, self.retention(), self.now)
         if candidates:
             fix = (self.cmd("sweep", "--force") if self.auto_prune_on()
@@ -374,7 +399,8 @@ class Doctor:
                      fix, ids=candidates[:50])
         else:
             self.add("orphans", OK, "no open automation session left behind")
-        self.check_unrouted(store)
+
+    def check_strays(self, store: Store) -> None:
         strays = find_stray(store)
         if strays:
             n = sum(s.messages for s in strays)
@@ -484,13 +510,17 @@ class Doctor:
             self.holders = self.holders_fn(self.path)
             checks = (("integrity", self.check_integrity), ("schema", self.check_schema), ("sizes", self.check_sizes),
                       ("holders", lambda s: self.check_holders()), ("journal_mode", lambda s: self.check_journal()),
-                      ("repairs", self.check_repairs), ("ages", self.check_ages))
+                      ("text", self.check_text), ("repairs", self.check_repairs), ("ages", self.check_ages))
             for name, check in checks:
                 try:
                     check(store)
                 except apsw.Error as exc:  # a damaged page stops one check, never the report
                     self.add(name, CRITICAL, f"the {name} check could not finish: {type(exc).__name__}: {exc}",
                              RESTORE)
+                except UnicodeDecodeError:  # stored bytes that are not UTF-8: named by the text check
+                    self.add(name, WARNING, f"the {name} check stopped at stored text that is not valid UTF-8 "
+                                            "(the sessions holding it are named in the stored_text finding)",
+                             "fix or delete those sessions, then run doctor again")
                 self.on_progress(1)
         return self.findings
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from maint.store import lineage
 from maint.store.timestamps import local, raw
 from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, SessionInfo, catalog_sql
+from maint.store.text_check import readable_id_sql, shown_text_sql, unreadable_ids
 from maint.store.connection import Store, open_store
 
 if TYPE_CHECKING:
@@ -128,11 +129,12 @@ class _Sql:
     def __init__(self, store: Store, workspace: str | None):
         self.store, self.workspace = store, workspace
         self.has = has = functools.partial(store.has_column, "sessions")
-        self.title = "COALESCE(NULLIF(tip.title, ''), root.title)" if has("title") else "NULL"
-        self.key = " ".join(f"""COALESCE(maint_workspace({'tip.git_repo_root' if has('git_repo_root') else 'NULL'},
-                                                   {'tip.cwd' if has('cwd') else 'NULL'}),
-                                     maint_workspace({'root.git_repo_root' if has('git_repo_root') else 'NULL'},
-                                                   {'root.cwd' if has('cwd') else 'NULL'}))""".split())
+        self.title = shown_text_sql("COALESCE(NULLIF(tip.title, ''), root.title)") if has("title") else "NULL"
+        def col(a: str, c: str) -> str:  # paths go to Python: bytes that are not UTF-8 shown, never a stop
+            return shown_text_sql(f"{a}.{c}") if has(c) else "NULL"
+
+        self.key = " ".join(f"""COALESCE(maint_workspace({col('tip', 'git_repo_root')}, {col('tip', 'cwd')}),
+                                     maint_workspace({col('root', 'git_repo_root')}, {col('root', 'cwd')}))""".split())
         in_workspace_sql = f"AND maint_in_workspace({self.key}, :workspace)" if workspace is not None else ""
         ws_join = "JOIN sessions tip ON tip.id = c.tip JOIN sessions root ON root.id = c.key" if workspace else ""
         # A pin means "always listed", except the hidden canonical Bot Chat; delegate runs, archived and hidden
@@ -146,9 +148,10 @@ class _Sql:
     def singles(self, lean: bool = False, where: str = "1") -> str:
         store, workspace = self.store, self.workspace
         one = ("s.id NOT IN (SELECT id FROM maint_chained) AND (:source IS NULL OR s.source = :source) AND "
-               + where)
+               f"{readable_id_sql('s')} AND " + where)
         cat = catalog_sql(store, ("git_repo_root", "cwd") if workspace is not None else (), one, lean, locks=False)
-        ws = ("AND maint_in_workspace(maint_workspace(c.git_repo_root, c.cwd), :workspace)"
+        ws = (f"AND maint_in_workspace(maint_workspace({shown_text_sql('c.git_repo_root')}, "
+              f"{shown_text_sql('c.cwd')}), :workspace)"
               if workspace is not None else "")
         return f"""SELECT c.id AS id, c.id AS root_id, c.source AS source, c.last_active AS last_active,
                    c.started_at AS started_at, 1 AS segments, c.pinned AS pinned, c.archived AS archived
@@ -163,8 +166,8 @@ def _flag_sql(expr: str) -> str:
 
 def _preview(store: Store, session_id: str) -> str:
     text = store.scalar(
-        "SELECT content FROM messages WHERE session_id = ? AND role = 'user' AND content IS NOT NULL "
-        "ORDER BY timestamp, id LIMIT 1", (session_id,))
+        f"SELECT {shown_text_sql('content')} FROM messages WHERE session_id = ? AND role = 'user' "
+        "AND content IS NOT NULL ORDER BY timestamp, id LIMIT 1", (session_id,))
     text = " ".join(str(text or "").split())
     return text[:PREVIEW_CHARS] + "..." if len(text) > PREVIEW_CHARS else text
 
@@ -219,4 +222,5 @@ def list_store(target: StoreTarget, req: ListRequest) -> dict[str, Any]:
     with open_store(target.path, readonly=True) as store:
         rows, total, more = list_conversations(store, source=req.source, limit=req.limit, workspace=needle,
                                                sort=req.sort, count=req.count)
-    return {"sessions": rows, "total": total, "shown": len(rows), "more": more}
+        unlisted = unreadable_ids(store)
+    return {"sessions": rows, "total": total, "shown": len(rows), "more": more, "unlisted_ids_not_utf8": unlisted}

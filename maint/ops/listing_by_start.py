@@ -20,6 +20,7 @@ from typing import Any
 
 from maint.store import lineage
 from maint.store.catalog import CANONICAL_BOT_CHAT_TITLE, _flag, catalog_sql
+from maint.store.text_check import readable_id_sql
 from maint.store.connection import Store
 
 TEMP_TABLES = ("maint_lp", "maint_lx", "maint_li", "maint_lw", "maint_lc", "maint_lv")
@@ -72,7 +73,8 @@ def pick(store: Store, *, source: str | None, limit: int, now: float) -> tuple[l
     pinned_flag = _flag_or_0(store, "s", "pinned")
     total, pinned = conn.execute(f"""
         SELECT COUNT(*), json_group_array(s.id) FILTER (WHERE {pinned_flag})
-        FROM sessions s WHERE {plain} AND {_plain_visible_sql(store)}""", params).fetchone()
+        FROM sessions s WHERE {plain} AND {_plain_visible_sql(store)} AND {readable_id_sql('s')}""",
+        params).fetchone()
     pinned = _json_list(pinned)
     drop(store)
     # The other sessions: children, sessions ended by a compression, sessions with a marker.
@@ -82,7 +84,8 @@ def pick(store: Store, *, source: str | None, limit: int, now: float) -> tuple[l
     pinned += [r[0] for r in conn.execute("SELECT id FROM maint_li WHERE NOT chained AND visible AND pinned")]
     page = [r[0] for r in conn.execute(f"""
         SELECT o.id FROM sessions o
-        WHERE CASE WHEN o.id IN (SELECT id FROM maint_li) THEN o.id IN (SELECT id FROM maint_lv)
+        WHERE {readable_id_sql('o')}
+          AND CASE WHEN o.id IN (SELECT id FROM maint_li) THEN o.id IN (SELECT id FROM maint_lv)
                    ELSE {_plain_visible_sql(store, 'o')} END
         ORDER BY o.started_at DESC, o.id LIMIT :limit""", {**params, "limit": limit or -1})]
     return (*_keys(store, page, pinned), total)
@@ -106,15 +109,16 @@ def page(store: Store, *, source: str | None, limit: int,
     conn, params = store.conn, {"source": source, "now": now}
     plain = _plain_sql(store)
     pinned_flag = _flag_or_0(store, "s", "pinned")
-    pinned_ids = store.scalar(f"SELECT json_group_array(s.id) FROM sessions s WHERE {pinned_flag}")
+    pinned_ids = store.scalar(f"SELECT json_group_array(s.id) FROM sessions s WHERE {pinned_flag} "
+                              f"AND {readable_id_sql('s')}")
     want = WALK_FACTOR * (limit + 1)
     while True:
         drop(store)
         if want > MAX_WALK:
             return TOO_FAR
         conn.execute("CREATE TEMP TABLE maint_lp (pos INTEGER PRIMARY KEY, id)")
-        conn.execute("INSERT INTO maint_lp (id) SELECT id FROM sessions ORDER BY started_at DESC, id LIMIT ?",
-                     (want,))
+        conn.execute(f"INSERT INTO maint_lp (id) SELECT id FROM sessions s WHERE {readable_id_sql('s')} "
+                     "ORDER BY started_at DESC, id LIMIT ?", (want,))
         walked_all = store.scalar("SELECT COUNT(*) FROM maint_lp") < want
         # The chains these sessions may belong to, whole: up through parents that ended with a compression,
         # then down through such parents' children (more than the chains; the rules below judge them).

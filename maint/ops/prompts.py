@@ -19,6 +19,7 @@ from maint import json_text
 from maint.store.connection import Store, open_store
 from maint.store.holders import STOP_HERMES, refuse_if_held
 from maint.store.sqlutil import IdList
+from maint.store.text_check import readable_id_sql
 
 if TYPE_CHECKING:
     from maint.flow import Operator
@@ -106,7 +107,7 @@ def _cols(store: Store) -> str:
 
 def scan(store: Store) -> PromptScan:
     result = PromptScan()
-    for row in store.iter_rows(f"SELECT {_cols(store)} FROM sessions ORDER BY id"):
+    for row in store.iter_rows(f"SELECT {_cols(store)} FROM sessions s WHERE {readable_id_sql('s')} ORDER BY id"):
         prompt = (stored_prompt(store, row) or "").strip()
         if not prompt or SKILL_SAFETY_MARKER in prompt:
             continue

@@ -29,6 +29,7 @@ from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store, busy_timeout_from_env, open_store
 from maint.store.delete import delete_sessions, remove_session_files, session_files
+from maint.store.text_check import unreadable_ids
 
 if TYPE_CHECKING:
     from maint.flow import Operator
@@ -139,10 +140,12 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
                          FIRST_VALUE(fail) OVER (PARTITION BY chain ORDER BY fail IS NULL, started_at, id)
                              AS first_fail
                   FROM (SELECT chain, matched, started_at, id,
-                               CASE WHEN keep THEN 'just_reaped' WHEN ended_at IS NULL THEN 'open'
+                               CASE WHEN maint_not_utf8(CAST(id AS BLOB)) THEN 'id_not_utf8'
+                                    WHEN keep THEN 'just_reaped' WHEN ended_at IS NULL THEN 'open'
                                     WHEN pinned THEN 'pinned' WHEN locked THEN 'in_progress'
                                     WHEN archived AND NOT :archived_ok THEN 'archived' END AS reason,
-                               CASE WHEN keep OR ended_at IS NULL OR pinned OR locked THEN 'delegate_child_busy'
+                               CASE WHEN keep OR ended_at IS NULL OR pinned OR locked
+                                         OR maint_not_utf8(CAST(id AS BLOB)) THEN 'delegate_child_busy'
                                     WHEN :active_before IS NOT NULL AND NOT last_active <= :active_before
                                     THEN 'delegate_child_active' END AS fail
                         FROM maint_s))
@@ -426,7 +429,7 @@ def prune_store(target: StoreTarget, req: PruneRequest, op: Operator) -> dict[st
             "store": str(target.path), "dry_run": req.dry_run, "matched": count, "session_ids": [],
             "messages": plan.messages, "implicit_days": plan.implicit_days, "held_back": plan.held_back,
             "oldest": plan.extreme(newest=False), "newest": plan.extreme(newest=True),
-            "session_files": [], "removed_files": [],
+            "session_files": [], "removed_files": [], "ids_not_utf8": unreadable_ids(store),
         }
         # Text size is read only when someone will look at it (preview or prompt).
         report["bytes"] = plan_stored_bytes(store) if (req.dry_run or op.asks) else None

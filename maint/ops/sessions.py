@@ -26,6 +26,7 @@ from maint.store.catalog import (CANONICAL_BOT_CHAT_TITLE, NEWEST_MESSAGE_SQL, S
                                  session_info)
 from maint.store.connection import Store, open_store
 from maint.store.sqlutil import ph
+from maint.store.text_check import shown_text_sql
 
 if TYPE_CHECKING:
     from maint.flow import Operator
@@ -170,7 +171,8 @@ def rename(store: Store, ref: str, raw_title: str) -> dict[str, Any]:
     transferred_from = None
     with store.write() as conn:
         sid = resolve_session(store, ref)
-        previous, is_hidden = conn.execute(f"SELECT title, {hidden} FROM sessions WHERE id = ?", (sid,)).fetchone()
+        previous, is_hidden = conn.execute(f"SELECT {shown_text_sql('title')}, {hidden} FROM sessions WHERE id = ?",
+                                           (sid,)).fetchone()
         if previous == CANONICAL_BOT_CHAT_TITLE and is_hidden and title != previous:
             raise MaintError(f"{sid} is a bot's canonical Bot Chat: Bot Mode finds it by this name, so renaming it "
                              "would orphan the conversation; nothing was changed")

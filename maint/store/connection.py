@@ -462,17 +462,36 @@ def polling_busy_handler(timeout_ms: int):
     return handler
 
 
+def not_utf8(raw: Any) -> int:
+    """1 when *raw* (a text's bytes, ``CAST(x AS BLOB)``) is not UTF-8: apsw could not hand it to Python."""
+    if raw.__class__ is not bytes:
+        return 0
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return 1
+    return 0
+
+
+def shown_bytes(raw: Any) -> Any:
+    """A text's bytes (``CAST(x AS BLOB)``) as text to show: bytes that are not UTF-8 as ``\\xff``."""
+    return raw.decode("utf-8", "backslashreplace") if raw.__class__ is bytes else raw
+
+
 def register_functions(conn: apsw.Connection) -> None:
     """The Python functions our SQL calls, so the planners' SQL means exactly what their Python did.
 
     ``maint_str`` is ``str()`` (markers are compared as text), ``maint_lower`` is ``str.lower``
     (SQLite's ``lower()`` folds ASCII only) and ``maint_cwd_under`` is the ``--cwd`` prefix rule.
+    ``maint_not_utf8`` tells stored bytes apsw cannot decode (:mod:`maint.store.text_check`).
     """
     from maint.store.sqlutil import cwd_under
 
     conn.create_scalar_function("maint_str", lambda v: None if v is None else str(v), 1, deterministic=True)
     conn.create_scalar_function("maint_lower", lambda v: None if v is None else str(v).lower(), 1,
                                 deterministic=True)
+    conn.create_scalar_function("maint_not_utf8", not_utf8, 1, deterministic=True)
+    conn.create_scalar_function("maint_shown", shown_bytes, 1, deterministic=True)
     conn.create_scalar_function("maint_cwd_under", lambda cwd, prefix: int(cwd_under(cwd, prefix)), 2,
                                 deterministic=True)
 

@@ -1,0 +1,117 @@
+"""Stored text that is not UTF-8: which sessions hold it, and how to name them.
+
+SQLite keeps whatever bytes a writer stored as TEXT; apsw decodes every text value it hands to
+Python as strict UTF-8, so one bad byte in one message used to stop a whole-store command (the
+error named no session). Commands that read every session's text (exports, doctor) ask
+:func:`unreadable_sessions` first and leave those sessions out, named; ids are read back as raw
+bytes (``CAST(id AS BLOB)``) and shown with :func:`shown_id`, never decoded strictly.
+
+Each row's texts are checked together by Python's own decoder, one call a row (0.2 s over 180,000
+messages of 100 MB; a call per column took four times that, and SQLite's GLOB as a filter for
+non-ASCII rows ten times).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from maint.store.connection import Store, not_utf8, quote_ident
+
+
+def register(store: Store) -> None:
+    """``maint_not_utf8`` (every store's connection has it; a bare apsw connection needs this)."""
+    store.conn.create_scalar_function("maint_not_utf8", not_utf8, 1, deterministic=True)
+
+
+def readable_id_sql(alias: str) -> str:
+    """True when the session row *alias*'s id is UTF-8, as every id Python reads must be: listings and
+    plans leave the others out (and name them, :func:`unreadable_ids`)."""
+    return f"NOT maint_not_utf8(CAST({alias}.id AS BLOB))"
+
+
+def unreadable_ids(store: Store) -> list[str]:
+    """The ids that are not UTF-8, shown escaped (``x\\xff``); one pass over the ids alone."""
+    return [shown_id(raw) for (raw,) in store.conn.execute(
+        "SELECT CAST(id AS BLOB) FROM sessions WHERE maint_not_utf8(CAST(id AS BLOB)) ORDER BY 1")]
+
+
+def shown_text_sql(expr: str) -> str:
+    """*expr* as text Python can read, for display: a text that is not UTF-8 with its bad bytes as ``\\xff``."""
+    return f"iif(typeof({expr}) = 'text', maint_shown(CAST({expr} AS BLOB)), {expr})"
+
+
+def bad_text_sql(expr: str) -> str:
+    """True when the value of *expr* is TEXT whose bytes are not UTF-8."""
+    return f"(typeof({expr}) = 'text' AND maint_not_utf8(CAST({expr} AS BLOB)))"
+
+
+def shown_id(raw: bytes | str) -> str:
+    """Raw id bytes as one safe line: bad bytes as ``\\xff``, control characters escaped."""
+    text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A session some of whose stored text is not UTF-8: its raw id and the fields (``table.column``)."""
+
+    raw_id: bytes
+    fields: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        return shown_id(self.raw_id)
+
+    def describe(self) -> str:
+        return f"session {self.id}: stored text is not valid UTF-8 in {', '.join(self.fields)}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "fields": list(self.fields)}
+
+
+def _fields(store: Store, table: str, alias: str) -> str:
+    cols = store.columns(table)
+    parts = [f"iif({bad_text_sql(f'{alias}.{quote_ident(c)}')}, {_literal(f'{table}.{c}')}, NULL)" for c in cols]
+    return f"concat_ws(',', {', '.join(parts)})" if parts else "''"
+
+
+def _any_bad(store: Store, table: str, alias: str) -> str:
+    """True when some text column of the row is not UTF-8, in one call: the texts joined by a newline
+    are UTF-8 exactly when each one is (an ASCII byte can neither finish nor continue a sequence)."""
+    texts = [f"iif(typeof({alias}.{quote_ident(c)}) = 'text', {alias}.{quote_ident(c)}, NULL)"
+             for c in store.columns(table)]
+    return f"maint_not_utf8(CAST(concat_ws(char(10), {', '.join(texts)}) AS BLOB))" if texts else "0"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _rows(store: Store, scope: str, params: Any) -> Iterator[tuple[bytes, str]]:
+    yield from store.conn.execute(
+        f"SELECT CAST(s.id AS BLOB), {_fields(store, 'sessions', 's')} FROM sessions s "
+        f"WHERE s.id IN ({scope}) AND {_any_bad(store, 'sessions', 's')}", params)
+    yield from store.conn.execute(
+        f"SELECT CAST(m.session_id AS BLOB), {_fields(store, 'messages', 'm')} FROM messages m "
+        f"WHERE m.session_id IN ({scope}) AND {_any_bad(store, 'messages', 'm')}", params)
+    refs = [c for c in ("system_prompt_hash", "tool_names") if store.has_column("sessions", c)]
+    if refs and store.has_table("system_prompts") and store.has_column("system_prompts", "prompt"):
+        match = " OR ".join(f"s.{c} = p.hash" for c in refs)
+        yield from store.conn.execute(
+            f"SELECT CAST(s.id AS BLOB), 'system_prompts.prompt' FROM "
+            f"(SELECT hash FROM system_prompts WHERE {bad_text_sql('prompt')}) p "
+            f"JOIN sessions s ON {match} WHERE s.id IN ({scope})", params)
+
+
+def unreadable_sessions(store: Store, scope: str = "SELECT id FROM sessions", params: Any = ()) -> list[Unreadable]:
+    """The sessions among *scope* (SQL selecting session ids) with stored text that is not UTF-8,
+    in id byte order, each with every field where it was found. A session whose id itself is not
+    UTF-8 has ``sessions.id`` among its fields."""
+    register(store)
+    found: dict[bytes, list[str]] = {}
+    for raw, fields in _rows(store, scope, params):
+        have = found.setdefault(raw, [])
+        have.extend(f for f in fields.split(",") if f not in have)
+    return [Unreadable(raw, tuple(found[raw])) for raw in sorted(found)]

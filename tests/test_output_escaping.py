@@ -1,0 +1,104 @@
+"""Every text a run writes to stdout and stderr has its control characters escaped, once, for every
+command (issue 24, hostile finding F5): a stored title or id, a profile folder's name, an argument
+echoed in an error line never drives the terminal. JSON keeps its meaning; documents written to
+``-`` are data and stay byte for byte."""
+
+import hashlib
+import json
+import sqlite3
+
+import pytest
+
+from maint.commands.output import SafeText, escape_controls
+from tests.conftest import run_subprocess
+from tests.storegen import StoreBuilder
+
+TITLE = "\x1b]0;pwned\x07"
+BAD_ID = "\x1b[2Jwiped"
+C1_TITLE = "csi\x9b31m"
+CONTROL_BYTES = [bytes([c]) for c in [*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f]] + \
+    [chr(c).encode() for c in range(0x80, 0xa0)]
+
+
+def assert_no_controls(*outputs):
+    for out in outputs:
+        data = out.encode("utf-8", "surrogateescape") if isinstance(out, str) else out
+        found = [c for c in CONTROL_BYTES if c in data]
+        assert not found, (found, data[:400])
+
+
+@pytest.fixture
+def home(tmp_path):
+    home = tmp_path / "hermes"
+    store = home / "state.db"
+    with StoreBuilder(store, layout="v30") as b:
+        b.session("s1", age=100, title=TITLE)
+        b.session(BAD_ID, age=90, title=C1_TITLE)
+        b.session("other", age=80)
+    conn = sqlite3.connect(store)  # stray messages under a hostile id, for recover
+    conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', 'x', 1.0)",
+                 ("\x1b[5mlost",))
+    conn.commit()
+    conn.close()
+    profile = home / "profiles" / "evil\x1b]0;x\x07" / "state.db"
+    with StoreBuilder(profile, layout="v30") as b:
+        b.session("p1", age=10, title=TITLE)
+    return home
+
+
+def run(home, *args):
+    return run_subprocess(*args, env={"HERMES_HOME": str(home), "HERMES_MAINT_BUSY_MS": "2000"})
+
+
+@pytest.mark.parametrize("args", [
+    ["list"], ["stats"], ["pin", "s1"], ["pinned"], ["rename", "s1", "fine"],
+    ["recover"], ["doctor"], ["list", "--all-profiles"], ["stats", "--all-profiles"], ["doctor", "--all-profiles"],
+    ["export", "--session-id", "\x1b[31m"], ["delete", "\x1b[31mnope", "--yes"], ["rename", "\x1b[2J", "t"],
+    ["export", "--dry-run", "--format", "md", "--older-than", "1d"], ["prune", "--dry-run", "--older-than", "1d"],
+])
+def test_no_control_character_reaches_the_terminal(home, args):
+    result = run(home, *args)
+    assert result.returncode in (0, 1, 2), result.stderr
+    assert_no_controls(result.stdout, result.stderr)
+
+
+def test_the_hostile_text_is_shown_escaped_not_dropped(home):
+    listing = run(home, "list")
+    assert "]0;pwned" in listing.stdout and "[2Jwiped" in listing.stdout
+    pin = run(home, "pin", "s1")
+    assert pin.returncode == 0 and "\\u001b]0;pwned\\u0007" in pin.stdout
+    error = run(home, "export", "--session-id", "\x1b[31m")
+    assert error.returncode == 1 and "\\x1b[31m" in error.stderr or "\\u001b[31m" in error.stderr
+    header = run(home, "stats", "--all-profiles")
+    assert "== evil\\u001b]0;x\\u0007:" in header.stdout
+
+
+def test_json_output_keeps_its_meaning(home):
+    result = run(home, "list", "--json")
+    assert result.returncode == 0, result.stderr
+    assert_no_controls(result.stdout)
+    titles = {s["id"]: s["title"] for s in json.loads(result.stdout)["sessions"]}
+    assert titles["s1"] == TITLE and titles[BAD_ID] == C1_TITLE  # \u009b is JSON's own escape of U+009B
+
+
+def test_documents_written_to_stdout_stay_byte_for_byte(home, tmp_path):
+    """An export to ``-`` is the data: the same bytes as the file, the sha256 it reports."""
+    for fmt, args in (("jsonl", []), ("md", ["--session-id", "s1"]), ("jsonl", ["--session-id", BAD_ID])):
+        out = tmp_path / f"doc.{fmt}"
+        to_file = run(home, "export", out, "--format", fmt, *args, "--json")
+        assert to_file.returncode == 0, to_file.stderr
+        to_stdout = run_subprocess("export", "-", "--format", fmt, *args, env={"HERMES_HOME": str(home)})
+        data = to_stdout.stdout.encode("utf-8", "surrogateescape")
+        assert data == out.read_bytes()
+        assert hashlib.sha256(data).hexdigest() == json.loads(to_file.stdout)["written"][0]["sha256"]
+    assert "csi\x9b31m".encode() in data  # JSON leaves U+009B as it is: the document carries it
+
+
+def test_safe_text_escapes_c0_del_and_c1_but_tab_and_newline():
+    from io import StringIO
+
+    inner = StringIO()
+    stream = SafeText(inner)
+    assert stream.write("a\tb\nc\x1b[0m\x07\x7f\x85\x9fé\r") == 15
+    assert inner.getvalue() == "a\tb\nc\\u001b[0m\\u0007\\u007f\\u0085\\u009fé\\u000d"
+    assert json.loads(escape_controls(json.dumps("\x7f\x9b", ensure_ascii=False))) == "\x7f\x9b"
