@@ -110,14 +110,44 @@ def _tenths(expr: str) -> str:
             f"CAST(floor({expr} * 10 + 0.5) AS INTEGER) % 10), maint_ms({expr}))")
 
 
+def parsed_guard(expr: str) -> str:
+    """SQL: true when the text *expr* (a stored ``tool_calls``) is written as the JSON it holds, as Hermes's
+    export writes it, rather than as a string: strict JSON (``json_valid``), an array or object, no NUL
+    (SQLite would read only up to it), at most :data:`~maint.json_text.MAX_DEPTH` brackets (deeper JSON is
+    text to our importer) and no exponent of three digits (``1e400``: a number our importer cannot take
+    back, Python reads it as infinity). Anything else stays the stored string, data unchanged."""
+    return (f"iif(json_valid({expr}), json_type({expr}) IN ('array', 'object') AND instr({expr}, char(0)) = 0 "
+            f"AND length({expr}) - length(replace(replace({expr}, '[', ''), '{{', '')) <= {MAX_DEPTH} "
+            f"AND NOT ({expr} GLOB '*[0-9][eE][0-9][0-9][0-9]*' OR {expr} GLOB '*[0-9][eE][+-][0-9][0-9][0-9]*'), 0)")
+
+
+# The JSON a stored tool_calls text is written as (its minified form, SQLite's json()), or NULL to write
+# the text as a string: what the reference renderer asks the store (so both renderers agree byte for byte).
+PARSED_SQL = f"SELECT iif(typeof(?1) = 'text' AND {parsed_guard('?1')}, json(?1), NULL)"
+PARSED_COLUMNS = frozenset({"tool_calls"})  # Hermes's export writes these parsed (get_messages)
+
+
+def _parsed_value(expr: str, otherwise: str, redacted: bool) -> str:
+    """A ``tool_calls`` cell: the JSON it holds where :func:`parsed_guard` allows, else *otherwise* (the
+    string). Redacted, the text is first redacted (in Python, as the reference does) and then judged."""
+    if redacted:
+        return f"iif(typeof({expr}) = 'text', maint_parsed_redacted({expr}), {otherwise})"
+    return f"iif(typeof({expr}) = 'text' AND {parsed_guard(expr)}, json({expr}), {otherwise})"
+
+
 def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool = False) -> str:
     """``json.dumps`` of a row as a dict (keys in column order, ``", "`` and ``": "``), then *close*;
-    with *redact*, of the row as :func:`maint.export.redact.redact_row` leaves it."""
+    with *redact*, of the row as :func:`maint.export.redact.redact_row` leaves it. ``tool_calls`` is
+    written as the JSON it holds (:func:`_parsed_value`)."""
     def build(redacted: bool) -> str:
         parts = []
         for n, (col, affinity) in enumerate(columns):
             parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
-            parts.append(_value(f"{alias}.{_ident(col)}", affinity, redacted and col not in KEEP_COLUMNS))
+            expr = f"{alias}.{_ident(col)}"
+            value = _value(expr, affinity, redacted and col not in KEEP_COLUMNS)
+            if alias == "m" and col in PARSED_COLUMNS:
+                value = _parsed_value(expr, value, redacted and col not in KEEP_COLUMNS)
+            parts.append(value)
         return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
 
     if not redact or not _gated_texts(alias, columns):
@@ -205,7 +235,12 @@ def line_sql(store: Store, redact: bool = False) -> str:
     """
     session_cols, message_cols = _columns(store, "sessions"), _columns(store, "messages")
     names = {c for c, _ in session_cols}
-    head = _object("s", session_cols, ", \"messages\": [" if session_cols else "\"messages\": [", redact)
+    if session_cols:  # Hermes's export_all: last_active after the row, before the messages
+        row = _object("s", session_cols, ', "last_active": ', redact)
+        messages = _literal(', "messages": [')
+        head = f"concat({row}, {_value(last_active_sql(store, 's.id'), redact=redact)}, {messages})"
+    else:
+        head = _object("s", session_cols, "\"messages\": [", redact)
     prompts = "''"
     if store.has_table("system_prompts"):
         refs = [f"iif(typeof(s.{c}) = 'text' AND s.{c} <> '', s.{c}, NULL)"
@@ -223,8 +258,31 @@ def line_sql(store: Store, redact: bool = False) -> str:
         FROM json_each(?) j LEFT JOIN sessions s ON s.id = j.value"""
 
 
+def last_active_sql(store: Store, session: str) -> str:
+    """SQL for a session's ``last_active`` as Hermes's ``export_all`` writes it: its newest message
+    timestamp, else its ``started_at`` (*session*: the SQL naming its id)."""
+    newest = (f"(SELECT MAX(lm.timestamp) FROM messages lm WHERE lm.session_id = {session})"
+              if "timestamp" in store.columns("messages") else "NULL")
+    started = (f"(SELECT ls.started_at FROM sessions ls WHERE ls.id = {session})"
+               if "started_at" in store.columns("sessions") else "NULL")
+    return f"coalesce({newest}, {started})"
+
+
+def parsed_redacted(store: Store) -> Callable[[str], str]:
+    """A text ``tool_calls`` as the redacted reference writes it: redacted, then the JSON it holds or the
+    string (SQLite judges and minifies it, as for every other line)."""
+    conn = store.conn
+
+    def parsed(text: str) -> str:
+        text = redact_text(text)
+        out = conn.execute(PARSED_SQL, (text,)).fetchall()[0][0]
+        return _quote(text) if out is None else out
+    return parsed
+
+
 def register(store: Store) -> None:
     conn = store.conn
+    conn.create_scalar_function("maint_parsed_redacted", parsed_redacted(store), 1, deterministic=True)
     conn.create_scalar_function("maint_json", _json, 1, deterministic=True)
     conn.create_scalar_function("maint_repr", float.__repr__, 1, deterministic=True)
     conn.create_scalar_function("maint_ms", _ms, 1, deterministic=True)
