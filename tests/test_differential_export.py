@@ -23,6 +23,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -332,3 +333,59 @@ def test_redacted_export_keeps_the_format_and_masks_tool_call_arguments(tmp_path
     assert isinstance(first, list) and secret not in json.dumps(first)
     assert json.loads(first[0]["function"]["arguments"])["api_key"] == "[REDACTED]"
     assert second == _calls(0)  # nothing to mask: the same parsed list as without --redact
+
+
+# -- archive: ours against 0.19.0's SessionDB.archive_sessions on identical copies ---------------------
+
+def _archive_store(path: Path, *, old_root_live_tip: bool) -> Path:
+    with StoreBuilder(path) as b:
+        b.session("old", age=60)
+        b.session("old_tg", source="telegram", age=45)
+        b.session("recent", age=2)
+        b.session("open_old", age=50, ended=False)
+        b.session("seg1", age=80, end_reason="compression")  # a compression lineage, every segment old
+        b.session("seg2", age=70, parent="seg1")
+        b.session("run", source="subagent", age=60, parent="old", model_config={"_delegate_from": "old"})
+        if old_root_live_tip:  # a conversation still in use whose first segment is old
+            b.session("live1", age=90, end_reason="compression")
+            b.session("live2", age=1, started_age=1.5, parent="live1")
+    return path
+
+
+def _archived(path: Path) -> dict[str, int]:
+    return {r["id"]: r["archived"] for r in rows(path, "sessions", "id")}
+
+
+def _both_archives(tmp_path: Path, old_root_live_tip: bool, *filters: str, **hermes_filters) -> tuple[dict, dict]:
+    ours = _archive_store(tmp_path / "ours" / "state.db", old_root_live_tip=old_root_live_tip)
+    theirs = _archive_store(tmp_path / "theirs" / "state.db", old_root_live_tip=old_root_live_tip)
+    r = run_subprocess("archive", *filters, "--db", str(ours), "--yes", "--json")
+    assert r.returncode == 0, r.stderr
+    db = SessionDB(theirs)
+    try:
+        db.archive_sessions(**hermes_filters)
+    finally:
+        db.close()
+    return _archived(ours), _archived(theirs)
+
+
+@pytest.mark.parametrize("filters,hermes", [
+    (("--older-than", "30"), lambda: {"older_than_days": 30}),
+    (("--older-than", "30", "--source", "telegram"), lambda: {"older_than_days": 30, "source": "telegram"}),
+    (("--newer-than", "10"), lambda: {"started_after": time.time() - 10 * 86400}),
+])
+def test_archive_selects_and_marks_what_hermes_archive_does(tmp_path, filters, hermes):
+    ours, theirs = _both_archives(tmp_path, False, *filters, **hermes())
+    assert ours == theirs
+    assert any(ours.values())
+
+
+def test_archive_judges_a_compression_lineage_by_its_live_tip_where_0_19_0_archives_it_whole(tmp_path):
+    """The documented difference (000 doc, archive: an old compression segment alone never matches the
+    age filter, so a conversation in use is not hidden because its history is long): 0.19.0 selects the
+    old first segment and archives the whole lineage, live tip included; we leave the lineage alone."""
+    ours, theirs = _both_archives(tmp_path, True, "--older-than", "30", older_than_days=30)
+    assert theirs["live1"] == theirs["live2"] == 1
+    assert ours["live1"] == ours["live2"] == 0
+    assert {k: v for k, v in ours.items() if not k.startswith("live")} == \
+        {k: v for k, v in theirs.items() if not k.startswith("live")}
