@@ -78,7 +78,8 @@ STRUCTURED = {"session": {"model_config"},
                           "codex_message_items", "display_metadata"}}
 CONTENT_JSON_PREFIX = "\x00json:"  # hermes_state.SessionDB._encode_content
 INT64 = (-(2**63), 2**63 - 1)
-EXPECTED = ("expected one session per line as written by `hermes-maint export` (jsonl): a JSON object with "
+EXPECTED = ("expected one session per line as written by `hermes-maint export` or `hermes sessions export` (jsonl): "
+            "a JSON object with "
             "id, source, started_at and messages")
 _LITERAL = re.compile(r"-?[0-9]+(\.[0-9]+)?|'[^']*'|NULL", re.IGNORECASE)  # a column default we take as a value
 MAX_VARIABLES = 30000  # below SQLite's 32766 bound-parameter limit
