@@ -123,7 +123,16 @@ def our_import(db: Path, file: Path) -> dict:
 
 
 def write_lines(path: Path, records: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    """One JSON line per record as ``hermes sessions export`` writes them; ASCII where a text holds a lone
+    surrogate (UTF-8 cannot carry it, a JSON escape can)."""
+    def line(r: dict) -> str:
+        text = json.dumps(r, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(r)
+        return text + "\n"
+    path.write_text("".join(line(r) for r in records), encoding="utf-8")
     return path
 
 
@@ -301,17 +310,22 @@ def test_we_import_upstreams_current_export(tmp_path):
 
 # -- tool_calls that are not plain JSON: kept as the stored string (the decision) -----------------------
 
-def test_tool_calls_that_are_not_json_stay_the_stored_string_and_come_back(tmp_path, source):
+def test_tool_calls_not_plain_json_stay_the_stored_string_and_odd_json_comes_back(tmp_path, source):
     conn = sqlite3.connect(source)
     conn.execute("UPDATE messages SET tool_calls = '{oops' WHERE id = (SELECT MIN(id) FROM messages "
                  "WHERE role = 'assistant' AND tool_calls IS NOT NULL)")
     conn.execute("UPDATE messages SET tool_calls = '[1e400]' WHERE id = (SELECT MAX(id) FROM messages "
                  "WHERE role = 'assistant' AND tool_calls IS NOT NULL)")
+    # JSON our importer took only as column values before: an integer past 64 bits, an escaped lone surrogate
+    odd = '[{"id": 123456789012345678901234567890, "note": "\\ud800"}]'
+    conn.execute("UPDATE messages SET tool_calls = ? WHERE id = (SELECT MIN(id) FROM messages "
+                 "WHERE session_id = 's2' AND tool_calls IS NOT NULL)", (odd,))
     conn.commit()
     conn.close()
     records = our_export(source)
     calls = [m["tool_calls"] for r in records for m in r["messages"] if m["tool_calls"] is not None]
     assert "{oops" in calls and "[1e400]" in calls and sum(isinstance(c, list) for c in calls) == len(calls) - 2
+    assert [{"id": 123456789012345678901234567890, "note": "\ud800"}] in calls
     target = empty_store(tmp_path / "target.db")
     our_import(target, write_lines(tmp_path / "x.jsonl", records))
     assert rows(target, "messages", "id") == rows(source, "messages", "id")
