@@ -3,8 +3,8 @@
 A copy of ``render.write_jsonl_session`` with the ``Timings`` and ``iter_messages`` it used, as they
 were before the export learned to build lines in SQLite; do not change it with the product. Changed
 once since, by the format (issue 25): Hermes's keys (``last_active``) and ``tool_calls`` written as the
-JSON it holds, judged and minified here in Python, independently of the SQLite ``json()`` the product
-uses.
+JSON it holds, as multimodal ``content`` behind Hermes's ``\\x00json:`` prefix, judged and minified here
+in Python, independently of the SQLite ``json()`` the product uses.
 """
 
 from __future__ import annotations
@@ -49,10 +49,14 @@ def _strict(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
-def _parsed(raw: Any) -> str | None:
-    """The JSON a stored tool_calls text is written as, minified; None to keep it a string. Strict JSON,
-    an array or object, no NUL, at most 100 brackets, no three-digit exponent (see fast_jsonl.parsed_guard)."""
-    if not isinstance(raw, str) or "\x00" in raw or raw.count("[") + raw.count("{") > 100:
+def _parsed(raw: Any, prefix: str = "") -> str | None:
+    """The JSON a stored tool_calls text (or a content text behind Hermes's prefix) is written as, minified;
+    None to keep it a string. Strict JSON, an array or object, no NUL, at most 100 brackets, no three-digit
+    exponent (see fast_jsonl.parsed_guard)."""
+    if not isinstance(raw, str) or not raw.startswith(prefix):
+        return None
+    raw = raw[len(prefix):]
+    if "\x00" in raw or raw.count("[") + raw.count("{") > 100:
         return None
     if re.search(r"[0-9][eE][+-]?[0-9]{3}", raw):
         return None
@@ -81,10 +85,11 @@ def _parsed(raw: Any) -> str | None:
 
 
 def _message(msg: dict[str, Any]) -> str:
-    parsed = _parsed(msg.get("tool_calls"))
-    if parsed is None:
+    parsed = {k: p for k, prefix in (("tool_calls", ""), ("content", "\x00json:"))
+              if (p := _parsed(msg.get(k), prefix)) is not None}
+    if not parsed:
         return _dumps(msg)
-    return "{" + ", ".join(f"{_dumps(k)}: {parsed if k == 'tool_calls' else _dumps(v)}" for k, v in msg.items()) + "}"
+    return "{" + ", ".join(f"{_dumps(k)}: {parsed[k] if k in parsed else _dumps(v)}" for k, v in msg.items()) + "}"
 
 
 def _tool_call_count(raw: Any) -> int:

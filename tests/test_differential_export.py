@@ -187,11 +187,8 @@ def test_our_line_has_hermes_keys_and_values(source):
             if key != "messages":
                 assert line[key] == oracle[key], key
         assert len(line["messages"]) == len(oracle["messages"])
-        for mine, want in zip(line["messages"], oracle["messages"]):
-            assert set(mine) == set(want)
-            assert mine["tool_calls"] == want["tool_calls"]
-            assert {k: v for k, v in mine.items() if k != "content"} == {k: v for k, v in want.items()
-                                                                           if k != "content"}
+        assert line["messages"] == oracle["messages"]  # tool_calls and multimodal content parsed, as Hermes's
+        assert any(isinstance(m["content"], list) for m in line["messages"])  # each opens with image parts
 
 
 @pytest.mark.parametrize("how", ["bulk", "one"])
@@ -341,9 +338,12 @@ def test_redacted_export_keeps_the_format_and_masks_tool_call_arguments(tmp_path
         "name": "terminal", "arguments": json.dumps({"command": f"curl -H 'Authorization: Bearer {secret}' x",
                                                      "api_key": secret})}}], timestamp=T0)
     db.append_message("k", "assistant", "", tool_calls=_calls(0), timestamp=T0 + 1)
+    db.append_message("k", "user", [{"type": "text", "text": f"use OPENAI_API_KEY={secret} please"}], timestamp=T0 + 2)
     db.close()
     (line,) = our_export(home / "state.db", "--redact")
-    first, second = (m["tool_calls"] for m in line["messages"])
+    first, second, _ = (m["tool_calls"] for m in line["messages"])
+    parts = line["messages"][2]["content"]
+    assert isinstance(parts, list) and parts[0]["text"] == "use OPENAI_API_KEY=[REDACTED] please"
     assert isinstance(first, list) and secret not in json.dumps(first)
     assert json.loads(first[0]["function"]["arguments"])["api_key"] == "[REDACTED]"
     assert second == _calls(0)  # nothing to mask: the same parsed list as without --redact

@@ -121,18 +121,53 @@ def parsed_guard(expr: str) -> str:
             f"AND NOT ({expr} GLOB '*[0-9][eE][0-9][0-9][0-9]*' OR {expr} GLOB '*[0-9][eE][+-][0-9][0-9][0-9]*'), 0)")
 
 
-# The JSON a stored tool_calls text is written as (its minified form, SQLite's json()), or NULL to write
-# the text as a string: what the reference renderer asks the store (so both renderers agree byte for byte).
-PARSED_SQL = f"SELECT iif(typeof(?1) = 'text' AND {parsed_guard('?1')}, json(?1), NULL)"
-PARSED_COLUMNS = frozenset({"tool_calls"})  # Hermes's export writes these parsed (get_messages)
+# Message columns Hermes's export (get_messages) writes as the JSON they hold, with the prefix that marks
+# it: tool_calls (the whole text), content (multimodal parts behind SessionDB._CONTENT_JSON_PREFIX).
+PARSED_COLUMNS = {"tool_calls": "", "content": "\x00json:"}
 
 
-def _parsed_value(expr: str, otherwise: str, redacted: bool) -> str:
-    """A ``tool_calls`` cell: the JSON it holds where :func:`parsed_guard` allows, else *otherwise* (the
-    string). Redacted, the text is first redacted (in Python, as the reference does) and then judged."""
+def _payload(expr: str, prefix: str) -> str:
+    """The text after *prefix* (cut as bytes: SQLite's text functions stop at the prefix's NUL)."""
+    return f"CAST(substr(CAST({expr} AS BLOB), {len(prefix.encode()) + 1}) AS TEXT)" if prefix else expr
+
+
+def _has_prefix(expr: str, prefix: str) -> str:
+    """SQL: the text *expr* starts with *prefix* (two comparisons: no function call, no scan)."""
+    if not prefix:
+        return "1"
+    head, last = prefix[:-1], prefix[-1]
+    low, high = _text_literal(prefix), _text_literal(head + chr(ord(last) + 1))
+    return f"{expr} >= {low} AND {expr} < {high}"
+
+
+def _text_literal(text: str) -> str:
+    """A SQL text literal that may hold a NUL (char(0) concatenated in)."""
+    parts = [_literal(part) for part in text.split("\x00")]
+    return "(" + " || char(0) || ".join(parts) + ")"
+
+
+def parsed_sql(prefix: str) -> str:
+    """The JSON a stored text behind *prefix* is written as (its minified form, SQLite's json()), or NULL to
+    write the text as a string: what the reference renderer asks the store (so both renderers agree)."""
+    body = _payload("?1", prefix)
+    return (f"SELECT iif(typeof(?1) = 'text' AND {_has_prefix('?1', prefix)} AND {parsed_guard(body)}, "
+            f"json({body}), NULL)")
+
+
+PARSED_SQL = {col: parsed_sql(prefix) for col, prefix in PARSED_COLUMNS.items()}
+
+
+def _parsed_value(expr: str, col: str, otherwise: str, redacted: bool) -> str:
+    """A ``tool_calls``/``content`` cell: the JSON it holds where :func:`parsed_guard` allows, else
+    *otherwise* (the string). Redacted, the text is first redacted (in Python, as the reference does) and
+    then judged."""
+    prefix = PARSED_COLUMNS[col]
     if redacted:
-        return f"iif(typeof({expr}) = 'text', maint_parsed_redacted({expr}), {otherwise})"
-    return f"iif(typeof({expr}) = 'text' AND {parsed_guard(expr)}, json({expr}), {otherwise})"
+        return (f"iif(typeof({expr}) = 'text' AND {_has_prefix(expr, prefix)}, maint_parsed_redacted_{col}({expr}), "
+                f"{otherwise})")
+    body = _payload(expr, prefix)
+    return (f"iif(typeof({expr}) = 'text' AND {_has_prefix(expr, prefix)} AND {parsed_guard(body)}, json({body}), "
+            f"{otherwise})")
 
 
 def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool = False) -> str:
@@ -146,7 +181,7 @@ def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool
             expr = f"{alias}.{_ident(col)}"
             value = _value(expr, affinity, redacted and col not in KEEP_COLUMNS)
             if alias == "m" and col in PARSED_COLUMNS:
-                value = _parsed_value(expr, value, redacted and col not in KEEP_COLUMNS)
+                value = _parsed_value(expr, col, value, redacted and col not in KEEP_COLUMNS)
             parts.append(value)
         return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
 
@@ -268,21 +303,22 @@ def last_active_sql(store: Store, session: str) -> str:
     return f"coalesce({newest}, {started})"
 
 
-def parsed_redacted(store: Store) -> Callable[[str], str]:
-    """A text ``tool_calls`` as the redacted reference writes it: redacted, then the JSON it holds or the
-    string (SQLite judges and minifies it, as for every other line)."""
-    conn = store.conn
+def parsed_redacted(store: Store, col: str) -> Callable[[str], str]:
+    """A text ``tool_calls``/``content`` as the redacted reference writes it: redacted, then the JSON it holds
+    or the string (SQLite judges and minifies it, as for every other line)."""
+    conn, sql = store.conn, PARSED_SQL[col]
 
     def parsed(text: str) -> str:
         text = redact_text(text)
-        out = conn.execute(PARSED_SQL, (text,)).fetchall()[0][0]
+        out = conn.execute(sql, (text,)).fetchall()[0][0]
         return _quote(text) if out is None else out
     return parsed
 
 
 def register(store: Store) -> None:
     conn = store.conn
-    conn.create_scalar_function("maint_parsed_redacted", parsed_redacted(store), 1, deterministic=True)
+    for col in PARSED_COLUMNS:
+        conn.create_scalar_function(f"maint_parsed_redacted_{col}", parsed_redacted(store, col), 1, deterministic=True)
     conn.create_scalar_function("maint_json", _json, 1, deterministic=True)
     conn.create_scalar_function("maint_repr", float.__repr__, 1, deterministic=True)
     conn.create_scalar_function("maint_ms", _ms, 1, deterministic=True)

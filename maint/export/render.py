@@ -132,16 +132,20 @@ def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], No
     return n
 
 
-def _message_json(store: Store, msg: dict[str, Any], parsed_sql: str) -> str:
-    """A message as Hermes's export writes it: ``tool_calls`` as the JSON it holds (minified by SQLite, the
-    same call the SQL-built lines make), or the stored string where that is not plain JSON."""
-    calls = msg.get("tool_calls")
-    if calls.__class__ is str and calls:
-        parsed = store.scalar(parsed_sql, (calls,))
-        if parsed is not None:
-            return "{" + ", ".join(f"{_dumps(k)}: {parsed if k == 'tool_calls' else _dumps(v)}"
-                                   for k, v in msg.items()) + "}"
-    return _dumps(msg)
+def _message_json(store: Store, msg: dict[str, Any], parsed_sql: dict[str, str]) -> str:
+    """A message as Hermes's export writes it: ``tool_calls`` and multimodal ``content`` as the JSON they hold
+    (minified by SQLite, the same call the SQL-built lines make), or the stored string where that is not
+    plain JSON."""
+    parsed = {}
+    for col, sql in parsed_sql.items():
+        value = msg.get(col)
+        if value.__class__ is str and value:
+            out = store.scalar(sql, (value,))
+            if out is not None:
+                parsed[col] = out
+    if not parsed:
+        return _dumps(msg)
+    return "{" + ", ".join(f"{_dumps(k)}: {parsed[k] if k in parsed else _dumps(v)}" for k, v in msg.items()) + "}"
 
 
 def iter_user_prompts(store: Store, session_id: str, redact: bool) -> Iterator[dict[str, Any]]:
