@@ -162,6 +162,11 @@ def jsonl_line(conn, session_id: str) -> tuple[str, int]:
     row = next(_rows(conn, "SELECT * FROM sessions WHERE id = ?", (session_id,)))
     prompts = None
     if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'system_prompts'").fetchall():
+        if "system_prompt" in row and "system_prompt_hash" in row:  # upstream's get_session: the prompt resolved
+            found = conn.execute("SELECT prompt FROM system_prompts WHERE hash = ?",
+                                 (row["system_prompt_hash"],)).fetchall()
+            if found and found[0][0] is not None:
+                row["system_prompt"] = found[0][0]
         refs = sorted({v for c in ("system_prompt_hash", "tool_names") if isinstance(v := row.get(c), str) and v})
         prompts = {h: p for h, p in conn.execute(
             f"SELECT hash, prompt FROM system_prompts WHERE hash IN ({','.join('?' * len(refs))}) ORDER BY hash",

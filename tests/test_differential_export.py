@@ -403,3 +403,27 @@ def test_archive_judges_a_compression_lineage_by_its_live_tip_where_0_19_0_archi
     assert ours["live1"] == ours["live2"] == 0
     assert {k: v for k, v in ours.items() if not k.startswith("live")} == \
         {k: v for k, v in theirs.items() if not k.startswith("live")}
+
+
+def test_a_prompt_stored_by_hash_is_written_where_upstreams_import_takes_it(tmp_path):
+    """Upstream's get_session writes the prompt the hash names in system_prompt, and its import_sessions
+    stores it from there (``_store_system_prompt``, sha256): our line does the same, so that import keeps the
+    prompt, and ours puts the row back as it was (system_prompt NULL, the hash). Redacted, the prompt text is
+    masked there too."""
+    db = tmp_path / "state.db"
+    secret = "ghp_" + "Zx9" * 12
+    prompt = f"You are Hermes. GITHUB_TOKEN={secret}"
+    with StoreBuilder(db, layout="v31") as b:
+        b.session("p1", age=3, messages=2)
+        b.set("p1", system_prompt_hash=b.prompt(prompt))
+    (line,) = our_export(db)
+    assert line["system_prompt"] == prompt and line["system_prompts"] == {line["system_prompt_hash"]: prompt}
+    assert hashlib.sha256(line["system_prompt"].encode("utf-8")).hexdigest() == line["system_prompt_hash"]
+    (masked,) = our_export(db, "--redact")
+    assert secret not in json.dumps(masked) and masked["system_prompt"] == "You are Hermes. GITHUB_TOKEN=[REDACTED]"
+    target = tmp_path / "t" / "state.db"
+    with StoreBuilder(target, layout="v31"):
+        pass
+    our_import(target, write_lines(tmp_path / "p.jsonl", [line]))
+    assert rows(target, "sessions", "id") == rows(db, "sessions", "id")
+    assert rows(target, "system_prompts", "hash") == rows(db, "system_prompts", "hash")

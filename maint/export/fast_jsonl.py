@@ -170,41 +170,57 @@ def _parsed_value(expr: str, col: str, otherwise: str, redacted: bool) -> str:
             f"{otherwise})")
 
 
-def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool = False) -> str:
+def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool = False,
+            exprs: dict[str, str] | None = None) -> str:
     """``json.dumps`` of a row as a dict (keys in column order, ``", "`` and ``": "``), then *close*;
     with *redact*, of the row as :func:`maint.export.redact.redact_row` leaves it. ``tool_calls`` is
-    written as the JSON it holds (:func:`_parsed_value`)."""
+    written as the JSON it holds (:func:`_parsed_value`); *exprs* gives a column's value another way."""
+    exprs = exprs or {}
+
     def build(redacted: bool) -> str:
         parts = []
         for n, (col, affinity) in enumerate(columns):
             parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
-            expr = f"{alias}.{_ident(col)}"
+            expr = exprs.get(col, f"{alias}.{_ident(col)}")
             value = _value(expr, affinity, redacted and col not in KEEP_COLUMNS)
             if alias == "m" and col in PARSED_COLUMNS:
                 value = _parsed_value(expr, col, value, redacted and col not in KEEP_COLUMNS)
             parts.append(value)
         return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
 
-    if not redact or not _gated_texts(alias, columns):
+    if not redact or not _gated_texts(alias, columns, exprs):
         return build(False)
     # Rows the gate let through (maint_hits, filled by gate_rows for the batch) go column by column
     # through the redactor; SQLite alone builds the rest.
     return f"iif(maint_hits('{alias}', {alias}.rowid), {build(True)}, {build(False)})"
 
 
-def _gated_texts(alias: str, columns: list[tuple[str, str]]) -> str:
-    """A row's redactable columns as one UTF-8 blob, a line each (every rule that wants the end of a
-    text takes the end of a line), blobs as their bytes; '' when the table has none."""
-    texts = [f"{alias}.{_ident(col)}" for col, _ in columns if col not in KEEP_COLUMNS]
+def _gated_texts(alias: str, columns: list[tuple[str, str]], exprs: dict[str, str] | None = None) -> str:
+    """A row's redactable columns (as written: *exprs*) as one UTF-8 blob, a line each (every rule that
+    wants the end of a text takes the end of a line), blobs as their bytes; '' when the table has none."""
+    exprs = exprs or {}
+    texts = [exprs.get(col, f"{alias}.{_ident(col)}") for col, _ in columns if col not in KEEP_COLUMNS]
     return f"CAST(concat_ws(char(10), {', '.join(texts)}) AS BLOB)" if texts else ""
 
 
 def gate_sql(store: Store) -> tuple[str, str]:
     """Per batch (the JSON array of session ids bound to ``?``): (rowid, texts) of its sessions, then
     of their messages, for :func:`maint.export.redact.gate`."""
-    sessions, messages = _gated_texts("s", _columns(store, "sessions")), _gated_texts("m", _columns(store, "messages"))
+    sessions = _gated_texts("s", _columns(store, "sessions"), resolved_columns(store))
+    messages = _gated_texts("m", _columns(store, "messages"))
     return (f"SELECT s.rowid, {sessions or 'NULL'} FROM json_each(?) j JOIN sessions s ON s.id = j.value",
             f"SELECT m.rowid, {messages or 'NULL'} FROM json_each(?) j JOIN messages m ON m.session_id = j.value")
+
+
+def resolved_columns(store: Store) -> dict[str, str]:
+    """Session columns written as upstream's export writes them (``get_session``): on stores with
+    content-addressed prompts, ``system_prompt`` is the prompt its hash names (else the column), so
+    Hermes's own import, which takes the prompt from there, gets it (we also carry ``system_prompts``)."""
+    if not store.has_table("system_prompts") or not {"system_prompt", "system_prompt_hash"} <= set(
+            store.columns("sessions")):
+        return {}
+    return {"system_prompt": "coalesce((SELECT sp.prompt FROM system_prompts sp "
+                             "WHERE sp.hash = s.system_prompt_hash), s.system_prompt)"}
 
 
 def _columns(store: Store, table: str) -> list[tuple[str, str]]:
@@ -271,7 +287,7 @@ def line_sql(store: Store, redact: bool = False) -> str:
     session_cols, message_cols = _columns(store, "sessions"), _columns(store, "messages")
     names = {c for c, _ in session_cols}
     if session_cols:  # Hermes's export_all: last_active after the row, before the messages
-        row = _object("s", session_cols, ', "last_active": ', redact)
+        row = _object("s", session_cols, ', "last_active": ', redact, resolved_columns(store))
         messages = _literal(', "messages": [')
         head = f"concat({row}, {_value(last_active_sql(store, 's.id'), redact=redact)}, {messages})"
     else:

@@ -103,10 +103,14 @@ def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], No
     """One line: the full session row, every stored message (flags included), the prompts it references
     (stores with content-addressed prompts) and its timings; for a verified delete, the children it keeps and
     unlinks (*kept_children*), so that importing the line links them again."""
-    from maint.export.fast_jsonl import PARSED_SQL, last_active_sql
+    from maint.export.fast_jsonl import PARSED_SQL, last_active_sql, resolved_columns
 
     row = session_row(store, session_id)
     prompts = referenced_prompts(store, row)
+    resolved = resolved_columns(store)
+    if resolved:  # as upstream's get_session writes it: the prompt the hash names, else the column
+        row["system_prompt"] = store.scalar(f"SELECT {resolved['system_prompt']} FROM sessions s WHERE s.id = ?",
+                                            (session_id,))
     if redact:
         row = redact_row(row)
         prompts = None if prompts is None else {h: redact_value(p) for h, p in prompts.items()}

@@ -516,11 +516,13 @@ class _Writer:
             self.result.detached.append(sid)
         prompts = obj.get("system_prompts") or {}
         text, ref = obj.get("system_prompt"), obj.get("system_prompt_hash")
-        if "system_prompts" not in obj and self.has_prompt_table and isinstance(text, str) and isinstance(ref, str) \
-                and hashlib.sha256(text.encode("utf-8")).hexdigest() == ref:
-            # Hermes's own export (upstream's get_session) writes the prompt the hash names in system_prompt:
-            # it goes back into system_prompts, the row keeping only the hash, as upstream's import stores it.
-            prompts = {ref: text}
+        if self.has_prompt_table and isinstance(text, str) and isinstance(ref, str) and (
+                prompts.get(ref) == text if "system_prompts" in obj
+                else hashlib.sha256(text.encode("utf-8")).hexdigest() == ref):
+            # Upstream's get_session (and our export since issue 25) writes the prompt the hash names in
+            # system_prompt: it goes back into system_prompts, the row keeping only the hash, as upstream's
+            # import stores it. Hermes's export carries no system_prompts: the text is taken when it hashes to ref.
+            prompts = {**prompts, ref: text}
             if "system_prompt" in row:
                 row["system_prompt"] = None
         if self.has_prompt_table:
