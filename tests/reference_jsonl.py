@@ -85,7 +85,7 @@ def _parsed(raw: Any, prefix: str = "") -> str | None:
 
 
 def _message(msg: dict[str, Any]) -> str:
-    parsed = {k: p for k, prefix in (("tool_calls", ""), ("content", "\x00json:"))
+    parsed = {k: p for k, prefix in (("tool_calls", ""), ("content", "\x00json:"), ("display_metadata", ""))
               if (p := _parsed(msg.get(k), prefix)) is not None}
     if not parsed:
         return _dumps(msg)

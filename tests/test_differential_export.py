@@ -298,11 +298,22 @@ def test_we_import_upstreams_current_export(tmp_path):
     records = upstream_export(src)
     assert records[0]["system_prompt"] == prompt and isinstance(records[0]["messages"][1]["tool_calls"], list)
     assert records[0]["messages"][2]["display_metadata"] == {"task_count": 2}
+    (ours,) = our_export(src)  # ours writes these fields as upstream does
+    assert [m["display_metadata"] for m in ours["messages"]] == [None, None, {"task_count": 2}]
+    assert [m["tool_calls"] for m in ours["messages"]] == [m.get("tool_calls") for m in records[0]["messages"]]
+    assert ours["system_prompt"] == prompt
     report = our_import(dst, write_lines(tmp_path / "upstream.jsonl", records))
     assert report["imported"] == ["u1"] and report["prompts_dropped"] == []
     assert rows(dst, "sessions", "id") == rows(src, "sessions", "id")  # system_prompt NULL, the hash kept
     assert rows(dst, "system_prompts", "hash") == rows(src, "system_prompts", "hash")
     assert rows(dst, "messages", "id") == rows(src, "messages", "id")
+    again = tmp_path / "again" / "state.db"  # and ours, read back by our import
+    with StoreBuilder(again, layout="v31") as b:
+        for sql in upstream_columns:
+            b.raw.execute(sql)
+    our_import(again, write_lines(tmp_path / "ours.jsonl", [ours]))
+    assert rows(again, "messages", "id") == rows(src, "messages", "id")
+    assert rows(again, "sessions", "id") == rows(src, "sessions", "id")
 
 
 # -- tool_calls that are not plain JSON: kept as the stored string (the decision) -----------------------

@@ -122,8 +122,9 @@ def parsed_guard(expr: str) -> str:
 
 
 # Message columns Hermes's export (get_messages) writes as the JSON they hold, with the prefix that marks
-# it: tool_calls (the whole text), content (multimodal parts behind SessionDB._CONTENT_JSON_PREFIX).
-PARSED_COLUMNS = {"tool_calls": "", "content": "\x00json:"}
+# it: tool_calls (the whole text), content (multimodal parts behind SessionDB._CONTENT_JSON_PREFIX),
+# upstream's display_metadata (the whole text).
+PARSED_COLUMNS = {"tool_calls": "", "content": "\x00json:", "display_metadata": ""}
 
 
 def _payload(expr: str, prefix: str) -> str:
