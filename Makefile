@@ -38,6 +38,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(JOBS) -m "not slow"
 
+# Every benchmark (long), then docs/benchmarks.md rendered from their results.
 bench: $(STAMP)
 	$(BIN)/python bench/report.py
 
@@ -46,11 +47,13 @@ bench-quick: $(STAMP)
 	$(BIN)/python bench/scale_bench.py --quick
 
 lint: $(STAMP)
-	$(BIN)/ruff check maint tests bench
+	$(BIN)/ruff check maint tests bench docs
 
-# The CLI reference, docs/cli.md, written from each command's --help (tests/test_docs.py checks it).
+# The generated docs (tests/test_docs.py checks each): docs/cli.md from each command's --help, the settings
+# table of docs/configuration.md from maint/settings.py, docs/benchmarks.md from bench/results/.
 docs: $(STAMP)
 	$(BIN)/python docs/gen_cli.py
+	$(BIN)/python bench/report.py --no-run
 
 clean:
 	rm -rf $(VENV) demo build *.egg-info .pytest_cache .hypothesis

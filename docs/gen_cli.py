@@ -1,10 +1,11 @@
-"""Writes docs/cli.md, the CLI reference, from each command's --help.
+"""Writes docs/cli.md, the CLI reference, from each command's --help, and the settings table of
+docs/configuration.md from maint/settings.py.
 
-    python docs/gen_cli.py          # rewrite docs/cli.md
-    python docs/gen_cli.py --check  # exit 1 when docs/cli.md is not what the commands say
+    python docs/gen_cli.py          # rewrite both
+    python docs/gen_cli.py --check  # exit 1 when either is not what the code says
 
-tests/test_docs.py runs the check, so a change to a command's options or help that leaves the
-reference behind fails the suite. The help is laid out as in a pipe, whatever the terminal.
+tests/test_docs.py runs the check, so a change to a command's options or help, or to a setting, that
+leaves the docs behind fails the suite. The help is laid out as in a pipe, whatever the terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from pathlib import Path
 import click
 
 OUT = Path(__file__).resolve().parent / "cli.md"
+CONFIG = Path(__file__).resolve().parent / "configuration.md"
+TABLE_START = "<!-- settings table: generated from maint/settings.py table(), do not edit -->\n"
+TABLE_END = "<!-- end of settings table -->\n"
 WIDTH = 78  # what click prints in a pipe or an 80-column terminal
 
 HEAD = """\
@@ -59,14 +63,24 @@ def render() -> str:
     return "".join(parts)
 
 
+def render_config(text: str) -> str:
+    """*text* (docs/configuration.md) with the settings table between its markers replaced by maint/settings.py's."""
+    from maint.settings import table
+
+    head, rest = text.split(TABLE_START, 1)
+    tail = rest.split(TABLE_END, 1)[1]
+    return f"{head}{TABLE_START}{table()}\n{TABLE_END}{tail}"
+
+
 def main(argv: list[str]) -> int:
-    text = render()
+    wanted = {OUT: render(), CONFIG: render_config(CONFIG.read_text(encoding="utf-8"))}
     if "--check" in argv:
-        if not OUT.exists() or OUT.read_text(encoding="utf-8") != text:
-            print(f"{OUT} is stale: run python docs/gen_cli.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text, encoding="utf-8")
+        stale = [path for path, text in wanted.items() if not path.exists() or path.read_text(encoding="utf-8") != text]
+        for path in stale:
+            print(f"{path} is stale: run python docs/gen_cli.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in wanted.items():
+        path.write_text(text, encoding="utf-8")
     return 0
 
 

@@ -39,6 +39,8 @@ COMMANDS = {
     "repair-routing": ("routing_cmd", "repair_routing"),
     "repair-fts": ("fts_cmd", "repair_fts"),
     "recover": ("recover_cmd", "recover"),
+    "clean-markers": ("clean_markers_cmd", "clean_markers"),
+    "discard": ("discard_cmd", "discard"),
     "doctor": ("doctor_cmd", "doctor"),
     "history": ("history_cmd", "history"),
     "demo": ("demo_cmd", "demo"),

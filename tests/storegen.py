@@ -173,3 +173,12 @@ def bulk_store(path: Path, *, sessions: int, messages_per_session: int, old_shar
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
     return {"sessions": sessions, "old_sessions": old, "messages": sessions * messages_per_session}
+
+
+def small_store(path: Path, n: int = 3, layout: str = "v22") -> Path:
+    """n sessions 200 days old (old0, old1, ...) and one a day old ("recent"): enough for a refusal test."""
+    with StoreBuilder(path, layout=layout) as b:
+        for i in range(n):
+            b.session(f"old{i}", age=200, messages=3)
+        b.session("recent", age=1)
+    return path

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import file_hash, query
+from tests.conftest import file_hash, query, run_subprocess
 from tests.storegen import StoreBuilder
 
 
@@ -127,3 +127,17 @@ def test_auto_archived_sessions_go_at_retention(hermes_home, cli):
     report = json.loads(cli("sweep", "--db", path, "--force", "--json").stdout)
     assert report["pruned_ids"] == ["auto_old"]
     assert {r[0] for r in query(path, "SELECT id FROM sessions")} == {"auto_recent", "pinned_auto_old"}
+
+
+def test_a_nan_idle_threshold_archives_nothing(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("sessions:\n  auto_archive: true\n  auto_archive_days: .nan\n")
+    with StoreBuilder(home / "state.db", layout="v31") as b:
+        b.session("fresh", age=1)
+    result = run_subprocess("sweep", "--json", env={"HERMES_HOME": str(home)})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["auto_archived_ids"] == []
+    assert query(home / "state.db", "SELECT archived FROM sessions WHERE id = 'fresh'") == [(0,)]
+    idle = run_subprocess("archive", "--idle", "--dry-run", env={"HERMES_HOME": str(home)})
+    assert idle.returncode == 2 and "auto_archive_days: bad value" in idle.stderr

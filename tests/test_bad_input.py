@@ -1,12 +1,13 @@
 """Bad input everywhere: one line naming the problem, the documented exit code, no traceback,
 and the store's bytes unchanged."""
 
+import os
 import shutil
 
 import pytest
 
 from tests.conftest import file_hash, run_subprocess
-from tests.storegen import StoreBuilder
+from tests.storegen import StoreBuilder, small_store
 
 
 @pytest.fixture(scope="module")
@@ -167,3 +168,29 @@ def test_bad_snapshot_files(tmp_path, store, kind):
     assert result.returncode in (1, 2), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert file_hash(store) == before and not (tmp_path / "state-snapshots").exists()
+
+
+@pytest.mark.parametrize("value", ["0001-01-01", "9999999999d", "1e400", "nan"])
+def test_out_of_range_times_are_one_line_errors(value, tmp_path):
+    store = small_store(tmp_path / "state.db")
+    result = run_subprocess("prune", "--db", store, "--before", value, "--dry-run")
+    assert result.returncode == 2 and result.stderr.startswith("hermes-maint: error: --before:")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [["repair-prompts", ""], ["repair-prompts", "", "--apply", "--yes"],
+                                  ["export", "--session-id", ""]])
+def test_an_empty_session_id_names_no_session(args, tmp_path):
+    store = small_store(tmp_path / "state.db")
+    before = file_hash(store)
+    result = run_subprocess(*args, "--db", store)
+    assert result.returncode == 1 and "empty session id" in result.stderr
+    assert file_hash(store) == before
+
+
+def test_arguments_that_are_not_utf8_are_usage_errors(tmp_path):
+    store = small_store(tmp_path / "state.db")
+    bad = os.fsdecode(b"a\xffb")
+    for args in (["delete", bad, "--dry-run"], ["export", "-", "--session-id", bad], ["repair-prompts", bad]):
+        result = run_subprocess(*args, "--db", store)
+        assert result.returncode == 2 and "not valid UTF-8" in result.stderr and "Traceback" not in result.stderr

@@ -1,16 +1,19 @@
 """export: selection, every format, safety of files, redaction, upload to a local hub, verified delete."""
 
 import json
+import os
+import sqlite3
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from maint.export.redact import redact_text
 from tests.conftest import REPO, file_hash, query, run_subprocess, session_ids
 from tests.hf_fake import Hub
-from tests.storegen import StoreBuilder
+from tests.storegen import StoreBuilder, small_store
 
 
 @pytest.fixture
@@ -426,3 +429,141 @@ def test_qmd_stored_text_can_never_open_a_cell_or_leave_its_element(tmp_path):
     for char in "`{}$@":
         assert char not in body, (char, body)
     assert "&#96;&#96;&#96;&#123;python&#125;" in body and "&#123;&#123;&lt; include /etc/passwd" in body
+
+
+def test_planted_links_never_redirect_a_verified_export(tmp_path):
+    store = small_store(tmp_path / "state.db")
+    out, outside = tmp_path / "shared", tmp_path / "victim.txt"
+    out.mkdir()
+    outside.write_text("precious\n")
+    os.chmod(outside, 0o644)
+    os.symlink(outside, out / ".hermes_session_old0.jsonl.partial")  # the old, guessable temporary name
+    os.symlink(outside, out / "hermes_session_old0.jsonl")  # and the final name
+    result = run_subprocess("export", out, "--db", store, "--session-id", "old0", "--delete-after-verified", "--yes")
+    assert result.returncode == 1 and "is a symbolic link" in result.stderr
+    assert outside.read_text() == "precious\n" and stat.S_IMODE(outside.stat().st_mode) == 0o644
+    assert "old0" in session_ids(store)  # the only copy was not deleted
+    assert os.path.islink(out / "hermes_session_old0.jsonl")
+    assert os.path.islink(out / ".hermes_session_old0.jsonl.partial")
+
+
+def test_old_temporary_name_link_is_not_followed(tmp_path):
+    store = small_store(tmp_path / "state.db")
+    out, outside = tmp_path / "shared", tmp_path / "victim.txt"
+    out.mkdir()
+    outside.write_text("precious\n")
+    os.symlink(outside, out / ".hermes_session_old0.jsonl.partial")
+    result = run_subprocess("export", out, "--db", store, "--session-id", "old0", "--delete-after-verified", "--yes",
+                            "--json")
+    assert result.returncode == 0, result.stderr
+    assert outside.read_text() == "precious\n"
+    assert (out / "hermes_session_old0.jsonl").is_file() and not (out / "hermes_session_old0.jsonl").is_symlink()
+    assert stat.S_IMODE((out / "hermes_session_old0.jsonl").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("kind", ["fifo", "chardev", "dir"])
+def test_export_refuses_special_destinations(kind, tmp_path):
+    store = small_store(tmp_path / "state.db")
+    if kind == "fifo":
+        target = tmp_path / "pipe"
+        os.mkfifo(target)
+    elif kind == "chardev":
+        target = "/dev/full"
+    else:
+        target = tmp_path / "dir.jsonl"
+        target.mkdir()
+        target = str(target) + "/../dir.jsonl/../dir.jsonl"  # a path that names the folder without a slash
+    result = run_subprocess("export", target, "--db", store, timeout=30)
+    if kind == "dir":  # a folder is a folder: the file is named inside it
+        assert result.returncode == 0, result.stderr
+        return
+    assert result.returncode == 1, result.stderr
+    assert ("a FIFO" if kind == "fifo" else "a device") in result.stderr and "nothing was written" in result.stderr
+
+
+def test_replacing_an_existing_export_says_so_and_keeps_a_narrower_mode(tmp_path):
+    store = small_store(tmp_path / "state.db")
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text("yesterday\n")
+    os.chmod(backup, 0o640)
+    result = run_subprocess("export", backup, "--db", store)
+    assert result.returncode == 0 and "replaced the existing file" in result.stderr
+    assert stat.S_IMODE(backup.stat().st_mode) == 0o600 & 0o640
+    assert len(backup.read_text().splitlines()) == 4
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_manifest_that_is_not_ours_refuses_before_writing(tmp_path):
+    store = small_store(tmp_path / "state.db")
+    out = tmp_path / "md"
+    out.mkdir()
+    (out / "manifest.jsonl").write_text("this is not json\n")
+    result = run_subprocess("export", out, "--db", store, "--format", "md", "--source", "cli")
+    assert result.returncode == 1 and "manifest.jsonl:1: not a manifest entry" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.jsonl"]
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal"])
+def test_export_never_replaces_a_store_or_its_wal(suffix, tmp_path):
+    store = small_store(tmp_path / "state.db")
+    keep = sqlite3.connect(store)
+    keep.execute("PRAGMA wal_autocheckpoint=0")
+    keep.execute("INSERT INTO sessions (id, source, started_at) VALUES ('in_wal', 'cli', 1)")
+    keep.commit()
+    target = Path(f"{store}{suffix}")
+    before = target.read_bytes()
+    result = run_subprocess("export", target, "--db", store)
+    assert result.returncode == 1 and "is a SQLite database or its journal" in result.stderr
+    assert target.read_bytes() == before
+    keep.close()
+    assert "in_wal" in session_ids(store)
+
+
+def test_export_into_another_profiles_store_is_refused(tmp_path):
+    store, other = small_store(tmp_path / "state.db"), small_store(tmp_path / "other.db")
+    before = file_hash(other)
+    result = run_subprocess("export", other, "--db", store)
+    assert result.returncode == 1 and str(other) in result.stderr and file_hash(other) == before
+
+
+def test_ids_that_sanitize_alike_never_share_a_file(tmp_path):
+    store = tmp_path / "state.db"
+    ids = ["a/b", "a_b", "a:b", "..", "...", "日本", "中国", "x" * 300]
+    with StoreBuilder(store) as b:
+        for sid in ids:
+            b.session(sid, age=200, messages=2)
+    out = tmp_path / "out"
+    result = run_subprocess("export", out, "--format", "md", "--end-reason", "done", "--db", store, "--json")
+    assert result.returncode == 0, result.stderr
+    files = sorted(p.name for p in out.iterdir() if p.name != "manifest.jsonl")
+    assert len(files) == len(ids) and all(len(f.encode()) < 200 for f in files)
+    manifest = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert sorted(m["lineage_ids"][0] for m in manifest) == sorted(ids)
+
+
+def test_an_output_problem_names_the_output_not_the_store(tmp_path):
+    store = small_store(tmp_path / "state.db")
+    os.symlink(tmp_path / "elsewhere", tmp_path / "link.jsonl")
+    result = run_subprocess("export", tmp_path / "link.jsonl", "--db", store)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"hermes-maint: error: {tmp_path / 'link.jsonl'}: is a symbolic link")
+
+
+def test_verified_delete_refuses_to_split_a_compression_lineage(tmp_path):
+    store = tmp_path / "state.db"
+    with StoreBuilder(store) as b:
+        b.session("seg1", age=200, end_reason="compression", messages=3)
+        b.session("seg2", age=100, parent="seg1", messages=3)
+    before = file_hash(store)
+    result = run_subprocess("export", tmp_path / "bk", "--db", store, "--session-id", "seg1",
+                            "--delete-after-verified", "--yes")
+    assert result.returncode == 1 and "segments of a compression lineage (seg1 -> seg2)" in result.stderr
+    assert file_hash(store) == before and not (tmp_path / "bk").exists()
+
+
+def test_session_prefixes_are_case_sensitive(tmp_path):
+    store = small_store(tmp_path / "state.db")
+    result = run_subprocess("export", "--session-id", "OLD0", "--db", store)
+    assert result.returncode == 1 and "no session matches 'OLD0'" in result.stderr
+    assert run_subprocess("export", "--session-id", "old0", "--db", store).returncode == 0

@@ -93,7 +93,7 @@ def test_notice_weights_bytes_and_says_when_pruning_will_not_help(tmp_path):
         est = estimate(store, 90)
     assert est["sessions"] == 1 and est["stored_bytes"] > 1000
     lines = notice(DiskFigures(total=100 * GB, free=1 * GB), est, 90)
-    assert any("small share" in line for line in lines) and any("optimize" in line for line in lines)
+    assert any("will not solve" in line for line in lines) and any("optimize" in line for line in lines)
     none = dict(est, sessions=0, stored_bytes=0)
     assert any("no ended session is older than 90 days" in line
                for line in notice(DiskFigures(total=100 * GB, free=1 * GB), none, 90))
@@ -190,3 +190,16 @@ def test_jobs_list_json():
     result = run_subprocess("jobs", "list", "--json")
     rows = json.loads(result.stdout)["jobs"]
     assert {r["name"] for r in rows} >= {"nightly-sweep", "weekly-optimize"}
+
+
+def test_notice_says_pruning_falls_short_when_prunable_history_is_far_below_the_shortfall():
+    """Issue 25 item 6: a store that is a large share of a small disk, but whose prunable history is tiny,
+    was offered pruning with no word that it cannot free what the disk lacks."""
+    est = {"sessions": 3, "messages": 30, "stored_bytes": 10 * 10**6, "store_bytes": 2 * GB}
+    figures = DiskFigures(total=10 * GB, free=GB // 2)
+    assert figures.shortfall == int(1.5 * GB)
+    lines = notice(figures, est, 90)
+    short = [line for line in lines if "will not solve" in line]
+    assert len(short) == 1 and "9.5 MiB" in short[0] and "1.4 GiB" in short[0], lines
+    enough = dict(est, stored_bytes=3 * GB)
+    assert not any("will not solve" in line for line in notice(figures, enough, 90))

@@ -147,3 +147,118 @@ def test_incomplete_inline_index_is_refilled_as_hermes_indexes(hermes_home):
     assert query(db, "SELECT content FROM messages_fts WHERE rowid = 3") == [hermes_row]
     assert query(db, "SELECT COUNT(*) FROM messages_fts") == [(20,)]
     assert query(db, "PRAGMA quick_check") == [("ok",)]
+
+
+# -- recover --salvage NEW_PATH (issue 25 item 7) -------------------------------
+
+def _corrupt_pages(db, counts, seed=5):
+    """Overwrite ``counts[table]`` leaf pages of each table's b-tree, from its middle, with garbage."""
+    import random
+
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    chosen = []
+    for table, count in counts.items():
+        leaves = [p for (p,) in conn.execute("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' "
+                                             "ORDER BY pageno", (table,))]
+        assert len(leaves) > 3 * count
+        chosen += leaves[len(leaves) // 2: len(leaves) // 2 + count]
+    conn.close()
+    rng = random.Random(seed)
+    with open(db, "r+b") as fh:
+        for page in chosen:
+            fh.seek((page - 1) * page_size)
+            fh.write(bytes(rng.randrange(256) for _ in range(page_size)))
+    return chosen
+
+
+@pytest.fixture
+def broken(tmp_path, hermes_home):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout="v22") as b:
+        for i in range(150):
+            b.session(f"s{i:03d}", age=5 + i / 10, messages=12, title=f"a fairly long title for session {i:03d} "
+                      "so that the sessions table spans several pages" * 3)
+    total = query(db, "SELECT COUNT(*) FROM messages")[0][0]
+    _corrupt_pages(db, {"messages": 2, "sessions": 1})
+    conn = sqlite3.connect(db)
+    with pytest.raises(sqlite3.DatabaseError):
+        conn.execute("SELECT COUNT(*), SUM(length(content)) FROM messages").fetchall()
+    conn.close()
+    return db, total
+
+
+def test_salvage_copies_every_readable_row_and_never_touches_the_damaged_file(broken, tmp_path, cli):
+    import os
+    import stat
+
+    db, total = broken
+    before = {s: file_hash(f"{db}{s}") for s in ("", "-wal") if os.path.exists(f"{db}{s}")}
+    new = tmp_path / "salvaged.db"
+    r = cli("recover", "--db", db, "--salvage", new, "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert {s: file_hash(f"{db}{s}") for s in before} == before  # the damaged store: byte for byte
+    assert stat.S_IMODE(os.stat(new).st_mode) == 0o600 and os.stat(new).st_uid == os.stat(db).st_uid
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
+    tables = {t["table"]: t for t in report["tables"]}
+    lost = tables["messages"]["unread_rowid_ranges"]
+    assert lost and not report["complete"]  # what could not be read is reported, as rowid spans
+    unread = sum(hi - lo + 1 for lo, hi in lost)
+    assert 0 < total - report["messages"] <= unread  # only rows on the damaged pages are missing
+    assert report["messages"] > total * 0.8
+    # bisection cost is bounded by the damage, not the table: each damaged span costs at most two range
+    # reads per level of a 64-bit rowid space plus two per rowid in it
+    spans = [span for t in tables.values() for span in t["unread_rowid_ranges"]]
+    assert sum(t["queries"] for t in tables.values()) <= len(tables) + sum(
+        2 * 64 + 2 * (hi - lo + 1) for lo, hi in spans)
+    assert query(new, "PRAGMA integrity_check") == [("ok",)]
+    assert query(new, "PRAGMA foreign_key_check") == []
+    # messages whose session row was on the damaged page keep their transcript under a placeholder
+    assert report["placeholder_sessions"] >= 1
+    assert query(new, "SELECT COUNT(*) FROM sessions WHERE source = 'recovered'") == [(report["placeholder_sessions"],)]
+    # search was rebuilt through Hermes's triggers: 0.19.0 itself opens, lists and searches the new file
+    from hermes_state import SessionDB
+
+    hermes = SessionDB(new)
+    try:
+        assert hermes.search_messages("topic3")
+        kept = query(new, "SELECT id FROM sessions WHERE source <> 'recovered' ORDER BY id DESC LIMIT 1")[0][0]
+        assert len(hermes.get_messages(kept)) == 12
+    finally:
+        hermes.close()
+
+
+def test_salvage_dry_run_creates_nothing(broken, tmp_path, cli):
+    db, _ = broken
+    new = tmp_path / "salvaged.db"
+    report = json.loads(cli("recover", "--db", db, "--salvage", new, "--dry-run", "--json").stdout)
+    assert report["dry_run"] and report["messages"] > 0 and not new.exists()
+
+
+@pytest.mark.parametrize("name", ["exists.db", "state.db"])
+def test_salvage_never_overwrites(broken, tmp_path, cli, name):
+    db, _ = broken
+    target = tmp_path / name
+    if name == "exists.db":
+        target.write_bytes(b"keep me")
+    r = cli("recover", "--db", db, "--salvage", target)
+    assert r.exit_code == 2, r.output
+    assert "--salvage" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    if name == "exists.db":
+        assert target.read_bytes() == b"keep me"
+
+
+def test_salvage_of_an_intact_store_is_complete(tmp_path, hermes_home, cli, layout):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout=layout) as b:
+        for i in range(5):
+            b.session(f"s{i}", age=3, messages=4)
+    new = tmp_path / "copy.db"
+    report = json.loads(cli("recover", "--db", db, "--salvage", new, "--json").stdout)
+    assert report["complete"] and report["sessions"] == 5 and report["messages"] == 20
+    assert query(new, "SELECT id, session_id, content FROM messages ORDER BY id") == \
+        query(db, "SELECT id, session_id, content FROM messages ORDER BY id")
+    hits = query(new, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'topic1'")
+    assert hits == query(db, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'topic1'") and hits[0][0] > 0

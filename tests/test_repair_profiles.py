@@ -1,7 +1,9 @@
 """repair-profiles on a HERMES_HOME with several profiles seeded with each kind of mix-up."""
 
 import json
+import os
 import sqlite3
+import stat
 import subprocess
 import sys
 
@@ -144,3 +146,34 @@ def test_move_that_would_drop_bindings_is_skipped(hermes_home):
     r = cli_json("--apply", "--yes")
     assert r["applied"][0]["skipped"] and "telegram_dm_topic_bindings" in r["applied"][0]["reason"]
     assert rows(hermes_home / "state.db", "SELECT session_id FROM telegram_dm_topic_bindings") == [("c1",)]
+
+
+def test_repair_profiles_snapshots_are_private(hermes_home):
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("c1", session_key="agent:coder:telegram:dm:1", messages=2, age=1)
+    with StoreBuilder(hermes_home / "profiles" / "coder" / "state.db") as b:
+        b.session("own", age=1)
+    result = run_subprocess("repair-profiles", "--apply", "--yes", "--json", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 0, result.stderr
+    folder = json.loads(result.stdout)["snapshot"]
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    files = os.listdir(folder)
+    assert files and all(stat.S_IMODE(os.stat(os.path.join(folder, f)).st_mode) == 0o600 for f in files)
+
+
+def test_report_only_repair_profiles_goes_on_past_a_bad_store(hermes_home):
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("c1", session_key="agent:coder:telegram:dm:1", messages=2, age=1)
+    (hermes_home / "profiles" / "broken").mkdir(parents=True)
+    (hermes_home / "profiles" / "broken" / "state.db").write_text("not sqlite\n")
+    with StoreBuilder(hermes_home / "profiles" / "coder" / "state.db") as b:
+        b.session("own", age=1)
+    env = {"HERMES_HOME": str(hermes_home)}
+    result = run_subprocess("repair-profiles", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    kinds = {f["kind"] for f in json.loads(result.stdout)["findings"]}
+    assert kinds == {"unreadable_store", "stray_sessions"}
+    before = file_hash(hermes_home / "state.db")
+    applied = run_subprocess("repair-profiles", "--apply", "--yes", env=env)
+    assert applied.returncode == 1 and "cannot be read" in applied.stderr
+    assert file_hash(hermes_home / "state.db") == before

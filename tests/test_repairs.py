@@ -13,7 +13,7 @@ from maint.store.holders import HolderReport, find_holders
 from maint.ops.journal import HeldStore, header_bytes, set_journal_mode
 from maint.errors import MaintError
 from tests.conftest import run_subprocess
-from tests.storegen import StoreBuilder
+from tests.storegen import StoreBuilder, small_store
 
 HOLD = ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); "
         "c.execute('SELECT COUNT(*) FROM sessions').fetchall(); c.execute('BEGIN'); "
@@ -222,3 +222,19 @@ def test_apply_refused_while_held(prompt_store):
     with Holding(prompt_store) as proc:
         result = run_subprocess("repair-prompts", "--db", prompt_store, "--apply", "--json")
     assert result.returncode == 1 and f"pid {proc.pid}" in result.stderr
+
+
+def test_a_holder_with_a_multi_line_command_line_is_named_on_one_line(tmp_path):
+    store = small_store(tmp_path / "state.db")
+    code = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('select 1'); print('ok', flush=True); " \
+           "sys.stdin.read()"
+    holder = subprocess.Popen([sys.executable, "-c", code, str(store), "line one\nline two"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        result = run_subprocess("set-journal-mode", "delete", "--db", store)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert result.returncode == 1 and f"pid {holder.pid}" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "line one\\nline two" in result.stderr

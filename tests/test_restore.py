@@ -1,17 +1,29 @@
-"""restore: what it refuses before it writes (the shared write preflight, the snapshot's schema, special files)."""
+"""restore through the real CLI: in place (same inode) with a safety snapshot, and what it refuses before it writes
+(a held store, a snapshot that is not an intact Hermes store, the shared write preflight, special files)."""
 
 import json
 import os
 import sqlite3
+import subprocess
+import sys
+from collections import namedtuple
+from pathlib import Path
 
-from tests.conftest import file_hash, run_subprocess
+import pytest
+
+from maint.errors import MaintError
+from maint.ops.backup import list_snapshots
+from tests.conftest import REPO, file_hash, query, run_subprocess, session_ids
 from tests.storegen import StoreBuilder
 
+Usage = namedtuple("Usage", "total used free")
 
-def _store(path, layout="v22", n=4):
+
+def _store(path, layout="v22", n=6):
     with StoreBuilder(path, layout=layout) as b:
         for i in range(n):
-            b.session(f"s{i}", age=10 + i, messages=3)
+            b.session(f"s{i}", age=10 + i, messages=4)
+        b.session("old", age=200, messages=3)
     return path
 
 
@@ -21,10 +33,15 @@ def _snapshot(home):
     return json.loads(result.stdout)["snapshot"]["path"]
 
 
-def restore(home, *args, expect=0):
-    result = run_subprocess("restore", *map(str, args), "--json", env={"HERMES_HOME": str(home)}, timeout=60)
+def restore(home, *args, expect=0, input=None):
+    """The --json report when it succeeds, the finished process when it is refused."""
+    result = run_subprocess("restore", *args, "--json", env={"HERMES_HOME": str(home)}, input=input, timeout=60)
     assert result.returncode == expect, result.stderr
-    return result
+    return json.loads(result.stdout) if expect == 0 else result
+
+
+def counts(db):
+    return query(db, "SELECT (SELECT COUNT(*) FROM sessions), (SELECT COUNT(*) FROM messages)")[0]
 
 
 def test_restore_refuses_a_store_with_a_second_hard_link(hermes_home, tmp_path):
@@ -61,4 +78,152 @@ def test_restore_dry_run_beside_a_fifo_named_like_the_sidecar(hermes_home):
     os.unlink(snap + ".json")
     os.mkfifo(snap + ".json")
     dry = restore(hermes_home, snap, "--dry-run")
-    assert json.loads(dry.stdout)["dry_run"] is True
+    assert dry["dry_run"] is True
+
+
+HOLD = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT COUNT(*) FROM sessions').fetchall();"
+        "print('ready', flush=True); sys.stdin.read()")
+
+
+def _fts_ok(db):
+    conn = sqlite3.connect(db)
+    try:
+        for table in ("messages_fts", "messages_fts_trigram"):
+            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)")
+    finally:
+        conn.close()
+
+
+def test_restore_in_place_same_inode_with_safety_snapshot(hermes_home, layout):
+    db = _store(hermes_home / "state.db", layout)
+    snap = _snapshot(hermes_home)
+    wanted = counts(db)
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM messages WHERE session_id IN ('s1', 's2')")
+    conn.execute("DELETE FROM sessions WHERE id IN ('s1', 's2')")
+    conn.commit()
+    conn.close()
+    damaged = counts(db)
+    inode = db.stat().st_ino
+    r = restore(hermes_home, snap, "--yes")
+    assert (r["before"]["sessions"], r["before"]["messages"]) == damaged
+    assert (r["after"]["sessions"], r["after"]["messages"]) == wanted == counts(db)
+    assert r["inode_kept"] and db.stat().st_ino == inode
+    assert query(db, "PRAGMA integrity_check") == [("ok",)]
+    _fts_ok(db)
+    safety = Path(r["safety_snapshot"])
+    assert safety.name.endswith(".pre-restore.db") and counts(safety) == damaged
+    assert [s.verified for s in list_snapshots(safety.parent) if s.path == safety] == [True]
+    # Hermes carries on in the restored store.
+    code = ("import sys; from pathlib import Path; from hermes_state import SessionDB;"
+            "db = SessionDB(Path(sys.argv[1])); db.append_message('s1', 'user', 'after restore'); db.close()")
+    subprocess.run([sys.executable, "-c", code, str(db)], check=True, cwd=REPO)
+    assert query(db, "SELECT COUNT(*) FROM messages WHERE session_id = 's1'") == [(5,)]
+
+
+def test_restore_refused_while_a_process_holds_the_store(hermes_home):
+    db = _store(hermes_home / "state.db")
+    snap = _snapshot(hermes_home)
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM sessions WHERE id = 'old'")
+    conn.commit()
+    conn.close()
+    before = file_hash(db)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        result = restore(hermes_home, snap, "--yes", expect=1)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert f"pid {proc.pid}" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert file_hash(db) == before and "old" not in session_ids(db)
+    assert not list((hermes_home / "state-snapshots").glob("*.pre-restore.db"))
+
+
+def test_restore_needs_yes_without_a_terminal_and_dry_run_writes_nothing(hermes_home):
+    db = _store(hermes_home / "state.db")
+    snap = _snapshot(hermes_home)
+    before = file_hash(db)
+    refused = restore(hermes_home, snap, expect=2, input="y\n")
+    assert "not a terminal" in refused.stderr
+    dry = restore(hermes_home, snap, "--dry-run")
+    assert dry["dry_run"] and dry["safety_snapshot"] is None
+    assert file_hash(db) == before and not list((hermes_home / "state-snapshots").glob("*.pre-restore*"))
+
+
+@pytest.mark.parametrize("kind", ["text", "other_sqlite", "truncated", "missing", "itself"])
+def test_restore_refuses_what_is_not_an_intact_hermes_store(hermes_home, tmp_path, kind):
+    db = _store(hermes_home / "state.db")
+    bad = tmp_path / "snap.db"
+    if kind == "text":
+        bad.write_text("hello\n")
+    elif kind == "other_sqlite":
+        conn = sqlite3.connect(bad)
+        conn.execute("CREATE TABLE t(x)")
+        conn.commit()
+        conn.close()
+    elif kind == "truncated":
+        good = Path(_snapshot(hermes_home))
+        bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    elif kind == "itself":
+        bad = db
+    before = file_hash(db)
+    result = restore(hermes_home, bad, "--yes", expect=2 if kind in ("missing", "itself") else 1)
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert file_hash(db) == before
+    assert not list((hermes_home / "state-snapshots").glob("*.pre-restore*"))
+
+
+def test_restore_over_a_damaged_store_keeps_its_copy(hermes_home):
+    """The store fails quick_check (why one restores): the copy is kept as found, the restore goes ahead."""
+    db = _store(hermes_home / "state.db", n=60)
+    snap = _snapshot(hermes_home)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'messages'").fetchone()
+    page = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    with open(db, "r+b") as fh:  # scribble over the messages table's root page
+        fh.seek((root - 1) * page + 8)
+        fh.write(b"\xff" * 64)
+    r = restore(hermes_home, snap, "--yes")
+    assert (r["after"]["sessions"], r["after"]["messages"]) == counts(snap)
+    assert query(db, "PRAGMA integrity_check") == [("ok",)]
+    assert any("failed its check" in w for w in r["warnings"])
+    assert Path(r["safety_snapshot"]).exists()
+    (listed,) = [s for s in list_snapshots(Path(r["safety_snapshot"]).parent) if str(s.path) == r["safety_snapshot"]]
+    assert not listed.verified and "kept as found" in listed.reason
+
+
+def test_restore_preflight_names_both_figures_and_changes_nothing(hermes_home):
+    from maint.ops.restore import inspect_snapshot, restore as restore_store
+
+    db = _store(hermes_home / "state.db")
+    snap = _snapshot(hermes_home)
+    before = file_hash(db)
+    folder = hermes_home / "state-snapshots"
+    with pytest.raises(MaintError) as err:
+        restore_store(db, inspect_snapshot(Path(snap)), label="default", safety_folder=folder,
+                      disk_usage=lambda p: Usage(10**9, 10**9 - 4096, 4096))
+    assert "4096 bytes free" in str(err.value) and "need about" in str(err.value)
+    assert file_hash(db) == before and not list(folder.glob("*.pre-restore*"))
+
+
+def test_restore_refused_while_another_hermes_maint_works_on_the_store(hermes_home):
+    db = _store(hermes_home / "state.db")
+    snap = _snapshot(hermes_home)
+    before = file_hash(db)
+    code = ("import sys; from pathlib import Path; from maint.store.runlock import run_lock;"
+            "run_lock(Path(sys.argv[1])); print('ready', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, cwd=REPO)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        result = restore(hermes_home, snap, "--yes", expect=1)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert f"pid {proc.pid}" in result.stderr and "another hermes-maint" in result.stderr
+    assert file_hash(db) == before and not list((hermes_home / "state-snapshots").glob("*.pre-restore*"))

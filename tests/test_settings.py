@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import run_subprocess
-from tests.storegen import StoreBuilder
+from tests.storegen import StoreBuilder, small_store
 
 
 @pytest.fixture
@@ -86,3 +86,13 @@ def test_a_bad_setting_in_config_yaml_is_refused_naming_the_key(store, hermes_ho
     r = run_subprocess("prune", "--older-than", "30d", "--yes", "--db", store, env={"HERMES_HOME": str(hermes_home)})
     assert r.returncode == 2 and "hermes_maint.busy_ms" in r.stderr and "expected a number" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and store.read_bytes() == before
+
+
+def test_malformed_tuning_variables_do_not_crash(tmp_path):
+    store = small_store(tmp_path / "state.db")
+    result = run_subprocess("stats", "--db", store, env={"HERMES_MAINT_CRASH_AT": "tx_begun:x"})
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    # A number setting that is not a number is refused, not ignored (tests/test_settings.py has the rest).
+    result = run_subprocess("stats", "--db", store, env={"HERMES_MAINT_BUSY_MS": "²"})
+    line, = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and "HERMES_MAINT_BUSY_MS='²'" in line and "at most 3600000" in line, line

@@ -3,6 +3,8 @@
 import os
 
 from maint.store.connection import sqlite_version
+from tests.conftest import run_subprocess
+from tests.storegen import StoreBuilder
 
 
 def test_stats_figures(make_store, cli, layout):
@@ -98,3 +100,12 @@ def test_a_run_imports_only_the_command_it_names(make_store):
     assert overview.returncode == 0 and "export" in overview.stdout and "jobs" in overview.stdout
     typo = subprocess.run([sys.executable, "-m", "maint", "lsit"], capture_output=True, text=True, timeout=60)
     assert typo.returncode == 2 and "list" in typo.stderr
+
+
+def test_list_never_sends_stored_escape_sequences_to_the_terminal(tmp_path):
+    store = tmp_path / "state.db"
+    with StoreBuilder(store) as b:
+        b.session("evil", age=1, title="\x1b[2J\x1b]0;pwned\x07\nsecond line")
+    result = run_subprocess("list", "--db", store)
+    assert result.returncode == 0 and "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "\\x1b[2J" in result.stdout and len(result.stdout.strip().splitlines()) == 3

@@ -1,5 +1,6 @@
 """The store layer refuses what it must and never writes to a refused file."""
 
+import json
 import os
 import sqlite3
 
@@ -7,7 +8,8 @@ import pytest
 
 from maint.errors import StoreError
 from maint.store.connection import has_wal_reset_bug, header_journal_mode, open_store, sqlite_version
-from tests.conftest import LockHolder, file_hash
+from tests.conftest import LockHolder, file_hash, query, run_subprocess, session_ids
+from tests.storegen import small_store
 
 
 def test_missing_file_is_an_error_and_never_created(tmp_path, cli):
@@ -178,3 +180,64 @@ def test_a_short_store_stays_corrupt_when_no_checkpoint_ends(make_store, cli):
     mid_checkpoint(b.path, 3)
     result = cli("stats", "--db", b.path)
     assert result.exit_code != 0 and "truncated or corrupt store" in result.stderr
+
+
+@pytest.mark.parametrize("args", [["stats"], ["list"], ["prune", "--dry-run"], ["export", "-"],
+                                  ["set-journal-mode", "delete"], ["repair-prompts"], ["optimize"]])
+def test_a_fifo_as_the_store_is_refused_at_once(args, tmp_path):
+    fifo = tmp_path / "state.db"
+    os.mkfifo(fifo)
+    result = run_subprocess(*args, "--db", fifo, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"hermes-maint: error: {fifo}: is a FIFO, not a store file; refusing to open it"
+
+
+def test_a_newer_schema_is_read_but_never_written(tmp_path):
+    store = small_store(tmp_path / "state.db", layout="v30")
+    conn = sqlite3.connect(store)
+    conn.execute("INSERT INTO schema_version(version) VALUES (99)")
+    conn.execute("CREATE TABLE future_things (id INTEGER PRIMARY KEY)")
+    conn.commit()
+    conn.close()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    before = file_hash(store)
+    for args in (["prune", "--yes"], ["optimize"], ["sweep", "--force"], ["autoprune", "later"],
+                 ["archive", "--source", "cli", "--yes"]):
+        result = run_subprocess(*args, "--db", store, env={"HERMES_HOME": str(home)})
+        assert result.returncode == 1, (args, result.stderr)
+        assert "schema version 99 is newer than this hermes-maint knows" in result.stderr
+    preview = run_subprocess("prune", "--dry-run", "--db", store)  # a preview only reads: it runs, warned
+    assert preview.returncode == 0 and "newer than this hermes-maint knows (31); reading only" in preview.stderr
+    assert file_hash(store) == before
+    stats = run_subprocess("stats", "--db", store, "--json")
+    assert stats.returncode == 0 and json.loads(stats.stdout)["schema_version"] == 99
+    assert "newer than this hermes-maint knows" in stats.stderr
+
+
+def test_set_journal_mode_refuses_a_newer_schema(tmp_path):
+    store = small_store(tmp_path / "state.db", layout="v30")
+    conn = sqlite3.connect(store)
+    conn.execute("INSERT INTO schema_version(version) VALUES (99)")
+    conn.commit()
+    conn.close()
+    result = run_subprocess("set-journal-mode", "delete", "--db", store)
+    assert result.returncode == 1 and "schema version 99" in result.stderr
+    assert query(store, "PRAGMA journal_mode") == [("wal",)]
+
+
+def test_a_foreign_key_from_an_unknown_table_is_reported_before_any_delete(tmp_path):
+    store = small_store(tmp_path / "state.db", layout="v30")
+    conn = sqlite3.connect(store)
+    conn.execute("CREATE TABLE session_notes (id INTEGER PRIMARY KEY, session_id TEXT REFERENCES sessions(id))")
+    conn.execute("INSERT INTO session_notes(session_id) VALUES ('old1')")
+    conn.commit()
+    conn.close()
+    before = file_hash(store)
+    for args in (["prune", "--yes"], ["prune", "--dry-run"]):
+        result = run_subprocess(*args, "--db", store)
+        assert result.returncode == 1
+        assert "session_notes.session_id -> sessions" in result.stderr and str(store) in result.stderr
+    assert file_hash(store) == before
+    assert session_ids(store) == {"old0", "old1", "old2", "recent"}

@@ -5,11 +5,12 @@ by name while the others still run, and the command exits 1.
 """
 
 import json
+import os
 
 import pytest
 
 from tests.conftest import run_subprocess, session_ids
-from tests.storegen import StoreBuilder
+from tests.storegen import StoreBuilder, small_store
 
 # command line (without store flags) -> a key every per-store report carries
 PER_STORE = {
@@ -142,3 +143,15 @@ def test_autoprune_on_edits_the_profiles_own_config(hermes_home):
     assert result.returncode == 0, result.stderr
     assert "auto_prune: true" in (hermes_home / "profiles" / "a" / "config.yaml").read_text()
     assert (hermes_home / "config.yaml").read_text() == "sessions:\n  auto_prune: false\n"
+
+
+def test_all_profiles_reports_what_it_cannot_look_at(hermes_home):
+    small_store(hermes_home / "profiles" / "good" / "state.db")
+    os.symlink(hermes_home / "nowhere", hermes_home / "state.db")  # a dangling default store
+    os.symlink("loop", hermes_home / "profiles" / "loop")  # a profile folder that is a link loop
+    result = run_subprocess("stats", "--all-profiles", "--json", env={"HERMES_HOME": str(hermes_home)})
+    assert result.returncode == 1
+    reports = {r["profile"]: r for r in map(json.loads, result.stdout.splitlines())}
+    assert set(reports) == {None, "good", "loop"}
+    assert "error" in reports[None] and "broken or looping link" in reports["loop"]["error"]
+    assert reports["good"]["sessions"] == 4

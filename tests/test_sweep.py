@@ -288,3 +288,59 @@ def test_the_kept_report_is_the_printed_report_as_json_text(hermes_home):
     assert (kind, valid, count) == ("text", 1, 2100)
     kept = json.loads(meta(hermes_home / "state.db", "hermes_maint.last_sweep_report"))
     assert kept == json.loads(json.dumps(report, default=list))
+
+
+def _sweep_home(tmp_path, n=40):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    with StoreBuilder(home / "state.db") as b:
+        for i in range(n):
+            b.session(f"old{i}", age=200, messages=3)
+        b.session("recent", age=1)
+    return home
+
+
+def test_a_killed_sweep_is_resumed_by_the_next_run_not_skipped(tmp_path):
+    home = _sweep_home(tmp_path)
+    # one session a transaction, however fast the machine (see BATCH_MS in tests/crash/test_crash.py)
+    env = {"HERMES_HOME": str(home), "HERMES_MAINT_BATCH_MS": "0.001", "HERMES_MAINT_CRASH_AT": "tx_committed:3"}
+    killed = run_subprocess("sweep", "--json", env=env)
+    assert killed.returncode == -9
+    left = session_ids(home / "state.db")
+    assert "recent" in left and len(left) > 1  # part-way
+    again = run_subprocess("sweep", "--json", env={"HERMES_HOME": str(home)})
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["swept"] and report["resumed"] and report["completed"] and not report["cancelled"]
+    assert session_ids(home / "state.db") == {"recent"}
+    third = json.loads(run_subprocess("sweep", "--json", env={"HERMES_HOME": str(home)}).stdout)
+    assert third["swept"] is False and "already swept" in third["skipped_reason"]
+
+
+def test_a_cancelled_sweep_says_so_and_is_resumed(tmp_path, monkeypatch):
+    from maint.store import batching
+
+    home = _sweep_home(tmp_path)
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    batching.CANCEL.set()  # SIGTERM reached the job loop before the first batch
+    try:
+        report = run_sweep(home / "state.db", load_config())
+    finally:
+        batching.CANCEL.clear()
+    assert report["swept"] and report["cancelled"] and not report["completed"]
+    assert report["pruned_ids"] == [] and report["vacuumed"] is False
+    resumed = run_sweep(home / "state.db", load_config())
+    assert resumed["resumed"] and resumed["completed"] and len(resumed["pruned_ids"]) == 40
+
+
+def test_a_hermes_claim_inside_the_interval_is_still_respected(tmp_path):
+    import time
+
+    home = _sweep_home(tmp_path)
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('last_auto_prune', ?)", (str(time.time()),))
+    conn.commit()
+    conn.close()
+    report = json.loads(run_subprocess("sweep", "--json", env={"HERMES_HOME": str(home)}).stdout)
+    assert report["swept"] is False and "already swept" in report["skipped_reason"]

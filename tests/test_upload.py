@@ -10,7 +10,7 @@ from maint.errors import MaintError
 from maint.export.hf_upload import repo_paths, upload_traces
 from tests.conftest import run_subprocess
 from tests.hf_fake import Hub, Silent
-from tests.storegen import StoreBuilder
+from tests.storegen import StoreBuilder, small_store
 
 TOKEN = "hf_localtesttoken_abcdefghijklmnop"
 
@@ -160,3 +160,35 @@ def test_bad_timeout_setting_refused_before_anything_is_written(store, tmp_path,
                        env=_env("http://127.0.0.1:9", value))
     assert r.returncode == 2 and f"HERMES_MAINT_HTTP_TIMEOUT_S={value!r}" in r.stderr, r.stderr
     assert not out.exists() and "Traceback" not in r.stderr
+
+
+def test_trace_upload_without_output_goes_through_a_private_temporary_file(tmp_path):
+    from tests.hf_fake import Hub
+
+    store = small_store(tmp_path / "state.db")
+    with Hub() as hub:
+        result = run_subprocess("export", "--format", "trace", "--session-id", "old0", "--upload", "--db", store,
+                                "--json", env={"HF_TOKEN": "hf_test_token", "HF_ENDPOINT": hub.url})
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["files"] == [] and len(report["uploaded"]) == 1
+    assert not list(tmp_path.glob("**/*.trace.jsonl"))
+
+
+def test_upload_without_token_says_the_temporary_trace_was_removed(store, tmp_path):
+    """Issue 25 item 6: --upload without OUTPUT writes a private temporary trace that is gone when the
+    command ends; the refusal said it "was kept"."""
+    env = {"HF_TOKEN": "", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    r = run_subprocess("export", "--db", store, "--format", "trace", "--session-id", "a1", "--upload", env=env)
+    assert r.returncode == 1, r.stderr
+    line, = r.stderr.strip().splitlines()
+    assert "HF_TOKEN" in line and "was removed" in line and "kept" not in line
+    assert not list(tmp_path.glob("**/*.trace.jsonl"))
+
+
+def test_upload_without_token_says_a_named_output_was_kept(store, tmp_path):
+    out = tmp_path / "t.trace.jsonl"
+    r = run_subprocess("export", out, "--db", store, "--format", "trace", "--session-id", "a1", "--upload",
+                       env={"HF_TOKEN": "", "HF_ENDPOINT": "http://127.0.0.1:9"})
+    assert r.returncode == 1, r.stderr
+    assert "were kept" in r.stderr and out.exists()

@@ -15,7 +15,9 @@ def set_journal_mode(mode, force, stores) -> None:
     """Switch a store between WAL and rollback journaling; refused while any process holds it.
 
     Holders are found on this machine only: processes in other containers or VMs sharing
-    the volume are invisible, so stop Hermes there yourself first.
+    the volume are invisible, so stop Hermes there yourself first. Hermes releases without a
+    database.journal_mode setting (0.19.x, schema 22) switch a store back to WAL on their next
+    open; the output says so, and --json reports "sticks": false.
     """
     from maint.ops.journal import switch_store
 
@@ -23,8 +25,11 @@ def set_journal_mode(mode, force, stores) -> None:
 
 
 def _render(r: dict) -> None:
-    click.echo(f"{r['store']}: journal mode {r['before']} -> {r['after']} "
+    until = ", until Hermes next opens it" if not r["sticks"] else ""
+    click.echo(f"{r['store']}: journal mode {r['before']} -> {r['after']}{until} "
                f"(file header bytes 18-19 = {r['header'][0]},{r['header'][1]})")
+    if r["reverts_on_open"]:
+        click.echo(f"note: {r['reverts_on_open']}")
     for w in r["warnings"]:
         click.echo(f"warning: {w}", err=True)
     if r["config_advice"]:

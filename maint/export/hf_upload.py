@@ -119,11 +119,14 @@ def _limit(request: Any, seconds: float) -> None:
         for key in ("connect", "read", "write", "pool")}
 
 
-def _token() -> str:
+KEPT = "the local files were kept"
+REMOVED = "the temporary trace file was removed (give OUTPUT to keep a local copy)"
+
+
+def _token(local_note: str = KEPT) -> str:
     token = (os.environ.get("HF_TOKEN") or "").strip()
     if not token:
-        raise MaintError("no Hugging Face token: set HF_TOKEN to a token with write access "
-                         "(the local trace file was kept)")
+        raise MaintError(f"no Hugging Face token: set HF_TOKEN to a token with write access ({local_note})")
     return token
 
 
@@ -157,18 +160,20 @@ def repo_paths(files: list[tuple[str, Path]]) -> list[str]:
     return paths
 
 
-def upload_traces(files: list[tuple[str, Path]], *, public: bool = False) -> list[dict[str, Any]]:
+def upload_traces(files: list[tuple[str, Path]], *, public: bool = False,
+                  local_note: str = KEPT) -> list[dict[str, Any]]:
     """Upload ``(name, path)`` pairs into ``sessions/<name>.jsonl``; one result per file, in order.
 
     Each result is ``{file, repo, path_in_repo, ok, error}``. A refusal before the first upload
     (no token, bad path, public dataset, unreachable endpoint) raises :class:`MaintError`. Once
     uploads have begun, a file the Hub refuses is reported and the next one is tried; when the
     endpoint stops answering, the remaining files are reported as not attempted. Local files
-    are kept either way.
+    are kept either way; *local_note* says what happens to them in a refusal (:data:`KEPT`, or
+    :data:`REMOVED` for the temporary file of ``--upload`` without OUTPUT, which goes when the command ends).
     """
     in_repo = repo_paths(files)
     seconds, deadline = http_timeout(), http_deadline()
-    token = _token()
+    token = _token(local_note)
     try:
         from huggingface_hub import HfApi
         from huggingface_hub.errors import RepositoryNotFoundError
@@ -186,17 +191,17 @@ def upload_traces(files: list[tuple[str, Path]], *, public: bool = False) -> lis
             info = api.dataset_info(repo_id, timeout=seconds)
             if not info.private and not public:
                 raise MaintError(f"dataset {repo_id} is public; refusing to upload traces into it "
-                                 "(pass --public if that is what you want); the local file was kept")
+                                 f"(pass --public if that is what you want); {local_note}")
         except RepositoryNotFoundError:
             api.create_repo(repo_id=repo_id, repo_type="dataset", private=not public, exist_ok=True)
     except MaintError:
         raise
     except HubTimeout as exc:
         raise MaintError(f"the Hugging Face endpoint {endpoint} did not answer ({exc}; set {exc.setting} to "
-                         "wait longer); nothing was uploaded, the local files were kept") from None
+                         f"wait longer); nothing was uploaded, {local_note}") from None
     except Exception as exc:  # noqa: BLE001 - any client failure is one clear line, token scrubbed
         raise MaintError(f"upload to Hugging Face ({endpoint}) failed: {_first_line(exc, token)}; nothing was "
-                         "uploaded, the local files were kept") from None
+                         f"uploaded, {local_note}") from None
     results: list[dict[str, Any]] = []
     stalled = None
     for (name, path), target in zip(files, in_repo):

@@ -374,11 +374,12 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
             "manifest": _write_manifest(plan, written), "uploaded": [], "deleted": [], "removed_files": [],
         }
         if req.upload:
-            from maint.export.hf_upload import upload_traces
+            from maint.export.hf_upload import KEPT, REMOVED, upload_traces
 
+            note = REMOVED if any(w["temporary"] for w in written) else KEPT  # the finally below removes it
             try:
                 report["uploaded"] = upload_traces([(safe_name(w["ids"][0], ""), Path(w["path"])) for w in written],
-                                                   public=req.public)
+                                                   public=req.public, local_note=note)
             except MaintError as exc:
                 exc.report = report  # what was written still goes into a --json report
                 raise

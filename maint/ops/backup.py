@@ -56,6 +56,7 @@ from maint import json_text
 from maint.export.files import safe_name
 from maint.store.batching import Batcher, pacer_for
 from maint.store.connection import REQUIRED_TABLES, Store, busy_timeout_from_env, open_store, polling_busy_handler
+from maint.store.snapshots import default_folder, prepare_folder
 from maint.store.targets import StoreTarget, hermes_home
 from maint.ops.vacuum import DiskUsage, with_margin
 
@@ -72,10 +73,6 @@ FIRST_STEP_PAGES = 64
 MAX_STEP_PAGES = 1 << 20
 
 
-def default_folder() -> Path:
-    return hermes_home() / "state-snapshots"
-
-
 def store_label(path: Path, profile: str | None) -> str:
     """What the file name says the snapshot is of: the profile, or the store's own name for other files."""
     if profile:
@@ -88,32 +85,6 @@ def store_label(path: Path, profile: str | None) -> str:
         return safe_name(resolved.parent.name, "")
     # another file: its own name, or its folder's when it is called state.db too
     return safe_name(resolved.parent.name if resolved.stem == "state" else resolved.stem, "")
-
-
-def prepare_folder(folder: Path | None) -> Path:
-    """The snapshot folder (its real path), created 0700 when missing; ours (the default) is kept 0700.
-
-    The default folder is ours by name, so a symlink or anything but a folder at
-    ``$HERMES_HOME/state-snapshots`` is refused, never followed (a root run would otherwise write, and
-    tighten modes, wherever it points); a DEST the operator names may be a link to a folder. A root run
-    hands a folder it creates to the owner of the folder it is created in.
-    """
-    default = folder is None
-    path = default_folder() if default else Path(folder).expanduser()
-    if not default and not os.path.lexists(path) and not path.parent.is_dir():
-        raise UsageError(f"DEST: folder {path.parent} does not exist (expected an existing folder, "
-                         "or a new folder inside one)")
-    if not default and os.path.lexists(path) and not path.is_dir():
-        raise UsageError(f"DEST: {path} is not a folder (expected a folder for the snapshots)")
-    try:
-        with files.Folder.open(path, create=True, parents=default, follow_links=not default,
-                               what="snapshot folder") as opened:
-            if default and stat.S_IMODE(os.fstat(opened.fd).st_mode) & 0o077:
-                with contextlib.suppress(PermissionError):
-                    opened.chmod(0o700)
-            return Path(os.path.realpath(opened.path))
-    except files.FileRefused as exc:
-        raise MaintError(f"{exc}; no snapshot was made") from None
 
 
 def _folder(path: Path) -> files.Folder:

@@ -43,6 +43,11 @@ class DiskFigures:
     def low(self) -> bool:
         return self.free < 2 * GB or (self.free < 20 * GB and self.free < 0.10 * self.total)
 
+    @property
+    def shortfall(self) -> int:
+        """Bytes to free before the disk is no longer low (0 when it is not)."""
+        return max(0, int(max(2 * GB, min(20 * GB, 0.10 * self.total))) - self.free)
+
 
 def disk_figures(path: Path, usage: Callable = shutil.disk_usage) -> DiskFigures:
     u = usage(path)
@@ -81,7 +86,13 @@ def notice(figures: DiskFigures, est: dict[str, Any], retention_days: int) -> li
     else:
         lines.append(f"Pruning sessions inactive for {retention_days} days would remove {est['sessions']} "
                      f"sessions, about {fmt_bytes(est['stored_bytes'])} of stored history.")
-        if est["store_bytes"] < SMALL_SHARE * figures.total:
+        if est["stored_bytes"] < figures.shortfall:
+            # Pruning frees at most the prunable history; when that is short of what the disk lacks,
+            # say so, whatever share of the disk the store holds.
+            lines.append(f"That will not solve the disk problem: it frees about {fmt_bytes(est['stored_bytes'])}, "
+                         f"and the disk needs about {fmt_bytes(figures.shortfall)} more free space; "
+                         "look for what else fills it.")
+        elif est["store_bytes"] < SMALL_SHARE * figures.total:
             lines.append("That will not solve the disk problem: the session history is a small share of "
                          "the disk.")
     lines.append("Pruning frees space inside state.db; `hermes-maint optimize` gives it back to the disk.")

@@ -607,8 +607,8 @@ class _Writer:
 
 def import_batcher() -> Batcher:
     """Inserting costs more per row than deleting, and less evenly: FTS5 merges its index segments as new
-    ones pile up, so one chunk of 200 messages takes 5 ms and the next 70 ms (measured on a 20k-message
-    store). Imports aim at half the prune target, in chunks of at most 200 messages."""
+    ones pile up, so one chunk can take ten times the one before (docs/benchmarks.md). Imports aim at half
+    the prune target, in chunks of at most 200 messages."""
     target = Batcher().target_s / 2
     return Batcher(target_s=target, chunk_s=target / 2.5, rate=1500.0, max_load=200)
 

@@ -73,15 +73,21 @@ def stdlib_wal_warning() -> str | None:
     return None
 
 
-def _refuse_newer_schema(path: Path) -> None:
-    """Any SQLite store may be switched, but not a Hermes store newer than we know."""
+def store_schema_version(path: Path) -> int | None:
+    """The Hermes schema version of the store at *path* (None for another SQLite store)."""
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         has = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_version'").fetchone()
         version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] if has else None
     finally:
         conn.close()
-    if isinstance(version, int) and version > NEWEST_KNOWN_SCHEMA:
+    return version if isinstance(version, int) else None
+
+
+def _refuse_newer_schema(path: Path) -> None:
+    """Any SQLite store may be switched, but not a Hermes store newer than we know."""
+    version = store_schema_version(path)
+    if version is not None and version > NEWEST_KNOWN_SCHEMA:
         raise StoreError(f"{path}: schema version {version} is newer than this hermes-maint knows "
                          f"({NEWEST_KNOWN_SCHEMA}); refusing to switch its journal mode")
 
@@ -135,6 +141,21 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
 
 # What Hermes applies on open when config.yaml has no database.journal_mode.
 HERMES_DEFAULT_JOURNAL_MODE = "wal"
+# The newest schema written by a Hermes release that has no database.journal_mode setting and sets WAL on
+# every open (hermes-agent 0.19.x writes schema 22: ``apply_wal_with_fallback`` in its hermes_state.py).
+# Upstream's current releases read the setting (the Sessions documentation, "set-journal-mode").
+LAST_SCHEMA_WITHOUT_JOURNAL_SETTING = 22
+
+
+def reverts_on_open(schema_version: int | None, mode: str) -> str | None:
+    """Why a switch to *mode* lasts only until Hermes next opens the store, or None when it sticks (as far
+    as the store tells): a store a release without ``database.journal_mode`` writes goes back to WAL."""
+    if mode == "wal" or schema_version is None or schema_version > LAST_SCHEMA_WITHOUT_JOURNAL_SETTING:
+        return None
+    return (f"this store's schema ({schema_version}) is written by a Hermes release without a "
+            "database.journal_mode setting (hermes-agent 0.19.x and older), which switches every store it "
+            "opens back to WAL: delete mode lasts only until Hermes next opens the store. It sticks once the "
+            "store is opened by a Hermes that reads database.journal_mode and config.yaml says delete")
 
 
 def config_advice(cfg, mode: str) -> str | None:
@@ -155,5 +176,7 @@ def switch_store(target: StoreTarget, mode: str, *, force: bool = False) -> dict
     """``hermes-maint set-journal-mode`` on one store: the switch, its warnings, and what config.yaml should say."""
     cfg = target_config(target)
     result = set_journal_mode(target.path, mode, force=force)
+    reverts = reverts_on_open(store_schema_version(Path(result.path)), mode)
     return {"store": result.path, "before": result.before, "after": result.after, "header": list(result.header),
-            "warnings": result.warnings, "config_advice": config_advice(cfg, mode)}
+            "warnings": result.warnings, "sticks": reverts is None, "reverts_on_open": reverts,
+            "config_advice": config_advice(cfg, mode)}

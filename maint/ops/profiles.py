@@ -25,19 +25,17 @@ removes the duplicate after checking that the copy is complete.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import apsw
 
-from maint import files
 from maint.errors import MaintError, StoreError
 from maint.store.targets import hermes_home
 from maint.store.delete import delete_sessions
 from maint.store.sqlutil import chunks, ph
 from maint.store.connection import Store, open_store
+from maint.store.snapshots import copy_stores
 from maint.store.holders import STOP_HERMES, refuse_if_held
 from maint.store.targets import StoreTarget
 
@@ -218,30 +216,6 @@ def scan(home: Path | None = None, legacy_main: str | None = None) -> tuple[dict
     return stores, out
 
 
-def snapshot(stores: dict[str, Path], label: str = "repair-profiles") -> Path:
-    """Copies of every store through SQLite's backup API, in a timestamped folder named for *label*
-    inside the snapshot folder (made and opened as backup does: no link followed, 0700, owned as its home)."""
-    from maint.ops.backup import prepare_folder
-
-    parent = prepare_folder(None)
-    base = time.strftime(f"{label}-%Y%m%d-%H%M%S")
-    with files.Folder.open(parent) as snapshots:
-        name, n = base, 1
-        while snapshots.lstat(name) is not None:  # two runs within one second get two folders
-            n += 1
-            name = f"{base}-{n}"
-        with snapshots.subfolder(name, create=True) as folder:
-            for profile, path in stores.items():
-                os.close(folder.create(f"{profile}.state.db"))
-                src = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-                dst = apsw.Connection(str(folder.path / f"{profile}.state.db"))
-                with dst.backup("main", src, "main") as backup:
-                    backup.step()
-                dst.close()
-                src.close()
-            return folder.path
-
-
 def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str] | None = None) -> None:
     """Copy sessions (parents first), messages, usage and topic bindings; one transaction in *dst*."""
     cols = src.shared_columns(dst, "sessions")
@@ -399,7 +373,7 @@ def repair_stores(op: Operator, *, legacy_main: str | None = None, apply: bool =
         refuse_if_held(path, force=force, doing="repair", advice=STOP_HERMES)
     op.confirm(f"Apply {len(actionable)} repair(s) across {len(stores)} store(s)?",
                [finding_line(f.as_dict()) for f in actionable])
-    report["snapshot"] = str(snapshot(stores))
+    report["snapshot"] = str(copy_stores(stores, label="repair-profiles"))
     report["applied"] = apply_findings(stores, findings)
     return report
 

@@ -221,7 +221,8 @@ class RestoreRequest:
 def restore_store(target: StoreTarget, req: RestoreRequest, op: Operator) -> dict[str, Any]:
     """``hermes-maint restore`` into one store: both sides counted, the operator asked, then :func:`restore`."""
     from maint.fmt import fmt_bytes
-    from maint.ops.backup import prepare_folder, remove_stale_partials, store_label
+    from maint.ops.backup import remove_stale_partials, store_label
+    from maint.store.snapshots import prepare_folder
 
     info = req.snapshot
     if info.path.resolve() == Path(target.path).expanduser().resolve():

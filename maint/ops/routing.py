@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from maint.ops.profiles import snapshot
 from maint.store.catalog import SessionInfo, load_sessions
 from maint.store.connection import Store, open_store
 from maint.store.holders import refuse_if_held
+from maint.store.snapshots import copy_stores
 from maint.store.targets import hermes_home
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ def repair_store(target: StoreTarget, op: Operator, *, max_gap_seconds: float = 
     op.confirm(f"Adopt {len(todo)} orphaned session(s) in {target.path}?", [
         f"  {f['orphan_id']} -> {f['session_key']} (from {f['donor_id']}, evidence: {f['evidence']})" for f in todo])
     name = target.profile or owner or "store"
-    report["snapshot"] = str(snapshot({name: target.path}, label="repair-routing"))
+    report["snapshot"] = str(copy_stores({name: target.path}, label="repair-routing"))
     with open_store(target.path) as store:
         for f in todo:
             why = adopt(store, f["orphan_id"], f["donor_id"], owner)

@@ -108,8 +108,8 @@ def claim_marker(store: Store, interval_s: float, now: float, force: bool) -> Cl
 
 def _write_report(conn, report: dict[str, Any]) -> None:
     """The report as JSON text in ``state_meta``, written in pieces into a value of its exact size
-    (SQLite's incremental blob I/O works on text too): a report that names 90k pruned sessions is
-    2.5 MB, and building it as one string cost four copies of it in memory."""
+    (SQLite's incremental blob I/O works on text too): a report can name every pruned session of a big
+    store, and building it as one string cost four copies of it in memory."""
     size = 0
 
     def count(piece: str) -> None:

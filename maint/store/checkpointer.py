@@ -1,8 +1,8 @@
 """Copies our committed pages out of the WAL on a second connection while the bulk job goes on.
 
 Left to SQLite, the copy (the auto-checkpoint) runs inside whichever commit
-finds the WAL long: ours, costing the job about 10 ms a transaction, or a
-Hermes writer's, adding that to its append. A thread woken at each of our
+finds the WAL long: ours, adding the copy to the job's lock time, or a
+Hermes writer's, adding it to its append. A thread woken at each of our
 commits starts the copy at once, before a waiting writer can commit, and
 runs beside our next transaction on the other core. While it holds the
 checkpoint lock a writer's own auto-checkpoint gives up at once instead of

@@ -53,8 +53,8 @@ class Paged(Sequence[T]):
 class IdList(Sequence[str]):
     """Session ids packed into one buffer, for reports that can name every session of a store.
 
-    A list of 100,000 ids costs about 8 MB of Python objects; this holds the same ids in about a
-    third of that, and :func:`maint.commands.output.write_json` streams it without building one
+    A Python list of ids costs a Python object per id; this holds the same ids in about a third of
+    the memory (docs/benchmarks.md), and :func:`maint.commands.output.write_json` streams it without building one
     string of the whole list.
     """
 

@@ -1,0 +1,345 @@
+"""recover --salvage NEW_PATH: every readable row of a damaged store copied into a new file in Hermes's schema.
+
+Upstream's ``hermes sessions recover --allow-partial`` (hermes_cli/session_recovery.py, #71629, #71770,
+#71803) is the model, followed where it decides:
+
+* The damaged store is never opened in place: its file and its ``-wal`` are copied into a private
+  working folder first, fingerprinted (SHA-256) before and after the copy; a store that changed meanwhile
+  (a Hermes process still writing) is refused. Nothing is ever written to it, and the result is never
+  installed over it.
+* The new file gets the damaged store's own schema (its tables, full-text tables, views, triggers and
+  indexes, read from the copy's ``sqlite_master``), so it is exactly the layout the Hermes that wrote the
+  store reads. The full-text indexes are not copied: the rows are inserted through Hermes's own
+  triggers, which index each message as Hermes does, and each index is checked at the end.
+* Each table is read by rowid range; a range that fails is split in two until every readable row on
+  both sides of a damaged page is copied, within a query budget per table. What could not be read is
+  reported as rowid ranges per table; a row that reads but breaks a constraint is reported too.
+* Messages whose session row was lost keep their transcript: each such session id gets a placeholder
+  session (source ``recovered``, as ``hermes-maint recover`` makes them). A session whose parent or
+  prompt row was lost loses that link; any other row whose parent was lost is dropped and counted.
+* The result must pass ``integrity_check``, ``foreign_key_check`` and each index's own check, or it is
+  removed. It is built under a temporary name beside NEW_PATH (0600, owned like the store) and linked to
+  NEW_PATH only then, never over an existing file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from maint import files
+from maint.errors import MaintError, UsageError
+from maint.store.connection import Store
+
+ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
+QUERY_BUDGET = 200_000  # range queries per table before the rest of a damaged span is reported unread
+SIDE_FILES = ("-wal",)  # a -shm is rebuilt from the WAL; a -journal is a rollback in progress, not data
+DERIVED_META = ("fts_rebuild_high_water", "fts_rebuild_progress")
+READ_ERRORS = (apsw.CorruptError, apsw.NotADBError, apsw.IOError, apsw.SQLError, apsw.FormatError,
+               apsw.MismatchError, apsw.RangeError)
+
+
+class _WriteFailed(MaintError):
+    """Writing the new file failed (not reading the damaged one)."""
+
+
+@dataclass
+class TableResult:
+    name: str
+    copied: int = 0
+    unread: list[list[int]] = field(default_factory=list)  # [first, last] rowid spans that failed to read
+    rejected: list[int] = field(default_factory=list)  # rowids read but refused by the schema
+    dropped: int = 0  # rows whose parent row was lost
+    queries: int = 0
+    budget_spent: bool = False
+    unreadable: str | None = None  # the whole table failed (not even its first page)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"table": self.name, "copied": self.copied, "unread_rowid_ranges": self.unread,
+                "rejected_rowids": self.rejected[:100], "rejected": len(self.rejected), "dropped": self.dropped,
+                "queries": self.queries, "budget_spent": self.budget_spent, "error": self.unreadable}
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _sha256(path: Path) -> str | None:
+    if not os.path.lexists(path):
+        return None
+    digest = hashlib.sha256()
+    with files.open_regular(path, what="store") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fingerprint(path: Path) -> dict[str, str | None]:
+    return {suffix or "db": _sha256(Path(f"{path}{suffix}")) for suffix in ("", *SIDE_FILES)}
+
+
+def copy_bundle(path: Path, work: Path) -> tuple[Path, dict[str, str | None]]:
+    """The store and its WAL copied into *work*; refused when either changed while copied."""
+    before = _fingerprint(path)
+    copy = work / "damaged.db"
+    for suffix in ("", *SIDE_FILES):
+        src = Path(f"{path}{suffix}")
+        if not os.path.lexists(src):
+            continue
+        with files.open_regular(src, what="store") as fh, open(f"{copy}{suffix}", "xb") as out:
+            shutil.copyfileobj(fh, out, 1 << 20)
+    after = _fingerprint(path)
+    if before != after:
+        raise MaintError(f"{path}: changed while it was being copied (a Hermes process is still writing to it); "
+                         "stop every Hermes process using this store and run the salvage again; nothing was "
+                         "written")
+    return copy, before
+
+
+def _schema(src: apsw.Connection, path: Path) -> list[tuple[str, str, str, str]]:
+    try:
+        rows = src.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid").fetchall()
+    except READ_ERRORS as exc:
+        raise MaintError(f"{path}: its schema cannot be read ({exc}); no salvage is possible from this file "
+                         "(restore a snapshot instead); nothing was written") from None
+    names = {r[1] for r in rows if r[0] == "table"}
+    if not {"sessions", "messages"} <= names:
+        raise MaintError(f"{path}: not a Hermes session store (no sessions and messages tables in its schema); "
+                         "nothing was written")
+    return rows
+
+
+def _shadow_tables(schema: list[tuple[str, str, str, str]]) -> set[str]:
+    virtual = [name for kind, name, _, sql in schema if kind == "table" and (sql or "").upper().startswith(
+        "CREATE VIRTUAL TABLE")]
+    return {f"{v}_{s}" for v in virtual for s in ("data", "idx", "content", "docsize", "config")}
+
+
+def build_schema(dst: apsw.Connection, schema: list[tuple[str, str, str, str]]) -> list[str]:
+    """The damaged store's own schema in the new file; the ordinary tables to fill, in creation order."""
+    shadow = _shadow_tables(schema)
+    tables = []
+    for kind, name, _, sql in schema:
+        if not sql or name.startswith("sqlite_") or name in shadow:
+            continue
+        if kind == "table":
+            dst.execute(sql)
+            if not sql.upper().startswith("CREATE VIRTUAL TABLE"):
+                tables.append(name)
+    for kind, _, _, sql in schema:  # views, triggers and indexes once every table exists
+        if sql and kind in ("view", "trigger", "index"):
+            dst.execute(sql)
+    return tables
+
+
+def _alias_of_rowid(src: apsw.Connection, table: str) -> str | None:
+    pk = [r for r in src.execute(f"PRAGMA table_info({_q(table)})") if r[5]]
+    if len(pk) == 1 and (pk[0][2] or "").upper() == "INTEGER":
+        return pk[0][1]
+    return None
+
+
+def copy_table(src: apsw.Connection, dst: apsw.Connection, table: str, budget: int = QUERY_BUDGET) -> TableResult:
+    """Every readable row of *table*, splitting a failing rowid range until both sides of the damage are read."""
+    result = TableResult(table)
+    try:
+        cols = [r[1] for r in src.execute(f"PRAGMA table_info({_q(table)})")]
+        alias = _alias_of_rowid(src, table)
+    except READ_ERRORS as exc:
+        result.unreadable = str(exc)
+        return result
+    insert_cols = cols if alias else ["rowid", *cols]
+    insert = (f"INSERT INTO {_q(table)} ({', '.join(_q(c) for c in insert_cols)}) "
+              f"VALUES ({', '.join('?' * len(insert_cols))})")
+    select = (f"SELECT rowid, {', '.join(_q(c) for c in cols)} FROM {_q(table)} "
+              "WHERE rowid BETWEEN ? AND ? ORDER BY rowid")
+    stack = [(ROWID_MIN, ROWID_MAX)]
+    while stack:
+        lo, hi = stack.pop()
+        if lo > hi:
+            continue
+        if result.queries >= budget:
+            result.budget_spent = True
+            result.unread.append([lo, hi])
+            continue
+        result.queries += 1
+        last = lo - 1
+        try:
+            for row in src.execute(select, (lo, hi)):
+                rowid = row[0]
+                try:
+                    dst.execute(insert, row[1:] if alias else row)
+                    result.copied += 1
+                except (apsw.ConstraintError, apsw.MismatchError):
+                    result.rejected.append(rowid)
+                except apsw.Error as exc:  # the new file, not the damaged one: never taken for damage
+                    raise _WriteFailed(f"{table} row {rowid}: {exc}") from None
+                last = rowid
+        except READ_ERRORS:
+            start = last + 1
+            if start >= hi:
+                result.unread.append([start, hi])
+                continue
+            mid = start + (hi - start) // 2
+            stack.append((mid + 1, hi))
+            stack.append((start, mid))
+    result.unread = _merged(result.unread)
+    return result
+
+
+def _merged(spans: list[list[int]]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return out
+
+
+def _repair_links(store: Store, results: dict[str, TableResult]) -> dict[str, int]:
+    """Sessions for orphaned messages, then every row whose parent was lost: a session loses the link,
+    any other row goes. Returns {placeholders, unlinked}."""
+    from maint.ops.recover import find_stray, recover
+
+    placeholders = 0
+    if store.has_table("sessions") and store.has_table("messages"):
+        done, _, _ = recover(store, find_stray(store))
+        placeholders = len(done)
+    unlinked = 0
+    with store.write() as conn:
+        for _ in range(3):  # a dropped row can orphan another
+            violations = conn.execute("PRAGMA foreign_key_check").fetchall()
+            if not violations:
+                break
+            for table, rowid, _parent, fkid in violations:
+                fk = [r for r in conn.execute(f"PRAGMA foreign_key_list({_q(table)})") if r[0] == fkid]
+                if table == "sessions" and fk:
+                    conn.execute(f"UPDATE sessions SET {', '.join(f'{_q(r[3])} = NULL' for r in fk)} WHERE rowid = ?",
+                                 (rowid,))
+                    unlinked += 1
+                else:
+                    conn.execute(f"DELETE FROM {_q(table)} WHERE rowid = ?", (rowid,))
+                    if table in results:
+                        results[table].dropped += 1
+                        results[table].copied -= 1
+    return {"placeholders": placeholders, "unlinked": unlinked}
+
+
+def _copy_sequence_and_meta(src: apsw.Connection, dst: apsw.Connection) -> None:
+    with contextlib.suppress(*READ_ERRORS):
+        for name, seq in src.execute("SELECT name, seq FROM sqlite_sequence").fetchall():
+            if dst.execute("SELECT 1 FROM sqlite_sequence WHERE name = ?", (name,)).fetchone():
+                dst.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (seq, name))
+            else:
+                dst.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (name, seq))
+    with contextlib.suppress(*READ_ERRORS):
+        dst.execute(f"PRAGMA user_version = {int(src.execute('PRAGMA user_version').fetchone()[0])}")
+    if dst.execute("SELECT 1 FROM sqlite_master WHERE name = 'state_meta'").fetchone():
+        dst.execute(f"DELETE FROM state_meta WHERE key IN ({', '.join('?' * len(DERIVED_META))})", DERIVED_META)
+
+
+def verify(dst: apsw.Connection) -> list[str]:
+    """What is wrong with the new file (empty when it is sound)."""
+    problems = [r[0] for r in dst.execute("PRAGMA integrity_check") if r[0] != "ok"]
+    if dst.execute("PRAGMA foreign_key_check").fetchall():
+        problems.append("foreign key violations remain")
+    for (name,) in dst.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND "
+                               "sql LIKE 'CREATE VIRTUAL TABLE%fts5%'").fetchall():
+        try:
+            dst.execute(f"INSERT INTO {_q(name)}({_q(name)}, rank) VALUES ('integrity-check', 1)")
+        except apsw.Error as exc:
+            problems.append(f"search index {name}: {exc}")
+    return problems
+
+
+def _check_new_path(new: Path, store: Path) -> Path:
+    new = Path(os.path.abspath(new.expanduser()))
+    if new.resolve() == store.resolve():
+        raise UsageError(f"--salvage: {new} is the damaged store itself (expected a new file)")
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        if os.path.lexists(f"{new}{suffix}"):
+            raise UsageError(f"--salvage: {new}{suffix} already exists (expected a path where no file is; "
+                             "the salvage never overwrites)")
+    if not new.parent.is_dir():
+        raise UsageError(f"--salvage: folder {new.parent} does not exist (expected a new file in an existing "
+                         "folder)")
+    return new
+
+
+def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -> dict[str, Any]:
+    """Copy every readable row of the store at *store_path* into a new file at *new_path* (with *dry_run*,
+    into memory only: the report of what would be salvaged, nothing created)."""
+    started = time.monotonic()
+    store_path = Path(store_path).expanduser()
+    if not os.path.isfile(store_path):
+        raise UsageError(f"{store_path}: no such store (expected the damaged state.db)")
+    new = None if dry_run or new_path is None else _check_new_path(Path(new_path), store_path)
+    work = Path(tempfile.mkdtemp(prefix="hermes-maint-salvage-"))
+    try:
+        copy, fingerprint = copy_bundle(store_path, work)
+        src = apsw.Connection(str(copy))
+        try:
+            src.execute("PRAGMA query_only = ON")
+            schema = _schema(src, store_path)
+            if new is None:
+                return _fill(src, apsw.Connection(":memory:"), schema, store_path, None, fingerprint, started)
+            with files.Folder.open(new.parent, follow_links=True, what="folder") as folder:
+                folder.clear_leftovers(new.name)
+                temp, fd = folder.temporary(new.name, owner=files.owner_of(store_path))
+                try:
+                    dst = apsw.Connection(str(folder.path / temp))
+                    report = _fill(src, dst, schema, store_path, new, fingerprint, started)
+                    os.fsync(fd)
+                    os.link(temp, new.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
+                    folder.sync()
+                    return report
+                finally:
+                    os.close(fd)
+                    folder.unlink(temp)
+        finally:
+            src.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if _fingerprint(store_path) != fingerprint:  # never expected: we only ever read a copy
+            raise MaintError(f"{store_path}: changed during the salvage (a Hermes process is writing to it)")
+
+
+def _fill(src: apsw.Connection, dst: apsw.Connection, schema: list, store_path: Path, new: Path | None,
+          fingerprint: dict[str, str | None], started: float) -> dict[str, Any]:
+    try:
+        dst.execute("PRAGMA journal_mode = OFF")  # a new file: a failed build is removed, not rolled back
+        dst.execute("PRAGMA synchronous = OFF")
+        dst.execute("PRAGMA foreign_keys = OFF")
+        with dst:
+            tables = build_schema(dst, schema)
+        results: dict[str, TableResult] = {}
+        for table in tables:
+            with dst:  # one transaction per table
+                results[table] = copy_table(src, dst, table)
+        with dst:
+            _copy_sequence_and_meta(src, dst)
+        links = _repair_links(Store(new or Path(":memory:"), dst), results)
+        problems = verify(dst)
+        if problems:
+            raise MaintError(f"{store_path}: the salvaged copy failed its checks ({'; '.join(problems[:3])}); "
+                             "nothing was kept")
+        lost = {t: r for t, r in results.items() if r.unread or r.rejected or r.dropped or r.unreadable}
+        counts = {t: dst.execute(f"SELECT COUNT(*) FROM {_q(t)}").fetchone()[0] for t in ("sessions", "messages")}
+        return {"store": str(store_path), "salvage": str(new) if new else None, "dry_run": new is None,
+                "complete": not lost and not links["placeholders"], "sessions": counts["sessions"],
+                "messages": counts["messages"], "tables": [r.as_dict() for r in results.values()],
+                "lost_tables": sorted(lost), "placeholder_sessions": links["placeholders"],
+                "unlinked_sessions": links["unlinked"], "source_fingerprint": fingerprint,
+                "seconds": round(time.monotonic() - started, 3)}
+    finally:
+        dst.close()

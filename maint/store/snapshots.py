@@ -1,0 +1,72 @@
+"""The snapshot folder, and copies of stores made in it before a repair changes them.
+
+backup and restore keep their snapshots in this folder; repair-profiles and repair-routing copy every
+store they are about to change into a timestamped folder inside it. Living below ``ops/``, it spares
+one command's module from importing another's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+from pathlib import Path
+
+import apsw
+
+from maint import files
+from maint.errors import MaintError, UsageError
+from maint.store.targets import hermes_home
+
+
+def default_folder() -> Path:
+    return hermes_home() / "state-snapshots"
+
+
+def prepare_folder(folder: Path | None) -> Path:
+    """The snapshot folder (its real path), created 0700 when missing; ours (the default) is kept 0700.
+
+    The default folder is ours by name, so a symlink or anything but a folder at
+    ``$HERMES_HOME/state-snapshots`` is refused, never followed (a root run would otherwise write, and
+    tighten modes, wherever it points); a DEST the operator names may be a link to a folder. A root run
+    hands a folder it creates to the owner of the folder it is created in.
+    """
+    default = folder is None
+    path = default_folder() if default else Path(folder).expanduser()
+    if not default and not os.path.lexists(path) and not path.parent.is_dir():
+        raise UsageError(f"DEST: folder {path.parent} does not exist (expected an existing folder, "
+                         "or a new folder inside one)")
+    if not default and os.path.lexists(path) and not path.is_dir():
+        raise UsageError(f"DEST: {path} is not a folder (expected a folder for the snapshots)")
+    try:
+        with files.Folder.open(path, create=True, parents=default, follow_links=not default,
+                               what="snapshot folder") as opened:
+            if default and stat.S_IMODE(os.fstat(opened.fd).st_mode) & 0o077:
+                with contextlib.suppress(PermissionError):
+                    opened.chmod(0o700)
+            return Path(os.path.realpath(opened.path))
+    except files.FileRefused as exc:
+        raise MaintError(f"{exc}; no snapshot was made") from None
+
+
+def copy_stores(stores: dict[str, Path], label: str) -> Path:
+    """Copies of every store through SQLite's backup API, in a timestamped folder named for *label*
+    inside the snapshot folder (made and opened as backup does: no link followed, 0700, owned as its home)."""
+    parent = prepare_folder(None)
+    base = time.strftime(f"{label}-%Y%m%d-%H%M%S")
+    with files.Folder.open(parent) as snapshots:
+        name, n = base, 1
+        while snapshots.lstat(name) is not None:  # two runs within one second get two folders
+            n += 1
+            name = f"{base}-{n}"
+        with snapshots.subfolder(name, create=True) as folder:
+            for profile, path in stores.items():
+                os.close(folder.create(f"{profile}.state.db"))
+                src = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+                dst = apsw.Connection(str(folder.path / f"{profile}.state.db"))
+                with dst.backup("main", src, "main") as backup:
+                    backup.step()
+                dst.close()
+                src.close()
+            return folder.path

@@ -1,0 +1,86 @@
+"""clean-markers as upstream's purge_stale_tool_call_markers (issue 25 item 7)."""
+
+import json
+import sqlite3
+
+import pytest
+
+from tests.conftest import query
+from tests.storegen import StoreBuilder
+
+CALLS = json.dumps([{"id": "c1", "type": "function", "function": {"name": "memory", "arguments": "{}"}}])
+
+
+@pytest.fixture
+def marked(tmp_path, layout, hermes_home):
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout=layout) as b:
+        b.session("s1", age=3, messages=2)
+        b.session("s2", age=3, messages=2)
+        rows = [("s1", "assistant", "[memory]", CALLS),          # a marker
+                ("s2", "assistant", "  [skill_manage]\n", CALLS),  # a marker, padded
+                ("s1", "assistant", "[memory]", None),            # no tool calls: kept
+                ("s1", "assistant", "see [memory] below", CALLS),  # not bare: kept
+                ("s1", "user", "[memory]", CALLS)]                # not an assistant row: kept
+        for sid, role, content, calls in rows:
+            b.raw.execute("INSERT INTO messages (session_id, role, content, tool_calls, timestamp) "
+                          "VALUES (?,?,?,?,?)", (sid, role, content, calls, b.now - 3 * 86400))
+    return db
+
+
+def _fts_ok(db):
+    conn = sqlite3.connect(db)
+    try:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE name IN ('messages_fts', "
+                                    "'messages_fts_trigram')"):
+            conn.execute(f"INSERT INTO {name}({name}, rank) VALUES('integrity-check', 1)")
+    finally:
+        conn.close()
+
+
+def test_dry_run_lists_the_bare_markers_and_writes_nothing(marked, cli):
+    before = query(marked, "SELECT id, content FROM messages ORDER BY id")
+    r = cli("clean-markers", "--db", marked, "--dry-run", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert [row["content"].strip() for row in report["rows"]] == ["[memory]", "[skill_manage]"]
+    assert report["sessions"] == 2 and report["cleared"] == [] and report["backup"] is None
+    assert query(marked, "SELECT id, content FROM messages ORDER BY id") == before
+
+
+def test_without_a_terminal_or_yes_it_refuses_with_exit_2(marked, cli):
+    before = query(marked, "SELECT id, content FROM messages ORDER BY id")
+    r = cli("clean-markers", "--db", marked)
+    assert r.exit_code == 2, r.output
+    assert query(marked, "SELECT id, content FROM messages ORDER BY id") == before
+
+
+def test_yes_clears_only_the_text_keeps_search_right_and_takes_a_snapshot(marked, cli, hermes_home, layout):
+    calls_before = query(marked, "SELECT id, role, tool_calls FROM messages ORDER BY id")
+    report = json.loads(cli("clean-markers", "--db", marked, "--yes", "--json").stdout)
+    assert len(report["cleared"]) == 2 and report["backup"]
+    assert (hermes_home / "state-snapshots").is_dir() and report["backup"].startswith(str(hermes_home))
+    cleared = query(marked, f"SELECT content FROM messages WHERE id IN ({','.join(map(str, report['cleared']))})")
+    assert cleared == [("",), ("",)]
+    assert query(marked, "SELECT id, role, tool_calls FROM messages ORDER BY id") == calls_before
+    kept = query(marked, "SELECT content FROM messages WHERE content LIKE '%[memory]%' ORDER BY id")
+    assert kept == [("[memory]",), ("see [memory] below",), ("[memory]",)]
+    _fts_ok(marked)
+    hits = query(marked, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'skill_manage'")
+    assert hits == []
+    again = json.loads(cli("clean-markers", "--db", marked, "--yes", "--json").stdout)
+    assert again["rows_found"] == 0 and again["cleared"] == [] and again["backup"] is None
+    if layout == "v22":
+        from hermes_state import SessionDB  # 0.19.0 reads the store back
+
+        db = SessionDB(marked)
+        try:
+            assert len(db.get_messages("s2")) == 3
+        finally:
+            db.close()
+
+
+def test_no_backup_skips_the_snapshot(marked, cli, hermes_home):
+    report = json.loads(cli("clean-markers", "--db", marked, "--yes", "--json", "--no-backup").stdout)
+    assert len(report["cleared"]) == 2 and report["backup"] is None
+    assert not (hermes_home / "state-snapshots").exists() or not list((hermes_home / "state-snapshots").iterdir())
