@@ -1,12 +1,16 @@
-"""Today's jsonl backup renderer, frozen: the reference the SQL-built export must match byte for byte.
+"""The jsonl backup renderer, frozen: the reference the SQL-built export must match byte for byte.
 
 A copy of ``render.write_jsonl_session`` with the ``Timings`` and ``iter_messages`` it used, as they
-were before the export learned to build lines in SQLite; do not change it with the product.
+were before the export learned to build lines in SQLite; do not change it with the product. Changed
+once since, by the format (issue 25): Hermes's keys (``last_active``) and ``tool_calls`` written as the
+JSON it holds, as multimodal ``content`` behind Hermes's ``\\x00json:`` prefix, judged and minified here
+in Python, independently of the SQLite ``json()`` the product uses.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from typing import Any
 
@@ -37,6 +41,55 @@ def _nesting(text: str) -> int:
         elif c in "]}":
             level -= 1
     return deepest
+
+
+def _strict(text: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise ValueError(name)
+    return json.loads(text, parse_constant=refuse)
+
+
+def _parsed(raw: Any, prefix: str = "") -> str | None:
+    """The JSON a stored tool_calls text (or a content text behind Hermes's prefix) is written as, minified;
+    None to keep it a string. Strict JSON, an array or object, no NUL, at most 100 brackets, no three-digit
+    exponent (see fast_jsonl.parsed_guard)."""
+    if not isinstance(raw, str) or not raw.startswith(prefix):
+        return None
+    raw = raw[len(prefix):]
+    if "\x00" in raw or raw.count("[") + raw.count("{") > 100:
+        return None
+    if re.search(r"[0-9][eE][+-]?[0-9]{3}", raw):
+        return None
+    try:
+        value = _strict(raw)
+    except ValueError:
+        return None
+    if not isinstance(value, (list, dict)):
+        return None
+    out, in_string, escaped = [], False, False
+    for c in raw:  # whitespace outside strings dropped; every other character as stored
+        if in_string:
+            out.append(c)
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+            out.append(c)
+        elif c not in " \t\n\r":
+            out.append(c)
+    return "".join(out)
+
+
+def _message(msg: dict[str, Any]) -> str:
+    parsed = {k: p for k, prefix in (("tool_calls", ""), ("content", "\x00json:"), ("display_metadata", ""))
+              if (p := _parsed(msg.get(k), prefix)) is not None}
+    if not parsed:
+        return _dumps(msg)
+    return "{" + ", ".join(f"{_dumps(k)}: {parsed[k] if k in parsed else _dumps(v)}" for k, v in msg.items()) + "}"
 
 
 def _tool_call_count(raw: Any) -> int:
@@ -109,17 +162,25 @@ def jsonl_line(conn, session_id: str) -> tuple[str, int]:
     row = next(_rows(conn, "SELECT * FROM sessions WHERE id = ?", (session_id,)))
     prompts = None
     if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'system_prompts'").fetchall():
+        if "system_prompt" in row and "system_prompt_hash" in row:  # upstream's get_session: the prompt resolved
+            found = conn.execute("SELECT prompt FROM system_prompts WHERE hash = ?",
+                                 (row["system_prompt_hash"],)).fetchall()
+            if found and found[0][0] is not None:
+                row["system_prompt"] = found[0][0]
         refs = sorted({v for c in ("system_prompt_hash", "tool_names") if isinstance(v := row.get(c), str) and v})
         prompts = {h: p for h, p in conn.execute(
             f"SELECT hash, prompt FROM system_prompts WHERE hash IN ({','.join('?' * len(refs))}) ORDER BY hash",
             refs)} if refs else {}
     head = _dumps(row)
-    parts = [head[:-1] + (', "messages": [' if len(row) else '"messages": [')]
+    newest = conn.execute("SELECT MAX(timestamp) FROM messages WHERE session_id = ?", (session_id,)).fetchall()[0][0]
+    last_active = row.get("started_at") if newest is None else newest
+    parts = [head[:-1] + ', "last_active": ' + _dumps(last_active) + ', "messages": ['
+             if len(row) else '{"messages": [']
     timings = Timings()
     n = 0
     for msg in _rows(conn, "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)):
         timings.add(msg)
-        parts.append(("," if n else "") + _dumps(msg))
+        parts.append(("," if n else "") + _message(msg))
         n += 1
     tail = "" if prompts is None else ', "system_prompts": ' + _dumps(prompts)
     parts.append("]" + tail + ', "timings": ' + _dumps(timings.block()) + "}\n")

@@ -69,11 +69,22 @@ def awkward_store(path, layout, more=None):
         _message(b, "blobs", "assistant", "ok", 1700000001.75, tool_calls=None)
         b.session("tools", messages=0)
         calls = [{"id": "c1", "type": "function", "function": {"name": "t", "arguments": '{"a": 1.10}'}}]
+        # written as the JSON they hold (minified), or as the string (not a list or object, 1e400)
         for n, raw in enumerate([json.dumps(calls), json.dumps(calls * 3), '{"one": 1}', " [1, 2] ", "",
-                                 "[]", '"text"', "7"]):
+                                 "[]", '"text"', "7", json.dumps(calls, indent=2, ensure_ascii=False),
+                                 '[{"x": "\\u00e9 é \\" \\\\ \\/", "n": -0.0e-0}]', "[1e400]", "[1E+308, 2e-3]",
+                                 '[123456789012345678901234567890, "\\ud800"]', '{"a":1,"a":2}']):
             _message(b, "tools", "assistant", "calling", 1700000000.0 + n, tool_calls=raw)
         _message(b, "tools", "user", "not json here", 1700000100.0, tool_calls="{oops")
         _message(b, "tools", "tool", "out", 1700000101.0, tool_call_id="c1", tool_name="t")
+        _message(b, "tools", "tool", "out", 1700000102.0, tool_calls=' [ {"on": "a tool row"} ] ')
+        b.session("multimodal", messages=0)  # content behind Hermes's prefix: the parts, or the string
+        for n, raw in enumerate([json.dumps([{"type": "text", "text": "é"}, {"type": "image_url", "image_url": {
+                                     "url": "data:image/png;base64,iVBO"}}]), ' {"a" : [ 1 ]} ', '"text"', "{oops",
+                                 "[1e400]", "[1, 2]\x00junk", "[" * 101 + "]" * 101, "", "[NaN]"]):
+            _message(b, "multimodal", "user", "\x00json:" + raw, 1700000000.0 + n)
+        for n, raw in enumerate(["json:[1]", "\x00json[1]", "\x00JSON:[1]", "x\x00json:[1]", "\x00json;[1]"]):
+            _message(b, "multimodal", "user", raw, 1700000100.0 + n)
         b.session("roles", messages=0)
         for n, role in enumerate(["", "unknown", 5, "user", "", "Assistant", "assistant"]):
             _message(b, "roles", role, f"r{n}", 1700000000.0 + n)

@@ -173,6 +173,7 @@ def test_prompt_missing_from_an_older_export_is_reported(tmp_path):
     db = _store(tmp_path / "state.db", "v30")
     rec = json.loads(run("export", "-", "--db", db, "--session-id", "c2").stdout)
     rec.pop("system_prompts")  # exports written before prompts travelled with them
+    rec["system_prompt"] = None  # and before system_prompt carried the prompt its hash names (issue 25)
     old_style = tmp_path / "old.jsonl"
     old_style.write_text(json.dumps(rec) + "\n")
     conn = sqlite3.connect(db)

@@ -8,8 +8,8 @@ from maint.commands.params import FilePath
 
 
 @command("import")
-@click.argument("file", type=FilePath("a jsonl file written by `hermes-maint export`"),
-                help="A jsonl file written by `hermes-maint export`.")
+@click.argument("file", type=FilePath("a jsonl file written by `hermes-maint export` or `hermes sessions export`"),
+                help="A jsonl file written by `hermes-maint export` or Hermes's `hermes sessions export`.")
 @click.option("--replace", is_flag=True,
               help="Overwrite sessions whose id exists (row and messages), a lineage per transaction.")
 @click.option("--drop-missing-columns", "drop_missing", is_flag=True,
@@ -19,7 +19,7 @@ from maint.commands.params import FilePath
 @yes_option
 @store_options(all_profiles=False, metrics=True)
 def import_sessions(file, replace, drop_missing, dry_run, yes, stores) -> None:
-    """Restore sessions from our jsonl export: rows, every message with its flags, pins and archive marks.
+    """Restore sessions from a jsonl export, ours or Hermes's: rows, messages with their flags, marks.
 
     Sessions whose id exists are skipped (--replace overwrites them); a
     lineage with its subagent runs goes in whole or not at all; search is

@@ -110,36 +110,118 @@ def _tenths(expr: str) -> str:
             f"CAST(floor({expr} * 10 + 0.5) AS INTEGER) % 10), maint_ms({expr}))")
 
 
-def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool = False) -> str:
+def parsed_guard(expr: str) -> str:
+    """SQL: true when the text *expr* (a stored ``tool_calls``) is written as the JSON it holds, as Hermes's
+    export writes it, rather than as a string: strict JSON (``json_valid``), an array or object, no NUL
+    (SQLite would read only up to it), at most :data:`~maint.json_text.MAX_DEPTH` brackets (deeper JSON is
+    text to our importer) and no exponent of three digits (``1e400``: a number our importer cannot take
+    back, Python reads it as infinity). Anything else stays the stored string, data unchanged."""
+    return (f"iif(json_valid({expr}), json_type({expr}) IN ('array', 'object') AND instr({expr}, char(0)) = 0 "
+            f"AND length({expr}) - length(replace(replace({expr}, '[', ''), '{{', '')) <= {MAX_DEPTH} "
+            f"AND NOT ({expr} GLOB '*[0-9][eE][0-9][0-9][0-9]*' OR {expr} GLOB '*[0-9][eE][+-][0-9][0-9][0-9]*'), 0)")
+
+
+# Message columns Hermes's export (get_messages) writes as the JSON they hold, with the prefix that marks
+# it: tool_calls (the whole text), content (multimodal parts behind SessionDB._CONTENT_JSON_PREFIX),
+# upstream's display_metadata (the whole text).
+PARSED_COLUMNS = {"tool_calls": "", "content": "\x00json:", "display_metadata": ""}
+
+
+def _payload(expr: str, prefix: str) -> str:
+    """The text after *prefix* (cut as bytes: SQLite's text functions stop at the prefix's NUL)."""
+    return f"CAST(substr(CAST({expr} AS BLOB), {len(prefix.encode()) + 1}) AS TEXT)" if prefix else expr
+
+
+def _has_prefix(expr: str, prefix: str) -> str:
+    """SQL: the text *expr* starts with *prefix* (two comparisons: no function call, no scan)."""
+    if not prefix:
+        return "1"
+    head, last = prefix[:-1], prefix[-1]
+    low, high = _text_literal(prefix), _text_literal(head + chr(ord(last) + 1))
+    return f"{expr} >= {low} AND {expr} < {high}"
+
+
+def _text_literal(text: str) -> str:
+    """A SQL text literal that may hold a NUL (char(0) concatenated in)."""
+    parts = [_literal(part) for part in text.split("\x00")]
+    return "(" + " || char(0) || ".join(parts) + ")"
+
+
+def parsed_sql(prefix: str) -> str:
+    """The JSON a stored text behind *prefix* is written as (its minified form, SQLite's json()), or NULL to
+    write the text as a string: what the reference renderer asks the store (so both renderers agree)."""
+    body = _payload("?1", prefix)
+    return (f"SELECT iif(typeof(?1) = 'text' AND {_has_prefix('?1', prefix)} AND {parsed_guard(body)}, "
+            f"json({body}), NULL)")
+
+
+PARSED_SQL = {col: parsed_sql(prefix) for col, prefix in PARSED_COLUMNS.items()}
+
+
+def _parsed_value(expr: str, col: str, otherwise: str, redacted: bool) -> str:
+    """A ``tool_calls``/``content`` cell: the JSON it holds where :func:`parsed_guard` allows, else
+    *otherwise* (the string). Redacted, the text is first redacted (in Python, as the reference does) and
+    then judged."""
+    prefix = PARSED_COLUMNS[col]
+    if redacted:
+        return (f"iif(typeof({expr}) = 'text' AND {_has_prefix(expr, prefix)}, maint_parsed_redacted_{col}({expr}), "
+                f"{otherwise})")
+    body = _payload(expr, prefix)
+    return (f"iif(typeof({expr}) = 'text' AND {_has_prefix(expr, prefix)} AND {parsed_guard(body)}, json({body}), "
+            f"{otherwise})")
+
+
+def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool = False,
+            exprs: dict[str, str] | None = None) -> str:
     """``json.dumps`` of a row as a dict (keys in column order, ``", "`` and ``": "``), then *close*;
-    with *redact*, of the row as :func:`maint.export.redact.redact_row` leaves it."""
+    with *redact*, of the row as :func:`maint.export.redact.redact_row` leaves it. ``tool_calls`` is
+    written as the JSON it holds (:func:`_parsed_value`); *exprs* gives a column's value another way."""
+    exprs = exprs or {}
+
     def build(redacted: bool) -> str:
         parts = []
         for n, (col, affinity) in enumerate(columns):
             parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
-            parts.append(_value(f"{alias}.{_ident(col)}", affinity, redacted and col not in KEEP_COLUMNS))
+            expr = exprs.get(col, f"{alias}.{_ident(col)}")
+            value = _value(expr, affinity, redacted and col not in KEEP_COLUMNS)
+            if alias == "m" and col in PARSED_COLUMNS:
+                value = _parsed_value(expr, col, value, redacted and col not in KEEP_COLUMNS)
+            parts.append(value)
         return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
 
-    if not redact or not _gated_texts(alias, columns):
+    if not redact or not _gated_texts(alias, columns, exprs):
         return build(False)
     # Rows the gate let through (maint_hits, filled by gate_rows for the batch) go column by column
     # through the redactor; SQLite alone builds the rest.
     return f"iif(maint_hits('{alias}', {alias}.rowid), {build(True)}, {build(False)})"
 
 
-def _gated_texts(alias: str, columns: list[tuple[str, str]]) -> str:
-    """A row's redactable columns as one UTF-8 blob, a line each (every rule that wants the end of a
-    text takes the end of a line), blobs as their bytes; '' when the table has none."""
-    texts = [f"{alias}.{_ident(col)}" for col, _ in columns if col not in KEEP_COLUMNS]
+def _gated_texts(alias: str, columns: list[tuple[str, str]], exprs: dict[str, str] | None = None) -> str:
+    """A row's redactable columns (as written: *exprs*) as one UTF-8 blob, a line each (every rule that
+    wants the end of a text takes the end of a line), blobs as their bytes; '' when the table has none."""
+    exprs = exprs or {}
+    texts = [exprs.get(col, f"{alias}.{_ident(col)}") for col, _ in columns if col not in KEEP_COLUMNS]
     return f"CAST(concat_ws(char(10), {', '.join(texts)}) AS BLOB)" if texts else ""
 
 
 def gate_sql(store: Store) -> tuple[str, str]:
     """Per batch (the JSON array of session ids bound to ``?``): (rowid, texts) of its sessions, then
     of their messages, for :func:`maint.export.redact.gate`."""
-    sessions, messages = _gated_texts("s", _columns(store, "sessions")), _gated_texts("m", _columns(store, "messages"))
+    sessions = _gated_texts("s", _columns(store, "sessions"), resolved_columns(store))
+    messages = _gated_texts("m", _columns(store, "messages"))
     return (f"SELECT s.rowid, {sessions or 'NULL'} FROM json_each(?) j JOIN sessions s ON s.id = j.value",
             f"SELECT m.rowid, {messages or 'NULL'} FROM json_each(?) j JOIN messages m ON m.session_id = j.value")
+
+
+def resolved_columns(store: Store) -> dict[str, str]:
+    """Session columns written as upstream's export writes them (``get_session``): on stores with
+    content-addressed prompts, ``system_prompt`` is the prompt its hash names (else the column), so
+    Hermes's own import, which takes the prompt from there, gets it (we also carry ``system_prompts``)."""
+    if not store.has_table("system_prompts") or not {"system_prompt", "system_prompt_hash"} <= set(
+            store.columns("sessions")):
+        return {}
+    return {"system_prompt": "coalesce((SELECT sp.prompt FROM system_prompts sp "
+                             "WHERE sp.hash = s.system_prompt_hash), s.system_prompt)"}
 
 
 def _columns(store: Store, table: str) -> list[tuple[str, str]]:
@@ -205,7 +287,12 @@ def line_sql(store: Store, redact: bool = False) -> str:
     """
     session_cols, message_cols = _columns(store, "sessions"), _columns(store, "messages")
     names = {c for c, _ in session_cols}
-    head = _object("s", session_cols, ", \"messages\": [" if session_cols else "\"messages\": [", redact)
+    if session_cols:  # Hermes's export_all: last_active after the row, before the messages
+        row = _object("s", session_cols, ', "last_active": ', redact, resolved_columns(store))
+        messages = _literal(', "messages": [')
+        head = f"concat({row}, {_value(last_active_sql(store, 's.id'), redact=redact)}, {messages})"
+    else:
+        head = _object("s", session_cols, "\"messages\": [", redact)
     prompts = "''"
     if store.has_table("system_prompts"):
         refs = [f"iif(typeof(s.{c}) = 'text' AND s.{c} <> '', s.{c}, NULL)"
@@ -223,8 +310,32 @@ def line_sql(store: Store, redact: bool = False) -> str:
         FROM json_each(?) j LEFT JOIN sessions s ON s.id = j.value"""
 
 
+def last_active_sql(store: Store, session: str) -> str:
+    """SQL for a session's ``last_active`` as Hermes's ``export_all`` writes it: its newest message
+    timestamp, else its ``started_at`` (*session*: the SQL naming its id)."""
+    newest = (f"(SELECT MAX(lm.timestamp) FROM messages lm WHERE lm.session_id = {session})"
+              if "timestamp" in store.columns("messages") else "NULL")
+    started = (f"(SELECT ls.started_at FROM sessions ls WHERE ls.id = {session})"
+               if "started_at" in store.columns("sessions") else "NULL")
+    return f"coalesce({newest}, {started})"
+
+
+def parsed_redacted(store: Store, col: str) -> Callable[[str], str]:
+    """A text ``tool_calls``/``content`` as the redacted reference writes it: redacted, then the JSON it holds
+    or the string (SQLite judges and minifies it, as for every other line)."""
+    conn, sql = store.conn, PARSED_SQL[col]
+
+    def parsed(text: str) -> str:
+        text = redact_text(text)
+        out = conn.execute(sql, (text,)).fetchall()[0][0]
+        return _quote(text) if out is None else out
+    return parsed
+
+
 def register(store: Store) -> None:
     conn = store.conn
+    for col in PARSED_COLUMNS:
+        conn.create_scalar_function(f"maint_parsed_redacted_{col}", parsed_redacted(store, col), 1, deterministic=True)
     conn.create_scalar_function("maint_json", _json, 1, deterministic=True)
     conn.create_scalar_function("maint_repr", float.__repr__, 1, deterministic=True)
     conn.create_scalar_function("maint_ms", _ms, 1, deterministic=True)

@@ -103,24 +103,53 @@ def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], No
     """One line: the full session row, every stored message (flags included), the prompts it references
     (stores with content-addressed prompts) and its timings; for a verified delete, the children it keeps and
     unlinks (*kept_children*), so that importing the line links them again."""
+    from maint.export.fast_jsonl import PARSED_SQL, last_active_sql, resolved_columns
+
     row = session_row(store, session_id)
     prompts = referenced_prompts(store, row)
+    resolved = resolved_columns(store)
+    if resolved:  # as upstream's get_session writes it: the prompt the hash names, else the column
+        row["system_prompt"] = store.scalar(f"SELECT {resolved['system_prompt']} FROM sessions s WHERE s.id = ?",
+                                            (session_id,))
     if redact:
         row = redact_row(row)
         prompts = None if prompts is None else {h: redact_value(p) for h, p in prompts.items()}
     head = _dumps(row)
-    write(head[:-1] + (', "messages": [' if len(row) else '"messages": ['))
+    if len(row):  # Hermes's export_all: last_active after the row, before the messages
+        last = store.scalar(f"SELECT {last_active_sql(store, '?1')}", (session_id,))
+        if redact:
+            last = redact_text(last) if last.__class__ is str else redact_bytes(last) if last.__class__ is bytes \
+                else last
+        write(head[:-1] + ', "last_active": ' + _dumps(last) + ', "messages": [')
+    else:
+        write('{"messages": [')
     timings = Timings()
     n = 0
     for msg in iter_messages(store, session_id):
         timings.add(msg)
-        write(("," if n else "") + _dumps(redact_row(msg) if redact else msg))
+        write(("," if n else "") + _message_json(store, redact_row(msg) if redact else msg, PARSED_SQL))
         n += 1
     tail = "" if prompts is None else ', "system_prompts": ' + _dumps(prompts)
     if kept_children is not None:
         tail += ', "kept_children": ' + _dumps(kept_children)
     write("]" + tail + ', "timings": ' + _dumps(timings.block()) + "}\n")
     return n
+
+
+def _message_json(store: Store, msg: dict[str, Any], parsed_sql: dict[str, str]) -> str:
+    """A message as Hermes's export writes it: ``tool_calls`` and multimodal ``content`` as the JSON they hold
+    (minified by SQLite, the same call the SQL-built lines make), or the stored string where that is not
+    plain JSON."""
+    parsed = {}
+    for col, sql in parsed_sql.items():
+        value = msg.get(col)
+        if value.__class__ is str and value:
+            out = store.scalar(sql, (value,))
+            if out is not None:
+                parsed[col] = out
+    if not parsed:
+        return _dumps(msg)
+    return "{" + ", ".join(f"{_dumps(k)}: {parsed[k] if k in parsed else _dumps(v)}" for k, v in msg.items()) + "}"
 
 
 def iter_user_prompts(store: Store, session_id: str, redact: bool) -> Iterator[dict[str, Any]]:

@@ -27,6 +27,12 @@ is not a session record refuses the import (nothing written). Then:
   the row's reference empty, reported (Hermes rebuilds it on the next turn);
 * BLOB cells, which the export writes as Python's bytes repr, are turned back
   into bytes;
+* Hermes's own exports are read too (0.19.0's ``export_session``/``export_all``
+  and upstream's current ones): ``tool_calls``, multimodal ``content`` and
+  ``display_metadata`` as JSON go back as the JSON text Hermes stores;
+  ``last_active`` is not a column; a ``system_prompt`` that is the text its
+  ``system_prompt_hash`` names (upstream) goes back into ``system_prompts``.
+  Our older exports (``tool_calls`` as the stored string) go back as they are;
 * a parent that is neither in the file nor in the store is unlinked (as
   Hermes's own import does) and reported.
 
@@ -65,14 +71,17 @@ IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 NOT_COLUMNS = {"messages", "timings", "system_prompts", "kept_children", "last_active", "segments",
                "lineage_session_ids"}
 # Fields that may hold JSON structure: Hermes's export decodes them (content: multimodal parts; tool_calls:
-# the parsed list), Hermes's import encodes them back; so do we.
+# the parsed list; upstream's display_metadata: an object), Hermes's import encodes them back; so do we.
+# Our own export writes tool_calls parsed too, older ones the stored string: both are read.
 STRUCTURED = {"session": {"model_config"},
               "message": {"content", "tool_calls", "reasoning_details", "codex_reasoning_items",
-                          "codex_message_items"}}
+                          "codex_message_items", "display_metadata"}}
 CONTENT_JSON_PREFIX = "\x00json:"  # hermes_state.SessionDB._encode_content
 INT64 = (-(2**63), 2**63 - 1)
-EXPECTED = ("expected one session per line as written by `hermes-maint export` (jsonl): a JSON object with "
+EXPECTED = ("expected one session per line as written by `hermes-maint export` or `hermes sessions export` (jsonl): "
+            "a JSON object with "
             "id, source, started_at and messages")
+_LITERAL = re.compile(r"-?[0-9]+(\.[0-9]+)?|'[^']*'|NULL", re.IGNORECASE)  # a column default we take as a value
 MAX_VARIABLES = 30000  # below SQLite's 32766 bound-parameter limit
 
 
@@ -144,17 +153,18 @@ def _value_problem(value: Any) -> str | None:
 
 
 def _structure_problem(value: Any) -> str | None:
-    """Why JSON structure cannot be stored as JSON text (None when it can)."""
+    """Why JSON structure cannot be stored as JSON text (None when it can). It is stored as ``json.dumps``
+    writes it (as Hermes does): integers of any size and lone surrogates (escaped) come back as they were;
+    only a number that is not finite (``1e400`` read as infinity) would not."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
-            stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-        elif (problem := _value_problem(item)) is not None:
-            return problem
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "not a finite number"
     return None
 
 
@@ -430,8 +440,10 @@ def _stored(column: str, value: Any) -> Any:
     (as ``SessionDB._encode_content`` and ``import_sessions`` write them)."""
     if not isinstance(value, (dict, list)):
         return value
-    if column == "tool_calls" and not value:
-        return None
+    if column == "display_metadata" and not value:
+        return None  # as upstream's writer stores an empty one
+    # tool_calls: any list or object as JSON text, [] included (Hermes's import stores [] as NULL; a stored
+    # '[]' we exported comes back as it was)
     text = json.dumps(value)
     return CONTENT_JSON_PREFIX + text if column == "content" else text
 
@@ -444,6 +456,9 @@ class _Writer:
         self.scols = [r[1] for r in store.conn.execute("PRAGMA table_info(sessions)")]
         self.mcols = [r[1] for r in store.conn.execute("PRAGMA table_info(messages)")]
         self.sblobs, self.mblobs = _blob_columns(store, "sessions"), _blob_columns(store, "messages")
+        self.mdefaults = {r[1]: store.scalar(f"SELECT {r[4]}")
+                          for r in store.conn.execute("PRAGMA table_info(messages)")
+                          if r[4] is not None and _LITERAL.fullmatch(str(r[4]))}
         fks = list(store.conn.execute("PRAGMA foreign_key_list(sessions)"))
         self.prompt_fks = [(r[3], r[2], r[4]) for r in fks if r[2] != "sessions"]  # (column, table, key)
         self.has_prompt_table = store.has_table("system_prompts")
@@ -500,6 +515,16 @@ class _Writer:
             row["parent_session_id"] = None
             self.result.detached.append(sid)
         prompts = obj.get("system_prompts") or {}
+        text, ref = obj.get("system_prompt"), obj.get("system_prompt_hash")
+        if self.has_prompt_table and isinstance(text, str) and isinstance(ref, str) and (
+                prompts.get(ref) == text if "system_prompts" in obj
+                else hashlib.sha256(text.encode("utf-8")).hexdigest() == ref):
+            # Upstream's get_session (and our export since issue 25) writes the prompt the hash names in
+            # system_prompt: it goes back into system_prompts, the row keeping only the hash, as upstream's
+            # import stores it. Hermes's export carries no system_prompts: the text is taken when it hashes to ref.
+            prompts = {**prompts, ref: text}
+            if "system_prompt" in row:
+                row["system_prompt"] = None
         if self.has_prompt_table:
             for h, text in prompts.items():
                 conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)", (h, text))
@@ -558,9 +583,10 @@ class _Writer:
         elif "id" in cols:
             self.pending_ids.update(ids)
         rows = self.pending.setdefault(tuple(cols), [])
+        absent = self.mdefaults  # a field only some messages carry (upstream's _compressed_summary): the default
         for m in msgs:
-            rows.append([sid if c == "session_id" else (_unrepr(m.get(c)) if c in self.mblobs else _stored(c, m.get(c)))
-                         for c in cols])
+            rows.append([sid if c == "session_id" else absent.get(c) if c not in m else
+                         (_unrepr(m[c]) if c in self.mblobs else _stored(c, m[c])) for c in cols])
         self.result.messages += len(msgs)
 
     def flush(self, conn) -> None:
