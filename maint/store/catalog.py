@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from maint.errors import SessionNotFound, UsageError
+from maint.selection.timeparse import EARLIEST, LATEST
 from maint.store.connection import Store
 
 
@@ -68,6 +69,11 @@ class SessionInfo:
 
 
 NUMERIC = "('integer', 'real')"
+
+
+def _sane(expr: str) -> str:
+    """1 when *expr* is a number inside the epoch window a time may have (1970 to the end of year 9999)."""
+    return f"(typeof({expr}) IN {NUMERIC} AND {expr} BETWEEN {EARLIEST!r} AND {LATEST!r})"
 
 
 def _opt(store: Store, col: str, default: str = "NULL") -> str:
@@ -139,7 +145,8 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str =
     skips the lock and lease lookup alone (``locked`` is 0).
 
     ``last_active`` is the freshest of ``last_activity_at`` and the newest message, else
-    ``started_at``, else (no time that is a number: a hand-edited row) ``:now``, so what cannot be
+    ``started_at``, each only when inside the epoch window (1970 to 9999, as upstream skips garbage
+    times), else (no such time: a hand-edited or damaged row) ``:now``, so what cannot be
     dated is never old enough to delete; a reaped orphan counts again from its closing time (only a
     later sweep may delete it). Flags are 0/1, markers text or NULL. The inner select carries
     ``LIMIT -1 OFFSET 0`` so SQLite runs it as a co-routine instead of flattening it: the
@@ -175,12 +182,17 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str =
                {_marker(mc, '_reset_from')} AS reset_from,
                {"0" if lean or not locks else locked_sql(store, 's.id')} AS locked
         FROM sessions s WHERE {where} LIMIT -1 OFFSET 0"""
+    # Upstream's sane-epoch window (_sql_freshest_of): a time outside it (a garbage double from a damaged page,
+    # 5e+246) is skipped, or one bad cell would keep the session "active" for ever. The newest message in the
+    # window is looked up again only when the newest of all is out of it.
+    msg = f"""(CASE WHEN {_sane('r.last_message_at')} THEN r.last_message_at WHEN r.last_message_at IS NULL
+                    THEN NULL ELSE (SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = r.id
+                                    AND m.timestamp BETWEEN {EARLIEST!r} AND {LATEST!r}) END)"""
     fresh = f"""
-        CASE WHEN typeof(r.last_activity_at) IN {NUMERIC} AND typeof(r.last_message_at) IN {NUMERIC}
-                  THEN max(r.last_activity_at, r.last_message_at)
-             WHEN typeof(r.last_activity_at) IN {NUMERIC} THEN r.last_activity_at
-             WHEN typeof(r.last_message_at) IN {NUMERIC} THEN r.last_message_at
-             WHEN typeof(r.started_at) IN {NUMERIC} THEN r.started_at
+        CASE WHEN {_sane('r.last_activity_at')} AND {msg} IS NOT NULL THEN max(r.last_activity_at, {msg})
+             WHEN {_sane('r.last_activity_at')} THEN r.last_activity_at
+             WHEN {msg} IS NOT NULL THEN {msg}
+             WHEN {_sane('r.started_at')} THEN r.started_at
              ELSE :now END"""
     return f"""
         SELECT r.*, CASE WHEN r.end_reason = '{ORPHAN_REAP_REASON}' AND typeof(r.ended_at) IN {NUMERIC}
