@@ -199,6 +199,8 @@ def build_v31_store(path: Path, rng: random.Random) -> tuple[float, list[str]]:
                 b.set(sid, last_activity_at=b.now - rng.choice((0.5, 10, 100, 300)) * DAY)
             elif roll < 0.2:
                 b.set(sid, last_activity_at=rng.choice((5e246, -1e12)))  # a garbage cell: skipped
+            elif roll < 0.23:
+                b.set(sid, started_at=5e246, last_activity_at=None)  # nothing to date it by
             if rng.random() < 0.05:
                 b.lock(sid)
             ids.append(sid)

@@ -147,6 +147,20 @@ def test_a_time_outside_the_epoch_window_falls_back(make_store, cli, garbage):
     assert session_ids(b.path) == {"young"}
 
 
+def test_a_session_that_cannot_be_dated_matches_no_activity_bound(make_store, cli):
+    """No time inside the window at all: upstream's last activity is NULL and matches neither --older-than nor
+    --newer-than (ours counted it as active now, so --newer-than deleted it)."""
+    b = make_store("v30")
+    b.session("undated", age=1, messages=0)
+    b.session("recent", age=0.01, started_age=0.02, messages=0)
+    b.close()
+    with sqlite3.connect(b.path) as c:
+        c.execute("UPDATE sessions SET started_at = 5e246, last_activity_at = -1 WHERE id = 'undated'")
+    assert run_json(cli, "prune", b.path, "--newer-than", "5h", "--dry-run")["session_ids"] == ["recent"]
+    assert run_json(cli, "prune", b.path, "--older-than", "0")["session_ids"] == ["recent"]
+    assert session_ids(b.path) == {"undated"}
+
+
 def test_reap_needs_an_old_start_too(hermes_home, cli):
     """A fresh child carrying copied old activity is not an orphan (upstream's started_at predicate)."""
     (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n  retention_days: 90\n")

@@ -56,6 +56,8 @@ class Filters:
         return all(getattr(self, f.name) is None for f in fields(self))
 
     def matches(self, s: SessionInfo) -> bool:
+        if (self.active_before is not None or self.active_after is not None) and s.undated:
+            return False  # no time to compare (upstream's NULL last activity matches no bound)
         if self.active_before is not None and not s.last_active < self.active_before:
             return False
         if self.active_after is not None and not s.last_active >= self.active_after:
@@ -104,6 +106,8 @@ class Filters:
                                         ("f_started_after", self.started_after, ">=", "started_at")):
             if value is not None:
                 term(f"{col}{column} {op} :{name}", name, value)
+        if self.active_before is not None or self.active_after is not None:
+            terms.append(f"NOT {col}undated")
         for column, value in (("source", self.source), ("end_reason", self.end_reason), ("user_id", self.user),
                               ("chat_id", self.chat_id), ("chat_type", self.chat_type)):
             if value is not None:

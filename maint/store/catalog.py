@@ -62,6 +62,7 @@ class SessionInfo:
     system_prompt_hash: str | None = None
     tool_names: str | None = None
     locked: bool = False  # unexpired compression lock or turn lease
+    undated: bool = False  # no time inside the epoch window: last_active is "now", and no age filter matches it
 
     @property
     def is_open(self) -> bool:
@@ -147,7 +148,8 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str =
     ``last_active`` is the freshest of ``last_activity_at`` and the newest message, else
     ``started_at``, each only when inside the epoch window (1970 to 9999, as upstream skips garbage
     times), else (no such time: a hand-edited or damaged row) ``:now``, so what cannot be
-    dated is never old enough to delete; a reaped orphan counts again from its closing time (only a
+    dated is never old enough to delete (``undated`` is 1 for it: no last-activity bound matches it, as
+    upstream's NULL matches none); a reaped orphan counts again from its closing time (only a
     later sweep may delete it). Flags are 0/1, markers text or NULL. The inner select carries
     ``LIMIT -1 OFFSET 0`` so SQLite runs it as a co-routine instead of flattening it: the
     newest-message lookup then runs once per session, not once per use in ``last_active``.
@@ -196,7 +198,9 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str =
              ELSE :now END"""
     return f"""
         SELECT r.*, CASE WHEN r.end_reason = '{ORPHAN_REAP_REASON}' AND typeof(r.ended_at) IN {NUMERIC}
-                         THEN max({fresh}, r.ended_at) ELSE {fresh} END AS last_active
+                         THEN max({fresh}, r.ended_at) ELSE {fresh} END AS last_active,
+               CASE WHEN {_sane('r.last_activity_at')} OR {msg} IS NOT NULL OR {_sane('r.started_at')}
+                    THEN 0 ELSE 1 END AS undated
         FROM ({raw}) r"""
 
 
@@ -213,7 +217,7 @@ def relation_sql(store: Store, where: str = "1") -> str:
 
 def _record(row: dict) -> SessionInfo:
     del row["rid"], row["last_activity_at"]
-    for flag in ("archived", "auto_archived", "pinned", "hidden", "locked"):
+    for flag in ("archived", "auto_archived", "pinned", "hidden", "locked", "undated"):
         row[flag] = bool(row[flag])
     return SessionInfo(**row)
 
