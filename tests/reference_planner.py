@@ -405,7 +405,20 @@ def reap_candidates(store: Store, retention_days: float, now: float | None = Non
     cutoff = now - retention_days * 86400
     with store.snapshot():
         sessions = load_sessions(store, now)
+    kind = build(sessions).kind
+
+    def pinned_tail(s: SessionInfo) -> bool:
+        """A compression continuation (transitively) of a pinned segment: the pin covers it."""
+        seen = set()
+        while kind.get(s.id) == COMPRESSION and s.parent_id in sessions and s.id not in seen:
+            seen.add(s.id)
+            s = sessions[s.parent_id]
+            if s.pinned:
+                return True
+        return False
+
     return sorted(s.id for s in sessions.values()
-                  if s.is_open and s.source in STATEFUL_SOURCES and not s.pinned and not s.locked
+                  if s.is_open and s.source in STATEFUL_SOURCES and not s.pinned and not pinned_tail(s)
+                  and not s.locked
                   and s.last_active < cutoff and s.last_active < now - ACTIVE_S  # the write guard's window
                   and isinstance(s.started_at, (int, float)) and s.started_at < cutoff)  # upstream: an old start too

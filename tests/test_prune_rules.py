@@ -172,6 +172,22 @@ def test_reap_needs_an_old_start_too(hermes_home, cli):
     assert report["reaped_ids"] == ["stale"]
 
 
+def test_reap_spares_the_continuations_of_a_pinned_segment(hermes_home, cli):
+    """A pin covers its whole conversation: the sweep does not close an open continuation of a pinned segment
+    (upstream's exclude_pinned with _PINNED_TAIL_SQL)."""
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n  retention_days: 90\n")
+    path = hermes_home / "state.db"
+    with StoreBuilder(path, layout="v30") as b:
+        b.session("pinned_seg", source="cron", age=300, end_reason="compression", pinned=1)
+        b.session("tail", source="cron", age=250, parent="pinned_seg", ended=False)
+        b.session("mid", source="cron", age=250, parent="pinned_seg", end_reason="compression")
+        b.session("tail2", source="cron", age=200, parent="mid", ended=False)  # two continuations down
+        b.session("plain_seg", source="cron", age=300, end_reason="compression")
+        b.session("plain_tail", source="cron", age=200, parent="plain_seg", ended=False)
+    report = cli.json("sweep", "--db", path, "--force")
+    assert report["reaped_ids"] == ["plain_tail"]
+
+
 # -- --include-pinned ---------------------------------------------------------------------------------------
 
 def test_include_pinned(make_store, cli):
