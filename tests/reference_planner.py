@@ -212,10 +212,10 @@ def build(sessions: dict[str, SessionInfo]) -> Lineage:
     return Lineage(sessions=sessions, kind=kind, chain_of=chain_of, chains=chains)
 
 
-def _hold_reason(s: SessionInfo, include_archived: bool) -> str | None:
+def _hold_reason(s: SessionInfo, include_archived: bool, include_pinned: bool = False) -> str | None:
     if s.is_open:
         return "open"
-    if s.pinned:
+    if s.pinned and not include_pinned:
         return "pinned"
     if s.locked:
         return "in_progress"
@@ -224,13 +224,14 @@ def _hold_reason(s: SessionInfo, include_archived: bool) -> str | None:
     return None
 
 
-def _old_enough(s: SessionInfo, filters: Filters) -> bool:
-    return filters.active_before is None or s.last_active <= filters.active_before
-
-
 def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool = False,
-               now: float | None = None, keep: frozenset[str] = frozenset()) -> dict:
-    """{"units": [[ids...]...] (each unit's ids in the old order), "held_back", "implicit_days", "sessions"}."""
+               include_pinned: bool = False, now: float | None = None,
+               keep: frozenset[str] = frozenset()) -> dict:
+    """{"units": [[ids...]...] (each unit's ids in the old order), "held_back", "implicit_days", "sessions"}.
+
+    Upstream's family rule: every compression chain is judged on its own; delegate children are never
+    taken with their parent (they are orphaned when it goes).
+    """
     now = time.time() if now is None else now
     implicit = None
     if filters is None or filters.is_empty:
@@ -239,42 +240,21 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
         sessions = load_sessions(store, now)
     tree = build(sessions)
     held: dict[str, int] = {}
-    chosen: list[str] = []
-
-    def head_ok(key: str) -> bool:
-        chain = tree.chains[key]
+    units: list[list[str]] = []
+    for chain in tree.chains.values():
         matched = [filters.matches(sessions[s]) for s in chain.ids]
         if not any(matched):
-            return False
+            continue
         if not all(matched):
             held["lineage_live"] = held.get("lineage_live", 0) + 1
-            return False
-        for sid in chain.ids:
-            reason = "just_reaped" if sid in keep else _hold_reason(sessions[sid], include_archived)
-            if reason:
-                held[reason] = held.get(reason, 0) + 1
-                return False
-        return True
-
-    def subtree_safe(key: str) -> bool:
-        for k in tree.subtree(key)[1:]:
-            for sid in tree.chains[k].ids:
-                if sid in keep or _hold_reason(sessions[sid], include_archived=True):
-                    held["delegate_child_busy"] = held.get("delegate_child_busy", 0) + 1
-                    return False
-                if not _old_enough(sessions[sid], filters):
-                    held["delegate_child_active"] = held.get("delegate_child_active", 0) + 1
-                    return False
-        return True
-
-    stack = [k for k, c in tree.chains.items() if c.delegate_parent is None]
-    while stack:
-        key = stack.pop()
-        if head_ok(key) and subtree_safe(key):
-            chosen.append(key)
-        else:
-            stack.extend(tree.chains[key].children)
-    units = [tree.subtree_session_ids(k) for k in chosen]
+            continue
+        reason = next((r for r in ("just_reaped" if sid in keep else
+                                   _hold_reason(sessions[sid], include_archived, include_pinned)
+                                   for sid in chain.ids) if r), None)
+        if reason:
+            held[reason] = held.get(reason, 0) + 1
+            continue
+        units.append(list(chain.ids))
     return {"units": units, "held_back": held, "implicit_days": implicit, "sessions": sessions}
 
 
@@ -425,7 +405,20 @@ def reap_candidates(store: Store, retention_days: float, now: float | None = Non
     cutoff = now - retention_days * 86400
     with store.snapshot():
         sessions = load_sessions(store, now)
+    kind = build(sessions).kind
+
+    def pinned_tail(s: SessionInfo) -> bool:
+        """A compression continuation (transitively) of a pinned segment: the pin covers it."""
+        seen = set()
+        while kind.get(s.id) == COMPRESSION and s.parent_id in sessions and s.id not in seen:
+            seen.add(s.id)
+            s = sessions[s.parent_id]
+            if s.pinned:
+                return True
+        return False
+
     return sorted(s.id for s in sessions.values()
-                  if s.is_open and s.source in STATEFUL_SOURCES and not s.pinned and not s.locked
+                  if s.is_open and s.source in STATEFUL_SOURCES and not s.pinned and not pinned_tail(s)
+                  and not s.locked
                   and s.last_active < cutoff and s.last_active < now - ACTIVE_S  # the write guard's window
                   and isinstance(s.started_at, (int, float)) and s.started_at < cutoff)  # upstream: an old start too

@@ -115,7 +115,7 @@ def test_compression_lineage_goes_only_whole(make_store, cli, layout):
     assert session_ids(b.path) == {"live_1", "live_2", "live_3"}
 
 
-def test_delegate_children_cascade_branches_are_kept(make_store, cli, layout):
+def test_old_delegate_children_match_on_their_own_branches_are_kept(make_store, cli, layout):
     b = make_store(layout)
     b.session("parent", age=200)
     b.session("sub", source="subagent", age=199, parent="parent", model_config={"_delegate_from": "parent"})
@@ -128,14 +128,17 @@ def test_delegate_children_cascade_branches_are_kept(make_store, cli, layout):
     assert q(b.path, "SELECT parent_session_id FROM sessions WHERE id='branch'") == [(None,)]
 
 
-def test_open_delegate_child_holds_its_parent(make_store, cli):
+def test_open_delegate_child_is_kept_and_orphaned_its_parent_goes(make_store, cli):
+    """Upstream's family rule: a child outside the selection is kept and loses its parent link."""
     b = make_store()
     b.session("parent", age=200)
     b.session("sub", source="subagent", age=199, parent="parent", model_config={"_delegate_from": "parent"},
               ended=False)
     b.close()
     report = prune_yes(cli, b.path)
-    assert report["matched"] == 0 and report["held_back"]["delegate_child_busy"] == 1
+    assert report["session_ids"] == ["parent"] and report["held_back"] == {"open": 1}
+    assert session_ids(b.path) == {"sub"}
+    assert q(b.path, "SELECT parent_session_id FROM sessions WHERE id='sub'") == [(None,)]
 
 
 def test_unreferenced_prompts_go_shared_ones_stay(make_store, cli):
@@ -198,7 +201,8 @@ def test_batches_never_split_a_lineage(make_store):
     b.close()
     with open_store(b.path) as store:
         plan = plan_prune(store, parse_filters({"older_than": "90"}))
-        assert len(plan.units) == 12 and all(len(u.session_ids) == 4 for u in plan.units)
+        # a chain is a unit; its delegate child is a unit of its own (upstream's family rule)
+        assert sorted(len(u.session_ids) for u in plan.units) == [1] * 12 + [3] * 12
         seen_batches = []
         orig_write = store.write
 
@@ -209,10 +213,10 @@ def test_batches_never_split_a_lineage(make_store):
         store.write = spy
         result = execute_prune(store, plan, batcher=Batcher(target_s=0, max_load=1))
     # one transaction a unit, plus any that only finish FTS5 merges (maint/store/fts_merges.py)
-    assert result.transactions >= 12 and len(result.deleted_ids) == 48
-    for snapshot in seen_batches:  # before each transaction, every family is whole or gone
+    assert result.transactions >= 24 and len(result.deleted_ids) == 48
+    for snapshot in seen_batches:  # before each transaction, every compression chain is whole or gone
         for n in range(12):
-            family = {f"p{n}_1", f"p{n}_2", f"p{n}_3", f"p{n}_sub"}
+            family = {f"p{n}_1", f"p{n}_2", f"p{n}_3"}
             assert family <= snapshot or not (family & snapshot)
 
 

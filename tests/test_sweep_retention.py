@@ -1,4 +1,5 @@
-"""What the sweep counts as old: reaped rows age from their reaping, a delegate family ages as a whole,
+"""What the sweep counts as old: reaped rows age from their reaping, every session ages on its own (upstream's
+family rule: a child outside the selection is kept and orphaned),
 and archived sessions (hidden, not kept) go at retention like any other while pinned ones stay."""
 
 import json
@@ -30,7 +31,7 @@ def config(hermes_home):
     return hermes_home
 
 
-def test_reaped_child_keeps_its_old_parent_for_a_whole_retention(config, cli, layout):
+def test_reaped_rows_get_a_whole_retention_their_old_parent_goes(config, cli, layout):
     path = config / "state.db"
     with StoreBuilder(path, layout=layout) as b:
         b.session("orch", age=200, messages=4)
@@ -38,23 +39,25 @@ def test_reaped_child_keeps_its_old_parent_for_a_whole_retention(config, cli, la
                   model_config={"_delegate_from": "orch"})
         b.session("lone", source="cron", age=200, ended=False)
     first = sweep_json(cli, path)
-    assert sorted(first["reaped_ids"]) == ["lone", "sub"] and first["pruned_ids"] == []
+    # upstream: the ended parent goes at retention; its open child is kept, orphaned, and reaped
+    assert sorted(first["reaped_ids"]) == ["lone", "sub"] and first["pruned_ids"] == ["orch"]
+    assert query(path, "SELECT parent_session_id FROM sessions WHERE id = 'sub'") == [(None,)]
     # The exact report: `sweep --force` a minute after the reap.
     shift_end(path, "sub", 60)
     shift_end(path, "lone", 60)
     second = sweep_json(cli, path)
     assert second["reaped_ids"] == [] and second["pruned_ids"] == []
-    assert session_ids(path) == {"orch", "sub", "lone"}
+    assert session_ids(path) == {"sub", "lone"}
     assert query(path, "SELECT end_reason FROM sessions WHERE id = 'sub'") == [("startup_orphan_reap",)]
-    # A whole further retention period after the reap, the family and the lone row go.
+    # A whole further retention period after the reap, the reaped rows go.
     shift_end(path, "sub", 91 * DAY)
     shift_end(path, "lone", 91 * DAY)
     third = sweep_json(cli, path)
-    assert sorted(third["pruned_ids"]) == ["lone", "orch", "sub"] and session_ids(path) == set()
+    assert sorted(third["pruned_ids"]) == ["lone", "sub"] and session_ids(path) == set()
 
 
-def test_recently_active_child_holds_its_family_back_in_prune(make_store, cli, layout):
-    """The same rule for the bare prune: an old parent with a child active last week stays."""
+def test_recently_active_child_is_kept_its_old_parent_goes_in_prune(make_store, cli, layout):
+    """The same rule for the bare prune: a child active last week stays (orphaned); its old parent goes."""
     b = make_store(layout)
     b.session("orch", age=200)
     b.session("sub", source="subagent", age=7, parent="orch", model_config={"_delegate_from": "orch"})
@@ -63,9 +66,10 @@ def test_recently_active_child_holds_its_family_back_in_prune(make_store, cli, l
     b.close()
     result = cli("prune", "--db", b.path, "--yes", "--json")
     report = json.loads(result.stdout)
-    assert sorted(report["session_ids"]) == ["orch2", "sub2"]
-    assert report["held_back"] == {"delegate_child_active": 1}
-    assert session_ids(b.path) == {"orch", "sub"}
+    assert sorted(report["session_ids"]) == ["orch", "orch2", "sub2"]
+    assert report["held_back"] == {}
+    assert session_ids(b.path) == {"sub"}
+    assert query(b.path, "SELECT parent_session_id FROM sessions WHERE id = 'sub'") == [(None,)]
 
 
 def test_archived_sessions_go_at_retention_pinned_stay(config, cli, layout):

@@ -4,7 +4,8 @@ What it may touch: rows of ``sessions``, ``messages`` (the FTS indexes follow
 through Hermes's own triggers), ``session_model_usage`` and expired
 ``compression_locks`` of the sessions it deletes, ``system_prompts`` rows no
 session references any more, and ``parent_session_id`` of surviving children
-(branch/reset children are orphaned, as Hermes does, never deleted).
+(delegate, branch and reset children outside the selection are kept and orphaned, as Hermes does, never
+deleted).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ PLAN_TABLES = ("maint_pc", "maint_sb", "maint_vis", "maint_um", "maint_unit")
 
 @dataclass
 class Unit:
-    """One atomic deletion: a compression chain plus its delegate subtree."""
+    """One atomic deletion: a compression chain (its delegate children are units of their own)."""
 
     session_ids: list[str]
     messages: int = 0
@@ -48,9 +49,10 @@ class Unit:
     first_message_id: int | None = None
     # fingerprint re-checked inside the write transaction
     last_message_at: dict[str, float | None] = field(default_factory=dict)
+    pinned_ok: bool = False  # prune --include-pinned: a pin does not stop it
 
 
-def _unit_loader(store: Store, generation: int) -> Callable[[int, int], list[Unit]]:
+def _unit_loader(store: Store, generation: int, pinned_ok: bool = False) -> Callable[[int, int], list[Unit]]:
     """Units ``start <= ord < stop`` from ``temp.maint_unit``, for :class:`Paged`.
 
     The plan lives in temp tables on the store's connection; a later plan on the same connection
@@ -68,7 +70,8 @@ def _unit_loader(store: Store, generation: int) -> Callable[[int, int], list[Uni
                 (start, stop)):
             unit = units.get(ord_)
             if unit is None:
-                unit = units[ord_] = Unit(session_ids=[], messages=messages, first_message_id=first)
+                unit = units[ord_] = Unit(session_ids=[], messages=messages, first_message_id=first,
+                                          pinned_ok=pinned_ok)
             unit.session_ids.append(sid)
             unit.last_message_at[sid] = last
         return [units[i] for i in sorted(units)]
@@ -86,6 +89,7 @@ class PrunePlan:
     messages: int
     store: Store
     planned_at: float = 0.0  # wall clock when planning began: a session started later is new
+    include_pinned: bool = False
 
     @property
     def session_ids(self) -> IdList:
@@ -105,19 +109,21 @@ class PrunePlan:
 
 
 def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool = False,
-               now: float | None = None, keep: frozenset[str] = frozenset()) -> PrunePlan:
+               include_pinned: bool = False, now: float | None = None,
+               keep: frozenset[str] = frozenset()) -> PrunePlan:
     """Choose what goes. ``filters`` empty/None = the bare rule: inactive >= 90 days.
 
-    The rules, per compression chain: it is considered when it has no delegate parent, or its
-    delegate parent was considered and not taken. It goes, with every chain delegated from it
-    (transitively), when every segment matches the filters and none is open, pinned, locked
-    (a turn or compression in progress), archived (unless *include_archived*) or in *keep* (just
-    reaped), and nothing in that delegate subtree is open, pinned, locked or in *keep*
-    (``delegate_child_busy``) or, under an age bound, active since it (``delegate_child_active``: a
-    delegate child is activity of its family). A chain that matched only partly counts as
-    ``lineage_live``; one that matched whole but was held back counts under its first segment's
-    reason, or its subtree's first failing one. All of it runs in SQLite over
-    temp tables (see :mod:`maint.store.lineage`); the plan is read back a page at a time.
+    Upstream's family rule (``prune_sessions``: "children outside the window are orphaned, not
+    cascade-deleted"): every compression chain is judged on its own, delegate (subagent), branch and
+    reset children included. A chain goes when every segment matches the filters and none is open,
+    pinned (unless *include_pinned*), locked (a turn or compression in progress), archived (unless
+    *include_archived*) or in *keep* (just reaped). A child outside the selection stays and loses its
+    parent link when its parent goes (:func:`maint.store.delete.delete_sessions`); a parent outside
+    the selection stays with its selected children gone. A chain that matched only partly counts as
+    ``lineage_live`` (the doc: earlier segments stay while a later one stays, and the conversation
+    goes as a whole); one that matched whole but was held back counts under its first segment's
+    reason. All of it runs in SQLite over temp tables (see :mod:`maint.store.lineage`); the plan is
+    read back a page at a time. The rules are written out in ``docs/prune-rules.md``.
     """
     planned_at = time.time()
     now = time.time() if now is None else now
@@ -130,70 +136,28 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
         lineage.build(store, now, filters, keep)
         for table in PLAN_TABLES:
             conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
-        conn.execute("CREATE TEMP TABLE maint_pc (key TEXT PRIMARY KEY, status TEXT, fail TEXT) WITHOUT ROWID")
+        conn.execute("CREATE TEMP TABLE maint_pc (key TEXT PRIMARY KEY, status TEXT) WITHOUT ROWID")
         conn.execute("""INSERT INTO maint_pc
             SELECT chain, CASE WHEN SUM(matched) = 0 THEN NULL WHEN SUM(matched) < COUNT(*) THEN 'lineage_live'
-                               ELSE COALESCE(MAX(first_reason), 'ok') END, MAX(first_fail)
+                               ELSE COALESCE(MAX(first_reason), 'ok') END
             FROM (SELECT chain, matched,
                          FIRST_VALUE(reason) OVER (PARTITION BY chain ORDER BY reason IS NULL, started_at, id)
-                             AS first_reason,
-                         FIRST_VALUE(fail) OVER (PARTITION BY chain ORDER BY fail IS NULL, started_at, id)
-                             AS first_fail
+                             AS first_reason
                   FROM (SELECT chain, matched, started_at, id,
                                CASE WHEN maint_not_utf8(CAST(id AS BLOB)) THEN 'id_not_utf8'
                                     WHEN keep THEN 'just_reaped' WHEN ended_at IS NULL THEN 'open'
-                                    WHEN pinned THEN 'pinned' WHEN locked THEN 'in_progress'
-                                    WHEN archived AND NOT :archived_ok THEN 'archived' END AS reason,
-                               CASE WHEN keep OR ended_at IS NULL OR pinned OR locked
-                                         OR maint_not_utf8(CAST(id AS BLOB)) THEN 'delegate_child_busy'
-                                    WHEN :active_before IS NOT NULL AND NOT last_active <= :active_before
-                                    THEN 'delegate_child_active' END AS fail
+                                    WHEN pinned AND NOT :pinned_ok THEN 'pinned' WHEN locked THEN 'in_progress'
+                                    WHEN archived AND NOT :archived_ok THEN 'archived' END AS reason
                         FROM maint_s))
-            GROUP BY chain""", {"archived_ok": int(include_archived), "active_before": filters.active_before})
-        # Chains with a failing chain below them (their delegate subtree would lose a live child).
-        conn.execute("""CREATE TEMP TABLE maint_sb AS
-            WITH RECURSIVE anc(key) AS (
-                SELECT c.dparent FROM maint_c c JOIN maint_pc p ON p.key = c.key
-                WHERE p.fail IS NOT NULL AND c.dparent IS NOT NULL
-                UNION
-                SELECT c.dparent FROM anc JOIN maint_c c ON c.key = anc.key WHERE c.dparent IS NOT NULL)
-            SELECT key FROM anc""")
-        conn.execute("""CREATE TEMP TABLE maint_vis AS
-            WITH RECURSIVE vis(key, taken) AS (
-                SELECT c.key, p.status IS 'ok' AND c.key NOT IN (SELECT key FROM maint_sb)
-                FROM maint_c c JOIN maint_pc p ON p.key = c.key WHERE c.dparent IS NULL
-                UNION ALL
-                SELECT c.key, p.status IS 'ok' AND c.key NOT IN (SELECT key FROM maint_sb)
-                FROM vis JOIN maint_c c ON c.dparent = vis.key JOIN maint_pc p ON p.key = c.key
-                WHERE NOT vis.taken)
-            SELECT vis.key, vis.taken, p.status FROM vis JOIN maint_pc p ON p.key = vis.key""")
+            GROUP BY chain""", {"archived_ok": int(include_archived), "pinned_ok": int(include_pinned)})
         held = {reason: n for reason, n in conn.execute(
-            "SELECT status, COUNT(*) FROM maint_vis WHERE status IS NOT NULL AND status <> 'ok' GROUP BY status")}
-        # A matching chain kept for its subtree counts under the first failing chain's reason, in the order
-        # the subtree is walked: depth first, later-stored children first.
-        held.update(conn.execute("""
-            WITH RECURSIVE ranked AS MATERIALIZED (
-                SELECT key, dparent, ROW_NUMBER() OVER (PARTITION BY dparent ORDER BY first_rid DESC) AS sib
-                FROM maint_c WHERE dparent IS NOT NULL),
-            sub(head, key, path) AS (
-                SELECT v.key, r.key, printf('%010d', r.sib) FROM maint_vis v JOIN ranked r ON r.dparent = v.key
-                WHERE v.status = 'ok' AND NOT v.taken
-                UNION ALL
-                SELECT sub.head, r.key, sub.path || printf('%010d', r.sib)
-                FROM sub JOIN ranked r ON r.dparent = sub.key)
-            SELECT fail, COUNT(*) FROM (
-                SELECT p.fail, ROW_NUMBER() OVER (PARTITION BY sub.head ORDER BY sub.path) AS rn
-                FROM sub JOIN maint_pc p ON p.key = sub.key WHERE p.fail IS NOT NULL)
-            WHERE rn = 1 GROUP BY fail""").fetchall())
-        # Each taken chain is a unit with its whole delegate subtree.
+            "SELECT status, COUNT(*) FROM maint_pc WHERE status IS NOT NULL AND status <> 'ok' GROUP BY status")}
+        # Each taken chain is a unit of its own: its delegate children are judged as chains of their own.
         conn.execute("""CREATE TEMP TABLE maint_um AS
-            WITH RECURSIVE sub(unit, key, depth, first_rid) AS (
-                SELECT v.key, v.key, 0, c.first_rid FROM maint_vis v JOIN maint_c c ON c.key = v.key WHERE v.taken
-                UNION ALL
-                SELECT sub.unit, c.key, sub.depth + 1, c.first_rid FROM sub JOIN maint_c c ON c.dparent = sub.key)
-            SELECT sub.unit, sub.depth, sub.first_rid, s.id, s.started_at, s.last_active, s.last_message_at,
+            SELECT p.key AS unit, 0 AS depth, c.first_rid, s.id, s.started_at, s.last_active, s.last_message_at,
                    0 AS messages, NULL AS first_mid
-            FROM sub JOIN maint_s s ON s.chain = sub.key""")
+            FROM maint_pc p JOIN maint_c c ON c.key = p.key JOIN maint_s s ON s.chain = p.key
+            WHERE p.status = 'ok'""")
         conn.execute("CREATE INDEX temp.maint_um_unit ON maint_um(unit)")
         conn.execute("""UPDATE maint_um SET messages = c.n, first_mid = c.first FROM (
                 SELECT session_id, COUNT(*) AS n, MIN(id) AS first FROM messages
@@ -211,9 +175,9 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
         units, sessions, messages = conn.execute(
             "SELECT COUNT(*), COALESCE(SUM(n), 0), COALESCE(SUM(messages), 0) FROM maint_unit").fetchone()
     store.plan_generation += 1
-    return PrunePlan(units=Paged(units, _unit_loader(store, store.plan_generation)), filters=filters,
-                     implicit_days=implicit, held_back=held, sessions=sessions, messages=messages, store=store,
-                     planned_at=planned_at)
+    return PrunePlan(units=Paged(units, _unit_loader(store, store.plan_generation, include_pinned)),
+                     filters=filters, implicit_days=implicit, held_back=held, sessions=sessions, messages=messages,
+                     store=store, planned_at=planned_at, include_pinned=include_pinned)
 
 
 def plan_stored_bytes(store: Store) -> int:
@@ -259,7 +223,8 @@ def _still_safe(store: Store, units: list[Unit], now: float,
             if sid not in rows:
                 continue  # already gone: nothing to do for it
             ended, pin, last = rows[sid]
-            if ended is None or pin or sid in locked or last != unit.last_message_at.get(sid) or sid in new_parents:
+            if (ended is None or (pin and not unit.pinned_ok) or sid in locked
+                    or last != unit.last_message_at.get(sid) or sid in new_parents):
                 return False
         return True
 
@@ -414,6 +379,7 @@ class PruneRequest:
 
     filters: Filters = field(default_factory=Filters)
     include_archived: bool = False
+    include_pinned: bool = False
     dry_run: bool = False
 
     def __post_init__(self) -> None:
@@ -423,7 +389,8 @@ class PruneRequest:
 def prune_store(target: StoreTarget, req: PruneRequest, op: Operator) -> dict[str, Any]:
     """Plan, ask, delete in paced transactions: the report of one store's prune."""
     with open_store(target.path, readonly=req.dry_run) as store:  # a preview works on a read-only store
-        plan = plan_prune(store, req.filters, include_archived=req.include_archived)
+        plan = plan_prune(store, req.filters, include_archived=req.include_archived,
+                          include_pinned=req.include_pinned)
         count = plan.sessions
         report = {
             "store": str(target.path), "dry_run": req.dry_run, "matched": count, "session_ids": [],

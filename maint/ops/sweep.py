@@ -1,4 +1,5 @@
-"""The nightly sweep: hide idle conversations (when asked), reap orphans, prune past retention, VACUUM when it pays.
+"""The nightly sweep: Hermes's one-time ghost repair, hide idle conversations (when asked), reap orphans, prune
+past retention, VACUUM when it pays.
 
 Hermes processes run the same sweep at start-up. Two things keep exactly one
 sweeper per interval: the non-blocking flock Hermes takes beside the store,
@@ -28,6 +29,7 @@ from maint.store.locks import LockHeld, maintenance_lock
 from maint.store.runlock import RunLockHeld
 from maint.store.sqlutil import write_json
 from maint.ops.diskcheck import low_disk_notice
+from maint.ops.ghosts import prune_ghosts_once
 from maint.ops.auto_archive import claim_idle_marker, execute_idle_archive, missing_column, plan_idle_archive
 from maint.ops.prune import check_settings, execute_prune, plan_prune, recover_interrupted
 from maint.ops.reap import reap, reap_candidates
@@ -179,7 +181,21 @@ def empty_report(db: Path) -> dict[str, Any]:
             "pruned_messages": 0, "skipped_too_big": [], "bytes_before": None, "bytes_after": None, "bytes_freed": 0,
             "vacuumed": False, "vacuum_reason": None, "retention_days": None, "seconds": 0.0,
             "started_at": None, "completed": False, "cancelled": False, "resumed": False,
-            "auto_archived_ids": [], "auto_archive_skipped_reason": None}
+            "auto_archived_ids": [], "auto_archive_skipped_reason": None, "ghost_pruned_ids": []}
+
+
+def ghost_step(db: Path, now: float) -> list[str]:
+    """Hermes's one-time repair of empty TUI ghost sessions (:mod:`maint.ops.ghosts`), run as Hermes runs it:
+    first, whatever ``sessions.auto_prune`` says, once per store (latched by Hermes's own key)."""
+    try:
+        store = open_store(db)
+    except RunLockHeld:
+        return []  # another hermes-maint is working on this store: the next sweep does it
+    with store:
+        ids = prune_ghosts_once(store, now)
+    if ids:
+        log.info("sweep of %s: pruned %d empty TUI ghost session(s)", db, len(ids))
+    return ids or []
 
 
 def auto_archive_step(db: Path, cfg: Config, interval_s: float, now: float,
@@ -227,6 +243,7 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
         return report
 
     interval_s = _number(cfg, "min_interval_hours", 24) * 3600
+    report["ghost_pruned_ids"] = ghost_step(db, now)
     report["auto_archived_ids"], report["auto_archive_skipped_reason"] = auto_archive_step(
         db, cfg, interval_s, now, force)
     if cfg.session("auto_prune") is not True:

@@ -26,7 +26,7 @@ DEFAULT_PRUNE_DAYS = 90
 
 @dataclass(frozen=True)
 class Filters:
-    # last activity bounds (older_than = upper, newer_than = lower)
+    # last activity bounds (older_than = upper, exclusive as upstream's; newer_than = lower, inclusive)
     active_before: float | None = None
     active_after: float | None = None
     # started_at bounds (before = upper, exclusive; after = lower, inclusive)
@@ -56,7 +56,9 @@ class Filters:
         return all(getattr(self, f.name) is None for f in fields(self))
 
     def matches(self, s: SessionInfo) -> bool:
-        if self.active_before is not None and not s.last_active <= self.active_before:
+        if (self.active_before is not None or self.active_after is not None) and s.undated:
+            return False  # no time to compare (upstream's NULL last activity matches no bound)
+        if self.active_before is not None and not s.last_active < self.active_before:
             return False
         if self.active_after is not None and not s.last_active >= self.active_after:
             return False
@@ -98,12 +100,14 @@ class Filters:
             terms.append(sql)
             params[name] = value
 
-        for name, value, op, column in (("f_active_before", self.active_before, "<=", "last_active"),
+        for name, value, op, column in (("f_active_before", self.active_before, "<", "last_active"),
                                         ("f_active_after", self.active_after, ">=", "last_active"),
                                         ("f_started_before", self.started_before, "<", "started_at"),
                                         ("f_started_after", self.started_after, ">=", "started_at")):
             if value is not None:
                 term(f"{col}{column} {op} :{name}", name, value)
+        if self.active_before is not None or self.active_after is not None:
+            terms.append(f"NOT {col}undated")
         for column, value in (("source", self.source), ("end_reason", self.end_reason), ("user_id", self.user),
                               ("chat_id", self.chat_id), ("chat_type", self.chat_type)):
             if value is not None:

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from maint.errors import SessionNotFound, UsageError
+from maint.selection.timeparse import EARLIEST, LATEST
 from maint.store.connection import Store
 
 
@@ -61,6 +62,7 @@ class SessionInfo:
     system_prompt_hash: str | None = None
     tool_names: str | None = None
     locked: bool = False  # unexpired compression lock or turn lease
+    undated: bool = False  # no time inside the epoch window: last_active is "now", and no age filter matches it
 
     @property
     def is_open(self) -> bool:
@@ -68,6 +70,11 @@ class SessionInfo:
 
 
 NUMERIC = "('integer', 'real')"
+
+
+def _sane(expr: str) -> str:
+    """1 when *expr* is a number inside the epoch window a time may have (1970 to the end of year 9999)."""
+    return f"(typeof({expr}) IN {NUMERIC} AND {expr} BETWEEN {EARLIEST!r} AND {LATEST!r})"
 
 
 def _opt(store: Store, col: str, default: str = "NULL") -> str:
@@ -139,8 +146,10 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str =
     skips the lock and lease lookup alone (``locked`` is 0).
 
     ``last_active`` is the freshest of ``last_activity_at`` and the newest message, else
-    ``started_at``, else (no time that is a number: a hand-edited row) ``:now``, so what cannot be
-    dated is never old enough to delete; a reaped orphan counts again from its closing time (only a
+    ``started_at``, each only when inside the epoch window (1970 to 9999, as upstream skips garbage
+    times), else (no such time: a hand-edited or damaged row) ``:now``, so what cannot be
+    dated is never old enough to delete (``undated`` is 1 for it: no last-activity bound matches it, as
+    upstream's NULL matches none); a reaped orphan counts again from its closing time (only a
     later sweep may delete it). Flags are 0/1, markers text or NULL. The inner select carries
     ``LIMIT -1 OFFSET 0`` so SQLite runs it as a co-routine instead of flattening it: the
     newest-message lookup then runs once per session, not once per use in ``last_active``.
@@ -175,16 +184,23 @@ def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str =
                {_marker(mc, '_reset_from')} AS reset_from,
                {"0" if lean or not locks else locked_sql(store, 's.id')} AS locked
         FROM sessions s WHERE {where} LIMIT -1 OFFSET 0"""
+    # Upstream's sane-epoch window (_sql_freshest_of): a time outside it (a garbage double from a damaged page,
+    # 5e+246) is skipped, or one bad cell would keep the session "active" for ever. The newest message in the
+    # window is looked up again only when the newest of all is out of it.
+    msg = f"""(CASE WHEN {_sane('r.last_message_at')} THEN r.last_message_at WHEN r.last_message_at IS NULL
+                    THEN NULL ELSE (SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = r.id
+                                    AND m.timestamp BETWEEN {EARLIEST!r} AND {LATEST!r}) END)"""
     fresh = f"""
-        CASE WHEN typeof(r.last_activity_at) IN {NUMERIC} AND typeof(r.last_message_at) IN {NUMERIC}
-                  THEN max(r.last_activity_at, r.last_message_at)
-             WHEN typeof(r.last_activity_at) IN {NUMERIC} THEN r.last_activity_at
-             WHEN typeof(r.last_message_at) IN {NUMERIC} THEN r.last_message_at
-             WHEN typeof(r.started_at) IN {NUMERIC} THEN r.started_at
+        CASE WHEN {_sane('r.last_activity_at')} AND {msg} IS NOT NULL THEN max(r.last_activity_at, {msg})
+             WHEN {_sane('r.last_activity_at')} THEN r.last_activity_at
+             WHEN {msg} IS NOT NULL THEN {msg}
+             WHEN {_sane('r.started_at')} THEN r.started_at
              ELSE :now END"""
     return f"""
         SELECT r.*, CASE WHEN r.end_reason = '{ORPHAN_REAP_REASON}' AND typeof(r.ended_at) IN {NUMERIC}
-                         THEN max({fresh}, r.ended_at) ELSE {fresh} END AS last_active
+                         THEN max({fresh}, r.ended_at) ELSE {fresh} END AS last_active,
+               CASE WHEN {_sane('r.last_activity_at')} OR {msg} IS NOT NULL OR {_sane('r.started_at')}
+                    THEN 0 ELSE 1 END AS undated
         FROM ({raw}) r"""
 
 
@@ -201,7 +217,7 @@ def relation_sql(store: Store, where: str = "1") -> str:
 
 def _record(row: dict) -> SessionInfo:
     del row["rid"], row["last_activity_at"]
-    for flag in ("archived", "auto_archived", "pinned", "hidden", "locked"):
+    for flag in ("archived", "auto_archived", "pinned", "hidden", "locked", "undated"):
         row[flag] = bool(row[flag])
     return SessionInfo(**row)
 
