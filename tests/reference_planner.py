@@ -283,7 +283,7 @@ def plan_archive(store: Store, filters: Filters, *, include_open: bool = False, 
 
 
 def list_conversations(store: Store, *, source: str | None = None, limit: int = 20, workspace: str | None = None,
-                       now: float | None = None, sort: str = "last-active") -> tuple[list[dict], int]:
+                       now: float | None = None, sort: str = "last-active") -> tuple[list[dict], int, int]:
     """Rows without the preview (the preview query did not change). The order by start (newest
     first, ties by the first session's id) was added beside the order by activity this planner had."""
     now = time.time() if now is None else now
@@ -314,8 +314,9 @@ def list_conversations(store: Store, *, source: str | None = None, limit: int = 
     else:
         rows.sort(key=lambda r: (-r["last_active"], r["id"]))
     total = len(rows)
-    shown = rows if not limit else rows[:limit] + [r for r in rows[limit:] if r["pinned"]]
-    return shown, total
+    pinned_past = [r for r in rows[limit:] if r["pinned"]] if limit else []
+    shown = rows if not limit else rows[:limit] + pinned_past[:limit]  # up to a page of pins past the limit
+    return shown, total, len(pinned_past) - len(shown[limit:]) if limit else 0
 
 
 def plan_idle_archive(store: Store, idle_days: float, now: float | None = None) -> dict:

@@ -228,7 +228,7 @@ def test_a_walk_past_its_bound_counts_instead(make_store, monkeypatch):
     real_pick = listing_by_start.pick
     monkeypatch.setattr(listing_by_start, "pick", lambda *a, **k: picks.append(1) or real_pick(*a, **k))
     with open_store(b.path) as store:
-        rows, total, more = list_conversations(store, limit=1, count=False)
+        rows, total, more, _cut = list_conversations(store, limit=1, count=False)
         assert ([r["id"] for r in rows], total, more) == (["seen1"], None, True) and picks == [1]
-        rows, total, more = list_conversations(store, limit=3, count=False)
+        rows, total, more, _cut = list_conversations(store, limit=3, count=False)
         assert ([r["id"] for r in rows], total, more) == (["seen1", "seen2", "orch"], None, False)

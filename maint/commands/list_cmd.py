@@ -14,7 +14,8 @@ SORTS = ("started", "last-active")  # maint.ops.listing.SORTS
 @command("list")
 @click.option("--source", type=Text("a platform name, e.g. cli or telegram"), help="Only this platform.")
 @click.option("--limit", type=WholeNumber(), default=20, show_default=True,
-              help="How many to show (0 = all); pinned ones always show.")
+              help="How many to show (0 = all). Pinned ones past the limit show too, up to as many again; "
+                   "a line counts the rest.")
 @click.option("--workspace", type=Text("a path substring or a directory name, e.g. my-project or "
                                        "~/code/hermes-agent"), metavar="NEEDLE",
               help="Only one workspace (git repo root, else working directory): a path substring or the exact "
@@ -26,6 +27,10 @@ SORTS = ("started", "last-active")  # maint.ops.listing.SORTS
 @store_options()
 def list_sessions(source, limit, workspace, sort, stores) -> None:
     """Recent conversations, newest start first: title, preview, last active, id. Pinned ones are always listed.
+
+    Past the limit, pinned conversations follow the page, newest first, up to
+    --limit of them; a last line counts the pinned ones left out (--limit 0
+    lists every conversation).
 
     \b
     Example:
@@ -63,3 +68,5 @@ def _render(r: dict) -> None:
             click.echo(f"{fit(preview, 50)} {when:<13} {fit(printable(source_label(row['source'])), 6)} {sid}")
     if r["more"]:
         click.echo("… more not shown (use --limit N to see more)")
+    if r.get("pinned_not_shown"):
+        click.echo(f"… {r['pinned_not_shown']:,} more pinned not shown (--limit 0 lists them all)")

@@ -4,7 +4,8 @@ Compression continuations fold into their lineage (shown at its live tip) and
 subagent runs are hidden, as in Hermes's own picker; archived and hidden
 sessions are not listed, except pinned ones: a pin means "always listed" (the
 hidden canonical Bot Chat excepted, which Bot Mode reaches through its bot).
-Pinned conversations are listed even past ``limit``.
+Pinned conversations are listed even past ``limit``, up to ``limit`` of them;
+the rest are counted on a line of their own (``--limit 0`` lists them all).
 
 SQLite folds, filters, counts and orders the lineages (:mod:`maint.store.lineage`); Python sees only
 the rows it shows.
@@ -52,11 +53,20 @@ def in_workspace(key: str | None, needle: str) -> bool:
 SORTS = ("started", "last-active")
 
 
+# Pinned conversations past the limit are listed up to this many pages of LIMIT rows; the rest are counted
+# ("… N more pinned not shown"), so thousands of pins (a Desktop user's sidebar) still make one page.
+PINNED_PAST_LIMIT_PAGES = 1
+
+
 def list_conversations(store: Store, *, source: str | None = None, limit: int = 20, workspace: str | None = None,
                        now: float | None = None, sort: str = "started",
-                       count: bool = True) -> tuple[list[dict[str, Any]], int | None, bool]:
-    """Rows to show, how many conversations matched (None when not *count*) and whether any of them is
-    not shown (the '… more not shown' line).
+                       count: bool = True) -> tuple[list[dict[str, Any]], int | None, bool, int]:
+    """Rows to show, how many conversations matched (None when not *count*), whether any unpinned one is
+    not shown (the '… more not shown' line) and how many pinned ones past the limit are not shown either.
+
+    A page is ``limit`` conversations in the chosen order, then the pinned ones the limit cut off (a pin
+    means "always listed"), newest first, up to ``limit`` of them; past those, pinned ones are counted,
+    not listed (``limit=0`` lists everything).
 
     ``sort="started"`` (Hermes's own order: the conversation's first session's start, newest first)
     walks ``sessions`` by start and stops at the limit (:mod:`maint.ops.listing_by_start`), unless
@@ -107,20 +117,26 @@ def list_conversations(store: Store, *, source: str | None = None, limit: int = 
             params["picked"] = json.dumps(singles)
             chosen = f"""SELECT * FROM ({sql.chains}) UNION ALL
                 SELECT * FROM ({sql.singles(where="s.id IN (SELECT value FROM json_each(:picked))")})"""
+        # The page's rows come first in this order (they are the newest of all listed), the pinned ones past
+        # it after them: a page of LIMIT rows plus at most LIMIT pinned ones, the rest counted.
         shown = store.rows(f"""
             SELECT v.id, v.root_id, {sql.title} AS title, v.source, v.last_active, v.started_at,
-                   tip.ended_at IS NULL AS open, v.segments, v.pinned, v.archived, {sql.key} AS workspace
+                   tip.ended_at IS NULL AS open, v.segments, v.pinned, v.archived, {sql.key} AS workspace,
+                   COUNT(*) OVER () AS maint_listed
             FROM ({chosen}) v
             JOIN sessions tip ON tip.id = v.id JOIN sessions root ON root.id = v.root_id
-            ORDER BY {", ".join("v." + term for term in order.split(", "))}""", params)
+            ORDER BY {", ".join("v." + term for term in order.split(", "))}
+            LIMIT :cap""", {**params, "cap": min((PINNED_PAST_LIMIT_PAGES + 1) * limit, 2**63 - 1) if limit else -1})
+        listed = shown[0]["maint_listed"] if shown else 0
         for row in shown:
+            del row["maint_listed"]
             for flag in ("open", "pinned", "archived"):
                 row[flag] = bool(row[flag])
             row["preview"] = _preview(store, row["root_id"])
         lineage.drop(store)
     if total is not None:
-        more = total > len(shown)
-    return shown, total if count else None, more
+        more = total > listed
+    return shown, total if count else None, more, listed - len(shown)
 
 
 class _Sql:
@@ -220,7 +236,8 @@ def list_store(target: StoreTarget, req: ListRequest) -> dict[str, Any]:
         needle = os.path.expanduser(req.workspace.strip())
         needle = needle.rstrip("/\\") or needle
     with open_store(target.path, readonly=True) as store:
-        rows, total, more = list_conversations(store, source=req.source, limit=req.limit, workspace=needle,
-                                               sort=req.sort, count=req.count)
+        rows, total, more, pinned_cut = list_conversations(store, source=req.source, limit=req.limit,
+                                                           workspace=needle, sort=req.sort, count=req.count)
         unlisted = unreadable_ids(store)
-    return {"sessions": rows, "total": total, "shown": len(rows), "more": more, "unlisted_ids_not_utf8": unlisted}
+    return {"sessions": rows, "total": total, "shown": len(rows), "more": more, "pinned_not_shown": pinned_cut,
+            "unlisted_ids_not_utf8": unlisted}

@@ -63,12 +63,29 @@ def _profiles(store: Store) -> dict[str, str | None]:
     return dict(store.conn.execute("SELECT id, profile_name FROM sessions"))
 
 
+def _may_have_orphans(store: Store) -> bool:
+    """Whether any row could be an orphan (the rule below, before the model_config markers): one SQL pass
+    that holds nothing per session, so a store whose gateway rows are all routed loads none of them."""
+    gateway = ", ".join(f"'{s}'" for s in sorted(GATEWAY_SOURCES))
+    end = "k.end_reason" if store.has_column("sessions", "end_reason") else "NULL"
+    return bool(store.scalar(f"""
+        SELECT 1 FROM sessions s
+        WHERE COALESCE(s.session_key, '') = '' AND s.source IS NOT 'tool'
+          AND (s.source IN ({gateway}) OR s.source IN (
+                SELECT k.source FROM sessions k
+                WHERE COALESCE(k.session_key, '') <> '' AND {end} IS NOT '{REPAIR_END_REASON}'))
+          AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id)
+        LIMIT 1"""))
+
+
 def find_orphans(store: Store, max_gap_s: float = DEFAULT_MAX_GAP_S, owner: str | None = None,
                  now: float | None = None) -> list[dict[str, Any]]:
     """Every orphaned gateway row with the proposed adoption and its evidence, or why there is none."""
     if not store.has_column("sessions", "session_key"):
         return []
     with store.snapshot():
+        if not _may_have_orphans(store):
+            return []  # the usual case, answered without a record per session (doctor runs this daily)
         sessions = load_sessions(store, now)
         profiles = _profiles(store)
         counts = dict(store.conn.execute("SELECT session_id, COUNT(*) FROM messages GROUP BY session_id"))

@@ -507,6 +507,22 @@ def busy_timeout_from_env() -> int:
     return int(settings.value("busy_ms"))
 
 
+def flat_memory_pragmas(cache_kb: int) -> tuple[str, ...]:
+    """What every connection we open to a store (or a snapshot of one) runs first: a capped page cache and
+    temp cache, and no memory-mapped I/O. Mapped pages count in RSS and in a container's memory limit, and
+    grow with the file up to the map's size; a SQLite built with a default map size would otherwise use it."""
+    return ("PRAGMA mmap_size=0", f"PRAGMA cache_size=-{int(cache_kb)}", f"PRAGMA temp.cache_size=-{TEMP_CACHE_KB}")
+
+
+def _flat_memory(conn: apsw.Connection, readonly: bool) -> None:
+    # Before the first read: memory stays flat in the size of the store. Every cache is capped, and the
+    # caps are reached on small stores already. Read-only work streams; bulk deletes ran no faster with
+    # 64 MB of cache than with 16 MB (on the scale benchmark's 10k-session store), and the planners' temp
+    # tables spill to a temp file past 1 MB.
+    for pragma in flat_memory_pragmas(READ_CACHE_KB if readonly else WRITE_CACHE_KB):
+        conn.execute(pragma).fetchall()
+
+
 def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Connection, str | None]:
     """A connection, and a note when a read-only store had to be opened another way.
 
@@ -518,6 +534,7 @@ def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Con
     flags = (apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE) | apsw.SQLITE_OPEN_URI
     try:
         conn = apsw.Connection(str(path), flags=flags)
+        _flat_memory(conn, readonly)
         # The first read waits like every later one: a rollback-journal store's writer holds its lock
         # for each commit, and refusing on the spot ("database is locked") would fail at random.
         conn.set_busy_handler(polling_busy_handler(busy_timeout_ms))
@@ -531,6 +548,7 @@ def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Con
         raise StoreError(f"{path}: its -wal holds commits but the folder is read-only and has no -shm, so SQLite "
                          "cannot read them; copy the store with its -wal somewhere writable and point --db there")
     conn = apsw.Connection("file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1", flags=flags)
+    _flat_memory(conn, readonly)
     conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     return conn, "read-only folder without -shm: read as immutable (there is no WAL to miss)"
 
@@ -584,12 +602,6 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
             log.warning("%s: schema version %s is newer than this hermes-maint knows (%s); reading only",
                         path, version, NEWEST_KNOWN_SCHEMA)
         conn.execute("PRAGMA foreign_keys=ON")
-        # Memory stays flat in the size of the store: every cache is capped, and the caps are reached
-        # on small stores already. Read-only work streams; bulk deletes ran no faster with 64 MB of
-        # cache than with 16 MB (on the scale benchmark's 10k-session store), and the planners' temp
-        # tables spill to a temp file past 1 MB.
-        conn.execute(f"PRAGMA cache_size=-{READ_CACHE_KB if readonly else WRITE_CACHE_KB}")
-        conn.execute(f"PRAGMA temp.cache_size=-{TEMP_CACHE_KB}")
     except StoreError:
         store.close()
         raise
