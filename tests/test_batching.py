@@ -1,5 +1,6 @@
 """Transactions bounded by the clock, and the pause that lets a waiting Hermes writer in."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -303,3 +304,24 @@ def test_two_writers_beside_a_real_prune_lose_nothing(tmp_path):
     assert [o["failed"] for o in outs] == [0, 0] and all(o["done"] >= 1 for o in outs)
     for i, o in enumerate(outs):
         assert query(db, "SELECT COUNT(*) FROM messages WHERE session_id = ?", f"w{i}") == [(o["done"],)]
+
+
+def test_only_a_unit_that_alone_overruns_the_target_is_lightened():
+    """Taking a unit's rows out of the index first costs transactions of their own; on a store of real
+    text a chunk is a few dozen messages, and lightening every unit heavier than a chunk doubled the
+    run's transactions. Only a unit that alone would hold the lock past the target is lightened."""
+
+    class FixedRate(Batcher):
+        def observe(self, work, seconds):
+            pass
+
+    asked = []
+
+    def lighten(unit):
+        asked.append(unit)
+        return None
+
+    units = [1, 50, 2000]  # a chunk is 1, the target 1000
+    total = run_batched(units, lambda u: u, lambda batch: len(batch), contextlib.nullcontext, Pacer(lambda: 0),
+                        batcher=FixedRate(target_s=1.0, chunk_s=0.001, rate=1000), lighten=lighten)
+    assert total == 3 and asked == [2000]

@@ -86,3 +86,14 @@ def test_a_bad_setting_in_config_yaml_is_refused_naming_the_key(store, hermes_ho
     r = run_subprocess("prune", "--older-than", "30d", "--yes", "--db", store, env={"HERMES_HOME": str(hermes_home)})
     assert r.returncode == 2 and "hermes_maint.busy_ms" in r.stderr and "expected a number" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and store.read_bytes() == before
+
+
+def test_the_default_hold_back_is_within_hermes_s_write_patience():
+    """A unit is held back when its delete would hold the lock longer than max_unit_s; Hermes's SessionDB
+    gives a write 15 tries of 20-150 ms jitter (about 1.3 s, hermes-agent #74478). The default was 5 s."""
+    from hermes_state import SessionDB
+
+    from maint.settings import SETTINGS
+
+    budget = SessionDB._WRITE_MAX_RETRIES * (SessionDB._WRITE_RETRY_MIN_S + SessionDB._WRITE_RETRY_MAX_S) / 2
+    assert SETTINGS["max_unit_s"].default < budget
