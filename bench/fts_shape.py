@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from maint.store.fts_merges import fts5_tables, structure_blob  # noqa: E402
+from maint.store.fts_index import fts5_tables, structure_blob  # noqa: E402
 
 # FTS5's private structure record (fts5StructureDecode in SQLite's fts5_index.c), decoded here to
 # describe a bench store; the product never reads it.

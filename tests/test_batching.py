@@ -220,7 +220,7 @@ def test_one_messages_delete_per_chunk_whatever_its_size(tmp_path):
             deletes.append(sql) if sql.startswith("DELETE FROM messages") else None) or True
         result = execute_prune(store, plan, batcher=Batcher(target_s=60, chunk_s=60))
         store.conn.exec_trace = None
-    # the deletes take one transaction; one before it may only finish FTS5 merges (maint/store/fts_merges.py)
+    # the deletes take one transaction; one before it may only finish FTS5 merges (maint/store/fts_index.py)
     assert len(result.deleted_ids) == 1500 and result.transactions <= 2
     assert len(deletes) == 1
 

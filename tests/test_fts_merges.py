@@ -11,8 +11,8 @@ import pytest
 from maint.ops.prune import execute_prune, plan_prune
 from maint.store.batching import Batcher, Pacer, run_batched
 from maint.store.connection import open_store
-from maint.store import fts_merges
-from maint.store.fts_merges import META_KEY, MergeSteps, fts5_tables, restore_left_over, structure_blob
+from maint.store import fts_index as fts_merges
+from maint.store.fts_index import META_KEY, MergeSteps, fts5_tables, restore_left_over, structure_blob
 from tests.conftest import REPO
 from tests.storegen import StoreBuilder
 
@@ -215,7 +215,7 @@ def test_nothing_to_prune_leaves_the_fts_config_untouched(tmp_path):
 
 
 def test_automerge_and_usermerge_are_read_with_their_low_32_bits_too():
-    from maint.store.fts_merges import _automerge, fts5_int
+    from maint.store.fts_index import _automerge, fts5_int
 
     assert [_automerge(v) for v in (2**32 + 3, 2**32, 2**31 + 3, 65)] == [3, 0, 4, 4]
     assert fts5_int(2**32 + 8, 4, 2, 16) == 8 and fts5_int(2**32 + 17, 4, 2, 16) == 4

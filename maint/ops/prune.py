@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from maint.fmt import fmt_bytes, fmt_time
-from maint.ops.fts_detach import NOTE_KEY as FTS_DETACHED_KEY, detaching, put_back_left_over
 from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched, target_from_env
 from maint.store import guard
 from maint.store.checkpointer import background_checkpoints
-from maint.store.fts_merges import META_KEY as FTS_AUTOMERGE_KEY, merges_in_our_hands, restore_left_over
+from maint.store.fts_index import (META_KEY as FTS_AUTOMERGE_KEY, NOTE_KEY as FTS_DETACHED_KEY, detaching,
+                                   merges_in_our_hands, put_back_left_over, restore_left_over)
 from maint.store.holders import other_connections
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
@@ -327,7 +327,7 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         return len(ids)
 
     def lighten(unit: Unit) -> Callable[[], bool] | None:
-        """A unit too big for one transaction leaves the FTS indexes first (see maint.ops.fts_detach),
+        """A unit too big for one transaction leaves the FTS indexes first (see maint.store.fts_index),
         unless it is to be held back or has changed since planning."""
         planned = {sid: unit.last_message_at.get(sid) for sid in unit.session_ids}
         if detacher is None or too_long(unit) or guard.changed_since_plan(store, planned, plan.planned_at, time.time()):

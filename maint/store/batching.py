@@ -173,12 +173,12 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
     *after_commit* runs after each transaction (outside the write lock), before the pause, which
     follows every transaction, the last one too: no two of ours meet without writers let in between.
     *upkeep* is one bounded step of work our earlier chunks left behind (FTS5 merges, see
-    :mod:`maint.store.fts_merges`), False when none is left: each transaction runs it first, and
+    :mod:`maint.store.fts_index`), False when none is left: each transaction runs it first, and
     takes new chunks only once it is done, so that work never piles up. A unit heavier than a chunk
     goes in a transaction of its own: its lock time is its own.
     *lighten*, given a unit heavier than :attr:`Batcher.target_load`, returns one bounded step (False when
     done) that moves part of its work into transactions of their own ahead of it (see
-    :mod:`maint.ops.fts_detach`), or None; the unit is applied, alone, in the transaction after its last
+    :mod:`maint.store.fts_index`), or None; the unit is applied, alone, in the transaction after its last
     step. Its rate is not learnt.
     """
     batcher = batcher or Batcher()
