@@ -14,11 +14,12 @@ message sizes are log-normal with a long tail (tool output up to 40 KB).
 
 The text is what agents write: mostly a project's recurring names, with
 one-off hashes, ids, numbers, base64 and Japanese. Its trigram index has about
-100 times the distinct terms of a text drawn from a small word list, and that
+1,000 times the distinct terms of a text drawn from a small word list (2.2
+million against 1,800 at 50k messages), and that
 is what makes deleting in many short transactions cost more than in one: each
 commit writes every term its deletes touched. A store of word-list text made a
-chunked prune look 1.7x as fast as one SQL transaction; on this text it was 0.70x,
-as on stores Hermes filled for real (bench/results/prune-mechanisms.json).
+chunked prune look 1.7x as fast as one SQL transaction; on this text it was 0.70x
+(a held-out store Hermes filled: 0.74-0.86x; bench/results/prune-mechanisms.json).
 
     python bench/hermes_store.py [--messages N]   # builds (or reuses) bench/.cache/hermes_built_v2_N/state.db
 """
