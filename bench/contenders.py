@@ -29,15 +29,16 @@ def ours(db: Path) -> tuple[int, int]:
     # Which transactions held a big unit, so their lock (the unit's own deletion) is reported apart.
     holds: list[tuple[float, int]] = []
     biggest = [0]
-    real_safe = prune._still_safe
-
-    def still_safe(store, units, *args, **kwargs):
-        biggest[0] = max([biggest[0], *(u.messages for u in units)])
-        return real_safe(store, units, *args, **kwargs)
-
-    prune._still_safe = still_safe
     with open_store(db) as store:
         plan = prune.plan_prune(store, None)
+        unit_of = {sid: u.messages for u in plan.units for sid in u.session_ids}
+        real_delete = prune.delete_sessions
+
+        def delete_sessions(store, conn, ids):
+            biggest[0] = max([biggest[0], *(unit_of.get(sid, 0) for sid in ids)])
+            return real_delete(store, conn, ids)
+
+        prune.delete_sessions = delete_sessions
         real_write = store.write
 
         @contextlib.contextmanager
@@ -55,6 +56,7 @@ def ours(db: Path) -> tuple[int, int]:
     EXTRA["big_unit_tx"] = sum(b >= BIG_UNIT for _, b in holds)
     EXTRA["biggest_unit_messages"] = max([b for _, b in holds] or [0])
     EXTRA["transactions"] = result.transactions
+    EXTRA["skipped_too_big"] = len(result.skipped_too_big)
     return result.messages, len(result.deleted_ids)
 
 

@@ -9,9 +9,19 @@ This builder reproduces that history in order of time (a fake clock inside
 hermes_state), with Hermes's processes: a long-lived gateway SessionDB
 (telegram, discord, cron, several chats interleaved) and a fresh SessionDB per
 CLI run. Sizes are skewed: most sessions are short, a few run to thousands of
-messages, and a few units are big (a compression lineage with its delegates).
+messages, and a few units are big (a compression lineage with its delegates);
+message sizes are log-normal with a long tail (tool output up to 40 KB).
 
-    python bench/hermes_store.py [--messages N]   # builds (or reuses) bench/.cache/hermes_built_N/state.db
+The text is what agents write: mostly a project's recurring names, with
+one-off hashes, ids, numbers, base64 and Japanese. Its trigram index has about
+1,000 times the distinct terms of a text drawn from a small word list (2.2
+million against 1,800 at 50k messages), and that
+is what makes deleting in many short transactions cost more than in one: each
+commit writes every term its deletes touched. A store of word-list text made a
+chunked prune look 1.7x as fast as one SQL transaction; on this text it was 0.70x
+(a held-out store Hermes filled: 0.74-0.86x; bench/results/prune-mechanisms.json).
+
+    python bench/hermes_store.py [--messages N]   # builds (or reuses) bench/.cache/hermes_built_v2_N/state.db
 """
 
 import argparse
@@ -40,32 +50,63 @@ class Clock:
         return self.now
 
 
+COMMON = ["the", "to", "a", "of", "and", "in", "is", "for", "that", "it", "on", "with", "this", "be", "are", "was",
+          "as", "at", "by", "from", "not", "or", "you", "we", "can", "if", "file", "error", "test", "function",
+          "deploy", "docker", "config", "auth", "token", "refactor", "python", "query", "build", "run", "fix"]
+KANA_KANJI = [chr(c) for c in range(0x3041, 0x3097)] + [chr(c) for c in range(0x4E00, 0x4E00 + 1500)]
+B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
 def _words(rng: random.Random) -> list[str]:
-    base = ["the", "to", "a", "of", "and", "in", "is", "for", "that", "it", "on", "with", "file", "error", "test",
-            "function", "deploy", "docker", "config", "auth", "token", "refactor", "python", "query", "日本語"]
-    return base + [f"w{n}" for n in range(20000)]
+    """The names a long history repeats: identifiers, paths and terms of its projects (a Zipf head over them)."""
+    parts = ["get", "set", "user", "session", "data", "load", "parse", "handler", "client", "cache", "index", "model",
+             "item", "list", "path", "value", "result", "request", "response", "store", "message", "worker", "queue"]
+    out = list(COMMON)
+    for n in range(20000):
+        a, b = rng.choice(parts), rng.choice(parts)
+        out.append(rng.choice([f"{a}_{b}{n % 97}", f"{a}{b.title()}{n}", f"src/{a}/{b}_{n}.py", f"w{n}"]))
+    return out
+
+
+def _token(rng: random.Random, words: list[str]) -> str:
+    """One token of what agents and tools write: mostly the project's own names, some one-off strings
+    (hashes, ids, numbers, base64, Japanese) that give the trigram index a long tail of distinct terms."""
+    r = rng.random()
+    if r < 0.80:
+        return words[min(len(words) - 1, int(rng.paretovariate(0.9)) - 1)]
+    if r < 0.86:
+        return f"{rng.getrandbits(rng.choice((28, 40, 160))):x}"
+    if r < 0.92:
+        return str(rng.randint(0, 10 ** rng.randint(1, 9)))
+    if r < 0.96:
+        return "".join(rng.choice(B64) for _ in range(rng.randint(8, 40)))
+    return "".join(rng.choice(KANA_KANJI) for _ in range(rng.randint(3, 15)))
 
 
 def _text(rng: random.Random, words: list[str], nbytes: int) -> str:
-    # Zipf-like: a few words are everywhere (long doclists), most are rare.
     out, size = [], 0
     while size < nbytes:
-        w = words[min(len(words) - 1, int(rng.paretovariate(0.9)) - 1)]
+        w = _token(rng, words)
         out.append(w)
-        size += len(w) + 1
+        size += len(w.encode()) + 1
     return " ".join(out)
+
+
+def _bytes(rng: random.Random, median: int, cap: int) -> int:
+    """A message's size: log-normal around *median*, a long tail (file reads, logs) up to *cap*."""
+    return max(10, min(cap, int(rng.lognormvariate(0, 1.1) * median)))
 
 
 def _message(rng, words, i: int) -> dict:
     kind = i % 4
     if kind == 0:
-        return {"role": "user", "content": _text(rng, words, rng.randint(30, 400))}
+        return {"role": "user", "content": _text(rng, words, _bytes(rng, 150, 8000))}
     if kind == 1:
-        return {"role": "assistant", "content": _text(rng, words, rng.randint(80, 600)),
+        return {"role": "assistant", "content": _text(rng, words, _bytes(rng, 250, 6000)),
                 "tool_calls": [{"id": f"c{i}", "function": {"name": "terminal", "arguments": "{}"}}]}
     if kind == 2:
-        return {"role": "tool", "content": _text(rng, words, rng.randint(200, 2500)), "tool_name": "terminal"}
-    return {"role": "assistant", "content": _text(rng, words, rng.randint(100, 1200))}
+        return {"role": "tool", "content": _text(rng, words, _bytes(rng, 900, 40000)), "tool_name": "terminal"}
+    return {"role": "assistant", "content": _text(rng, words, _bytes(rng, 400, 8000))}
 
 
 def _size(rng: random.Random) -> int:
@@ -164,7 +205,7 @@ def build(path: Path, messages: int, seed: int = 11) -> dict:
 
 def hermes_built_store(messages: int) -> Path:
     """The cached store for *messages* (built on first use: minutes at 200k)."""
-    path = CACHE / f"hermes_built_{messages}" / "state.db"
+    path = CACHE / f"hermes_built_v2_{messages}" / "state.db"
     if not path.exists():
         tmp = path.with_name("building.db")
         for suffix in ("", "-wal", "-shm"):

@@ -1,10 +1,11 @@
 """Prune benchmark: ours vs Hermes 0.19.0's prune_sessions vs one plain SQL transaction.
 
 Each contender runs on its own copy of the same store while a real Hermes
-writer (separate process, SessionDB.append_message) appends every 10 ms, on
-two stores side by side: the bulk-generated one (tests.storegen.bulk_store:
-one tidy FTS segment) and one written through SessionDB a message at a time
-(bench/hermes_store.py: the segments and level count of a store Hermes filled).
+writer (separate process, SessionDB.append_message) appends every 10 ms. The
+store is written through SessionDB a message at a time with realistic text
+(bench/hermes_store.py: the segments, levels and term counts of a store Hermes
+filled); the bulk-generated one (tests.storegen.bulk_store: one tidy FTS
+segment, a small vocabulary) flatters a chunked delete and is only run on request.
 Prints messages deleted per second, ratios, our longest lock, and the
 writer's worst append and failures; writes the figures as JSON under bench/results/.
 
@@ -13,7 +14,7 @@ stores whatever runs beside it) is off unless --hermes-optimize, so the worst
 append measures the job; with it on, the worst append without those appends
 is reported as well.
 
-    python bench/prune_bench.py [--stores bulk,hermes] [--hermes-messages N] [--hermes-optimize]
+    python bench/prune_bench.py [--stores hermes,bulk] [--hermes-messages N] [--hermes-optimize]
 """
 
 import json
@@ -85,8 +86,8 @@ def main() -> None:
     ap = store_args()
     ap.add_argument("--bytes", type=int, default=600)
     ap.add_argument("--interval", type=float, default=0.01)
-    ap.add_argument("--stores", default="bulk,hermes", help="which stores, comma-separated: bulk, hermes")
-    ap.add_argument("--hermes-messages", type=int, default=200_000, help="size of the SessionDB-built store")
+    ap.add_argument("--stores", default="hermes", help="which stores, comma-separated: hermes, bulk")
+    ap.add_argument("--hermes-messages", type=int, default=50_000, help="size of the SessionDB-built store")
     ap.add_argument("--hermes-optimize", action="store_true", help="leave the writer's own FTS optimize on")
     ap.add_argument("--contenders", default=",".join(CONTENDERS))
     args = ap.parse_args()
@@ -116,7 +117,8 @@ def main() -> None:
         payload[kind] = {"store_messages": messages, "store_mb": round(store_mb(src), 1), "fts": fts,
                          "results": rows}
     write_result("prune", {"writer_interval_s": args.interval, "writer_optimize": args.hermes_optimize,
-                           "machine_note": "2 cores shared with other engineers' benchmarks", "stores": payload})
+                           "machine_note": "2 cores shared with other engineers' benchmarks",
+                           "load_average": os.getloadavg(), "stores": payload})
 
 
 if __name__ == "__main__":

@@ -34,9 +34,9 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("busy_ms", "HERMES_MAINT_BUSY_MS", 5000, 0, 3_600_000, "milliseconds",
             "How long we wait for a write lock another process holds before giving up (nothing changed).",
             low_open=False),
-    Setting("max_unit_s", "HERMES_MAINT_MAX_UNIT_S", 5.0, 0, 86400, "seconds",
+    Setting("max_unit_s", "HERMES_MAINT_MAX_UNIT_S", 1.0, 0, 86400, "seconds",
             "A conversation whose delete would hold the lock longer is kept while other processes have the "
-            "store open (prune it with Hermes stopped)."),
+            "store open (prune it with Hermes stopped); Hermes gives up on a write after about 1.3 s."),
     Setting("http_timeout_s", "HERMES_MAINT_HTTP_TIMEOUT_S", 60.0, 0, 3600, "seconds",
             "Connect, read and write timeout of each request to the Hugging Face Hub (export --upload)."),
     Setting("http_deadline_s", "HERMES_MAINT_HTTP_DEADLINE_S", 900.0, 0, 86400, "seconds",

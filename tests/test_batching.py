@@ -1,8 +1,8 @@
 """Transactions bounded by the clock, and the pause that lets a waiting Hermes writer in."""
 
+import contextlib
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -15,7 +15,7 @@ from maint.store.batching import (BUSY_DELAYS_MS, MARGIN_S, MAX_PAUSE_S, POLL_S,
 from maint.store.holders import other_connections
 from maint.ops.prune import execute_prune, plan_prune
 from maint.store.connection import open_store
-from tests.conftest import REPO, query
+from tests.conftest import query
 from tests.live import PATIENT, LiveHermes, pinned_batcher, rows_per_transaction
 from tests.storegen import StoreBuilder
 
@@ -54,8 +54,8 @@ class FakeClock:
             return self.commits(self.now)
         return sum(1 for t in self.commits if t <= self.now)
 
-    def pacer(self, writers=lambda: None, alone=lambda: False) -> Pacer:
-        return Pacer(self.data_version, writers=writers, alone=alone, clock=self.clock, sleep=self.sleep)
+    def pacer(self, writers=lambda: None) -> Pacer:
+        return Pacer(self.data_version, writers=writers, clock=self.clock, sleep=self.sleep)
 
     def pause(self, pacer: Pacer) -> float:
         """Run one pause; how long it took on this clock."""
@@ -220,7 +220,7 @@ def test_one_messages_delete_per_chunk_whatever_its_size(tmp_path):
             deletes.append(sql) if sql.startswith("DELETE FROM messages") else None) or True
         result = execute_prune(store, plan, batcher=Batcher(target_s=60, chunk_s=60))
         store.conn.exec_trace = None
-    # the deletes take one transaction; one before it may only finish FTS5 merges (maint/store/fts_merges.py)
+    # the deletes take one transaction; one before it may only finish FTS5 merges (maint/store/fts_index.py)
     assert len(result.deleted_ids) == 1500 and result.transactions <= 2
     assert len(deletes) == 1
 
@@ -250,78 +250,6 @@ def test_prune_without_a_second_connection_leaves_the_copy_back_to_sqlite(tmp_pa
         result = execute_prune(store, plan_prune(store, None))
         assert len(result.deleted_ids) == 50
         assert store.scalar("PRAGMA wal_autocheckpoint") == 1000
-
-
-def test_foreign_locks_sees_another_process_holding_the_store_open(tmp_path):
-    """Every WAL connection locks the -shm while open; our own locks are not another process's."""
-    from maint.store.holders import foreign_locks
-
-    db = small_store(tmp_path)
-    code = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM sessions').fetchall();"
-            "print('open', flush=True); sys.stdin.read()")
-    with open_store(db) as store:
-        assert foreign_locks(db) is False
-        proc = subprocess.Popen([sys.executable, "-c", code, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True)
-        try:
-            assert proc.stdout.readline().strip() == "open"
-            assert foreign_locks(db) is True
-            assert pacer_for(store).alone() is False
-        finally:
-            proc.stdin.close()
-            proc.wait(timeout=30)
-        assert proc.returncode == 0
-        assert foreign_locks(db) is False and pacer_for(store).alone() is True
-
-
-def test_pause_returns_at_once_when_nobody_else_has_the_store_open(tmp_path):
-    counts = []
-
-    def writers():
-        counts.append(1)
-        return 0
-
-    with open_store(small_store(tmp_path)) as store:
-        pacer = Pacer(store.data_version, writers=writers, alone=lambda: True)
-        pacer.exposed_since = time.monotonic() - 10  # would be a 100 ms step
-        started = time.monotonic()
-        pacer.pause()
-        assert time.monotonic() - started < 0.05 and len(counts) == 1
-        # Someone opened the store since the count: counted again, and the whole step runs.
-        pacer.alone = lambda: False
-        pacer.exposed_since = time.monotonic() - 10
-        started = time.monotonic()
-        pacer.pause()
-        assert time.monotonic() - started >= 0.1 and len(counts) == 2
-
-
-def test_a_rollback_journal_store_is_never_alone(tmp_path):
-    db = small_store(tmp_path)
-    conn = sqlite3.connect(db)
-    conn.execute("PRAGMA journal_mode=DELETE")
-    conn.close()
-    with open_store(db) as store:
-        assert str(store.scalar("PRAGMA journal_mode")).lower() == "delete"
-        assert pacer_for(store).alone() is False
-
-
-def test_inside_another_pid_namespace_locks_prove_nothing(tmp_path):
-    """/proc/locks leaves out the locks of processes outside the namespace of its /proc mount: from inside
-    a container a Hermes on the host is invisible there, so the store is never taken for unshared."""
-    import shutil
-
-    db = small_store(tmp_path)
-    code = ("import sys; from maint.store.holders import foreign_locks, proc_shows_every_process;"
-            "print(foreign_locks(sys.argv[1]), proc_shows_every_process())")
-    with open_store(db) as store:  # our process holds the -shm lock, outside the child's namespace
-        assert store.scalar("SELECT COUNT(*) FROM sessions") == 1
-        run = subprocess.run([shutil.which("unshare"), "--pid", "--fork", "--mount-proc", sys.executable, "-c", code,
-                              str(db)], capture_output=True, text=True, timeout=60, cwd=REPO)
-        assert run.returncode == 0, run.stderr
-        assert run.stdout.split() == ["None", "False"]
-        here = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=60,
-                              cwd=REPO)
-        assert here.stdout.split() == ["True", "True"]
 
 
 RAW_WRITER = """
@@ -376,3 +304,24 @@ def test_two_writers_beside_a_real_prune_lose_nothing(tmp_path):
     assert [o["failed"] for o in outs] == [0, 0] and all(o["done"] >= 1 for o in outs)
     for i, o in enumerate(outs):
         assert query(db, "SELECT COUNT(*) FROM messages WHERE session_id = ?", f"w{i}") == [(o["done"],)]
+
+
+def test_only_a_unit_that_alone_overruns_the_target_is_lightened():
+    """Taking a unit's rows out of the index first costs transactions of their own; on a store of real
+    text a chunk is a few dozen messages, and lightening every unit heavier than a chunk doubled the
+    run's transactions. Only a unit that alone would hold the lock past the target is lightened."""
+
+    class FixedRate(Batcher):
+        def observe(self, work, seconds):
+            pass
+
+    asked = []
+
+    def lighten(unit):
+        asked.append(unit)
+        return None
+
+    units = [1, 50, 2000]  # a chunk is 1, the target 1000
+    total = run_batched(units, lambda u: u, lambda batch: len(batch), contextlib.nullcontext, Pacer(lambda: 0),
+                        batcher=FixedRate(target_s=1.0, chunk_s=0.001, rate=1000), lighten=lighten)
+    assert total == 3 and asked == [2000]

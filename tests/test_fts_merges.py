@@ -11,9 +11,8 @@ import pytest
 from maint.ops.prune import execute_prune, plan_prune
 from maint.store.batching import Batcher, Pacer, run_batched
 from maint.store.connection import open_store
-from maint.store import fts_merges
-from maint.store.fts_merges import META_KEY, MergeSteps, restore_left_over
-from maint.store.fts_segments import fts5_tables, read_structure
+from maint.store import fts_index as fts_merges
+from maint.store.fts_index import META_KEY, MergeSteps, fts5_tables, restore_left_over, structure_blob
 from tests.conftest import REPO
 from tests.storegen import StoreBuilder
 
@@ -55,7 +54,7 @@ def test_the_store_has_hermes_fts5_tables(tmp_path):
     db = hermes_store(tmp_path / "state.db", sessions=2, messages=2)
     with open_store(db) as store:
         assert fts5_tables(store.conn) == TABLES
-        assert all(read_structure(store.conn, t).segments >= 1 for t in TABLES)
+        assert all(structure_blob(store.conn, t) for t in TABLES)
 
 
 @pytest.mark.parametrize("hermes_value", [None, 8])
@@ -102,7 +101,6 @@ def test_merge_steps_finish_what_automerge_would_have_done(tmp_path, monkeypatch
                 conn.executemany("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?,?,?,?)",
                                  [("recent", "user", f"message {n} {i} " + "lorem ipsum dolor " * 100, 1.0)
                                   for i in range(20)])
-        assert all(read_structure(store.conn, t).pending_merge(4) for t in TABLES)
         steps = MergeSteps(store, TABLES)
         steps.pages = 8
         n = 0
@@ -112,33 +110,12 @@ def test_merge_steps_finish_what_automerge_would_have_done(tmp_path, monkeypatch
                     break
             n += 1
         assert n >= 4  # bounded steps, not one merge of everything
-        assert not any(read_structure(store.conn, t).pending_merge(4) for t in TABLES)
+        blobs = [structure_blob(store.conn, t) for t in TABLES]
+        with store.write() as conn:  # FTS5's own merge finds nothing left either
+            for t in TABLES:
+                conn.execute(f"INSERT INTO {t}({t}, rank) VALUES('merge', 1000)")
+        assert [structure_blob(store.conn, t) for t in TABLES] == blobs
         store.conn.execute("DELETE FROM messages WHERE session_id = 'old1'")
-    assert_index_whole(db)
-
-
-def test_during_the_run_a_level_waits_for_more_segments_and_the_end_merges_down_to_usermerge(tmp_path):
-    """Merging a level once it holds 12 segments (4 short of FTS5's crisis merge) instead of 4 rewrites
-    each delete marker fewer times over a long run; the end still leaves what automerge would."""
-    db = hermes_store(tmp_path / "state.db", sessions=4, messages=2)
-    with open_store(db) as store:
-        for t in TABLES:
-            store.conn.execute(f"INSERT INTO {t}({t}, rank) VALUES('automerge', 0)")
-        for n in range(6):
-            with store.write() as conn:
-                conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?,?,?,?)",
-                             ("recent", "user", f"message {n}", 1.0))
-        steps = MergeSteps(store, TABLES)
-        assert steps.run_segments == {t: 12 for t in TABLES}
-        with store.write():
-            assert steps.step() is False  # 6 or 7 segments a level: left for later
-        assert all(read_structure(store.conn, t).pending_merge(4) for t in TABLES)
-        steps.finishing = True
-        while True:
-            with store.write():
-                if not steps.step():
-                    break
-        assert not any(read_structure(store.conn, t).pending_merge(4) for t in TABLES)
     assert_index_whole(db)
 
 
@@ -237,130 +214,20 @@ def test_nothing_to_prune_leaves_the_fts_config_untouched(tmp_path):
                          for t in TABLES]  # not even the config cookie moved
 
 
-@pytest.mark.parametrize("stored, read", [(8, 8), ("8", 8), (b"8", 4), ("x", 4), (None, 4)])
-def test_merge_levels_read_usermerge_as_fts5_does(tmp_path, stored, read):
-    """Digits stored as text are a number to FTS5 (numeric affinity); a blob is not."""
-    db = hermes_store(tmp_path / "state.db", sessions=1, messages=1)
-    if stored is not None:
-        conn = apsw.Connection(str(db))
-        conn.execute("INSERT OR REPLACE INTO messages_fts_config(k, v) VALUES ('usermerge', ?)", (stored,))
-        conn.close()
-    with open_store(db) as store:
-        assert MergeSteps(store, TABLES).min_segments == {"messages_fts": read, "messages_fts_trigram": 4}
-
-
-def test_a_long_run_merges_wider_levels_so_each_delete_marker_is_rewritten_once():
-    from maint.store.fts_merges import run_fan_in
-
-    assert [run_fan_in(t, 12) for t in (0, 40, 434, 10**9)] == [12, 14, 145, 400]
-    assert run_fan_in(100, 60) == 60  # never narrower than Hermes's own crisis merge allows
-
-
-def test_hermes_commits_during_a_run_never_crisis_merge_a_level_while_it_gathers(tmp_path):
-    """Our steps merge a level once it holds the run's fan-in, a few pages at a time, while Hermes's
-    commits keep adding segments to it. With crisismerge only 4 above the fan-in, an append on a
-    SessionDB-built store merged the 23 segments of level 0 in its own commit (192 ms, beside a
-    prune); held at twice the fan-in, at least 16 above, those commits only add segments."""
-    from maint.store.fts_merges import merges_in_our_hands
-
-    db = hermes_store(tmp_path / "state.db", sessions=2, messages=2)
-    with open_store(db) as store:
-        with merges_in_our_hands(store, target_s=0.01, pause=lambda: None, after_commit=lambda: None,
-                                 expected_transactions=0):
-            fan_in = 12  # Hermes's own crisis merge (16) - 4: the narrowest a run takes
-            writer = apsw.Connection(str(db))
-            try:
-                for n in range(100):
-                    level0 = [len(read_structure(writer, t).levels[0].leaves) for t in TABLES]
-                    if min(level0) >= fan_in + 15:
-                        break
-                    before = [read_structure(writer, t).segments for t in TABLES]
-                    writer.execute("INSERT INTO messages (session_id, role, content, timestamp) "
-                                   "VALUES ('recent', 'user', ?, 1.0)", (f"live {n}",))
-                    after = [read_structure(writer, t).segments for t in TABLES]
-                    assert after == [b + 1 for b in before], (n, level0, before, after)  # added, nothing merged
-            finally:
-                writer.close()
-            assert min(level0) >= fan_in + 15
-
-
-@pytest.mark.parametrize("hermes_crisis", [None, 20, "20"])
-def test_crisismerge_is_held_above_the_run_fan_in_and_put_back_exactly(tmp_path, hermes_crisis):
-    from maint.ops.prune import interrupted
-    from maint.store.fts_merges import CRISIS_KEY, merges_in_our_hands
-
-    db = hermes_store(tmp_path / "state.db", sessions=2, messages=2)
-    if hermes_crisis is not None:
-        conn = apsw.Connection(str(db))
-        for t in TABLES:
-            conn.execute(f"INSERT OR REPLACE INTO {t}_config(k, v) VALUES ('crisismerge', ?)", (hermes_crisis,))
-        conn.close()
-    before = configs(db)
-    with open_store(db) as store:
-        with merges_in_our_hands(store, target_s=0.01, pause=lambda: None, after_commit=lambda: None,
-                                 expected_transactions=900) as step:
-            held = {t: dict(store.conn.execute(f"SELECT k, v FROM {t}_config")) for t in TABLES}
-            assert all(h["crisismerge"] == 600 and h["automerge"] == 0 for h in held.values()), held  # 2 x 900/3
-            assert json.loads(store.get_meta(CRISIS_KEY)) == {t: None if hermes_crisis is None else
-                                                              (20 if hermes_crisis == 20 else {"text": "20"})
-                                                              for t in TABLES}
-            assert len(interrupted(store)) == 2  # what doctor would report if we died here
-            assert step() is False  # nothing to merge on this store
-        assert store.get_meta(CRISIS_KEY) is None and interrupted(store) == []
-    assert configs(db) == before
-
-
-KILLED_WHILE_HELD = """
-import os, signal, sys
-from maint.store.connection import open_store
-from maint.store.fts_merges import merges_in_our_hands
-store = open_store(sys.argv[1])
-with merges_in_our_hands(store, target_s=0.01, pause=lambda: None, after_commit=lambda: None,
-                         expected_transactions=900):
-    os.kill(os.getpid(), signal.SIGKILL)
-"""
-
-
-def test_a_run_killed_with_crisismerge_held_is_put_right_by_the_next(tmp_path):
-    from maint.store.fts_merges import CRISIS_KEY
-
-    db = hermes_store(tmp_path / "state.db", sessions=2, messages=2)
-    before = configs(db)
-    killed = subprocess.run([sys.executable, "-c", KILLED_WHILE_HELD, str(db)], cwd=REPO, capture_output=True,
-                            text=True, timeout=120)
-    assert killed.returncode == -9, killed.stderr
-    assert all(("crisismerge", 600) in rows for rows in configs(db).values())
-    with open_store(db) as again:
-        assert restore_left_over(again)
-        assert again.get_meta(CRISIS_KEY) is None and again.get_meta(META_KEY) is None
-    assert configs(db) == before
-
-
-def test_crisismerge_is_read_as_fts5_reads_it():
-    from maint.store.fts_merges import _crisismerge
-
-    assert [_crisismerge(v) for v in (None, 20, {"text": "50"}, 5000, 1, 0, -3, 20.5, {"blob": "3230"})] == \
-        [16, 20, 50, 1999, 16, 16, 16, 16, 16]
-    # FTS5 reads it with sqlite3_value_int: the low 32 bits, signed (a hostile try found 2**32 + 5 read as 1999)
-    assert [_crisismerge(v) for v in (2**32 + 5, {"text": str(2**32 + 5)}, 2**31, 2**32 - 1, 2**63 - 1, 2**64)] == \
-        [5, 5, 16, 16, 16, 16]
-
-
 def test_automerge_and_usermerge_are_read_with_their_low_32_bits_too():
-    from maint.store.fts_merges import _automerge, fts5_int
+    from maint.store.fts_index import _automerge, fts5_int
 
     assert [_automerge(v) for v in (2**32 + 3, 2**32, 2**31 + 3, 65)] == [3, 0, 4, 4]
     assert fts5_int(2**32 + 8, 4, 2, 16) == 8 and fts5_int(2**32 + 17, 4, 2, 16) == 4
 
 
-@pytest.mark.parametrize("note", [META_KEY, "hermes_maint.fts_crisismerge"])
 @pytest.mark.parametrize("raw", ["garbage{", "[1,2]", '{"messages_fts": [1]}', '{"messages_fts": {"x": 1}}'])
-def test_a_damaged_settings_note_is_dropped_with_a_warning_and_the_run_goes_on(tmp_path, cli, note, raw):
+def test_a_damaged_settings_note_is_dropped_with_a_warning_and_the_run_goes_on(tmp_path, cli, raw):
+    note = META_KEY
     db = hermes_store(tmp_path / "state.db", sessions=10, messages=5)
     conn = apsw.Connection(str(db))
     for t in TABLES:  # as a killed run left them
         conn.execute(f"INSERT INTO {t}({t}, rank) VALUES('automerge', 0)")
-        conn.execute(f"INSERT INTO {t}({t}, rank) VALUES('crisismerge', 300)")
     conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?)", (note, raw))
     conn.close()
     done = subprocess.run([sys.executable, "-m", "maint", "prune", "--db", str(db), "--older-than", "30", "--yes",
@@ -368,8 +235,7 @@ def test_a_damaged_settings_note_is_dropped_with_a_warning_and_the_run_goes_on(t
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "is damaged" in done.stderr
     assert json.loads(done.stdout)["deleted"] == 10
-    option = "automerge" if note == META_KEY else "crisismerge"
-    assert all(option not in dict(rows) for rows in configs(db).values())  # back to FTS5's default
+    assert all("automerge" not in dict(rows) for rows in configs(db).values())  # back to FTS5's default
     with open_store(db) as store:
         assert store.get_meta(note) is None
     assert_index_whole(db)
@@ -403,3 +269,4 @@ def test_every_transaction_of_a_run_follows_a_pause_after_our_previous_commit(tm
     assert events.count("tx") >= 4, events
     back_to_back = [i for i in range(1, len(events)) if events[i] == events[i - 1] == "tx"]
     assert back_to_back == [], events
+

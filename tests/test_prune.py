@@ -212,7 +212,7 @@ def test_batches_never_split_a_lineage(make_store):
 
         store.write = spy
         result = execute_prune(store, plan, batcher=Batcher(target_s=0, max_load=1))
-    # one transaction a unit, plus any that only finish FTS5 merges (maint/store/fts_merges.py)
+    # one transaction a unit, plus any that only finish FTS5 merges (maint/store/fts_index.py)
     assert result.transactions >= 24 and len(result.deleted_ids) == 48
     for snapshot in seen_batches:  # before each transaction, every compression chain is whole or gone
         for n in range(12):

@@ -96,3 +96,14 @@ def test_malformed_tuning_variables_do_not_crash(tmp_path):
     result = run_subprocess("stats", "--db", store, env={"HERMES_MAINT_BUSY_MS": "²"})
     line, = result.stderr.strip().splitlines()
     assert result.returncode == 2 and "HERMES_MAINT_BUSY_MS='²'" in line and "at most 3600000" in line, line
+
+
+def test_the_default_hold_back_is_within_hermes_s_write_patience():
+    """A unit is held back when its delete would hold the lock longer than max_unit_s; Hermes's SessionDB
+    gives a write 15 tries of 20-150 ms jitter (about 1.3 s, hermes-agent #74478). The default was 5 s."""
+    from hermes_state import SessionDB
+
+    from maint.settings import SETTINGS
+
+    budget = SessionDB._WRITE_MAX_RETRIES * (SessionDB._WRITE_RETRY_MIN_S + SessionDB._WRITE_RETRY_MAX_S) / 2
+    assert SETTINGS["max_unit_s"].default < budget

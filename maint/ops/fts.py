@@ -19,50 +19,17 @@ No message changes. Each index is rebuilt in its own transaction.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import apsw
 
 from maint.store.connection import Store
+from maint.store.fts_index import Fill, fill_of, is_inline  # noqa: F401 - used here and by doctor
 
 EXPECTED = ("messages_fts", "messages_fts_trigram")
-
-_INSERT = re.compile(r"INSERT\s+INTO\s+(\w+)\s*\(([^)]*)\)\s*VALUES\s*\((.*)\)\s*;\s*$", re.I | re.S)
-_TRIGGER = re.compile(r"AFTER\s+INSERT\s+ON\s+messages\s*(?:WHEN\s+(.*?))?\s*BEGIN\s+(.*?)\s*END\s*$", re.I | re.S)
-
 
 def mentions(line: str, table: str) -> bool:
     """The line names this FTS table (not merely one whose name starts the same)."""
     return re.search(rf"(?<![\w]){re.escape(table)}(?![\w])", line) is not None
-
-
-@dataclass
-class Fill:
-    """How Hermes's insert trigger fills an inline index: its columns, the values per message, its condition."""
-
-    columns: str
-    values: str
-    where: str | None
-
-
-def is_inline(store: Store, table: str) -> bool:
-    sql = store.scalar("SELECT sql FROM sqlite_master WHERE name = ?", (table,)) or ""
-    return "content=" not in sql.replace(" ", "").lower()
-
-
-def fill_of(store: Store, table: str) -> Fill | None:
-    """The single ``INSERT INTO table(...) VALUES (new....)`` of Hermes's AFTER INSERT trigger, re-aimed at ``m``."""
-    for (sql,) in store.conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'messages'"):
-        trig = _TRIGGER.search(sql or "")
-        if not trig:
-            continue
-        ins = _INSERT.search(trig.group(2).strip())
-        if not ins or ins.group(1) != table or ";" in trig.group(2).strip()[:-1]:
-            continue
-        values = re.sub(r"\bnew\.", "m.", ins.group(3), flags=re.I)
-        where = re.sub(r"\bnew\.", "m.", trig.group(1), flags=re.I) if trig.group(1) else None
-        return Fill(ins.group(2), values, where)
-    return None
 
 
 def coverage(store: Store, table: str) -> tuple[int, int] | None:

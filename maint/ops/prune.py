@@ -10,21 +10,18 @@ deleted).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from maint.fmt import fmt_bytes, fmt_time
-from maint.ops.fts_detach import NOTE_KEY as FTS_DETACHED_KEY, detaching, put_back_left_over
 from maint.store import lineage
 from maint.store.batching import Batcher, pacer_for, run_batched, target_from_env
 from maint.store import guard
-from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since
 from maint.store.checkpointer import background_checkpoints
-from maint.store.fts_merges import (CRISIS_KEY as FTS_CRISIS_KEY, META_KEY as FTS_AUTOMERGE_KEY, merges_in_our_hands,
-                                   restore_left_over)
+from maint.store.fts_index import (META_KEY as FTS_AUTOMERGE_KEY, NOTE_KEY as FTS_DETACHED_KEY, detaching,
+                                   merges_in_our_hands, put_back_left_over, restore_left_over)
 from maint.store.holders import other_connections
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
@@ -202,39 +199,6 @@ def stored_bytes(store: Store, ids: list[str]) -> int:
     return total
 
 
-def _still_safe(store: Store, units: list[Unit], now: float,
-                planned_at: float = 0.0) -> tuple[list[Unit], list[Unit]]:
-    """Read-check inside the write transaction: (units to delete, units reopened, pinned, locked, written to
-    or given a child since *planned_at*: a subagent run started under a session after the plan is not
-    in its unit, and would be left behind with its parent gone)."""
-    ids = [sid for u in units for sid in u.session_ids]
-    new_parents = given_children_since(store, ids, planned_at)
-    pinned = "COALESCE(pinned, 0)" if store.has_column("sessions", "pinned") else "0"
-    rows = {}
-    for chunk in chunks(ids):
-        for sid, ended, pin, last in store.conn.execute(
-                f"SELECT id, ended_at, {pinned}, {NEWEST_MESSAGE_SQL} "
-                f"FROM sessions s WHERE id IN ({ph(chunk)})", chunk):
-            rows[sid] = (ended, pin, last)
-    locked = guard.locked_ids(store, now)
-
-    def safe(unit: Unit) -> bool:
-        for sid in unit.session_ids:
-            if sid not in rows:
-                continue  # already gone: nothing to do for it
-            ended, pin, last = rows[sid]
-            if (ended is None or (pin and not unit.pinned_ok) or sid in locked
-                    or last != unit.last_message_at.get(sid) or sid in new_parents):
-                return False
-        return True
-
-    ok: list[Unit] = []
-    moved: list[Unit] = []
-    for unit in units:
-        (ok if safe(unit) else moved).append(unit)
-    return ok, moved
-
-
 def interrupted(store: Store) -> list[str]:
     """What a prune killed midway left for the next run to put back (read only; [] when nothing)."""
     if not store.has_table("state_meta"):
@@ -242,8 +206,6 @@ def interrupted(store: Store) -> list[str]:
     left = []
     if store.get_meta(FTS_AUTOMERGE_KEY) is not None:
         left.append("FTS5 automerge held at 0 (Hermes's value is kept in state_meta)")
-    if store.get_meta(FTS_CRISIS_KEY) is not None:
-        left.append("FTS5 crisismerge held high (Hermes's value is kept in state_meta)")
     if store.get_meta(FTS_DETACHED_KEY) is not None:
         left.append("a conversation's messages out of the search index ahead of a delete that did not happen")
     return left
@@ -251,17 +213,9 @@ def interrupted(store: Store) -> list[str]:
 
 def recover_interrupted(store: Store) -> None:
     """Put back what a prune killed midway left for the next run (our run lock is held, so it is not running):
-    Hermes's FTS5 ``automerge`` and ``crisismerge``, and a conversation's messages taken out of the index
-    ahead of its delete."""
+    Hermes's FTS5 ``automerge``, and a conversation's messages taken out of the index ahead of its delete."""
     restore_left_over(store)
     put_back_left_over(store)
-
-
-@contextlib.contextmanager
-def _nothing_to_merge(store: Store) -> Iterator[None]:
-    """Nothing to delete: FTS5's setting stays as it is (after a crashed run's is put back)."""
-    restore_left_over(store)
-    yield None
 
 
 @dataclass
@@ -275,13 +229,11 @@ class PruneResult:
     removed_files: list[str] = field(default_factory=list)  # Hermes's files of the deleted sessions
 
 
-# A unit is deleted in one transaction, so the lock is held for all of its messages. Hermes gives up
-# on a write after about 15 s of waiting; while other processes have the store open, a unit whose
-# delete would hold the lock longer than the max_unit_s setting is held back instead.
+# A unit is deleted in one transaction, so the lock is held for all of its messages. Hermes's
+# SessionDB gives up on a write after about 1.3 s of retries (15 x 20-150 ms, hermes-agent issue
+# #74478); while other processes have the store open, a unit whose delete would hold the lock longer
+# than the max_unit_s setting (below that budget) is held back instead.
 SLOWEST_S_PER_MESSAGE = 0.0002  # the slowest rate measured on stores Hermes built (0.08-0.2 ms)
-# Messages (and sessions) deleted a second on the scale benchmark's stores: only to foresee how many
-# commits a run makes, which sets how wide FTS5 merges may be (maint.store.fts_merges.run_fan_in).
-TYPICAL_RATE = 15_000
 
 
 def max_unit_seconds() -> float:
@@ -304,25 +256,34 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
     others: list[int | None] = []  # counted once, at the first unit that needs it
     msgs = [0]
     transactions = [0]  # ours that delete or merge, not the two that hold and give back FTS5's automerge
+    batcher = batcher or Batcher()
 
     def transaction():
         transactions[0] += 1
         return store.write()
 
     def too_long(unit: Unit) -> bool:
-        if unit.messages * max(SLOWEST_S_PER_MESSAGE, 1 / batcher.rate) <= max_unit_s:
+        # A unit that leaves the index first (detacher) holds the lock for much less than the run's rate says.
+        per_message = SLOWEST_S_PER_MESSAGE if detacher is not None else max(SLOWEST_S_PER_MESSAGE, 1 / batcher.rate)
+        if unit.messages * per_message <= max_unit_s:
             return False
         if not others:
             others.append(other_connections(store.path))
         return others[0] != 0  # None: nobody can say no one else has it open
 
+    files_due: list[str] = []  # sessions deleted by the transaction in flight: their files go once it commits
+    removed_files: list[str] = []
+
     def apply(chunk: list[Unit]) -> int:
         held = [u for u in chunk if too_long(u)]
-        if held:
-            too_big.extend(sid for u in held for sid in u.session_ids)
-            chunk = [u for u in chunk if not any(u is h for h in held)]
-        ok, moved = _still_safe(store, chunk, time.time(), plan.planned_at)
-        changed.extend(sid for u in moved for sid in u.session_ids)
+        too_big.extend(sid for u in held for sid in u.session_ids)
+        chunk = [u for u in chunk if not any(u is h for h in held)]
+        # read-checked inside the write transaction: a unit goes whole or not at all
+        planned = {sid: u.last_message_at.get(sid) for u in chunk for sid in u.session_ids}
+        moved = guard.changed_since_plan(store, planned, plan.planned_at, time.time(),
+                                         pinned_ok=plan.include_pinned)
+        ok = [u for u in chunk if moved.isdisjoint(u.session_ids)]
+        changed.extend(sid for u in chunk if not moved.isdisjoint(u.session_ids) for sid in u.session_ids)
         ids = [sid for u in ok for sid in u.session_ids]
         if ids:
             delete_sessions(store, store.conn, ids)
@@ -334,30 +295,28 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         return len(ids)
 
     def lighten(unit: Unit) -> Callable[[], bool] | None:
-        """A unit too big for one transaction leaves the FTS indexes first (see maint.ops.fts_detach),
+        """A unit too big for one transaction leaves the FTS indexes first (see maint.store.fts_index),
         unless it is to be held back or has changed since planning."""
-        if detacher is None or too_long(unit) or not _still_safe(store, [unit], time.time(), plan.planned_at)[0]:
+        planned = {sid: unit.last_message_at.get(sid) for sid in unit.session_ids}
+        if detacher is None or too_long(unit) or guard.changed_since_plan(
+                store, planned, plan.planned_at, time.time(), pinned_ok=plan.include_pinned):
             return None
         return detacher.start(unit.session_ids)
 
-    files_due: list[str] = []  # sessions deleted by the transaction in flight: their files go once it commits
-    removed_files: list[str] = []
-
-    def files_after(after_commit: Callable[[], None]) -> Callable[[], None]:
-        def after() -> None:
-            after_commit()
+    if not len(plan.units):  # FTS5's setting stays as it is (after a crashed run's is put back)
+        restore_left_over(store)
+        return PruneResult(deleted_ids=deleted, messages=0, skipped_changed=[], transactions=0,
+                           longest_lock_s=store.write_stats.longest_hold_s)
+    pacer = pacer_for(store)
+    with background_checkpoints(store) as checkpoint, \
+            merges_in_our_hands(store, target_s=batcher.target_s, pause=pacer.pause, after_commit=checkpoint) \
+            as merge_step, \
+            detaching(store, piece=int(batcher.chunk_load), target_s=batcher.target_s, pause=pacer.pause) as detacher:
+        def after_commit() -> None:
+            checkpoint()
             removed_files.extend(remove_session_files(store.path, files_due))
             files_due.clear()
-        return after
 
-    batcher = batcher or Batcher()
-    pacer = pacer_for(store)
-    with background_checkpoints(store) as after_commit, \
-            (merges_in_our_hands(store, target_s=batcher.target_s, pause=pacer.pause, after_commit=after_commit,
-                                 expected_transactions=(plan.messages + plan.sessions)
-                                 / (TYPICAL_RATE * max(batcher.target_s, 0.001)))
-             if len(plan.units) else _nothing_to_merge(store)) as merge_step, \
-            detaching(store, piece=int(batcher.chunk_load), target_s=batcher.target_s, pause=pacer.pause) as detacher:
         def upkeep() -> bool:
             """What earlier transactions left: a given-up conversation going back into the index, then merges."""
             if detacher is not None and detacher.give_back_step():
@@ -365,7 +324,7 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
             return merge_step() if merge_step is not None else False
 
         run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, transaction,
-                    pacer, batcher=batcher, on_progress=on_progress, after_commit=files_after(after_commit),
+                    pacer, batcher=batcher, on_progress=on_progress, after_commit=after_commit,
                     upkeep=upkeep if merge_step is not None or detacher is not None else None, lighten=lighten)
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=transactions[0],

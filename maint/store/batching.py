@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
-from maint.store.holders import foreign_locks, other_connections
+from maint.store.holders import other_connections
 
 U = TypeVar("U")
 
@@ -63,19 +63,14 @@ class Pacer:
     the store has exactly one other connection does a commit (PRAGMA data_version) end the pause
     sooner: that writer is served. With more, one commit cannot be told from another's (a quick
     writer goes in twice while a third still sleeps), and with none visible, or an incomplete count,
-    a commit proves nothing: those pauses run their whole step.
-
-    When the last count found no other connection and *alone* still says so (no other process has
-    opened the store since: a cheap check, run at every pause), there is nobody to let in and the
-    pause returns at once; when *alone* says otherwise, the count is taken again.
+    a commit proves nothing (a writer in another container is invisible to the count): those pauses
+    run their whole step. See docs/design/pacing.md.
     """
 
     def __init__(self, data_version: Callable[[], int], writers: Callable[[], int | None] = lambda: None,
-                 alone: Callable[[], bool] = lambda: False, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+                 *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
         self.data_version = data_version
         self.writers = writers
-        self.alone = alone
         self.clock, self.sleep = clock, sleep  # a test drives the pause with a fake clock
         self.exposed_since = clock()
         self._expected: int | None = None
@@ -88,11 +83,6 @@ class Pacer:
         return self._expected
 
     def pause(self) -> None:
-        if self.expected_writers() == 0:
-            if self.alone():
-                self.exposed_since = self.clock()
-                return
-            self._counted_at = float("-inf")  # someone has opened the store since the count
         one_writer = self.expected_writers() == 1
         start = self.clock()
         deadline = start + busy_retry_within(start - self.exposed_since) + MARGIN_S
@@ -116,14 +106,9 @@ class Pacer:
 
 
 def pacer_for(store) -> Pacer:
-    """A pacer that knows how many other connections the store has (see :mod:`maint.store.holders`).
-
-    Only a WAL store can tell it is alone: every connection to it locks the ``-shm`` while open (a
-    rollback-journal connection locks nothing between its transactions, so those pauses always run).
-    """
-    wal = str(store.scalar("PRAGMA journal_mode")).lower() == "wal"
-    return Pacer(store.data_version, writers=lambda: other_connections(store.path),
-                 alone=lambda: wal and foreign_locks(store.path) is False)
+    """A pacer that knows how many other connections the store has (see :mod:`maint.store.holders`)."""
+    path = store.path
+    return Pacer(store.data_version, writers=lambda: other_connections(path))
 
 
 def target_from_env() -> float:
@@ -167,6 +152,11 @@ class Batcher:
         if work > 0 and seconds > 0:
             self.rate = 0.7 * self.rate + 0.3 * (work / seconds)
 
+    @property
+    def target_load(self) -> float:
+        """The work one transaction does in its target time: a unit heavier holds the lock past it."""
+        return min(self.max_load, max(self.min_load, self.rate * self.target_s))
+
     def room_for_another(self, held_s: float) -> bool:
         return held_s + self.chunk_s <= self.target_s
 
@@ -183,12 +173,13 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
     *after_commit* runs after each transaction (outside the write lock), before the pause, which
     follows every transaction, the last one too: no two of ours meet without writers let in between.
     *upkeep* is one bounded step of work our earlier chunks left behind (FTS5 merges, see
-    :mod:`maint.store.fts_merges`), False when none is left: each transaction runs it first, and
+    :mod:`maint.store.fts_index`), False when none is left: each transaction runs it first, and
     takes new chunks only once it is done, so that work never piles up. A unit heavier than a chunk
     goes in a transaction of its own: its lock time is its own.
-    *lighten*, given a unit heavier than a chunk, returns one bounded step (False when done) that moves
-    part of its work into transactions of their own ahead of it (see :mod:`maint.ops.fts_detach`), or
-    None; the unit is applied, alone, in the transaction after its last step. Its rate is not learnt.
+    *lighten*, given a unit heavier than :attr:`Batcher.target_load`, returns one bounded step (False when
+    done) that moves part of its work into transactions of their own ahead of it (see
+    :mod:`maint.store.fts_index`), or None; the unit is applied, alone, in the transaction after its last
+    step. Its rate is not learnt.
     """
     batcher = batcher or Batcher()
     total = 0
@@ -204,7 +195,7 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
                 while pending and batcher.room_for_another(time.monotonic() - opened):
                     pending = upkeep()
             if not pending and lighten is not None and (lightening is None or lightening[0] != pos) \
-                    and max(1, weight(units[pos])) > batcher.chunk_load:
+                    and max(1, weight(units[pos])) > batcher.target_load:
                 lightening = (pos, lighten(units[pos]))
             if not pending and lightening is not None and lightening[0] == pos and lightening[1] is not None:
                 step = lightening[1]

@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Iterable
 
-from maint.store.catalog import NUMERIC, catalog_sql
+from maint.store.catalog import NEWEST_MESSAGE_SQL, NUMERIC, catalog_sql, given_children_since
 from maint.store.connection import Store
 
 ACTIVE_S = 300.0
@@ -58,3 +58,19 @@ def busy(store: Store, ids: Iterable[str], now: float | None = None, *, active: 
         elif active and is_active:
             out[sid] = ACTIVE
     return out
+
+
+def changed_since_plan(store: Store, planned: dict[str, float | None], planned_at: float, now: float, *,
+                       pinned_ok: bool = False) -> set[str]:
+    """Of the sessions a bulk delete planned (id -> its newest message time then), those it may no longer
+    delete, read inside its write transaction: reopened, pinned, locked, written to, or given a child
+    since *planned_at* (a subagent run started under it after the plan would be left behind with its
+    parent gone). With *pinned_ok* (prune --include-pinned) a pin does not stop it. A session already
+    gone is not among them: there is nothing left to do for it."""
+    ids = list(planned)
+    pinned = "COALESCE(pinned, 0)" if store.has_column("sessions", "pinned") else "0"
+    busy = given_children_since(store, ids, planned_at) | locked_ids(store, now)
+    return {sid for sid, ended, pin, last in store.conn.execute(
+        f"SELECT id, ended_at, {pinned}, {NEWEST_MESSAGE_SQL} FROM sessions s "
+        "WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(ids),))
+        if ended is None or (pin and not pinned_ok) or last != planned[sid] or sid in busy}

@@ -152,53 +152,6 @@ def other_connections(db: Path) -> int | None:
     return None if report.unknown else sum(h.connections for h in report.holders)
 
 
-# The inode of the initial PID namespace (the kernel's PROC_PID_INIT_INO).
-INITIAL_PID_NAMESPACE = 0xEFFFFFFC
-
-
-def proc_shows_every_process() -> bool:
-    """True when we and the mounted ``/proc`` are in the initial PID namespace: only then does
-    ``/proc/locks`` list every process's locks (since Linux 4.9 it leaves out the locks of processes
-    outside the namespace of the ``/proc`` mount: a Hermes in another container or on the host, seen
-    from inside a container)."""
-    try:
-        return (os.stat("/proc/self/ns/pid").st_ino == INITIAL_PID_NAMESPACE
-                and int(os.readlink("/proc/self")) == os.getpid())
-    except (OSError, ValueError):
-        return False
-
-
-def foreign_locks(db: Path) -> bool | None:
-    """Whether another process holds a POSIX lock on the store, its ``-wal`` or its ``-shm``
-    (Linux's ``/proc/locks``: one read, unlike the process scan). Every WAL-mode SQLite connection keeps
-    a read lock on the ``-shm`` for as long as it is open, and WAL only works between processes of one
-    machine, so False means no other WAL connection is open. None where that cannot be known: no
-    ``/proc/locks``, or one that does not show every process (see :func:`proc_shows_every_process`).
-    """
-    if not proc_shows_every_process():
-        return None
-    targets = _targets(Path(db))
-    try:
-        with open("/proc/locks") as fh:
-            text = fh.read()
-    except OSError:
-        return None
-    me = str(os.getpid())
-    for line in text.splitlines():
-        # "1: POSIX  ADVISORY  READ 7188 fe:00:2146434 128 128"; "1: -> POSIX ..." for a request waiting on it
-        parts = [p for p in line.split() if p != "->"]
-        if len(parts) < 6 or parts[5].count(":") != 2:
-            continue
-        major, minor, inode = parts[5].split(":")
-        try:
-            key = (os.makedev(int(major, 16), int(minor, 16)), int(inode))
-        except ValueError:
-            continue
-        if key in targets and parts[4] != me:  # OFD locks show pid -1: not ours either
-            return True
-    return False
-
-
 STOP_HERMES = "stop the gateway and other Hermes processes first"
 
 
