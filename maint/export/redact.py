@@ -41,6 +41,7 @@ _FAMILIES: list[tuple[str, str]] = [
     ("fireworks", r"f(?:w|pk)[_\-][A-Za-z0-9]{20,}"),
     ("xai", r"xai-[A-Za-z0-9]{20,}"),
     ("huggingface", r"(?:hf_|api_org_)[A-Za-z0-9]{20,}"),
+    ("tailscale", r"tskey-(?:auth|api|client|scim|webhook)-[A-Za-z0-9]{6,}-[A-Za-z0-9]{16,}"),
     ("replicate", r"r8_[A-Za-z0-9]{20,}"),
     ("langsmith", r"lsv2_(?:pt|sk)_[A-Za-z0-9_]{20,}"),
     ("pinecone", r"pcsk_[A-Za-z0-9_]{20,}"),
@@ -186,8 +187,8 @@ _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
 _GATE_PAIR = (r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?[\w.\-]*"
               + _GATE_KW + r"|(?i:variable)[ \t]+\\*[\"'][\w.\-]*" + _GATE_KW)
 _GATE_CLI = r"--[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*[ \t]+[^\s\-]"
-_GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|(?i:bearer)\s|\s-[upa]|--user|--proxy-user|sshpass|machine\s"
-                r"|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\[ux][0-9a-fA-F]{2}|\\/"
+_GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|(?i:bearer)\s|\s-[upa]|--user|--proxy-user|sshpass|htpasswd"
+                r"|machine\s|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\[ux][0-9a-fA-F]{2}|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
                 r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate)[ \t]*\("
                 r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
@@ -195,7 +196,7 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|(?i:bearer)\s|\s-[upa]|--use
                 + r"[\w.\-]*[ \t\"]*,"
                 r"|\b(?i:password|passphrase|passcode|secret|token|api key|credentials?)\b[^.:\n]{0,60}:[ \t]*[^\s]")
 _GATE_SHAPES = (
-    r"sk-|gsk_|pplx-|tgp_v1_|f(?:w|pk)[_\-]|xai-|hf_|api_org_|r8_|lsv2_|pcsk_|tvly-"
+    r"sk-|tskey-|gsk_|pplx-|tgp_v1_|f(?:w|pk)[_\-]|xai-|hf_|api_org_|r8_|lsv2_|pcsk_|tvly-"
     r"|fal_|fc-|bb_live_|am_|exa_|syt_|retaindb_|hsk-|mem0_|brv_|sk_|gAAAA|AIza|GOCSPX-|ya29\.|1//0"
     r"|AKIA|ASIA|ABIA|ACCA|A3T|\dQ~|gh[pousr]_|github_pat_|gl(?:pat|dt|rtr|rt|ptt|cbt|ft|soat|oas|imt|agent|ffct|wt)-"
     r"|GR1348941|AT(?:ATT|CTT|OAT)3|ATBB|npm_|pypi-|rubygems_|dckr_|do[opr]_v1_|HRKU-|v1\.0-|vc[piakr]_"
@@ -429,11 +430,14 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
 
 
 # -- places ---------------------------------------------------------------------------------------
-_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]{1,20}://(?P<user>[^\s/?#@:\"'\\<>]*)(?::(?P<pw>[^\s/?#@\"'\\<>]*))?@")
+_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]{1,20}://(?P<user>[^\s/?#@:\"'\\<>]*)(?::(?P<pw>[^\s/?#\"'\\<>]*))?@")
 _PEM_BEGIN = re.compile(r"-----BEGIN (?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----")
 _PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=\s:,.\-]|\\[nrt])*")
-_BEARER = re.compile(r"(?i)\bbearer\s+(?P<v>[A-Za-z0-9._~+/=\-]{16,})")
+_BEARER = re.compile(r"(?i)\bbearer[ \t]+(?P<v>[A-Za-z0-9._~+/=\-]{16,})")
 _CURL_USER = re.compile(r"(?:\s-u|--user|--proxy-user)[ \t=]+([\"']?)[^\s:\"']+:(?P<v>[^\s\"'@]+)\1")
+# htpasswd -b[c…] FILE USER PASSWORD (-n: no file): the password is the last positional argument
+_HTPASSWD = re.compile(r"\bhtpasswd(?:[ \t]+-[a-zA-Z]*b[a-zA-Z]*)(?:[ \t]+-[a-zA-Z]+)*[ \t]+(?:\S+[ \t]+)?\S+[ \t]+"
+                       r"(?P<v>[^\s\"';|&<>]+)")
 _MYSQL_P = re.compile(r"\b(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]*?\s-p(?P<v>[^\s\"']+)")
 _SSHPASS = re.compile(r"\b(?:sshpass\s+-p|redis-cli\b[^\n]*?\s-a|(?:docker|podman|nerdctl|skopeo|helm registry|oc)"
                       r"\s+login\b[^\n]*?\s-p)\s*([\"']?)(?P<v>[^\s\"']+)\1")
@@ -682,6 +686,8 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             spans.extend(m.span("v") for m in _MYSQL_P.finditer(text))
         if "sshpass" in text or "redis-cli" in text or "login" in text:
             spans.extend(m.span("v") for m in _SSHPASS.finditer(text))
+    if "htpasswd" in text:
+        spans.extend(m.span("v") for m in _HTPASSWD.finditer(text) if _value_is_secret(m.group("v"), "password", True))
     if "machine" in text:
         spans.extend(m.span("v") for m in _NETRC.finditer(text))
     if "+" in text:
