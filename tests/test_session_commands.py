@@ -216,6 +216,5 @@ def test_stored_bytes_that_are_not_utf8_are_shown_escaped_or_named(tmp_path, cli
     assert query(store, "SELECT title FROM sessions WHERE id = 'badtitle'") == [("fixed",)]
     prompts = cli("repair-prompts", "--db", store)
     assert prompts.exit_code == 0, prompts.output
-    routing = cli("repair-routing", "--db", store)
-    assert routing.exit_code == 1
-    assert "the store holds text that is not valid UTF-8" in routing.stderr and "doctor" in routing.stderr
+    routing = cli("repair-routing", "--db", store)  # no gateway row lost its routing: nothing to read past
+    assert routing.exit_code == 0, routing.output
