@@ -144,6 +144,19 @@ def untrusted_by(st: os.stat_result, also_trusted: int | None = None) -> str | N
     return None
 
 
+def _foreign_file(st: os.stat_result, owner_uid: int) -> str | None:
+    """Why an existing file we would reuse (a lock) is not ours to write, or None.
+
+    A second name (a hard link planted beside the store) may be any file on the disk, and a file of
+    another user is theirs: either would be truncated, rewritten and handed to the store's owner.
+    """
+    if st.st_nlink != 1:
+        return f"has {st.st_nlink} names (a hard link to a file elsewhere)"
+    if st.st_uid not in (os.geteuid(), 0, owner_uid):
+        return f"is owned by another user (uid {st.st_uid})"
+    return None
+
+
 class Folder:
     """An open folder: every name is resolved against its descriptor, never through a link.
 
@@ -294,9 +307,12 @@ class Folder:
                 raise FileRefused(f"{self.path / name}: is a symbolic link; refusing to write through it") from None
             raise
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        refusal = None if stat.S_ISREG(st.st_mode) else f"is {kind_of(st.st_mode)}, not a regular file"
+        if refusal is None and not exclusive:
+            refusal = _foreign_file(st, (owner or self.owner)[0])
+        if refusal:
             os.close(fd)
-            raise FileRefused(f"{self.path / name}: is {kind_of(st.st_mode)}, not a regular file; refusing to use it")
+            raise FileRefused(f"{self.path / name}: {refusal}; refusing to use it")
         os.set_blocking(fd, True)
         if exclusive or st.st_size == 0:
             with contextlib.suppress(OSError):

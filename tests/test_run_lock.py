@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from tests.conftest import REPO, file_hash, run_subprocess, session_ids
 from tests.storegen import StoreBuilder, small_store
 
@@ -107,3 +109,25 @@ def test_two_jobs_of_one_process_never_change_one_store_at_once(tmp_path, monkey
     store.close()
     t.join(60)
     assert seen[1:] == ["released", "opened"]
+
+
+def test_a_lock_name_that_is_a_hard_link_to_another_file_is_never_written(tmp_path):
+    """Hostile try 3, F3: a hard link planted as <store>.hermes-maint.lock (or Hermes's
+    .auto-maintenance.lock) named any file on the disk; a root run truncated it, wrote its pid there and
+    handed an empty one to the store's owner."""
+    from maint.errors import MaintError
+    from maint.store.locks import lock_path, maintenance_lock
+
+    store = small_store(tmp_path / "state.db")
+    victim = tmp_path / "victim.conf"
+    victim.write_text("keep\n")
+    before = file_hash(store)
+    os.link(victim, f"{store}.hermes-maint.lock")
+    result = run_subprocess("prune", "--yes", "--db", store)
+    assert result.returncode == 1 and "cannot create our run lock" in result.stderr
+    assert "hard link" in result.stderr
+    assert victim.read_text() == "keep\n" and file_hash(store) == before
+    os.link(victim, lock_path(store))
+    with pytest.raises(MaintError, match="hard link"), maintenance_lock(store):
+        pass
+    assert victim.read_text() == "keep\n"
