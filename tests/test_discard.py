@@ -150,3 +150,20 @@ class _Raw:
 
     def __exit__(self, *exc):
         self.conn.close()
+
+
+def test_json_nested_past_any_parser_in_the_ledger_is_taken_as_text(ledger, cli):
+    """Hostile try 3, F2: a payload_json or lineage_json nested 100,000 deep stopped discard with a
+    RecursionError traceback; it is text that is not JSON (no preview, lineage falls back to the target)."""
+    sid = "20250305_091523_a1b2c3d4"
+    deep = "[" * 100_000 + "]" * 100_000
+    with _Raw(ledger) as raw:
+        raw.execute("UPDATE session_admissions SET payload_json = ?, lineage_json = ? WHERE admission_id = ?",
+                    ('{"text": ' + deep + "}", deep, LOST))
+    shown = cli("discard", sid, "--db", ledger, "--dry-run", "--json")
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["lost"][0]["text"] == ""
+    done = cli("discard", sid, "--db", ledger, "--yes", "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["discarded"] == [LOST]
+    assert query(ledger, "SELECT status FROM worker_executions WHERE execution_id = 'w-lost'") == [("terminal",)]

@@ -27,10 +27,10 @@ is refused: the turn holding it is not lost.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from maint import json_text
 from maint.errors import MaintError, SessionNotFound, UsageError
 from maint.store import guard
 from maint.store.catalog import resolve_session
@@ -65,7 +65,7 @@ def require_ledger(store: Store) -> None:
 
 def _preview(payload_json: Any) -> str:
     try:
-        payload = json.loads(payload_json) if isinstance(payload_json, str) else None
+        payload = json_text.loads(payload_json) if isinstance(payload_json, str) else None
     except ValueError:
         payload = None
     text = payload.get("text") if isinstance(payload, dict) else None
@@ -155,7 +155,7 @@ def execute_discard(store: Store, plan: DiscardPlan) -> list[str]:
             _, generation, owner_epoch, target, lineage_json = row
             if workers:
                 try:
-                    lineage = json.loads(lineage_json) if lineage_json else []
+                    lineage = json_text.loads(lineage_json) if lineage_json else []
                 except ValueError:
                     lineage = []
                 last = lineage[-1] if isinstance(lineage, list) and lineage and isinstance(lineage[-1], str) else target
