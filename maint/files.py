@@ -118,9 +118,15 @@ def read_regular(path: Path | str, *, follow_links: bool = True, limit: int = RE
     return data, st
 
 
-def open_regular(path: Path | str, *, what: str = "file") -> IO[bytes]:
-    """A regular file opened for reading (links followed: the operator named it), never a FIFO or device."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+def open_regular(path: Path | str, *, what: str = "file", follow_links: bool = True) -> IO[bytes]:
+    """A regular file opened for reading, never a FIFO or device (links followed unless *follow_links* is
+    false: a name the operator gave is theirs to point, a side file we derive from it is not)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileRefused(f"{path}: is a symbolic link; refusing to read the {what} through it") from None
+        raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)

@@ -1,6 +1,7 @@
 """recover (stray messages get a 'recovered' placeholder) and repair-fts (a damaged search index rebuilt)."""
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -237,8 +238,11 @@ def test_salvage_dry_run_creates_nothing(broken, tmp_path, cli):
     assert report["dry_run"] and report["messages"] > 0 and not new.exists()
 
 
-@pytest.mark.parametrize("name", ["exists.db", "state.db"])
+@pytest.mark.parametrize("name", ["exists.db", "state.db", "state.db-wal", "state.db-journal", "state.db-shm",
+                                  "state.db.hermes-maint.lock"])
 def test_salvage_never_overwrites(broken, tmp_path, cli, name):
+    """Hostile try 3, F4: a NEW_PATH naming the damaged store's own -wal was taken; the next open of the store
+    removed the salvage."""
     db, _ = broken
     target = tmp_path / name
     if name == "exists.db":
@@ -248,6 +252,19 @@ def test_salvage_never_overwrites(broken, tmp_path, cli, name):
     assert "--salvage" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     if name == "exists.db":
         assert target.read_bytes() == b"keep me"
+
+
+def test_salvage_applies_the_open_preflight_to_the_damaged_store(broken, tmp_path, cli):
+    """Hostile try 3, F5: the salvage read the store's side files through links (a -wal linked to another
+    user's store was replayed into the copy handed to this store's owner); every other command refuses it."""
+    db, _ = broken
+    other = tmp_path / "other.db-wal"
+    other.write_bytes(b"not this store's")
+    os.symlink(other, f"{db}-wal")
+    new = tmp_path / "salvaged.db"
+    r = cli("recover", "--db", db, "--salvage", new, "--json")
+    assert r.exit_code == 1, r.output
+    assert f"{db}-wal: is not a regular file" in r.stderr and not new.exists()
 
 
 def test_salvage_of_an_intact_store_is_complete(tmp_path, hermes_home, cli, layout):

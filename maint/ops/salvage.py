@@ -38,11 +38,12 @@ import apsw
 
 from maint import files
 from maint.errors import MaintError, UsageError
-from maint.store.connection import Store
+from maint.store.connection import Store, check_regular_file
 
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 QUERY_BUDGET = 200_000  # range queries per table before the rest of a damaged span is reported unread
 SIDE_FILES = ("-wal",)  # a -shm is rebuilt from the WAL; a -journal is a rollback in progress, not data
+STORE_COMPANIONS = (".hermes-maint.lock", ".auto-maintenance.lock")  # our run lock and Hermes's sweep lock
 DERIVED_META = ("fts_rebuild_high_water", "fts_rebuild_progress")
 READ_ERRORS = (apsw.CorruptError, apsw.NotADBError, apsw.IOError, apsw.SQLError, apsw.FormatError,
                apsw.MismatchError, apsw.RangeError)
@@ -96,7 +97,7 @@ def copy_bundle(path: Path, work: Path) -> tuple[Path, dict[str, str | None]]:
             src = Path(f"{path}{suffix}")
             if not os.path.lexists(src):
                 continue
-            with files.open_regular(src, what="store") as fh, \
+            with files.open_regular(src, what="store", follow_links=not suffix) as fh, \
                     os.fdopen(folder.create(f"{copy.name}{suffix}"), "wb") as out:
                 shutil.copyfileobj(fh, out, 1 << 20)
     after = _fingerprint(path)
@@ -268,6 +269,10 @@ def _check_new_path(new: Path, store: Path) -> Path:
     new = Path(os.path.abspath(new.expanduser()))
     if new.resolve() == store.resolve():
         raise UsageError(f"--salvage: {new} is the damaged store itself (expected a new file)")
+    own = {Path(f"{store.resolve()}{s}") for s in ("-wal", "-shm", "-journal", *STORE_COMPANIONS)}
+    if new.resolve() in own:
+        raise UsageError(f"--salvage: {new} is a file SQLite or a lock keeps beside the damaged store (expected "
+                         "a new file under another name)")
     for suffix in ("", "-wal", "-shm", "-journal"):
         if os.path.lexists(f"{new}{suffix}"):
             raise UsageError(f"--salvage: {new}{suffix} already exists (expected a path where no file is; "
@@ -285,6 +290,7 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
     store_path = Path(store_path).expanduser()
     if not os.path.isfile(store_path):
         raise UsageError(f"{store_path}: no such store (expected the damaged state.db)")
+    check_regular_file(store_path)  # the preflight of every open: no special or foreign side files, no foreign link
     new = None if dry_run or new_path is None else _check_new_path(Path(new_path), store_path)
     work = Path(tempfile.mkdtemp(prefix="hermes-maint-salvage-"))
     try:
