@@ -101,6 +101,29 @@ def test_keep_removes_only_our_verified_snapshots_of_this_store(hermes_home, tmp
     assert theirs.exists() and counts(db) == counts(Path(backup(hermes_home)[0]["snapshot"]["path"]))
 
 
+def test_keep_counts_no_snapshot_another_user_could_have_written(hermes_home, tmp_path):
+    """Hostile try 3, F6: in a shared backup folder, files planted with sidecars that claim to be this store's
+    newest verified snapshots made --keep remove the owner's real ones. A snapshot or sidecar that someone
+    else owns, or that others may write, is never counted nor removed (the ownership rule of config.yaml)."""
+    _store(hermes_home / "state.db")
+    folder = hermes_home / "state-snapshots"
+    ours = [Path(backup(hermes_home)[0]["snapshot"]["path"]) for _ in range(2)]
+    side = json.loads((folder / (ours[0].name + ".json")).read_text())
+    planted = []
+    for year in (2098, 2099):
+        fake = folder / f"state-default-{year}0101T000000Z.db"
+        fake.write_bytes(ours[0].read_bytes())
+        st = fake.stat()
+        (folder / (fake.name + ".json")).write_text(json.dumps(
+            {**side, "file": fake.name, "inode": st.st_ino, "bytes": st.st_size, "created_ns": year * 10**16}))
+        os.chmod(fake, 0o666)  # anyone may have written it
+        planted.append(fake)
+    (latest,) = backup(hermes_home, "--keep", "3")
+    assert latest["removed"] == []
+    assert all(p.exists() for p in [*ours, *planted])
+    assert sorted(latest["unverified_kept"]) == sorted(map(str, planted))
+
+
 def test_keep_must_be_positive(hermes_home):
     _store(hermes_home / "state.db")
     result = backup(hermes_home, "--keep", "0", expect=2)

@@ -303,7 +303,10 @@ def _sidecar(folder: files.Folder, name: str) -> Any:
         return None
 
 
-def list_snapshots(folder: Path) -> list[Listed]:
+def list_snapshots(folder: Path, store_owner: int | None = None) -> list[Listed]:
+    """The files in *folder* named like snapshots; verified only where we (or root, or *store_owner*) wrote
+    both the file and its sidecar: whoever else can write in a shared folder never decides which snapshots
+    are this store's (and so which are rotated away)."""
     if not os.path.lexists(folder):
         return []
     out = []
@@ -319,10 +322,14 @@ def list_snapshots(folder: Path) -> list[Listed]:
                 out.append(Listed(path, False, "not a regular file"))
                 continue
             meta = _sidecar(opened, name + ".json")
+            side = opened.lstat(name + ".json")
+            foreign = files.untrusted_by(st, store_owner) or (side and files.untrusted_by(side, store_owner))
             if meta is None:
                 out.append(Listed(path, False, "no readable sidecar (not verified by hermes-maint)"))
             elif not isinstance(meta, dict) or meta.get("made_by") != MADE_BY or meta.get("file") != name:
                 out.append(Listed(path, False, "sidecar not written by hermes-maint for this file"))
+            elif foreign:
+                out.append(Listed(path, False, f"not ours: the snapshot or its sidecar {foreign}"))
             elif meta.get("quick_check") != "ok":
                 out.append(Listed(path, False, f"kept as found: {meta.get('quick_check')}", meta))
             elif meta.get("inode") != st.st_ino or meta.get("bytes") != st.st_size:
@@ -518,10 +525,15 @@ def _os_error(folder: Path, exc: OSError) -> MaintError:
     return MaintError(f"{exc.filename or folder}: {exc.strerror or exc}; no snapshot was made")
 
 
+def _owner_uid(store_path: Path) -> int | None:
+    owner = files.owner_of(store_path)
+    return owner[0] if owner else None
+
+
 def _rotatable(folder: Path, store_path: Path) -> list[Listed]:
     """This store's verified regular backups, oldest first (safety snapshots of restore are never rotated)."""
     store = str(Path(store_path).expanduser().resolve())
-    mine = [s for s in list_snapshots(folder)
+    mine = [s for s in list_snapshots(folder, _owner_uid(store_path))
             if s.verified and s.meta.get("kind") == "backup" and s.meta.get("store") == store]
     return sorted(mine, key=lambda s: s.meta.get("created_ns", 0))
 
@@ -580,6 +592,6 @@ def backup_store(target: StoreTarget, req: BackupRequest) -> dict[str, Any]:
     snap = take_snapshot(target.path, where, label=label, compact=req.compact)
     report["snapshot"] = snap.as_dict()
     report["removed"] = rotate(where, target.path, req.keep, snap.path) if req.keep else []
-    report["unverified_kept"] = [str(s.path) for s in list_snapshots(where)
+    report["unverified_kept"] = [str(s.path) for s in list_snapshots(where, _owner_uid(target.path))
                                  if not s.verified and s.path.name.startswith(f"state-{label}-")]
     return report
