@@ -241,3 +241,28 @@ def test_a_foreign_key_from_an_unknown_table_is_reported_before_any_delete(tmp_p
         assert "session_notes.session_id -> sessions" in result.stderr and str(store) in result.stderr
     assert file_hash(store) == before
     assert session_ids(store) == {"old0", "old1", "old2", "recent"}
+
+
+@pytest.mark.parametrize("args", [["prune", "--dry-run"], ["archive", "--older-than", "30", "--dry-run"],
+                                  ["clean-markers", "--dry-run"], ["stats"], ["list"], ["doctor"]])
+def test_a_read_of_a_store_at_rest_leaves_its_folder_as_found(tmp_path, args):
+    """Hostile try 3, F1: every dry run and report left an empty -wal and a -shm beside a WAL store whose
+    Hermes had closed it cleanly (a read-only connection cannot remove them)."""
+    store = small_store(tmp_path / "state.db")
+    assert header_journal_mode(store) == "wal"
+    before = (sorted(os.listdir(tmp_path)), file_hash(store))
+    assert before[0] == ["state.db"]
+    result = run_subprocess(*args, "--db", store)
+    assert result.returncode in (0, 1), result.stderr
+    assert (sorted(os.listdir(tmp_path)), file_hash(store)) == before
+
+
+def test_a_read_leaves_the_wal_files_of_a_store_in_use(tmp_path):
+    store = small_store(tmp_path / "state.db")
+    holder = sqlite3.connect(store)  # Hermes, with the store open
+    holder.execute("SELECT COUNT(*) FROM sessions").fetchone()
+    try:
+        assert run_subprocess("stats", "--db", store).returncode == 0
+        assert {"state.db-wal", "state.db-shm"} <= set(os.listdir(tmp_path))
+    finally:
+        holder.close()

@@ -236,6 +236,7 @@ class Store:
         self.note: str | None = None  # how a read-only store was opened, when not the usual way
         self.run_lock: Any = None  # our run lock, released on close (writable opens only)
         self.plan_generation = 0  # bumped by each plan kept in temp tables (see maint.ops.prune.UnitTable)
+        self.tidy_on_close = False  # a read-only open made the -wal and -shm: leave the folder as found
 
     # -- introspection -------------------------------------------------
     @property
@@ -416,6 +417,9 @@ class Store:
     def close(self) -> None:
         with contextlib.suppress(apsw.Error):
             self.conn.close()
+        if self.tidy_on_close:
+            self.tidy_on_close = False
+            _remove_our_wal_files(self.path)
         if self.run_lock is not None:
             self.run_lock.release()
             self.run_lock = None
@@ -425,6 +429,30 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _remove_our_wal_files(path: Path) -> None:
+    """Remove the empty ``-wal`` and the ``-shm`` a read-only open created (SQLite cannot remove them from a
+    read-only connection), so a dry run or a report leaves a store at rest as it found it.
+
+    SQLite does it itself: a read-write connection that closes as the store's last one checkpoints the
+    (empty) WAL and removes both; when Hermes has the store open meanwhile it is not the last, and both stay.
+    """
+    wal = Path(f"{path}-wal")
+    try:
+        if os.lstat(wal).st_size != 0 or not os.access(path.parent, os.W_OK):
+            return
+        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+    except (OSError, apsw.Error):
+        return
+    try:
+        conn.set_busy_timeout(0)
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except apsw.Error:
+        pass
+    finally:
+        with contextlib.suppress(apsw.Error):
+            conn.close()
 
 
 def _persist_wal(conn: apsw.Connection) -> None:
@@ -565,6 +593,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
     path = Path(path).expanduser()
     _check_header(path)
     before = os.stat(path) if readonly else check_writable(path)
+    at_rest = readonly and not any(os.path.lexists(f"{path}{s}") for s in ("-wal", "-shm"))
     lock = None if readonly else run_lock(path)
     try:
         conn, note = _connect(path, readonly, busy_timeout_ms)
@@ -581,6 +610,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
             store.file_id = (after.st_dev, after.st_ino)
     store.note = note
     store.run_lock = lock
+    store.tidy_on_close = at_rest and note is None and header_journal_mode(path) == "wal"
     try:
         _persist_wal(conn)
         tables = store.tables
