@@ -452,3 +452,29 @@ def is_database_file(folder: Folder, name: str) -> bool:
         if name.endswith(suffix) and folder.lstat(name[:-len(suffix)]) is not None:
             return True
     return folder.head(name, 16) == SQLITE_HEADER
+
+
+# Files SQLite, Hermes and we keep beside a store, by the suffix on the store's name.
+STORE_COMPANIONS = ("-wal", "-shm", "-journal", ".hermes-maint.lock", ".auto-maintenance.lock")
+
+
+def store_companion(path: Path | str) -> str | None:
+    """Why *path* names a file kept beside a store (whether or not it exists yet), or None.
+
+    A new file we write there (an export, a compacted or salvaged copy) would be replayed into the store,
+    removed by its next open, or truncated by the next run's lock: every "new file" argument is checked here.
+    """
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    for suffix in STORE_COMPANIONS:
+        base = path.name[:-len(suffix)]
+        if not path.name.endswith(suffix) or not base:
+            continue
+        try:
+            with Folder.open(path.parent, follow_links=True) as folder:
+                if folder.head(base, 16) == SQLITE_HEADER:
+                    return f"is the {suffix.lstrip('-.')} file SQLite or a lock keeps beside the store {base}"
+        except (OSError, MaintError):
+            return None
+    if path.name == "config.yaml":
+        return "is Hermes's config.yaml"
+    return None

@@ -520,6 +520,19 @@ def test_export_never_replaces_a_store_or_its_wal(suffix, tmp_path):
     assert "in_wal" in session_ids(store)
 
 
+@pytest.mark.parametrize("name", ["state.db-journal", "state.db-wal", "state.db.hermes-maint.lock",
+                                  "state.db.auto-maintenance.lock", "config.yaml"])
+def test_export_never_writes_where_a_store_keeps_its_companions(name, tmp_path):
+    """Hostile try 3, F8: an export to the absent state.db-journal was written (every read-only command then
+    failed, and the next writable open deleted it as a journal); our lock and Hermes's config.yaml were
+    replaced."""
+    store = small_store(tmp_path / "state.db")
+    before = sorted(os.listdir(tmp_path))
+    result = run_subprocess("export", tmp_path / name, "--db", store)
+    assert result.returncode == 1 and name in result.stderr and "refusing" in result.stderr
+    assert sorted(os.listdir(tmp_path)) == before
+
+
 def test_export_into_another_profiles_store_is_refused(tmp_path):
     store, other = small_store(tmp_path / "state.db"), small_store(tmp_path / "other.db")
     before = file_hash(other)

@@ -140,6 +140,16 @@ def test_optimize_into_never_overwrites(sparse, tmp_path, make):
     assert not (tmp_path / "elsewhere.db").exists()
 
 
+@pytest.mark.parametrize("suffix", ["-journal", ".hermes-maint.lock"])
+def test_optimize_into_never_takes_a_name_the_store_keeps_beside_it(sparse, suffix):
+    """Hostile try 3, F4 (optimize): the copy was written at the store's -journal name (the next open dropped
+    it) or at our run lock's name (the next run truncated it)."""
+    target = sparse.parent / f"{sparse.name}{suffix}"
+    result = run_subprocess("optimize", "--db", sparse, "--into", target)
+    assert result.returncode == 2 and "--into" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not target.exists()
+
+
 def test_compacted_copy_swaps_in_and_hermes_opens_it(sparse, tmp_path, cli):
     out = tmp_path / "compact.db"
     cli.json("optimize", "--db", sparse, "--into", out)

@@ -54,6 +54,9 @@ def check_destination(path: Path) -> bool:
     never replaced: an export must not be able to destroy the history it was exporting.
     """
     path = Path(path)
+    companion = files.store_companion(path)
+    if companion:
+        raise OutputError(f"{path}: {companion}; refusing to write an export there (nothing was written)")
     if not os.path.isdir(path.parent):
         return False  # the folder is made (or refused) when the export runs
     try:

@@ -43,7 +43,6 @@ from maint.store.connection import Store, check_regular_file
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 QUERY_BUDGET = 200_000  # range queries per table before the rest of a damaged span is reported unread
 SIDE_FILES = ("-wal",)  # a -shm is rebuilt from the WAL; a -journal is a rollback in progress, not data
-STORE_COMPANIONS = (".hermes-maint.lock", ".auto-maintenance.lock")  # our run lock and Hermes's sweep lock
 DERIVED_META = ("fts_rebuild_high_water", "fts_rebuild_progress")
 READ_ERRORS = (apsw.CorruptError, apsw.NotADBError, apsw.IOError, apsw.SQLError, apsw.FormatError,
                apsw.MismatchError, apsw.RangeError)
@@ -269,10 +268,9 @@ def _check_new_path(new: Path, store: Path) -> Path:
     new = Path(os.path.abspath(new.expanduser()))
     if new.resolve() == store.resolve():
         raise UsageError(f"--salvage: {new} is the damaged store itself (expected a new file)")
-    own = {Path(f"{store.resolve()}{s}") for s in ("-wal", "-shm", "-journal", *STORE_COMPANIONS)}
-    if new.resolve() in own:
-        raise UsageError(f"--salvage: {new} is a file SQLite or a lock keeps beside the damaged store (expected "
-                         "a new file under another name)")
+    companion = files.store_companion(new)
+    if companion:
+        raise UsageError(f"--salvage: {new} {companion} (expected a new file under another name)")
     for suffix in ("", "-wal", "-shm", "-journal"):
         if os.path.lexists(f"{new}{suffix}"):
             raise UsageError(f"--salvage: {new}{suffix} already exists (expected a path where no file is; "

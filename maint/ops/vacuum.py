@@ -197,6 +197,9 @@ class CopyResult:
 def check_into(dest: Path) -> Path:
     """--into must name a new file in an existing folder; anything else is bad input (nothing written)."""
     dest = Path(dest).expanduser()
+    companion = files.store_companion(dest)
+    if companion:
+        raise UsageError(f"--into: {dest} {companion} (expected a new file under another name)")
     if os.path.lexists(dest):
         raise UsageError(f"--into: {dest} already exists (expected a new file path; nothing is ever overwritten)")
     if not dest.parent.is_dir():
