@@ -194,3 +194,14 @@ def test_arguments_that_are_not_utf8_are_usage_errors(tmp_path):
     for args in (["delete", bad, "--dry-run"], ["export", "-", "--session-id", bad], ["repair-prompts", bad]):
         result = run_subprocess(*args, "--db", store)
         assert result.returncode == 2 and "not valid UTF-8" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [["--db", "{a}", "--db", "{b}"], ["--db={a}", "--db", "{b}"],
+                                  ["--older-than", "1d", "--older-than=2d", "--db", "{b}"]])
+def test_an_option_given_twice_is_refused_not_the_last_kept(tmp_path, args):
+    """Hostile try 3, F13: `prune --db a.db --db b.db` acted on b.db without a word."""
+    a, b = small_store(tmp_path / "a.db"), small_store(tmp_path / "b.db")
+    before = (file_hash(a), file_hash(b))
+    result = run_subprocess("prune", *[x.format(a=a, b=b) for x in args], "--yes")
+    assert result.returncode == 2 and "was given more than once" in result.stderr, result.stderr
+    assert (file_hash(a), file_hash(b)) == before

@@ -227,3 +227,18 @@ def test_feb_29_or_monday_is_listed_with_its_next_run(tmp_path, cli):
     when = datetime.fromisoformat(json.loads(result.stdout)["jobs"][0]["next_run"])
     assert when.month == 2 and (when.day == 29 or when.weekday() == 0) and (when.hour, when.minute) == (0, 0)
     assert (when - datetime.now().astimezone()).days < 366
+
+
+def test_a_jobs_own_store_is_never_retargeted_by_the_loops(tmp_path, cli):
+    """Hostile try 3, F13: a job naming --db a.db, run by a loop given --db b.db, pruned b.db (click keeps the
+    last of two values)."""
+    a, b = (tmp_path / "a.db", tmp_path / "b.db")
+    for db in (a, b):
+        with StoreBuilder(db) as builder:
+            builder.session("old", age=200, messages=2)
+    (tmp_path / "pa.yaml").write_text(f'name: pa\ncommand: [prune, --older-than, "0", --db, {a}]\n'
+                                      'trigger: {interval: {hours: 1}}\n')
+    result = cli("jobs", "run-once", "pa", "--jobs-dir", tmp_path, "--db", b)
+    assert result.exit_code == 2 and "--db was given more than once" in result.stderr, result.output
+    from tests.conftest import session_ids
+    assert session_ids(a) == {"old"} and session_ids(b) == {"old"}

@@ -55,10 +55,32 @@ class Command(click.Command):
     """A hermes-maint command: gathered options, the one error boundary, and its filters in a section of their own."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        self._refuse_repeats(ctx, args)
         rest = super().parse_args(ctx, args)
         for name, (members, build) in getattr(self.callback, "__maint_gather__", {}).items():
             ctx.params[name] = build(**{m: ctx.params.pop(m) for m in members if m in ctx.params})
         return rest
+
+    def _refuse_repeats(self, ctx: click.Context, args: list[str]) -> None:
+        """An option that takes one value, given twice, is refused: click keeps the last one silently, so
+        ``--db a.db --db b.db`` (or a job's own --db with the loop's) would act on a store named second."""
+        options = {name: p for p in self.get_params(ctx) if isinstance(p, click.Option) and not p.multiple
+                   and not p.count and not p.is_flag for name in p.opts}  # a flag twice is the flag once
+        seen: dict[str, str] = {}
+        tokens = iter(args)
+        for token in tokens:
+            if token == "--":
+                return
+            name = token.split("=", 1)[0] if token.startswith("--") else token
+            param = options.get(name)
+            if param is None:
+                continue
+            if param.name in seen:
+                raise click.UsageError(f"{name} was given more than once (expected one {name}; nothing was done)",
+                                       ctx)
+            seen[param.name] = token
+            if "=" not in token:
+                next(tokens, None)  # its value, whatever it looks like
 
     def invoke(self, ctx: click.Context) -> Any:
         return guard(lambda: super(Command, self).invoke(ctx))
