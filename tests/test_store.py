@@ -266,3 +266,25 @@ def test_a_read_leaves_the_wal_files_of_a_store_in_use(tmp_path):
         assert {"state.db-wal", "state.db-shm"} <= set(os.listdir(tmp_path))
     finally:
         holder.close()
+
+
+def test_a_write_stops_when_another_file_was_moved_to_the_stores_name(tmp_path):
+    """Hostile try 3, F15: a copy moved into place (as optimize --into and recover --salvage tell the operator
+    to do) while a prune ran was corrupted: the run went on committing to the old file, and its WAL, kept by
+    name, was replayed into the new one."""
+    store = small_store(tmp_path / "state.db")
+    replacement = tmp_path / "replacement.db"
+    with open_store(store) as opened:
+        with opened.write() as conn:
+            conn.execute("UPDATE sessions SET title = 'first' WHERE id = 'old0'")
+        src = sqlite3.connect(store)
+        src.execute("VACUUM INTO ?", (str(replacement),))
+        src.close()
+        before = file_hash(replacement)
+        os.replace(replacement, store)
+        with pytest.raises(StoreError, match="another file was moved to this name"):
+            with opened.write() as conn:
+                conn.execute("UPDATE sessions SET title = 'second' WHERE id = 'old1'")
+    assert file_hash(store) == before
+    assert query(store, "PRAGMA integrity_check") == [("ok",)]
+    assert query(store, "SELECT title FROM sessions WHERE id IN ('old0', 'old1') ORDER BY id") == [("first",), (None,)]

@@ -354,6 +354,14 @@ class Store:
             ) from None
         except apsw.ReadOnlyError:
             raise StoreError(f"{self.path}: store is read-only; nothing was changed") from None
+        if self.replaced():
+            with contextlib.suppress(apsw.Error):
+                self.conn.execute("ROLLBACK")
+                # what we committed goes into the file we opened, and the -wal (the new file's too) is emptied
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            raise StoreError(f"{self.path}: another file was moved to this name while hermes-maint worked on the "
+                             "store; stopped before writing to it (what was already done is in the file that was "
+                             "moved away); run again")
         started = time.monotonic()
         crash_point("tx_begun")
         try:
@@ -373,6 +381,17 @@ class Store:
             crash_point("tx_committed")
         finally:
             self.write_stats.record(time.monotonic() - started)
+
+    def replaced(self) -> bool:
+        """True when the store's name no longer names the file we opened (a copy was moved into place): a
+        commit would go to the old file while its WAL, kept by name, is replayed into the new one."""
+        if self.file_id is None:
+            return False
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self.file_id
 
     def data_version(self) -> int:
         """Changes whenever another connection commits: how we notice Hermes writing."""
