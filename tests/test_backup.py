@@ -124,6 +124,22 @@ def test_keep_counts_no_snapshot_another_user_could_have_written(hermes_home, tm
     assert sorted(latest["unverified_kept"]) == sorted(map(str, planted))
 
 
+def test_a_sidecar_with_fields_of_the_wrong_type_is_listed_not_counted(hermes_home):
+    """Hostile try 3, F30: a sidecar whose created_ns was text stopped backup --keep with a TypeError traceback
+    after the new snapshot was made."""
+    _store(hermes_home / "state.db")
+    folder = hermes_home / "state-snapshots"
+    first = Path(backup(hermes_home)[0]["snapshot"]["path"])
+    odd = folder / "state-default-20990101T000000Z.db"
+    odd.write_bytes(first.read_bytes())
+    side = json.loads((folder / (first.name + ".json")).read_text())
+    (folder / (odd.name + ".json")).write_text(json.dumps(
+        {**side, "file": odd.name, "inode": odd.stat().st_ino, "created_ns": "later"}))
+    (latest,) = backup(hermes_home, "--keep", "1")
+    assert latest["removed"] == [str(first)] and odd.exists()
+    assert str(odd) in latest["unverified_kept"]
+
+
 def test_keep_must_be_positive(hermes_home):
     _store(hermes_home / "state.db")
     result = backup(hermes_home, "--keep", "0", expect=2)

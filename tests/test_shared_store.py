@@ -2,11 +2,12 @@
 
 import json
 import os
+import sqlite3
 
 import pytest
 
-from tests.conftest import query, run_subprocess, session_ids
-from tests.storegen import StoreBuilder
+from tests.conftest import file_hash, query, run_subprocess, session_ids
+from tests.storegen import StoreBuilder, small_store
 
 
 def _alias(home, how):
@@ -159,3 +160,22 @@ def test_a_journal_another_user_planted_beside_the_store_is_refused(planted, tmp
         assert f"{side}:" in result.stderr and "refusing to open the store" in result.stderr.replace("\n", " ")
     os.unlink(side)
     assert query(store, "SELECT id FROM sessions ORDER BY id") == before
+
+
+def test_a_wal_with_a_second_name_is_never_replayed_into_the_store(tmp_path):
+    """Hostile try 3, F3 (second consequence): another store's -wal hard-linked in as <store>-wal passed the
+    owner check (the same owner) and root's next prune replayed it into the store: malformed."""
+    store = small_store(tmp_path / "state.db")
+    (tmp_path / "other").mkdir()
+    other = small_store(tmp_path / "other" / "state.db")
+    keep = sqlite3.connect(other)
+    keep.execute("PRAGMA wal_autocheckpoint=0")
+    keep.execute("UPDATE sessions SET title = 'other store' WHERE id = 'old0'")
+    keep.commit()
+    os.link(f"{other}-wal", f"{store}-wal")
+    before = file_hash(store)
+    for args in (["stats"], ["prune", "--older-than", "100", "--yes"]):
+        result = run_subprocess(*args, "--db", store)
+        assert result.returncode == 1 and f"{store}-wal: has 2 names" in result.stderr, result.stderr
+    keep.close()
+    assert file_hash(store) == before

@@ -73,7 +73,8 @@ def _render_salvage(r: dict) -> None:
         click.echo(f"  {r['placeholder_sessions']} placeholder session(s) (source 'recovered') hold messages whose "
                    "session row was lost")
     if not r["dry_run"]:
-        click.echo("The damaged store was not changed. Check the new file, stop Hermes and any scheduled hermes-maint job, then move it into place.")
+        click.echo("The damaged store was not changed. Check the new file, stop Hermes and any scheduled "
+                   "hermes-maint job, then move it into place.")
 
 
 def _render(r: dict) -> None:

@@ -332,6 +332,8 @@ def list_snapshots(folder: Path, store_owner: int | None = None) -> list[Listed]
                 out.append(Listed(path, False, f"not ours: the snapshot or its sidecar {foreign}"))
             elif meta.get("quick_check") != "ok":
                 out.append(Listed(path, False, f"kept as found: {meta.get('quick_check')}", meta))
+            elif not all(type(meta.get(k, 0)) is int for k in ("inode", "bytes", "created_ns")):
+                out.append(Listed(path, False, "sidecar damaged (inode, bytes and created_ns must be whole numbers)"))
             elif meta.get("inode") != st.st_ino or meta.get("bytes") != st.st_size:
                 out.append(Listed(path, False, "file differs from the one hermes-maint verified", meta))
             else:

@@ -135,6 +135,10 @@ def _refuse_foreign_journals(path: Path, st: os.stat_result) -> None:
         if not stat.S_ISREG(sst.st_mode):
             raise StoreError(f"{side}: is not a regular file (a link or special file beside the store); refusing "
                              "to open the store")
+        if sst.st_nlink > 1:
+            raise StoreError(f"{side}: has {sst.st_nlink} names (a hard link to another store's {suffix}?); SQLite "
+                             "would replay it into the store; refusing to open the store (remove it if it is not "
+                             "this store's)")
         if sst.st_uid not in (st.st_uid, 0, _me()):
             raise StoreError(f"{side}: is owned by uid {sst.st_uid}, not by the store's owner (uid {st.st_uid}); "
                              "SQLite would replay it into the store; refusing to open the store (remove it if it is "
