@@ -461,3 +461,19 @@ def test_bulk_import_with_one_text_started_at_brings_every_session_back(tmp_path
     report = do_import(fresh, whole)
     assert sorted(report["imported"]) == sorted(ALL)
     assert rows_by_id(export_all(fresh)) == rows_by_id(whole.read_text())
+
+
+def test_replace_never_unpins_a_session_the_store_holds_pinned(tmp_path):
+    """Hostile try 3, F31: --replace from an export taken before the user pinned a session took its pin away,
+    and the next prune deleted it."""
+    db = _store(tmp_path / "state.db", "v30")
+    backup = tmp_path / "all.jsonl"
+    backup.write_text(export_all(db))  # 'alone' not pinned yet, 'c1' pinned
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE sessions SET pinned = 1 WHERE id = 'alone'")
+    conn.commit()
+    conn.close()
+    replaced = do_import(db, backup, "--replace")
+    assert "alone" in replaced["replaced"]
+    assert query(db, "SELECT id, pinned FROM sessions WHERE id IN ('alone', 'c1', 'p') ORDER BY id") == [
+        ("alone", 1), ("c1", 1), ("p", 0)]

@@ -10,7 +10,8 @@ is not a session record refuses the import (nothing written). Then:
 
 * columns the store lacks are refused by name unless ``drop_missing`` (never
   dropped silently); pinned, archived, hidden and auto-archived marks are
-  plain columns and go back as they were;
+  plain columns and go back as they were, except that ``replace`` never
+  unpins a session the store holds pinned;
 * sessions are grouped like prune groups them: a compression lineage with its
   delegate (subagent) descendants is one unit, inserted in one transaction,
   whole or not at all; units are packed into short clock-bounded
@@ -539,7 +540,9 @@ class _Writer:
         cols = list(row)
         names = ", ".join(f'"{c}"' for c in cols)
         if replacing:
-            sets = ", ".join(f'"{c}" = ?' for c in cols if c != "id")
+            # a pin is the user's durable keep flag: a replace from an older export never takes it away
+            sets = ", ".join('"pinned" = CASE WHEN "pinned" THEN "pinned" ELSE ? END' if c == "pinned" else
+                             f'"{c}" = ?' for c in cols if c != "id")
             conn.execute(f"UPDATE sessions SET {sets} WHERE id = ?", [row[c] for c in cols if c != "id"] + [sid])
             conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
             self.result.replaced.append(sid)
