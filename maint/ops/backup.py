@@ -55,8 +55,7 @@ from maint.errors import MaintError, StoreError, UsageError
 from maint import json_text
 from maint.export.files import safe_name
 from maint.store.batching import Batcher, pacer_for
-from maint.store.connection import (READ_CACHE_KB, REQUIRED_TABLES, Store, busy_timeout_from_env, flat_memory_pragmas,
-                                    open_store, polling_busy_handler)
+from maint.store.connection import READ_CACHE_KB, REQUIRED_TABLES, Store, connect, flat_memory_pragmas, open_store
 from maint.store.snapshots import default_folder, prepare_folder
 from maint.store.targets import StoreTarget, hermes_home
 from maint.ops.vacuum import DiskUsage, with_margin
@@ -104,7 +103,7 @@ VERIFY_CACHE_KB = READ_CACHE_KB
 
 
 def open_readonly(path: Path) -> apsw.Connection:
-    conn = apsw.Connection(f"file:{quote(str(path))}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    conn = connect(f"file:{quote(str(path))}?mode=ro", apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
     try:
         for pragma in flat_memory_pragmas(VERIFY_CACHE_KB):
             conn.execute(pragma).fetchall()
@@ -177,7 +176,7 @@ def copy_online(store: Store, dest: Path, *, on_step: Callable[[int, int], None]
     mode = str(store.scalar("PRAGMA journal_mode")).lower()
     wal = mode == "wal"
     src = store.conn
-    dst = apsw.Connection(str(dest), flags=apsw.SQLITE_OPEN_READWRITE)
+    dst = connect(str(dest), apsw.SQLITE_OPEN_READWRITE)
     for pragma in flat_memory_pragmas(VERIFY_CACHE_KB):
         dst.execute(pragma).fetchall()
     stats = CopyStats(counts={}, journal_mode=mode)
@@ -407,8 +406,7 @@ def _write_sidecar(folder: files.Folder, name: str, meta: dict[str, Any]) -> Non
 def _open_source(path: Path, damaged_ok: bool) -> Store:
     if not damaged_ok:
         return open_store(path, readonly=True)
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    conn.set_busy_handler(polling_busy_handler(busy_timeout_from_env()))
+    conn = connect(str(path), apsw.SQLITE_OPEN_READONLY)
     for pragma in flat_memory_pragmas(VERIFY_CACHE_KB):
         conn.execute(pragma).fetchall()
     return Store(Path(path), conn)

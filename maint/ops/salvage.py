@@ -38,7 +38,7 @@ import apsw
 
 from maint import files
 from maint.errors import MaintError, UsageError
-from maint.store.connection import Store, check_regular_file
+from maint.store.connection import Store, check_regular_file, connect
 
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 QUERY_BUDGET = 200_000  # range queries per table before the rest of a damaged span is reported unread
@@ -295,17 +295,17 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
     work = Path(tempfile.mkdtemp(prefix="hermes-maint-salvage-"))
     try:
         copy, fingerprint = copy_bundle(store_path, work)
-        src = apsw.Connection(str(copy))
+        src = connect(str(copy))
         try:
             src.execute("PRAGMA query_only = ON")
             schema = _schema(src, store_path)
             if new is None:
-                return _fill(src, apsw.Connection(":memory:"), schema, store_path, None, fingerprint, started)
+                return _fill(src, connect(":memory:"), schema, store_path, None, fingerprint, started)
             with files.Folder.open(new.parent, follow_links=True, what="folder") as folder:
                 folder.clear_leftovers(new.name)
                 temp, fd = folder.temporary(new.name, owner=files.owner_of(store_path))
                 try:
-                    dst = apsw.Connection(str(folder.path / temp))
+                    dst = connect(str(folder.path / temp))
                     report = _fill(src, dst, schema, store_path, new, fingerprint, started)
                     os.fsync(fd)
                     os.link(temp, new.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)

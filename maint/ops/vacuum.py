@@ -30,7 +30,7 @@ from maint import files
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError, UsageError
 from maint.flow import target_config
-from maint.store.connection import REQUIRED_TABLES, Store, header_journal_mode, open_store
+from maint.store.connection import REQUIRED_TABLES, Store, connect, header_journal_mode, open_store
 from maint.store.holders import Holder, HolderReport, find_holders
 
 if TYPE_CHECKING:
@@ -265,7 +265,7 @@ def _vacuum_verified(store: Store, tmp: Path, fd: int, dest: Path) -> tuple[int,
     if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
         raise MaintError(f"{tmp}: replaced by something else while the copy was written; nothing was kept")
     mode = header_journal_mode(store.path)
-    copy = apsw.Connection(str(tmp), flags=apsw.SQLITE_OPEN_READWRITE)
+    copy = connect(str(tmp), apsw.SQLITE_OPEN_READWRITE)
     try:
         if mode == "wal":
             copy.execute("PRAGMA journal_mode=WAL")
