@@ -58,7 +58,7 @@ from maint.store.batching import Batcher, pacer_for
 from maint.store.connection import READ_CACHE_KB, REQUIRED_TABLES, Store, connect, flat_memory_pragmas, open_store
 from maint.store.snapshots import default_folder, prepare_folder
 from maint.store.targets import StoreTarget, hermes_home
-from maint.ops.vacuum import DiskUsage, with_margin
+from maint.ops.vacuum import DiskUsage, file_size_limit, with_margin, write_limit_reached
 
 MADE_BY = "hermes-maint"
 SIDECAR_VERSION = 1
@@ -362,6 +362,10 @@ def estimate_bytes(store: Store, compact: bool) -> tuple[int, int]:
 
 
 def check_room(folder: Path, need_bytes: int, disk_usage: DiskUsage) -> None:
+    limit = file_size_limit()
+    if limit is not None and need_bytes > limit:
+        raise MaintError(f"{folder}: the snapshot needs about {need_bytes} bytes but this process may write files of "
+                         f"at most {limit} bytes (the file size limit, ulimit -f); nothing was written")
     free = disk_usage(folder).free
     need = with_margin(need_bytes)
     if free < need:
@@ -453,6 +457,12 @@ def _take(store_path: Path, folder: files.Folder, label: str, kind: str, compact
         except OSError as exc:
             _discard(folder, made, fd)
             raise _os_error(folder.path, exc) from None
+        except apsw.Error as exc:
+            reason = write_limit_reached(folder.path / made[-1], exc)  # before the partial file goes
+            _discard(folder, made, fd)
+            if reason is None:
+                raise
+            raise MaintError(f"{folder.path}: {reason} while writing the snapshot; no snapshot was made") from None
         except BaseException:
             _discard(folder, made, fd)
             raise
@@ -516,8 +526,9 @@ def _discard(folder: files.Folder, names: list[str], fd: int) -> None:
 def _os_error(folder: Path, exc: OSError) -> MaintError:
     import errno
 
-    if exc.errno == errno.ENOSPC:
-        return MaintError(f"{folder}: disk full while writing the snapshot; no snapshot was made")
+    reason = write_limit_reached(None, exc)
+    if reason is not None:
+        return MaintError(f"{folder}: {reason} while writing the snapshot; no snapshot was made")
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return MaintError(f"{folder}: cannot write there ({exc.strerror}); no snapshot was made")
     return MaintError(f"{exc.filename or folder}: {exc.strerror or exc}; no snapshot was made")
