@@ -41,6 +41,9 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "Connect, read and write timeout of each request to the Hugging Face Hub (export --upload)."),
     Setting("http_deadline_s", "HERMES_MAINT_HTTP_DEADLINE_S", 900.0, 0, 86400, "seconds",
             "Total time one request to the Hub may take, however slowly it trickles."),
+    Setting("import_record_mb", "HERMES_MAINT_IMPORT_RECORD_MB", 256, 0, 4096, "MiB",
+            "The largest session record (one line of a jsonl export) `import` reads; a longer line is refused, "
+            "naming it (parsing a record takes about four times its size in memory)."),
     Setting("stop_grace_s", "HERMES_MAINT_STOP_GRACE_S", 30.0, 0, 86400, "seconds",
             "After SIGTERM or SIGINT, how long `jobs run` lets the running job stop before it exits anyway.",
             low_open=False),

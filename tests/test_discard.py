@@ -1,6 +1,7 @@
 """discard: acknowledging gateway turns lost in a crash, on upstream's admission ledger (issue 25 items 6, 4)."""
 
 import json
+import sqlite3
 import time
 
 import pytest
@@ -167,3 +168,33 @@ def test_json_nested_past_any_parser_in_the_ledger_is_taken_as_text(ledger, cli)
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["discarded"] == [LOST]
     assert query(ledger, "SELECT status FROM worker_executions WHERE execution_id = 'w-lost'") == [("terminal",)]
+
+
+def _sql(db, statement):
+    conn = sqlite3.connect(db)
+    conn.execute(statement)
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("mode", [["--dry-run"], ["--yes"]])
+def test_an_exact_title_wins_over_an_id_prefix_in_every_mode(ledger, cli, mode):
+    """Hostile try 3, F9: 'other' is titled "2025", which is also the beginning of another session's id. The dry
+    run previewed the prefix's session; --yes refused the same ref as "not a whole session id"."""
+    _sql(ledger, "UPDATE sessions SET title = '2025' WHERE id = 'other'")
+    r = cli("discard", "2025", "--db", ledger, "--json", *mode)
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["session_id"] == "other" and [a["admission_id"] for a in report["lost"]] == ["elsewhere"]
+    admissions = dict((a, s) for a, s, _ in _state(ledger)[0])
+    assert admissions[LOST] == "unknown"  # the prefix's session is never touched
+    assert admissions["elsewhere"] == ("unknown" if mode == ["--dry-run"] else "terminal")
+
+
+def test_a_title_several_sessions_share_is_ambiguous_in_every_mode(ledger, cli):
+    _sql(ledger, "UPDATE sessions SET title = 'twin'")
+    before = _state(ledger)
+    for mode in (["--dry-run"], ["--yes"]):
+        r = cli("discard", "twin", "--db", ledger, *mode)
+        assert r.exit_code == 1 and "names several sessions" in r.stderr, r.output
+    assert _state(ledger) == before

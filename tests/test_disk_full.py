@@ -209,3 +209,23 @@ def test_backup_to_a_read_only_dest(tmp_path, small_fs):
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], capture_output=True)
     assert list(small_fs.iterdir()) == []
+
+
+@pytest.mark.parametrize("past_checks", [False, True])
+@pytest.mark.parametrize("command", ["backup", "optimize"])
+def test_a_file_size_limit_is_named_not_an_sqlite_io_error(tmp_path, command, past_checks):
+    """Hostile try 3, F21: under `ulimit -f`, backup said "SQLite error (IOError: not an error)" and optimize
+    --into "disk I/O error". The limit is checked first; met in the middle of a copy it is named."""
+    from tests.conftest import run_size_limited
+
+    db = tmp_path / "state.db"
+    bulk_store(db, sessions=300, messages_per_session=10, content_bytes=600)
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["backup", out] if command == "backup" else ["optimize", "--into", out / "c.db"]
+    before = file_hash(db)
+    r = run_size_limited(64 << 10, *args, "--db", db, past_checks=past_checks)
+    assert r.returncode == 1, r.stderr
+    line, = r.stderr.strip().splitlines()
+    assert "Traceback" not in r.stderr and "ulimit -f" in line and "SQLite error" not in line, line
+    assert file_hash(db) == before and os.listdir(out) == []

@@ -81,6 +81,31 @@ def test_a_damaged_history_row_is_skipped(store):
         assert history.append(st, "archive", {"session_ids": []}).seq == 3
 
 
+@pytest.mark.parametrize("value", [
+    '{"at": 1.0, "rows": 1e400, "report": {}}',          # rows read as inf
+    '{"at": 1e400, "rows": 1, "report": {}}',            # a time read as inf
+    '{"at": NaN, "rows": 1, "report": {}}',
+    '{"at": 1.0, "rows": -1e400, "report": {}}',
+    '{"at": 1.0, "rows": 1, "seconds": 1e400, "report": {}}',
+    '{"at": 1.0, "rows": 1, "seconds": "slow", "report": {}}',
+    '{"at": "yesterday", "rows": 1, "report": {}}',
+    '{"at": 1.0, "rows": 1, "report": ["not", "a", "mapping"]}',
+    '{"at": 1.0, "rows": 2.5, "report": {}}',
+    '[1, 2]',
+])
+def test_a_history_row_with_a_number_out_of_range_is_skipped(store, cli, value):
+    """Hostile try 3, F11: a row whose rows (or at) was 1e400 killed `history` with an OverflowError
+    traceback (int(inf)); such a row is damaged, and a damaged row is skipped."""
+    with open_store(store) as st:
+        history.append(st, "prune", {"deleted": 3})
+        st.set_meta(PREFIX + "prune.000000000099", value)
+        assert [e.seq for e in history.entries(st, "prune")] == [1]
+    result = cli("history", "--db", store)
+    assert result.exit_code == 0, result.output
+    assert "rows 3" in result.output and result.output.count("prune") == 1
+    assert [r["seq"] for r in cli.json("history", "--db", store)["runs"]] == [1]
+
+
 def test_prune_records_its_run_and_dry_run_records_nothing(store, cli):
     before = file_hash(store)
     r = cli.json("prune", "--db", store, "--dry-run")

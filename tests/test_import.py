@@ -477,3 +477,70 @@ def test_replace_never_unpins_a_session_the_store_holds_pinned(tmp_path):
     assert "alone" in replaced["replaced"]
     assert query(db, "SELECT id, pinned FROM sessions WHERE id IN ('alone', 'c1', 'p') ORDER BY id") == [
         ("alone", 1), ("c1", 1), ("p", 0)]
+
+
+def _huge_record_file(path, size, *, before=1):
+    """*before* ordinary records, then one whose title alone is *size* bytes, written in pieces."""
+    with open(path, "wb") as fh:
+        for n in range(before):
+            fh.write(json.dumps({"id": f"ok{n}", "source": "cli", "started_at": 1, "messages": []}).encode() + b"\n")
+        fh.write(b'{"id": "huge", "source": "cli", "started_at": 1, "messages": [], "title": "')
+        for _ in range(size >> 20):
+            fh.write(b"a" * (1 << 20))
+        fh.write(b'"}\n')
+
+
+def test_a_record_over_the_documented_bound_is_refused_naming_its_line(tmp_path):
+    """Hostile try 3, F24: import read a line whole, however long (a 600 MB line took 2.5 GB and, under a
+    memory limit, died with a MemoryError traceback). A record over hermes_maint.import_record_mb is refused
+    in one line naming its line, before the store is touched."""
+    db = _store(tmp_path / "state.db", "v22")
+    f = tmp_path / "huge.jsonl"
+    _huge_record_file(f, 3 << 20)
+    before = file_hash(db)
+    for args in (["--dry-run"], ["--yes"]):
+        r = run("import", f, "--db", db, *args, env={"HERMES_MAINT_IMPORT_RECORD_MB": "2"})
+        assert r.returncode == 2, r.stderr
+        line, = r.stderr.strip().splitlines()
+        assert "line 2: a record longer than 2 MiB" in line and "HERMES_MAINT_IMPORT_RECORD_MB" in line, line
+    assert file_hash(db) == before
+    r = run("import", f, "--db", db, "--dry-run", "--json", env={"HERMES_MAINT_IMPORT_RECORD_MB": "4"})
+    assert r.returncode == 0 and json.loads(r.stdout)["sessions_in_file"] == 2, r.stderr
+
+
+def test_reading_an_over_long_record_holds_no_more_than_the_bound(tmp_path, monkeypatch):
+    """The line is read in the file object's chunks up to the bound, never whole: memory stays at the bound's
+    size, whatever the line's (traced allocations while 48 MiB of one line are refused at a 1 MiB bound)."""
+    import tracemalloc
+
+    from maint.errors import UsageError
+    from maint.ops.importer import read_export
+
+    f = tmp_path / "huge.jsonl"
+    _huge_record_file(f, 48 << 20, before=0)
+    monkeypatch.setenv("HERMES_MAINT_IMPORT_RECORD_MB", "1")
+    tracemalloc.start()
+    try:
+        with pytest.raises(UsageError, match="line 1: a record longer than 1 MiB"):
+            read_export(f)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
+
+
+def test_out_of_memory_is_one_line_not_a_traceback(tmp_path, monkeypatch, cli):
+    from maint.ops import importer
+
+    db = _store(tmp_path / "state.db", "v22")
+    f = tmp_path / "all.jsonl"
+    f.write_text(export_all(db))
+
+    def exhausted(path):
+        raise MemoryError()
+
+    monkeypatch.setattr(importer, "read_export", exhausted)
+    r = cli("import", f, "--db", db, "--dry-run")
+    assert r.exit_code == 1, r.output
+    line, = r.stderr.strip().splitlines()
+    assert line.startswith("hermes-maint: error: ") and "out of memory" in line and "rolled back" in line

@@ -102,3 +102,35 @@ def test_safe_text_escapes_c0_del_and_c1_but_tab_and_newline():
     assert stream.write("a\tb\nc\x1b[0m\x07\x7f\x85\x9fé\r") == 15
     assert inner.getvalue() == "a\tb\nc\\u001b[0m\\u0007\\u007f\\u0085\\u009fé\\u000d"
     assert json.loads(escape_controls(json.dumps("\x7f\x9b", ensure_ascii=False))) == "\x7f\x9b"
+
+
+BIDI = [chr(c) for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]]
+
+
+def test_safe_text_escapes_bidi_overrides_and_isolates():
+    from io import StringIO
+
+    inner = StringIO()
+    SafeText(inner).write("a" + "".join(BIDI) + "b\u200dc")
+    assert inner.getvalue() == "a" + "".join(f"\\u{ord(c):04x}" for c in BIDI) + "b\u200dc"  # ZWJ (emoji) kept
+    assert json.loads(escape_controls(json.dumps("x\u202ey", ensure_ascii=False))) == "x\u202ey"
+
+
+def test_rename_shows_a_bidi_override_in_the_previous_title_escaped_as_list_does(tmp_path):
+    """Hostile try 3, F17: `rename` printed the previous title with a raw U+202E (RIGHT-TO-LEFT OVERRIDE):
+    "invoice\\u202efdp.exe" read "invoiceexe.pdf" on the terminal; `list` escaped it."""
+    store = tmp_path / "state.db"
+    with StoreBuilder(store, layout="v30") as b:
+        b.session("s1", age=10, title="invoice\u202efdp.exe")
+        b.session("s2", age=10, title="iso\u2067late")
+    listing = run_subprocess("list", "--json", "--db", store)
+    assert {s["title"] for s in json.loads(listing.stdout)["sessions"]} == {"invoice\u202efdp.exe", "iso\u2067late"}
+    shown = {}
+    for args in (["list"], ["rename", "s1", "ok"], ["rename", "s2", "fine"]):
+        result = run_subprocess(*args, "--db", store)
+        assert result.returncode == 0, result.stderr
+        assert not any(c in result.stdout + result.stderr for c in BIDI), result.stdout
+        shown[args[0] + args[-1]] = result.stdout
+    assert "invoice\\u202efdp.exe" in shown["listlist"]
+    assert "previous title: invoice\\u202efdp.exe" in shown["renameok"]
+    assert "previous title: iso\\u2067late" in shown["renamefine"]

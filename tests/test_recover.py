@@ -8,7 +8,7 @@ import pytest
 
 from maint.config import load_config
 from maint.ops.sweep import run_sweep
-from tests.conftest import LockHolder, file_hash, query, run_subprocess
+from tests.conftest import LockHolder, file_hash, query, run_size_limited, run_subprocess
 from tests.storegen import DAY, StoreBuilder
 from tests.test_sweep import PLENTY, QUIET
 
@@ -279,3 +279,80 @@ def test_salvage_of_an_intact_store_is_complete(tmp_path, hermes_home, cli, layo
         query(db, "SELECT id, session_id, content FROM messages ORDER BY id")
     hits = query(new, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'topic1'")
     assert hits == query(db, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'topic1'") and hits[0][0] > 0
+
+
+def _bloated(path, megabytes=4):
+    with StoreBuilder(path, layout="v22") as b:
+        for i in range(5):
+            b.session(f"s{i}", age=3, messages=4)
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE bloat(x)")
+    conn.executemany("INSERT INTO bloat VALUES (randomblob(1000000))", [()] * megabytes)
+    conn.commit()
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize("past_checks", [False, True])
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_salvage_whose_private_copy_cannot_be_written_says_where_and_how_much(tmp_path, past_checks, dry_run):
+    """Hostile try 3, F21: when the private copy of the store failed (a full $TMPDIR, a file size limit) the
+    salvage died with an UnboundLocalError traceback hiding the cause. The room is checked first (as backup
+    does); a copy that fails anyway is named: where it goes, how many bytes it needs, what was reached."""
+    db = _bloated(tmp_path / "state.db")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    before = file_hash(db)
+    r = run_size_limited(1 << 20, "recover", "--db", db, "--salvage", tmp_path / "new.db", *dry_run,
+                         past_checks=past_checks, env={"TMPDIR": str(temp)})
+    assert r.returncode == 1, r.stderr
+    line, = r.stderr.strip().splitlines()
+    assert "Traceback" not in r.stderr and str(temp) in line and "ulimit -f" in line, line
+    assert f"{os.path.getsize(db)} bytes" in line and "nothing was written" in line
+    assert ("limit" in line and "reached" in line) if past_checks else "at most 1048576 bytes" in line
+    assert file_hash(db) == before and os.listdir(temp) == [] and not (tmp_path / "new.db").exists()
+
+
+def test_salvage_rolls_back_a_hot_journal_on_its_private_copy(tmp_path, hermes_home, cli):
+    """Hostile try 3, F12: a writer that crashed mid-transaction on a rollback-journal store leaves a hot -journal
+    holding the original pages; the salvage copied the main file alone and read the torn state (1000 of 1500
+    committed messages gone, the uncommitted titles kept). The -journal is copied too and rolled back on the
+    copy; the damaged store and its journal stay byte for byte."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout="v22") as b:
+        for i in range(60):
+            b.session(f"s{i:03d}", age=3, messages=5, title=f"title {i}")
+    query(db, "PRAGMA journal_mode=delete")
+    truth = query(db, "SELECT id, session_id, content FROM messages ORDER BY id")
+    crash = ("import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None);"
+             "c.execute('PRAGMA cache_size=2'); c.execute('BEGIN');"
+             "c.execute(\"DELETE FROM messages WHERE session_id < 's040'\");"
+             "c.execute(\"UPDATE sessions SET title = 'UNCOMMITTED ' || id\"); os._exit(9)")
+    assert subprocess.run([sys.executable, "-c", crash, str(db)]).returncode == 9
+    journal = tmp_path / "state.db-journal"
+    assert journal.stat().st_size > 0
+    before = {p: (tmp_path / p).read_bytes() for p in ("state.db", "state.db-journal")}
+    new = tmp_path / "salvaged.db"
+    r = cli("recover", "--db", db, "--salvage", new, "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["complete"] and report["messages"] == len(truth) and report["sessions"] == 60
+    assert {p: (tmp_path / p).read_bytes() for p in before} == before
+    assert report["source_fingerprint"]["-journal"] is not None
+    assert query(new, "SELECT id, session_id, content FROM messages ORDER BY id") == truth
+    assert query(new, "SELECT COUNT(*) FROM sessions WHERE title LIKE 'UNCOMMITTED%'") == [(0,)]
+
+
+def test_salvage_refuses_a_journal_that_is_a_link(broken, tmp_path, cli):
+    """The -journal gets the -wal's checks: a link beside the store is never read into the copy."""
+    db, _ = broken
+    other = tmp_path / "other.db-journal"
+    other.write_bytes(b"not this store's")
+    os.symlink(other, f"{db}-journal")
+    new = tmp_path / "salvaged.db"
+    r = cli("recover", "--db", db, "--salvage", new, "--json")
+    assert r.exit_code == 1, r.output
+    assert f"{db}-journal: is not a regular file" in r.stderr and not new.exists()

@@ -3,6 +3,8 @@
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -288,3 +290,67 @@ def test_a_write_stops_when_another_file_was_moved_to_the_stores_name(tmp_path):
     assert file_hash(store) == before
     assert query(store, "PRAGMA integrity_check") == [("ok",)]
     assert query(store, "SELECT title FROM sessions WHERE id IN ('old0', 'old1') ORDER BY id") == [("first",), (None,)]
+
+
+class CommitInProgress:
+    """Another process in the middle of a commit on a rollback-journal store: it holds the EXCLUSIVE lock
+    (no reader may even read the schema) for *seconds*, then commits and lets go by itself."""
+
+    CODE = ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None);"
+            "c.execute('BEGIN EXCLUSIVE'); c.execute(\"INSERT OR REPLACE INTO state_meta VALUES ('held', '1')\");"
+            "print('locked', flush=True); time.sleep(float(sys.argv[2])); c.execute('COMMIT')")
+
+    def __init__(self, path, seconds=1.0):
+        self.path, self.seconds = path, seconds
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, str(self.path), str(self.seconds)],
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "locked"
+        return self
+
+    def __exit__(self, *exc):
+        assert self.proc.wait(timeout=60) == 0
+
+
+@pytest.mark.parametrize("args", [["stats"], ["list"], ["doctor"], ["prune", "--dry-run"],
+                                  ["prune", "--older-than", "1", "--yes"]])
+def test_a_command_waits_out_a_commit_on_a_rollback_journal_store(tmp_path, args):
+    """Hostile try 3, F7: the first statement of an open (a PRAGMA, which reads the schema) ran before the busy
+    handler was set, so a writer's commit in progress made every command fail at once with "database is
+    locked" instead of waiting for it."""
+    store = small_store(tmp_path / "state.db")
+    query(store, "PRAGMA journal_mode=delete")
+    assert header_journal_mode(store) == "delete"
+    with CommitInProgress(store):
+        result = run_subprocess(*args, "--db", store, env={"HERMES_MAINT_BUSY_MS": "600000"})
+    assert result.returncode == 0, result.stderr
+    assert "locked" not in result.stderr
+    assert query(store, "SELECT value FROM state_meta WHERE key = 'held'") == [("1",)]
+    assert query(store, "PRAGMA integrity_check") == [("ok",)]
+
+
+def test_every_sqlite_connection_gets_the_busy_handler_before_its_first_statement():
+    """F7's rule in one place: only :func:`connect` opens an apsw connection (it sets the handler at once)."""
+    import re
+    from pathlib import Path
+
+    opened = []
+    for source in sorted(Path(__file__).resolve().parent.parent.joinpath("maint").rglob("*.py")):
+        for line in source.read_text().splitlines():
+            if re.search(r"apsw\.Connection\(", line):
+                opened.append((source.name, line.strip()))
+    assert opened == [("connection.py", "conn = apsw.Connection(target, flags=flags)")]
+
+
+def test_the_busy_handler_covers_every_first_statement_of_a_library_connection(tmp_path):
+    from maint.store.connection import connect
+
+    store = small_store(tmp_path / "state.db")
+    query(store, "PRAGMA journal_mode=delete")
+    with CommitInProgress(store):
+        conn = connect(str(store), busy_timeout_ms=600000)
+        try:
+            assert conn.execute("PRAGMA cache_size=-2048").fetchall() == []
+        finally:
+            conn.close()

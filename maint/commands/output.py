@@ -13,13 +13,16 @@ from maint.flow import Operator
 from maint.store.sqlutil import write_json
 
 
-# C0 controls but tab and newline, DEL, and C1 controls: none reaches a terminal from our text.
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 controls but tab and newline, DEL, and C1 controls: none reaches a terminal from our text. Nor do the
+# bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): a title holding U+202E showed
+# "invoice\u202efdp.exe" as "invoiceexe.pdf", reordering what follows it on the line.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def escape_controls(text: str) -> str:
-    """Every control character but tab and newline as ``\\u001b``: shown, never obeyed, and inside a
-    JSON string the same character still (JSON's own escape; ``json.dumps`` leaves DEL and C1 raw)."""
+    """Every control character but tab and newline, and every bidi override or isolate, as ``\\u001b``:
+    shown, never obeyed, and inside a JSON string the same character still (JSON's own escape;
+    ``json.dumps`` leaves DEL, C1 and the bidi controls raw)."""
     return _CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 

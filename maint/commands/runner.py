@@ -29,6 +29,10 @@ def describe(exc: BaseException) -> tuple[str, int]:
     """One line and an exit code for any error a command can end with."""
     if isinstance(exc, MaintError):
         return str(exc), exc.exit_code
+    if isinstance(exc, MemoryError):
+        return (f"out of memory{' (' + str(exc) + ')' if str(exc) else ''}; the transaction in progress was rolled "
+                "back, finished transactions are committed, the store is consistent (give the process more memory, "
+                "or the command less to hold at once)", EXIT_FAILED)
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted; finished transactions are committed, the store is consistent", EXIT_INTERRUPTED
     if isinstance(exc, Terminated):
@@ -44,6 +48,8 @@ def describe(exc: BaseException) -> tuple[str, int]:
         if isinstance(exc, apsw.FullError):
             return ("disk full while writing; the transaction was rolled back, the store is intact",
                     EXIT_FAILED)
+        if isinstance(exc, apsw.NoMemError):
+            return describe(MemoryError())
         if isinstance(exc, (apsw.BusyError, apsw.LockedError)):
             return ("the store stayed locked by another process past the busy timeout; the transaction "
                     "was rolled back, try again later", EXIT_FAILED)

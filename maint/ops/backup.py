@@ -55,11 +55,10 @@ from maint.errors import MaintError, StoreError, UsageError
 from maint import json_text
 from maint.export.files import safe_name
 from maint.store.batching import Batcher, pacer_for
-from maint.store.connection import (READ_CACHE_KB, REQUIRED_TABLES, Store, busy_timeout_from_env, flat_memory_pragmas,
-                                    open_store, polling_busy_handler)
+from maint.store.connection import READ_CACHE_KB, REQUIRED_TABLES, Store, connect, flat_memory_pragmas, open_store
 from maint.store.snapshots import default_folder, prepare_folder
 from maint.store.targets import StoreTarget, hermes_home
-from maint.ops.vacuum import DiskUsage, with_margin
+from maint.ops.vacuum import DiskUsage, file_size_limit, with_margin, write_limit_reached
 
 MADE_BY = "hermes-maint"
 SIDECAR_VERSION = 1
@@ -104,7 +103,7 @@ VERIFY_CACHE_KB = READ_CACHE_KB
 
 
 def open_readonly(path: Path) -> apsw.Connection:
-    conn = apsw.Connection(f"file:{quote(str(path))}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    conn = connect(f"file:{quote(str(path))}?mode=ro", apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
     try:
         for pragma in flat_memory_pragmas(VERIFY_CACHE_KB):
             conn.execute(pragma).fetchall()
@@ -177,7 +176,7 @@ def copy_online(store: Store, dest: Path, *, on_step: Callable[[int, int], None]
     mode = str(store.scalar("PRAGMA journal_mode")).lower()
     wal = mode == "wal"
     src = store.conn
-    dst = apsw.Connection(str(dest), flags=apsw.SQLITE_OPEN_READWRITE)
+    dst = connect(str(dest), apsw.SQLITE_OPEN_READWRITE)
     for pragma in flat_memory_pragmas(VERIFY_CACHE_KB):
         dst.execute(pragma).fetchall()
     stats = CopyStats(counts={}, journal_mode=mode)
@@ -365,6 +364,10 @@ def estimate_bytes(store: Store, compact: bool) -> tuple[int, int]:
 
 
 def check_room(folder: Path, need_bytes: int, disk_usage: DiskUsage) -> None:
+    limit = file_size_limit()
+    if limit is not None and need_bytes > limit:
+        raise MaintError(f"{folder}: the snapshot needs about {need_bytes} bytes but this process may write files of "
+                         f"at most {limit} bytes (the file size limit, ulimit -f); nothing was written")
     free = disk_usage(folder).free
     need = with_margin(need_bytes)
     if free < need:
@@ -409,8 +412,7 @@ def _write_sidecar(folder: files.Folder, name: str, meta: dict[str, Any]) -> Non
 def _open_source(path: Path, damaged_ok: bool) -> Store:
     if not damaged_ok:
         return open_store(path, readonly=True)
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    conn.set_busy_handler(polling_busy_handler(busy_timeout_from_env()))
+    conn = connect(str(path), apsw.SQLITE_OPEN_READONLY)
     for pragma in flat_memory_pragmas(VERIFY_CACHE_KB):
         conn.execute(pragma).fetchall()
     return Store(Path(path), conn)
@@ -457,6 +459,12 @@ def _take(store_path: Path, folder: files.Folder, label: str, kind: str, compact
         except OSError as exc:
             _discard(folder, made, fd)
             raise _os_error(folder.path, exc) from None
+        except apsw.Error as exc:
+            reason = write_limit_reached(folder.path / made[-1], exc)  # before the partial file goes
+            _discard(folder, made, fd)
+            if reason is None:
+                raise
+            raise MaintError(f"{folder.path}: {reason} while writing the snapshot; no snapshot was made") from None
         except BaseException:
             _discard(folder, made, fd)
             raise
@@ -520,8 +528,9 @@ def _discard(folder: files.Folder, names: list[str], fd: int) -> None:
 def _os_error(folder: Path, exc: OSError) -> MaintError:
     import errno
 
-    if exc.errno == errno.ENOSPC:
-        return MaintError(f"{folder}: disk full while writing the snapshot; no snapshot was made")
+    reason = write_limit_reached(None, exc)
+    if reason is not None:
+        return MaintError(f"{folder}: {reason} while writing the snapshot; no snapshot was made")
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return MaintError(f"{folder}: cannot write there ({exc.strerror}); no snapshot was made")
     return MaintError(f"{exc.filename or folder}: {exc.strerror or exc}; no snapshot was made")

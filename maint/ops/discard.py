@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from maint import json_text
-from maint.errors import MaintError, SessionNotFound, UsageError
+from maint.errors import MaintError, UsageError
 from maint.store import guard
 from maint.store.catalog import resolve_session
 from maint.store.connection import Store, open_store
@@ -76,20 +76,10 @@ def _preview(payload_json: Any) -> str:
 
 
 def resolve_target(store: Store, ref: str, *, exact: bool) -> str:
-    """ID|TITLE: an id (a unique prefix only where a confirmation shows the whole id), else an exact title."""
-    try:
-        return resolve_session(store, ref, exact=exact)
-    except SessionNotFound:
-        if not store.has_column("sessions", "title"):
-            raise
-        ids = [r[0] for r in store.conn.execute("SELECT id FROM sessions WHERE title = ? ORDER BY id LIMIT 3", (ref,))]
-        if len(ids) == 1:
-            return ids[0]
-        if ids:
-            raise SessionNotFound(f"title {ref!r} names several sessions ({', '.join(ids[:2])}, ...); "
-                                  "give the session id") from None
-        raise SessionNotFound(f"no session has the id or title {ref!r} (expected a session id, a unique prefix "
-                              "of one, or a session's title)") from None
+    """ID|TITLE: the shared resolution (:func:`maint.store.catalog.resolve_session`, with titles), the same in
+    every mode: a whole id, else an exact title, else a unique id prefix (only where a confirmation shows the
+    whole id)."""
+    return resolve_session(store, ref, exact=exact, titles=True)
 
 
 def _rows(store: Store, sid: str) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -131,15 +132,30 @@ def append(store: Store, kind: str, report: dict[str, Any], *, seconds: float | 
     return Entry(kind, seq, now, seconds, rows, body)
 
 
+def _finite(value: Any) -> float:
+    """A stored number as a finite float; ValueError for anything else (text, a bool, 1e400 read as inf, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"not a number: {value!r}")
+    number = float(value)  # OverflowError for an int past a float's range
+    if not math.isfinite(number):
+        raise ValueError(f"not a finite number: {value!r}")
+    return number
+
+
 def _parse(key: str, value: str | None) -> Entry | None:
+    """One stored run, or None for a damaged row (not JSON, a field of the wrong type, a time or count that
+    is not a finite number): a damaged row is skipped, never fatal."""
     rest = key[len(PREFIX):]
     kind, _, seq = rest.rpartition(".")
     try:
         data = json_text.loads(value or "")
-        return Entry(kind, int(seq), float(data["at"]), data.get("seconds"), int(data.get("rows") or 0),
-                     data.get("report") or {})
-    except (ValueError, TypeError, KeyError):
-        return None  # a damaged row is skipped, never fatal
+        seconds, rows, report = data.get("seconds"), data.get("rows") or 0, data.get("report") or {}
+        if not isinstance(report, dict) or isinstance(rows, float) and not rows.is_integer():
+            return None
+        return Entry(kind, int(seq), _finite(data["at"]), None if seconds is None else _finite(seconds),
+                     int(_finite(rows)), report)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        return None
 
 
 def entries(store: Store, kind: str | None = None, limit: int | None = None) -> list[Entry]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -114,6 +115,17 @@ class ImportPlan:
     @property
     def messages(self) -> int:
         return sum(r.messages for r in self.records.values())
+
+
+def record_limit() -> int:
+    """The most bytes one line (one session record) of an import file may hold, newline included."""
+    from maint import settings
+
+    return int(settings.value("import_record_mb") * (1 << 20))
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):g} MiB"
 
 
 def _bad(path: Path, line: int, problem: str) -> UsageError:
@@ -214,8 +226,15 @@ def read_export(path: Path) -> ExportFile:
         fh = files.open_regular(path, what="export to import")
     except files.FileRefused as exc:
         raise UsageError(f"FILE: {exc} ({EXPECTED})") from None
+    limit = record_limit()
     with fh:
-        for n, raw in enumerate(fh, start=1):
+        for n in itertools.count(1):
+            raw = fh.readline(limit + 1)  # read in the file object's chunks, never more than the bound
+            if not raw:
+                break
+            if len(raw) > limit:
+                raise _bad(path, n, f"a record longer than {_mib(limit)} (the most one session record may take: "
+                                    "hermes_maint.import_record_mb / HERMES_MAINT_IMPORT_RECORD_MB)")
             start, offset = offset, offset + len(raw)
             if not raw.strip():
                 continue

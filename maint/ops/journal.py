@@ -23,7 +23,7 @@ from maint.errors import MaintError, StoreError
 from maint.flow import target_config
 from maint.store.holders import HeldStore, find_holders, refuse_if_held
 from maint.store.runlock import run_lock
-from maint.store.connection import (NEWEST_KNOWN_SCHEMA, WAL_RESET_FIXED, _check_header, check_writable,
+from maint.store.connection import (NEWEST_KNOWN_SCHEMA, WAL_RESET_FIXED, _check_header, check_writable, connect,
                                     has_wal_reset_bug, header_bytes, header_journal_mode)
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def stdlib_wal_warning() -> str | None:
 
 def store_schema_version(path: Path) -> int | None:
     """The Hermes schema version of the store at *path* (None for another SQLite store)."""
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    conn = connect(str(path), apsw.SQLITE_OPEN_READONLY)
     try:
         has = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_version'").fetchone()
         version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] if has else None
@@ -114,8 +114,7 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
     refuse_if_held(path, force=force, doing="switch", advice="stop them first", holders=holders)
     before = header_journal_mode(path)
     lock = run_lock(path)  # no other hermes-maint works on the store meanwhile
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
-    conn.set_busy_timeout(2000)
+    conn = connect(str(path), apsw.SQLITE_OPEN_READWRITE, busy_timeout_ms=2000)
     try:
         if mode == "delete" and before == "wal":
             # Keep every commit a killed writer left in the WAL: copy it all into the database first.

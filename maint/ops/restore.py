@@ -36,8 +36,8 @@ from maint import json_text
 from maint.errors import MaintError, StoreError, UsageError
 from maint.ops.backup import MADE_BY, Snapshot, check_file, counts, open_readonly, take_snapshot
 from maint.ops.vacuum import DiskUsage, with_margin
-from maint.store.connection import (NEWEST_KNOWN_SCHEMA, _check_header, _persist_wal, busy_timeout_from_env,
-                                    check_writable, header_journal_mode, polling_busy_handler)
+from maint.store.connection import (NEWEST_KNOWN_SCHEMA, _check_header, _persist_wal, check_writable, connect,
+                                    header_journal_mode)
 from maint.store.holders import STOP_HERMES, HolderReport, refuse_if_held
 from maint.store.runlock import run_lock
 from maint.store.targets import StoreTarget
@@ -84,8 +84,7 @@ def open_live(path: Path) -> apsw.Connection:
         raise StoreError(f"{path}: no such store (restore copies into an existing state.db; start Hermes once "
                          "to create it)")
     check_writable(path)
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
-    conn.set_busy_handler(polling_busy_handler(busy_timeout_from_env()))
+    conn = connect(str(path), apsw.SQLITE_OPEN_READWRITE)
     _persist_wal(conn)
     try:
         conn.execute("PRAGMA schema_version").fetchall()

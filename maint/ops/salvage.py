@@ -3,10 +3,11 @@
 Upstream's ``hermes sessions recover --allow-partial`` (hermes_cli/session_recovery.py, #71629, #71770,
 #71803) is the model, followed where it decides:
 
-* The damaged store is never opened in place: its file and its ``-wal`` are copied into a private
-  working folder first, fingerprinted (SHA-256) before and after the copy; a store that changed meanwhile
-  (a Hermes process still writing) is refused. Nothing is ever written to it, and the result is never
-  installed over it.
+* The damaged store is never opened in place: its file, its ``-wal`` and a hot ``-journal`` (rolled back
+  on the copy, so a writer's uncommitted transaction is undone there) are copied into a private working
+  folder in $TMPDIR first (its room checked before), fingerprinted (SHA-256) before and after the copy; a
+  store that changed meanwhile (a Hermes process still writing) is refused. Nothing is ever written to it,
+  and the result is never installed over it.
 * The new file gets the damaged store's own schema (its tables, full-text tables, views, triggers and
   indexes, read from the copy's ``sqlite_master``), so it is exactly the layout the Hermes that wrote the
   store reads. The full-text indexes are not copied: the rows are inserted through Hermes's own
@@ -38,11 +39,15 @@ import apsw
 
 from maint import files
 from maint.errors import MaintError, UsageError
-from maint.store.connection import Store, check_regular_file
+from maint.ops.vacuum import room_problem, write_limit_reached
+from maint.store.connection import Store, check_regular_file, connect
 
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 QUERY_BUDGET = 200_000  # range queries per table before the rest of a damaged span is reported unread
-SIDE_FILES = ("-wal",)  # a -shm is rebuilt from the WAL; a -journal is a rollback in progress, not data
+# Copied beside the private copy, under the copy's name. A -shm is rebuilt from the WAL. A hot -journal holds
+# the original pages of a transaction that never committed (the main file holds its half-written ones):
+# SQLite rolls it back on the private copy's first read, so the salvage reads the last committed state.
+SIDE_FILES = ("-wal", "-journal")
 DERIVED_META = ("fts_rebuild_high_water", "fts_rebuild_progress")
 READ_ERRORS = (apsw.CorruptError, apsw.NotADBError, apsw.IOError, apsw.SQLError, apsw.FormatError,
                apsw.MismatchError, apsw.RangeError)
@@ -73,18 +78,27 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _sha256(path: Path) -> str | None:
+def _sha256(path: Path, follow_links: bool = True) -> str | None:
     if not os.path.lexists(path):
         return None
     digest = hashlib.sha256()
-    with files.open_regular(path, what="store") as fh:
+    with files.open_regular(path, what="store", follow_links=follow_links) as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
 
 
 def _fingerprint(path: Path) -> dict[str, str | None]:
-    return {suffix or "db": _sha256(Path(f"{path}{suffix}")) for suffix in ("", *SIDE_FILES)}
+    return {suffix or "db": _sha256(Path(f"{path}{suffix}"), follow_links=not suffix) for suffix in ("", *SIDE_FILES)}
+
+
+def bundle_bytes(path: Path) -> int:
+    """What the private copy of the store and its side files takes."""
+    total = 0
+    for suffix in ("", *SIDE_FILES):
+        with contextlib.suppress(OSError):
+            total += os.lstat(f"{path}{suffix}").st_size
+    return total
 
 
 def copy_bundle(path: Path, work: Path) -> tuple[Path, dict[str, str | None]]:
@@ -290,20 +304,34 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
         raise UsageError(f"{store_path}: no such store (expected the damaged state.db)")
     check_regular_file(store_path)  # the preflight of every open: no special or foreign side files, no foreign link
     new = None if dry_run or new_path is None else _check_new_path(Path(new_path), store_path)
+    temp_root, size = Path(tempfile.gettempdir()), bundle_bytes(store_path)
+    problem = room_problem(temp_root, size)
+    if problem:
+        advice = "" if "ulimit" in problem else "; point TMPDIR at a folder with room"
+        raise MaintError(f"{temp_root}: cannot hold the private copy of the damaged store ({size} bytes): {problem}"
+                         f"{advice}; nothing was written")
     work = Path(tempfile.mkdtemp(prefix="hermes-maint-salvage-"))
+    fingerprint = None
     try:
-        copy, fingerprint = copy_bundle(store_path, work)
-        src = apsw.Connection(str(copy))
+        try:
+            copy, fingerprint = copy_bundle(store_path, work)
+        except OSError as exc:
+            reason = write_limit_reached(None, exc)
+            if reason is None:
+                raise
+            raise MaintError(f"{work}: {reason} while copying the damaged store there (its private copy needs "
+                             f"{size} bytes); point TMPDIR at a folder with room; nothing was written") from None
+        src = connect(str(copy))
         try:
             src.execute("PRAGMA query_only = ON")
             schema = _schema(src, store_path)
             if new is None:
-                return _fill(src, apsw.Connection(":memory:"), schema, store_path, None, fingerprint, started)
+                return _fill(src, connect(":memory:"), schema, store_path, None, fingerprint, started)
             with files.Folder.open(new.parent, follow_links=True, what="folder") as folder:
                 folder.clear_leftovers(new.name)
                 temp, fd = folder.temporary(new.name, owner=files.owner_of(store_path))
                 try:
-                    dst = apsw.Connection(str(folder.path / temp))
+                    dst = connect(str(folder.path / temp))
                     report = _fill(src, dst, schema, store_path, new, fingerprint, started)
                     os.fsync(fd)
                     os.link(temp, new.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
@@ -316,7 +344,7 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
             src.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        if _fingerprint(store_path) != fingerprint:  # never expected: we only ever read a copy
+        if fingerprint is not None and _fingerprint(store_path) != fingerprint:  # never expected: we only read a copy
             raise MaintError(f"{store_path}: changed during the salvage (a Hermes process is writing to it)")
 
 

@@ -30,7 +30,7 @@ from maint import files
 from maint.crashpoints import crash_point
 from maint.errors import MaintError, StoreError, UsageError
 from maint.flow import target_config
-from maint.store.connection import REQUIRED_TABLES, Store, header_journal_mode, open_store
+from maint.store.connection import REQUIRED_TABLES, Store, connect, header_journal_mode, open_store
 from maint.store.holders import Holder, HolderReport, find_holders
 
 if TYPE_CHECKING:
@@ -43,6 +43,60 @@ DiskUsage = Callable[[Path], Any]  # shutil.disk_usage, or a test's stand-in wit
 def with_margin(size: int) -> int:
     """Free space a full copy of *size* bytes needs: the copy plus a margin that keeps the disk usable."""
     return size + max(MIN_MARGIN_BYTES, size // 10)
+
+
+def file_size_limit() -> int | None:
+    """The largest file this process may write (``ulimit -f``, RLIMIT_FSIZE), in bytes; None when unlimited."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def room_problem(folder: Path, need_bytes: int, disk_usage: DiskUsage = shutil.disk_usage) -> str | None:
+    """Why *folder* cannot take a new file of about *need_bytes*: a file size limit below it, or free space
+    short of it plus the margin; None when it can. Asked before every full copy, so a copy never fails half way."""
+    limit = file_size_limit()
+    if limit is not None and need_bytes > limit:
+        return (f"the copy needs about {need_bytes} bytes but this process may write files of at most {limit} "
+                "bytes (the file size limit, ulimit -f)")
+    free = disk_usage(folder).free
+    need = with_margin(need_bytes)
+    if free < need:
+        return f"not enough free space: {free} bytes free, need about {need} ({need_bytes} bytes plus margin)"
+    return None
+
+
+# A file within this much of the size limit when a write failed reached the limit (SQLite writes a page at a time).
+_LIMIT_SLACK = 1 << 17
+
+
+def write_limit_reached(path: Path | None, exc: BaseException) -> str | None:
+    """What a failed write of *path* ran into, when it was the disk or the file size limit, else None.
+
+    ENOSPC/EDQUOT and SQLite's SQLITE_FULL are a full disk; EFBIG is the size limit. SQLite reports a write
+    refused with EFBIG as a plain I/O error ("disk I/O error", or "not an error" from a backup step), so an
+    I/O error on a file that stands at the limit, or on a disk with no room left, is named as such too.
+    """
+    import errno
+
+    limit = file_size_limit()
+    at_limit = "the file size limit (ulimit -f" + (f": {limit} bytes" if limit is not None else "") + ") was reached"
+    if isinstance(exc, apsw.FullError) or isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "disk full"
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+        return at_limit
+    if isinstance(exc, apsw.IOError) and path is not None:
+        try:
+            size = os.stat(path).st_size
+            free = shutil.disk_usage(Path(path).parent).free
+        except OSError:
+            return None
+        if limit is not None and size + _LIMIT_SLACK >= limit:
+            return at_limit
+        if free < _LIMIT_SLACK:
+            return "disk full"
+    return None
 
 
 def space_shortfall(store: Store, disk_usage: DiskUsage = shutil.disk_usage) -> tuple[int, int, int] | None:
@@ -230,11 +284,10 @@ def vacuum_into(store: Store, dest: Path, disk_usage: DiskUsage = shutil.disk_us
     """
     dest = check_into(dest)
     before = sum(store.file_sizes().values())
-    free = disk_usage(dest.parent).free
-    need = before + max(MIN_MARGIN_BYTES, before // 10)
-    if free < need:
-        raise MaintError(f"{dest.parent}: not enough free space for the copy: {free} bytes free, need about {need} "
-                         f"(store {before} bytes plus margin); nothing was written")
+    problem = room_problem(dest.parent, before, disk_usage)
+    if problem:
+        raise MaintError(f"{dest.parent}: no room for the copy of the store ({before} bytes): {problem}; nothing was "
+                         "written")
     with files.Folder.open(dest.parent, follow_links=True) as folder:
         remove_stale_copies(folder, dest.name)
         temp, fd = folder.temporary(dest.name)
@@ -262,13 +315,16 @@ def _vacuum_verified(store: Store, tmp: Path, fd: int, dest: Path) -> tuple[int,
     crash_point("vacuum_into")
     try:
         store.conn.execute("VACUUM INTO ?", (str(tmp),))
-    except apsw.FullError:
-        raise MaintError(f"{dest.parent}: disk full while writing the copy; nothing was kept") from None
+    except (apsw.FullError, apsw.IOError) as exc:
+        reason = write_limit_reached(tmp, exc)
+        if reason is None:
+            raise
+        raise MaintError(f"{dest.parent}: {reason} while writing the copy; nothing was kept") from None
     now = os.lstat(tmp)
     if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
         raise MaintError(f"{tmp}: replaced by something else while the copy was written; nothing was kept")
     mode = header_journal_mode(store.path)
-    copy = apsw.Connection(str(tmp), flags=apsw.SQLITE_OPEN_READWRITE)
+    copy = connect(str(tmp), apsw.SQLITE_OPEN_READWRITE)
     try:
         if mode == "wal":
             copy.execute("PRAGMA journal_mode=WAL")

@@ -238,27 +238,44 @@ def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionIn
     return {row["id"]: _record(row) for row in store.iter_rows(catalog_sql(store), {"now": now})}
 
 
-def resolve_session(store: Store, ref: str, *, exact: bool = False) -> str:
-    """An id or a unique prefix of one (case-sensitive, as ids are).
+def resolve_session(store: Store, ref: str, *, exact: bool = False, titles: bool = False) -> str:
+    """An id or a unique prefix of one (case-sensitive, as ids are); with *titles* (ID|TITLE), also a
+    session's exact title.
+
+    Every mode (dry run, confirmation, --yes) resolves a ref alike: a whole id first, then (with *titles*)
+    an exact title, then an id prefix. A title is exact and a prefix is partial, so a ref that is one
+    session's title and the beginning of another's id names the titled one (a dry run previewed the prefix's
+    session and --yes then refused the same ref). A title that several sessions have is ambiguous.
 
     *exact*: the destructive-operation contract. A destructive command run without an interactive
-    confirmation (``--yes``) takes whole ids only: a prefix could match another session once the one meant
-    is gone (a second run of the same command deleted a different session). A prefix is shown whole at an
-    interactive confirmation instead.
+    confirmation (``--yes``) takes whole ids (or exact titles) only: a prefix could match another session
+    once the one meant is gone (a second run of the same command deleted a different session). A prefix is
+    shown whole at an interactive confirmation instead.
     """
     if not ref:
         raise SessionNotFound("empty session id (expected a session id or a unique prefix)")
     if store.scalar("SELECT 1 FROM sessions WHERE id = ?", (ref,)):
         return ref
+    expected = ("a session id, a unique prefix of one, or a session's exact title" if titles
+                else "a session id or a unique prefix")
+    if titles and store.has_column("sessions", "title"):
+        named = [r[0] for r in store.conn.execute("SELECT id FROM sessions WHERE title = ? ORDER BY id LIMIT 3",
+                                                  (ref,))]
+        if len(named) == 1:
+            return named[0]
+        if named:
+            raise SessionNotFound(f"title {ref!r} names several sessions ({', '.join(named[:2])}, ...); "
+                                  "give the session id")
     matches = [r[0] for r in store.conn.execute(
         "SELECT id FROM sessions WHERE id > ?1 AND substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT 3", (ref,))]
     if not matches:
-        raise SessionNotFound(f"no session matches {ref!r} (expected a session id or a unique prefix)")
+        raise SessionNotFound(f"no session matches {ref!r} (expected {expected})")
     if len(matches) > 1:
         raise SessionNotFound(f"session prefix {ref!r} is ambiguous ({', '.join(matches[:2])}, ...); "
                               "give more of the id")
     if exact:
+        whole = "whole ids or exact titles" if titles else "whole ids"
         raise UsageError(f"{ref!r} is not a whole session id (it begins {matches[0]!r}); without a confirmation "
-                         "at a terminal (--yes) a destructive command takes whole ids only (a prefix is accepted "
+                         f"at a terminal (--yes) a destructive command takes {whole} only (a prefix is accepted "
                          "where the confirmation shows the whole id)")
     return matches[0]

@@ -432,8 +432,9 @@ class Store:
         return {"page_count": page_count, "freelist_count": freelist, "page_size": page_size}
 
     def sibling_connection(self) -> apsw.Connection:
-        """A second connection to the same file, for work beside ours (it never waits for a lock)."""
-        conn = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE)
+        """A second connection to the same file, for work beside ours (its PASSIVE checkpoints never wait; the
+        busy handler only lets its first read of the schema wait out a writer's commit)."""
+        conn = connect(str(self.path), apsw.SQLITE_OPEN_READWRITE)
         _persist_wal(conn)
         return conn
 
@@ -465,11 +466,10 @@ def _remove_our_wal_files(path: Path) -> None:
     try:
         if os.lstat(wal).st_size != 0 or not os.access(path.parent, os.W_OK):
             return
-        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+        conn = connect(str(path), apsw.SQLITE_OPEN_READWRITE, busy_timeout_ms=0)  # never waits: a tidy-up
     except (OSError, apsw.Error):
         return
     try:
-        conn.set_busy_timeout(0)
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     except apsw.Error:
         pass
@@ -551,6 +551,18 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def connect(target: str, flags: int = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE, *,
+            busy_timeout_ms: int | None = None) -> apsw.Connection:
+    """Every SQLite connection hermes-maint opens (stores, snapshots, copies): the busy handler is set before
+    the first statement. Even a PRAGMA reads the schema, which needs a shared lock: a rollback-journal store's
+    writer holds its exclusive lock for each commit, so a first statement without the handler fails at random
+    with "database is locked" instead of waiting (*busy_timeout_ms*, default HERMES_MAINT_BUSY_MS)."""
+    conn = apsw.Connection(target, flags=flags)
+    timeout = busy_timeout_from_env() if busy_timeout_ms is None else busy_timeout_ms
+    conn.set_busy_handler(polling_busy_handler(timeout))
+    return conn
+
+
 def busy_timeout_from_env() -> int:
     """HERMES_MAINT_BUSY_MS overrides how long we wait for Hermes's write lock."""
     from maint import settings
@@ -584,11 +596,11 @@ def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Con
     """
     flags = (apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE) | apsw.SQLITE_OPEN_URI
     try:
-        conn = apsw.Connection(str(path), flags=flags)
+        # The first statement waits like every later one (the handler comes with the connection): a
+        # rollback-journal store's writer holds its lock for each commit, and refusing on the spot
+        # ("database is locked") would fail at random.
+        conn = connect(str(path), flags, busy_timeout_ms=busy_timeout_ms)
         _flat_memory(conn, readonly)
-        # The first read waits like every later one: a rollback-journal store's writer holds its lock
-        # for each commit, and refusing on the spot ("database is locked") would fail at random.
-        conn.set_busy_handler(polling_busy_handler(busy_timeout_ms))
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         return conn, None
     except (apsw.ReadOnlyError, apsw.CantOpenError):
@@ -598,7 +610,8 @@ def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Con
     if wal.exists() and wal.stat().st_size > 0:
         raise StoreError(f"{path}: its -wal holds commits but the folder is read-only and has no -shm, so SQLite "
                          "cannot read them; copy the store with its -wal somewhere writable and point --db there")
-    conn = apsw.Connection("file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1", flags=flags)
+    conn = connect("file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1", flags,
+                   busy_timeout_ms=busy_timeout_ms)
     _flat_memory(conn, readonly)
     conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     return conn, "read-only folder without -shm: read as immutable (there is no WAL to miss)"
@@ -624,7 +637,6 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
         if lock is not None:
             lock.release()
         raise StoreError(f"{path}: cannot open store ({exc})") from None
-    conn.set_busy_handler(polling_busy_handler(busy_timeout_ms))
     register_functions(conn)
     store = Store(path, conn)
     with contextlib.suppress(OSError):

@@ -17,6 +17,7 @@ import apsw
 
 from maint import files
 from maint.errors import MaintError, UsageError
+from maint.store.connection import connect
 from maint.store.targets import hermes_home
 
 
@@ -63,8 +64,8 @@ def copy_stores(stores: dict[str, Path], label: str) -> Path:
         with snapshots.subfolder(name, create=True) as folder:
             for profile, path in stores.items():
                 os.close(folder.create(f"{profile}.state.db"))
-                src = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-                dst = apsw.Connection(str(folder.path / f"{profile}.state.db"))
+                src = connect(str(path), apsw.SQLITE_OPEN_READONLY)
+                dst = connect(str(folder.path / f"{profile}.state.db"))
                 with dst.backup("main", src, "main") as backup:
                     backup.step()
                 dst.close()
