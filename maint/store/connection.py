@@ -470,6 +470,7 @@ def _remove_our_wal_files(path: Path) -> None:
     except (OSError, apsw.Error):
         return
     try:
+        _flat_memory(conn, True)
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     except apsw.Error:
         pass
