@@ -232,7 +232,7 @@ def vacuum_into(store: Store, dest: Path, disk_usage: DiskUsage = shutil.disk_us
     if free < need:
         raise MaintError(f"{dest.parent}: not enough free space for the copy: {free} bytes free, need about {need} "
                          f"(store {before} bytes plus margin); nothing was written")
-    with files.Folder.open(dest.parent, follow_links=True) as folder:
+    with files.Folder.open(dest.parent, follow_links=True, what="folder", store=store.path) as folder:
         remove_stale_copies(folder, dest.name)
         temp, fd = folder.temporary(dest.name)
         tmp = folder.path / temp
