@@ -70,6 +70,11 @@ def _as_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
+def as_root() -> bool:
+    """Whether this run is root's (the rules that guard other users' files apply)."""
+    return _as_root()
+
+
 def _give(fd: int, owner: tuple[int, int] | None) -> None:
     """Hand what a root run created to *owner* (uid, gid); nothing to do for anyone else."""
     if owner is not None and _as_root() and owner != (0, 0):
@@ -261,10 +266,39 @@ def user_may(uid: int, path: Path | str, want: int) -> bool:
     return True
 
 
+def _private_group(st: os.stat_result) -> bool:
+    """The file's group is its owner's own (their primary group, no other member): group-writable is harmless,
+    as Debian's OpenSSH accepts it (a umask of 002 with user-private groups makes every folder so)."""
+    try:
+        import grp
+        import pwd
+
+        owner = pwd.getpwuid(st.st_uid)
+        members = set(grp.getgrgid(st.st_gid).gr_mem)
+    except (ImportError, KeyError):
+        return False
+    return owner.pw_gid == st.st_gid and members <= {owner.pw_name}
+
+
+def user_may_create(uid: int, folder: Path | str) -> bool:
+    """Whether user *uid* could make a new file in *folder* (search along its real path, write and search on it)."""
+    if uid == 0:
+        return True
+    groups = _groups_of(uid)
+    real = Path(os.path.realpath(folder))
+    try:
+        return all(_allows(os.stat(f), uid, groups, 1) for f in real.parents) and \
+            _allows(os.stat(real), uid, groups, 3)
+    except OSError:
+        return False
+
+
 def loose_folder(st: os.stat_result) -> str | None:
     """Why a folder whose names steer us is open to others (writable by group or every user, no sticky bit:
     anyone there can rename or replace what it holds), or None."""
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+    if st.st_mode & stat.S_ISVTX:
+        return None
+    if st.st_mode & 0o002 or st.st_mode & 0o020 and not _private_group(st):
         who = "every user" if st.st_mode & 0o002 else "its group"
         return f"is writable by {who} without the sticky bit (mode {stat.S_IMODE(st.st_mode):o})"
     return None
