@@ -115,12 +115,15 @@ YAML_MAX_NODES = 20_000  # values and keys, aliases expanded: a config has hundr
 YAML_MAX_DEPTH = 64
 
 
-def read_trusted(path: Path, what: str, *, store: Path | None = None) -> tuple[str, int]:
+def read_trusted(path: Path, what: str, *, store: Path | None = None,
+                 foreign_links: str = "readable") -> tuple[str, int]:
     """The text of a file that steers us, and its owner, as OpenSSH and sudo read theirs: a regular file (a
     link is followed), owned by us, by root, or (with *store*) by the owner of the store it configures, else
     by the owner of its folder (who could replace it anyway); and writable by its owner alone. A file planted
     by another user beside a store in a shared folder, or a config in one user's folder steering another
-    user's store through a link, is refused, never obeyed."""
+    user's store through a link, is refused, never obeyed. The way to it is checked first (see
+    :func:`_check_way`): nothing is read through a link its owner could not have read through themselves."""
+    _check_way(path, what, foreign_links)
     try:
         data, st = files.read_regular(path, what=what)
     except files.FileRefused as exc:
@@ -140,6 +143,37 @@ def read_trusted(path: Path, what: str, *, store: Path | None = None) -> tuple[s
         return data.decode("utf-8"), st.st_uid
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}); refusing") from None
+
+
+def _check_way(path: Path, what: str, foreign_links: str) -> None:
+    """The links and folders on the way to a file that steers us.
+
+    A symbolic link owned by another user (not us, not root) is followed only if that user could read the
+    target themselves (*foreign_links* ``"readable"``: a user's config.yaml linked to a root-only file would
+    otherwise be read, and its values echoed, by a root run), or never (``"refuse"``: job files, which make a
+    run act). And each folder holding a name on the way must not be writable by others without the sticky
+    bit, as OpenSSH's StrictModes requires: anyone there could swap the file for their own.
+    """
+    me = os.geteuid() if hasattr(os, "geteuid") else None
+    links = files.links_on(path)
+    for link, st, _ in links:
+        if st.st_uid in (0, me):
+            continue
+        if foreign_links == "refuse":
+            raise UsageError(f"{path}: reached through {link}, a symbolic link owned by another user (uid "
+                             f"{st.st_uid}); refusing to obey it as the {what} (use the file itself, not a link)")
+        if not files.user_may(st.st_uid, path, os.R_OK):
+            raise UsageError(f"{path}: reached through {link}, a symbolic link owned by uid {st.st_uid}, to a file "
+                             f"that user cannot read; refusing to read it as the {what}")
+    holders = [holder for _, _, holder in links] + [Path(os.path.realpath(path)).parent]
+    for folder in dict.fromkeys(holders):
+        try:
+            why = files.loose_folder(os.stat(folder))
+        except OSError:
+            continue  # reading the file reports what is wrong
+        if why:
+            raise UsageError(f"{path}: its folder {folder} {why}; anyone there could replace the {what}; refusing "
+                             "to obey it (chmod go-w, or +t, the folder)")
 
 
 def parse_yaml(text: str, path: Path, *, what: str = "config", safe: bool = False) -> Any:
@@ -204,7 +238,7 @@ def _children(node: Any) -> list[Any]:
     return out
 
 
-def set_session_key(path: Path, key: str, value: bool | int) -> None:
+def set_session_key(path: Path, key: str, value: bool | int, *, store: Path | None = None) -> None:
     """Write ``sessions.<key>: <value>`` into config.yaml by editing one line (or adding one or two).
 
     A YAML re-dump would re-indent the file, drop quotes, the BOM and CRLF line endings, and write
@@ -212,12 +246,15 @@ def set_session_key(path: Path, key: str, value: bool | int) -> None:
     holds the key is rewritten (or a line is inserted under ``sessions:``), every other byte is
     kept, and the result is parsed again and must differ from the original in that key alone.
     The file is replaced atomically at its real location (a symlink stays a symlink and its target
-    is updated), keeping its mode and owner.
+    is updated), keeping its mode and owner; a new one is made only in an existing folder. A run as root
+    writes only where the owner of *store* (the store the config steers) could write it themselves
+    (:func:`_check_root_write`).
     """
     literal = _literal(value)
+    _check_root_write(path, store)
     target = _real_target(path)
     if target is None:
-        _create_config(path, f"sessions:\n  {key}: {literal}\n")
+        _create_config(path, f"sessions:\n  {key}: {literal}\n", store)
         return
     fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as fh:
@@ -259,10 +296,49 @@ def _real_target(path: Path) -> Path | None:
     return real
 
 
-def _create_config(path: Path, text: str) -> None:
-    """A new config.yaml: 0600 (Hermes keeps API keys in it), never over a file or through a link."""
-    with files.Folder.open(path.parent, create=True, parents=True, follow_links=True) as folder, \
-            folder.atomic(path.name, mode=0o600, replace=False) as fh:
+def _store_owner(store: Path | None) -> int | None:
+    """The uid owning *store*, or (no store yet) the folder it would be made in; None when neither is known."""
+    if store is None:
+        return None
+    owner = files.owner_of(store) or files.owner_of(Path(os.path.realpath(store)).parent)
+    return owner[0] if owner else None
+
+
+def _check_root_write(path: Path, store: Path | None) -> None:
+    """As root, the config of another user's store is written only where that user could write it: never
+    through a symbolic link owned by anyone but root or the store's owner, and never into a file (or, for a new
+    one, a folder) the store's owner cannot write. A user's config.yaml linked to a root-owned file elsewhere
+    would otherwise have root rewrite that file."""
+    if not files.as_root():
+        return
+    owner = _store_owner(store)
+    for link, st, _ in files.links_on(path):
+        if st.st_uid not in (0, owner):
+            raise MaintError(f"{path}: reached through {link}, a symbolic link owned by uid {st.st_uid} (not root "
+                             "nor the store's owner); a run as root does not write through it; nothing was changed")
+    if owner in (None, 0):
+        return
+    if os.path.lexists(path):
+        if not files.user_may(owner, path, os.W_OK):
+            real = os.path.realpath(path)
+            raise MaintError(f"{path}: the store's owner (uid {owner}) may not change {real}; a run as root does "
+                             "not change it for them; nothing was changed (edit it by hand, or as that user)")
+    elif os.path.isdir(path.parent) and not files.user_may_create(owner, path.parent):
+        raise MaintError(f"{path.parent}: the store's owner (uid {owner}) may not create files there; a run as "
+                         "root does not create the config for them; nothing was changed")
+
+
+def _create_config(path: Path, text: str, store: Path | None = None) -> None:
+    """A new config.yaml: 0600 (Hermes keeps API keys in it), never over a file or through a link, and only in
+    an existing folder (a Hermes home or profile: a mistyped --profile or $HERMES_HOME is not made one)."""
+    try:
+        folder = files.Folder.open(path.parent, follow_links=True, what="Hermes home", store=store)
+    except files.FileRefused as exc:
+        if not os.path.lexists(path.parent):
+            raise UsageError(f"{path.parent}: no such folder (expected an existing Hermes home or profile folder); "
+                             f"not creating {path.name} there, nothing was changed") from None
+        raise MaintError(f"{exc}; nothing was changed") from None
+    with folder, folder.atomic(path.name, mode=0o600, replace=False) as fh:
         fh.write(text.encode("utf-8"))
 
 

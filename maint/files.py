@@ -10,7 +10,13 @@ The rules live here once, so a new command gets them by using it:
 * **Private by default.** What we create is 0600 (folders 0700) unless the caller says otherwise.
 * **Owned like its folder.** A run as root hands every file and folder it creates to the owner of the
   folder it creates it in (or of the store, for files beside it), so one root run never leaves files
-  the store's owner can no longer use.
+  the store's owner can no longer use. What is made from a store's content (a snapshot, an export, a
+  copy: ``Folder.open(..., store=...)``) goes to root or the store's owner, never to a third user
+  because they own the folder it lands in.
+* **A link only as far as its owner reaches.** A folder the operator named may be a symbolic link, but
+  a run as root follows it for a store's content only when root or the store's owner owns every link on
+  the way (:func:`refuse_foreign_links`, the rule stores themselves have): another user's link planted
+  at a backup or export path never receives a store's content.
 * **No half-written file under a final name.** A file is written under our temporary name
   (``.NAME.<hex>.partial``), locked while written, synced, then renamed (or linked) into place. It is
   removed when the run fails, is interrupted, or is terminated (SIGTERM and SIGHUP are raised as
@@ -62,6 +68,11 @@ def kind_of(mode: int) -> str:
 
 def _as_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def as_root() -> bool:
+    """Whether this run is root's (the rules that guard other users' files apply)."""
+    return _as_root()
 
 
 def _give(fd: int, owner: tuple[int, int] | None) -> None:
@@ -163,40 +174,218 @@ def _foreign_file(st: os.stat_result, owner_uid: int) -> str | None:
     return None
 
 
+def links_on(path: Path | str) -> list[tuple[Path, os.stat_result, Path]]:
+    """Every symbolic link met resolving *path* as the kernel does (each link's target resolved in turn),
+    with the link's status and the real folder holding it, in order; the walk ends at the first missing
+    name (what follows is ours to create) or after 40 links (the open then fails with ELOOP)."""
+    raw = Path(path).expanduser()
+    pending = list((raw if raw.is_absolute() else Path(os.getcwd()) / raw).parts[1:])
+    current, met = Path("/"), []
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        step = current / part
+        try:
+            st = os.lstat(step)
+        except OSError:
+            break
+        if not stat.S_ISLNK(st.st_mode):
+            current = step
+            continue
+        met.append((step, st, current))
+        if len(met) > 40:
+            break
+        try:
+            target = Path(os.readlink(step))
+        except OSError:
+            break
+        if target.is_absolute():
+            current = Path("/")
+        pending = [*target.parts[1 if target.is_absolute() else 0:], *pending]
+    return met
+
+
+def refuse_foreign_links(path: Path | str, store_owner: int | None, what: str = "folder") -> None:
+    """As root, refuse *path* when a symbolic link on the way to it is owned by anyone but root or the store's
+    owner (``connection._refuse_foreign_links``' rule for stores, for the folders and files a store's content
+    is written to): a user's link planted at a backup or export path would hand the content to them."""
+    if not _as_root():
+        return
+    for link, st, _ in links_on(path):
+        if st.st_uid not in (0, store_owner):
+            raise FileRefused(f"{path}: reached through {link}, a symbolic link owned by uid {st.st_uid} (not root "
+                              f"nor the store's owner); a run as root does not write a store's content through it "
+                              f"(name the real {what})")
+
+
+def _groups_of(uid: int) -> set[int]:
+    try:
+        import pwd
+
+        entry = pwd.getpwuid(uid)
+        return set(os.getgrouplist(entry.pw_name, entry.pw_gid))
+    except (ImportError, KeyError, OSError):
+        return set()
+
+
+def _allows(st: os.stat_result, uid: int, groups: set[int], bits: int) -> bool:
+    """Whether the permission bits of *st* give *uid* (in *groups*) all of *bits* (4 read, 2 write, 1 search)."""
+    if uid == 0:
+        return True
+    shift = 6 if st.st_uid == uid else 3 if st.st_gid in groups else 0
+    return (st.st_mode >> shift) & bits == bits
+
+
+def user_may(uid: int, path: Path | str, want: int) -> bool:
+    """Whether user *uid* could itself read (``os.R_OK``) or replace (``os.W_OK``: write the file and rename
+    over it in its folder) the file at *path*, judged by the permission bits along its real path (ACLs are not
+    read: a user they alone let in is refused, never the other way round)."""
+    if uid == 0:
+        return True
+    groups = _groups_of(uid)
+    real = Path(os.path.realpath(path))
+    try:
+        for folder in reversed(real.parents):
+            if not _allows(os.stat(folder), uid, groups, 1):
+                return False
+        folder_st = os.stat(real.parent)
+        st = os.stat(real)
+    except OSError:
+        return False
+    if want & os.R_OK and not _allows(st, uid, groups, 4):
+        return False
+    if want & os.W_OK:
+        if not (_allows(st, uid, groups, 2) and _allows(folder_st, uid, groups, 3)):
+            return False
+        if folder_st.st_mode & stat.S_ISVTX and uid not in (st.st_uid, folder_st.st_uid):
+            return False
+    return True
+
+
+def _private_group(st: os.stat_result) -> bool:
+    """The file's group is its owner's own (their primary group, no other member): group-writable is harmless,
+    as Debian's OpenSSH accepts it (a umask of 002 with user-private groups makes every folder so)."""
+    try:
+        import grp
+        import pwd
+
+        owner = pwd.getpwuid(st.st_uid)
+        members = set(grp.getgrgid(st.st_gid).gr_mem)
+    except (ImportError, KeyError):
+        return False
+    return owner.pw_gid == st.st_gid and members <= {owner.pw_name}
+
+
+def user_may_create(uid: int, folder: Path | str) -> bool:
+    """Whether user *uid* could make a new file in *folder* (search along its real path, write and search on it)."""
+    if uid == 0:
+        return True
+    groups = _groups_of(uid)
+    real = Path(os.path.realpath(folder))
+    try:
+        return all(_allows(os.stat(f), uid, groups, 1) for f in real.parents) and \
+            _allows(os.stat(real), uid, groups, 3)
+    except OSError:
+        return False
+
+
+def loose_folder(st: os.stat_result) -> str | None:
+    """Why a folder whose names steer us is open to others (writable by group or every user, no sticky bit:
+    anyone there can rename or replace what it holds), or None."""
+    if st.st_mode & stat.S_ISVTX:
+        return None
+    if st.st_mode & 0o002 or st.st_mode & 0o020 and not _private_group(st):
+        who = "every user" if st.st_mode & 0o002 else "its group"
+        return f"is writable by {who} without the sticky bit (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def untrusted_folder(path: Path | str) -> str | None:
+    """Why the folder *path* may not steer a run, as OpenSSH's StrictModes judges the folders of its keys, or
+    None: it and every folder above it (its real path) must be owned by us or root and be writable by no one
+    else (a sticky folder, such as /tmp, may be writable by all)."""
+    me = os.geteuid() if hasattr(os, "geteuid") else None
+    real = Path(os.path.realpath(path))
+    for folder in (real, *real.parents):
+        try:
+            st = os.stat(folder)
+        except OSError as exc:
+            return f"cannot be checked ({folder}: {exc.strerror})"
+        where = "" if folder == real else f"lies in {folder}, which "
+        if me is not None and st.st_uid not in (me, 0):
+            return f"{where}is owned by another user (uid {st.st_uid})"
+        why = loose_folder(st)
+        if why:
+            return f"{where}{why}"
+    return None
+
+
 class Folder:
     """An open folder: every name is resolved against its descriptor, never through a link.
 
-    *owner* is who a root run hands new files and folders to (by default the folder's own owner).
+    *owner* is who a root run hands new files and folders to (by default the folder's own owner; for a store's
+    content, *store_owner*, when the folder is neither root's nor the store's owner's).
     """
 
-    def __init__(self, path: Path, fd: int, owner: tuple[int, int] | None = None):
-        self.path, self.fd = path, fd
+    def __init__(self, path: Path, fd: int, owner: tuple[int, int] | None = None,
+                 store_owner: tuple[int, int] | None = None):
+        self.path, self.fd, self.store_owner = path, fd, store_owner
         st = os.fstat(fd)
-        self.owner = owner or (st.st_uid, st.st_gid)
+        if owner is None:
+            owner = (st.st_uid, st.st_gid)
+            if store_owner is not None and st.st_uid not in (0, store_owner[0]):
+                owner = store_owner  # never a third user's because they own the folder
+        self.owner = owner
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
     def open(cls, path: Path | str, *, create: bool = False, parents: bool = False, mode: int = 0o700,
-             owner: tuple[int, int] | None = None, what: str = "folder", follow_links: bool = False) -> Folder:
+             owner: tuple[int, int] | None = None, what: str = "folder", follow_links: bool = False,
+             store: Path | str | None = None) -> Folder:
         """*path* as a folder; a symlink or anything but a folder there is refused (*follow_links*: a link the
         operator named is followed; the folder found is then used through its descriptor). With *create*, a
         missing folder is made (*mode*, handed to *owner*, else to its parent's owner), with *parents* its
-        missing parents too."""
+        missing parents too.
+
+        *store*: the folder receives that store's content. A run as root then follows links only where root or
+        the store's owner owns them (:func:`refuse_foreign_links`), and hands what it creates to the store's
+        owner when the folder belongs to anyone else."""
         path = Path(os.path.abspath(Path(path).expanduser()))
+        store_owner = owner_of(store) if store is not None else None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW))
         except FileNotFoundError:
             if not create:
                 raise FileRefused(f"{path}: no such {what}") from None
             parent = cls.open(path.parent, create=parents, parents=parents, mode=mode, owner=owner, what=what,
-                              follow_links=True)  # an existing parent is a path the operator gave; ours are made
+                              follow_links=True, store=store)  # an existing parent is a path the operator gave
             try:
                 return parent.subfolder(path.name, create=True, mode=mode, owner=owner)
             finally:
                 parent.close()
         except OSError as exc:
             raise cls._refusal(path, exc, what) from None
-        return cls(path, fd, owner)
+        if store is not None and follow_links:
+            try:
+                cls._same_as_walked(path, fd, store_owner, what)
+            except BaseException:
+                os.close(fd)
+                raise
+        return cls(path, fd, owner, store_owner)
+
+    @staticmethod
+    def _same_as_walked(path: Path, fd: int, store_owner: tuple[int, int] | None, what: str) -> None:
+        """The links to the folder opened are checked after the open, and the folder opened must be the one
+        the path names now: a link swapped in between cannot slip past the check."""
+        refuse_foreign_links(path, store_owner[0] if store_owner else None, what)
+        if _as_root():
+            opened, named = os.fstat(fd), os.stat(path)
+            if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
+                raise FileRefused(f"{path}: changed while it was being opened; refusing to use it as the {what}")
 
     @staticmethod
     def _refusal(path: Path, exc: OSError, what: str) -> MaintError:
@@ -220,12 +409,12 @@ class Folder:
                 fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
                 os.fchmod(fd, mode)  # mkdir's mode passed through the umask
                 _give(fd, owner or self.owner)
-                return Folder(self.path / name, fd, owner)
+                return Folder(self.path / name, fd, owner or self.owner, self.store_owner)
         try:
             fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
         except OSError as exc:
             raise self._refusal(self.path / name, exc, "folder") from None
-        return Folder(self.path / name, fd, owner)
+        return Folder(self.path / name, fd, owner, self.store_owner)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -438,10 +627,12 @@ def owner_of(path: Path | str) -> tuple[int, int] | None:
 
 @contextlib.contextmanager
 def atomic_file(path: Path | str, *, mode: int | None = None, replace: bool = True,
-                owner: tuple[int, int] | None = None, what: str = "folder") -> Iterator[IO[bytes]]:
-    """:meth:`Folder.atomic` for *path* in its existing folder (a folder the operator named: links followed)."""
+                owner: tuple[int, int] | None = None, what: str = "folder",
+                store: Path | str | None = None) -> Iterator[IO[bytes]]:
+    """:meth:`Folder.atomic` for *path* in its existing folder (a folder the operator named: links followed;
+    with *store*, as :meth:`Folder.open` says for a store's content)."""
     path = Path(os.path.abspath(Path(path).expanduser()))
-    with Folder.open(path.parent, what=what, follow_links=True) as folder, \
+    with Folder.open(path.parent, what=what, follow_links=True, store=store) as folder, \
             folder.atomic(path.name, mode=mode, replace=replace, owner=owner) as fh:
         yield fh
 

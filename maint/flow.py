@@ -26,6 +26,9 @@ class Operator:
 
     #: Whether :meth:`confirm` shows the summary and waits for an answer (false under --yes).
     asks = False
+    #: Whether an answer can actually be had (a terminal at stdin, no --yes): a session named by a prefix
+    #: is acted on only where the confirmation shows its whole id.
+    can_ask = False
 
     def confirm(self, question: str, summary: Sequence[str] = (), warnings: Sequence[str] = ()) -> None:
         """Return to go ahead; raise (:class:`~maint.errors.Declined`, :class:`~maint.errors.Interrupted`,

@@ -9,6 +9,7 @@ import stat
 import pytest
 
 from maint import files
+from maint.errors import UsageError
 from tests.conftest import run_subprocess, session_ids
 from tests.storegen import StoreBuilder
 
@@ -131,3 +132,129 @@ def test_a_config_that_is_not_a_small_regular_file_is_refused_at_once(hermes_hom
         path.write_bytes(b"# " + b"x" * (64 << 20) + b"\n")
     result = run_subprocess("sweep", env={"HERMES_HOME": str(hermes_home)}, timeout=120)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# -- the way to a config: links and folders (hostile try 3, F10, F27) ---------------------------------
+
+def _link_owned_by(monkeypatch, link, uid):
+    """os.lstat reporting *uid* as the owner of the symbolic link *link* (a link of another user, without root)."""
+    real = os.lstat
+
+    def fake(path, *args, **kwargs):
+        st = real(path, *args, **kwargs)
+        if str(path) == str(link) and not kwargs.get("dir_fd"):
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, uid, uid, *st[6:]))
+        return st
+
+    monkeypatch.setattr(os, "lstat", fake)
+
+
+def _store_owned_by(monkeypatch, db, uid):
+    real = os.stat
+
+    def fake(path, *args, **kwargs):
+        st = real(path, *args, **kwargs)
+        if str(path) == str(db) and not kwargs.get("dir_fd"):
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, uid, uid, *st[6:]))
+        return st
+
+    monkeypatch.setattr(os, "stat", fake)
+
+
+def test_a_root_run_never_writes_the_config_through_a_link_into_a_file_the_stores_owner_cannot_write(
+        tmp_path, monkeypatch, cli):
+    """Hostile try 3, F10: alice linked her config.yaml to a root-owned YAML file elsewhere; root's `autoprune on
+    --db <alice's store>` rewrote that file (new inode, root's). As root, the config is now written only where the
+    store's owner could write it, and never through another user's link."""
+    from maint import files
+
+    home = tmp_path / "alice"
+    home.mkdir()
+    db = _store(home / "state.db")
+    victim = tmp_path / "etc" / "root.yaml"
+    victim.parent.mkdir()
+    victim.write_text("# root's file\n")
+    os.chmod(victim, 0o644)
+    link = home / "config.yaml"
+    link.symlink_to(victim)
+    monkeypatch.setattr(files, "_as_root", lambda: True)
+    monkeypatch.setattr(files, "user_may", lambda uid, path, want: want == os.R_OK)  # she may read it, not write
+    _store_owned_by(monkeypatch, db, 4321)  # alice's store ...
+    _link_owned_by(monkeypatch, link, 4321)  # ... and alice's link
+    for choice in ("on", "off"):
+        result = cli("autoprune", choice, "--db", db)
+        assert result.exit_code == 1 and "the store's owner (uid 4321) may not change" in result.stderr, result.output
+        assert len(result.stderr.strip().splitlines()) == 1
+    _link_owned_by(monkeypatch, link, 4322)  # a third user's link
+    result = cli("autoprune", "on", "--db", db)
+    assert result.exit_code == 1 and "a symbolic link owned by uid 4322" in result.stderr, result.output
+    assert victim.read_text() == "# root's file\n" and link.is_symlink()
+
+
+def test_a_root_run_reads_a_config_through_a_users_link_only_if_that_user_could(tmp_path, monkeypatch, cli):
+    """Hostile try 3, F10 (read side): alice's config.yaml linked to a root-only file made root's doctor read it
+    and echo its values ("retention_days is 'SECRET-TOKEN-abc123'")."""
+    home = tmp_path / "alice"
+    home.mkdir()
+    db = _store(home / "state.db")
+    secret = tmp_path / "secret.yaml"
+    secret.write_text('sessions:\n  retention_days: "SECRET-TOKEN-abc123"\n')
+    os.chmod(secret, 0o600)  # ours (root's, run as root): uid 4321 cannot read it
+    link = home / "config.yaml"
+    link.symlink_to(secret)
+    _link_owned_by(monkeypatch, link, 4321)
+    for command in (["doctor"], ["sweep"], ["autoprune", "status"]):
+        result = cli(*command, "--db", db)
+        assert result.exit_code == (0 if command == ["doctor"] else 2), result.output  # doctor: a finding
+        assert "to a file that user cannot read" in result.output and "SECRET" not in result.output
+
+
+def test_a_foreign_links_owner_must_be_able_to_read_the_target(monkeypatch):
+    """files.user_may judges by the permission bits along the real path, as the kernel would for that user."""
+    from maint import files
+
+    d, f = 0o040000, 0o100000
+    table = {"/": (d | 0o755, 0), "/a": (d | 0o755, 0), "/a/mine": (d | 0o700, 4321),
+             "/a/mine/c.yaml": (f | 0o600, 4321), "/a/root": (d | 0o700, 0), "/a/root/c.yaml": (f | 0o644, 0),
+             "/a/open": (d | 0o755, 0), "/a/open/c.yaml": (f | 0o644, 0), "/a/tmp": (d | 0o1777, 0),
+             "/a/tmp/c.yaml": (f | 0o666, 5)}
+
+    def fake_stat(path, *args, **kwargs):
+        mode, uid = table[str(path)]
+        return os.stat_result((mode, 1, 1, 1, uid, uid, 0, 0, 0, 0))
+
+    monkeypatch.setattr(os, "stat", fake_stat)
+    monkeypatch.setattr(os.path, "realpath", lambda p, **kw: str(p))
+    monkeypatch.setattr(files, "_groups_of", lambda uid: set())
+    assert files.user_may(4321, "/a/mine/c.yaml", os.R_OK) and files.user_may(4321, "/a/mine/c.yaml", os.W_OK)
+    assert not files.user_may(4321, "/a/root/c.yaml", os.R_OK)  # a folder it cannot search
+    assert files.user_may(4321, "/a/open/c.yaml", os.R_OK) and not files.user_may(4321, "/a/open/c.yaml", os.W_OK)
+    assert not files.user_may(4321, "/a/tmp/c.yaml", os.W_OK)  # writable, but another's in a sticky folder
+    assert files.user_may(0, "/a/root/c.yaml", os.W_OK)
+
+
+def test_a_config_in_a_folder_others_may_write_to_without_the_sticky_bit_is_refused(tmp_path, monkeypatch):
+    """Hostile try 3, F27: the folder of config.yaml is trusted as OpenSSH trusts the folders of its keys: one any
+    user may write to without the sticky bit lets them swap the config for their own (sticky: each file is
+    judged by its owner, as before). Group-writable is harmless when the group is the owner's private one."""
+    from maint import files
+    from maint.config import load_config
+
+    home = tmp_path / "home"
+    home.mkdir()
+    config = home / "config.yaml"
+    config.write_text("sessions:\n  retention_days: 30\n")
+    os.chmod(config, 0o600)
+    for mode, ok in ((0o777, False), (0o1777, True), (0o755, True)):
+        os.chmod(home, mode)
+        if ok:
+            assert load_config(config).session("retention_days") == 30
+        else:
+            with pytest.raises(UsageError, match="writable by every user without the sticky bit"):
+                load_config(config)
+    os.chmod(home, 0o775)
+    monkeypatch.setattr(files, "_private_group", lambda st: True)
+    assert load_config(config).session("retention_days") == 30
+    monkeypatch.setattr(files, "_private_group", lambda st: False)
+    with pytest.raises(UsageError, match="writable by its group without the sticky bit"):
+        load_config(config)

@@ -24,7 +24,12 @@ def _changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
     return removed, added
 
 
-def test_mode_owner_symlink_bom_and_crlf_are_kept(hermes_home, cli, tmp_path):
+def test_mode_owner_symlink_bom_and_crlf_are_kept(hermes_home, cli, tmp_path, monkeypatch):
+    from maint import files
+
+    # As root the file stands for uid 4321's, in a temporary folder that user cannot search: the write is
+    # judged as theirs elsewhere (test_config_trust); here only what the edit keeps is.
+    monkeypatch.setattr(files, "user_may", lambda uid, path, want: True)
     dots = tmp_path / "dotfiles"
     dots.mkdir()
     real = dots / "hermes-config.yaml"
@@ -132,6 +137,7 @@ def test_dangling_symlink_is_not_followed_into_a_new_file(hermes_home, cli, tmp_
 
 def test_new_config_is_private(tmp_path):
     path = tmp_path / "home" / "config.yaml"
+    path.parent.mkdir()  # a Hermes home is never made by the edit (hostile try 3, F25)
     set_session_key(path, "auto_prune", True)
     assert path.read_text() == "sessions:\n  auto_prune: true\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -157,3 +163,34 @@ def test_config_that_is_a_fifo_is_refused_not_waited_on(hermes_home):
     os.mkfifo(hermes_home / "config.yaml")
     with pytest.raises(UsageError, match="not a regular file"):
         load_config()
+
+
+def test_autoprune_on_off_never_lands_elsewhere_than_the_named_store(hermes_home, cli, tmp_path, monkeypatch):
+    """Hostile try 3, F25: `autoprune on --db <typo>` turned on nightly pruning of the DEFAULT store (rc 0, the
+    message naming another file), `--profile tyop` made a new profile folder, and a missing $HERMES_HOME was
+    created as root. Each is now refused like every other command, and nothing is written."""
+    from tests.storegen import StoreBuilder
+
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("s", age=1)
+    (hermes_home / "config.yaml").write_text("sessions:\n  retention_days: 30\n")
+    os.chmod(hermes_home / "config.yaml", 0o600)
+    before = (hermes_home / "config.yaml").read_bytes()
+    typo = tmp_path / "hermes-typo" / "state.db"
+    for choice in ("on", "off"):
+        result = cli("autoprune", choice, "--db", typo)
+        assert result.exit_code == 1 and f"{typo}: no such store" in result.stderr, result.output
+        result = cli("autoprune", choice, "--profile", "tyop")
+        assert result.exit_code == 2 and "profiles/tyop: no such folder" in result.stderr, result.output
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert (hermes_home / "config.yaml").read_bytes() == before
+    assert not (hermes_home / "profiles").exists() and not typo.parent.exists()
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "nonexistent"))
+    result = cli("autoprune", "on")
+    assert result.exit_code == 2 and "nonexistent: no such folder" in result.stderr, result.output
+    assert not (tmp_path / "nonexistent").exists()
+    # a profile (or home) that exists but has no store yet is still configured
+    monkeypatch.setenv("HERMES_HOME", str(hermes_home))
+    (hermes_home / "profiles" / "fresh").mkdir(parents=True)
+    assert cli("autoprune", "on", "--profile", "fresh").exit_code == 0
+    assert (hermes_home / "profiles" / "fresh" / "config.yaml").read_text() == "sessions:\n  auto_prune: true\n"

@@ -223,8 +223,8 @@ def test_a_root_run_leaves_the_run_lock_and_snapshot_folder_to_the_stores_owner(
 def _owner_from_stat(init, stat_fn):
     """Folder owners read through *stat_fn* (fstat of a descriptor cannot be faked; its path can)."""
 
-    def wrapped(self, path, fd, owner=None):
-        init(self, path, fd, owner)
+    def wrapped(self, path, fd, owner=None, store_owner=None):
+        init(self, path, fd, owner, store_owner)
         if owner is None:
             st = stat_fn(str(path))
             self.owner = (st.st_uid, st.st_gid)
@@ -328,3 +328,81 @@ def test_a_root_sweep_leaves_hermes_maintenance_lock_to_the_stores_owner(hermes_
     with maintenance_lock(db):
         pass
     assert chowns.owners(lock_path(db)) == [(1000, 1000)]
+
+
+# -- a store's content never goes through another user's link, nor to a third user ------------------
+
+def _fake_owner(monkeypatch, name, uid, *paths):
+    """`os.<name>` (stat / lstat) reporting *uid* as the owner of *paths*; everything else as it is."""
+    real = getattr(os, name)
+    wanted = {str(p) for p in paths}
+
+    def fake(path, *args, **kwargs):
+        st = real(path, *args, **kwargs)
+        if str(path) in wanted and not kwargs.get("dir_fd"):
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, uid, uid, *st[6:]))
+        return st
+
+    monkeypatch.setattr(os, name, fake)
+
+
+@pytest.mark.parametrize("command", [["backup", "{out}"], ["export", "{out}/e.jsonl"],
+                                     ["export", "--format", "md", "--source", "cli", "{out}/md"],
+                                     ["optimize", "--into", "{out}/c.db"]])
+def test_a_root_run_refuses_a_destination_reached_through_another_users_link(tmp_path, monkeypatch, cli, command):
+    """Hostile try 3, F23: mallory's link /tmp/h3backups -> /home/mallory/loot received root's backup, export
+    and optimize --into of alice's store, each chowned to mallory. As root, a DEST/OUTPUT reached through a
+    link owned by anyone but root or the store's owner is now refused, as stores themselves are."""
+    db = _store(tmp_path / "state.db")
+    loot = tmp_path / "loot"
+    loot.mkdir()
+    planted = tmp_path / "backups"
+    planted.symlink_to(loot)
+    Chowns(monkeypatch)  # a run as root (the chown recorded, not made)
+    _fake_owner(monkeypatch, "lstat", 4321, planted)  # the link is another user's
+    args = [a.replace("{out}", str(planted)) for a in command]
+    result = cli(*args, "--db", db)
+    assert result.exit_code != 0 and f"reached through {planted}, a symbolic link owned by uid 4321" in result.stderr, \
+        result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and list(loot.iterdir()) == []
+
+
+def test_a_link_of_root_or_the_stores_owner_is_followed_and_a_users_run_is_unchanged(tmp_path, monkeypatch, cli):
+    db = _store(tmp_path / "state.db")
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "mine").symlink_to(real)
+    assert cli.json("export", tmp_path / "mine" / "a.jsonl", "--db", db)["files"]  # as whoever runs the tests
+    Chowns(monkeypatch)
+    _fake_owner(monkeypatch, "lstat", 0, tmp_path / "mine")  # root's link, followed by a root run
+    assert cli.json("export", tmp_path / "mine" / "b.jsonl", "--db", db)["files"]
+    assert sorted(p.name for p in real.iterdir()) == ["a.jsonl", "b.jsonl"]
+
+
+def test_a_stores_content_is_never_handed_to_a_third_user_who_owns_the_folder(tmp_path, monkeypatch, cli):
+    """Hostile try 3, F23: a root run handed what it made to the owner of the folder it landed in, so a copy
+    of alice's store in mallory's folder became mallory's. Now it goes to the store's owner (root's folder:
+    kept root's; the store owner's folder: hers, as before)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    db = _store(home / "state.db")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    chowns = Chowns(monkeypatch)
+    _fake_owner(monkeypatch, "stat", 1000, db)  # alice's store
+    real_fstat, folder_ino = os.fstat, os.stat(theirs).st_ino
+
+    def fstat(fd):  # mallory's folder
+        st = real_fstat(fd)
+        if st.st_ino == folder_ino:
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, 4321, 4321, *st[6:]))
+        return st
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    snap = cli.json("backup", theirs, "--db", db)["snapshot"]["path"]
+    cli.json("export", theirs / "e.jsonl", "--db", db)
+    cli.json("optimize", "--into", theirs / "c.db", "--db", db)
+    made = [snap, f"{snap}.json", theirs / "e.jsonl", theirs / "c.db"]
+    assert all(chowns.owners(p) and set(chowns.owners(p)) == {(1000, 1000)} for p in made), \
+        {str(p): chowns.owners(p) for p in made}
+    assert not any(uid == 4321 for _, uid, _ in chowns.calls)

@@ -242,3 +242,69 @@ def test_a_jobs_own_store_is_never_retargeted_by_the_loops(tmp_path, cli):
     assert result.exit_code == 2 and "--db was given more than once" in result.stderr, result.output
     from tests.conftest import session_ids
     assert session_ids(a) == {"old"} and session_ids(b) == {"old"}
+
+
+# -- whose catalogue (hostile try 3, F27) ------------------------------------------------------------
+
+JOB = "name: {name}\ncommand: [sweep]\ntrigger: {{cron: '30 3 * * *'}}\nenabled: true\n"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770])
+def test_a_job_folder_others_may_write_to_is_refused(tmp_path, cli, mode, monkeypatch):
+    """Hostile try 3, F27: a --jobs-dir any user could write to (mode 777) was obeyed: a job file linked in by
+    another user was listed, and root's loop would run it. The folder is judged as OpenSSH judges the folders
+    of its keys: writable by others without the sticky bit, it is refused before any job file is read."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "nightly.yaml").write_text(JOB.format(name="nightly"))
+    os.chmod(jobs, mode)
+    if mode == 0o770:  # group-writable: refused unless the group is its owner's private one (here: a shared one)
+        from maint import files
+
+        monkeypatch.setattr(files, "_private_group", lambda st: False)
+    result = cli("jobs", "list", "--jobs-dir", jobs)
+    who = "every user" if mode == 0o777 else "its group"
+    assert result.exit_code == 2 and f"is writable by {who} without the sticky bit" in result.stderr, result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+    os.chmod(jobs, 0o1777)  # sticky (as /tmp): others may add files but not replace ours; each file is judged
+    assert cli("jobs", "list", "--jobs-dir", jobs).exit_code == 0
+    os.chmod(jobs, 0o755)
+    assert cli("jobs", "list", "--jobs-dir", jobs).exit_code == 0
+
+
+def test_a_job_folder_inside_a_folder_others_may_write_to_is_refused(tmp_path, cli):
+    open_parent = tmp_path / "shared"
+    open_parent.mkdir()
+    jobs = open_parent / "jobs"
+    jobs.mkdir()
+    (jobs / "nightly.yaml").write_text(JOB.format(name="nightly"))
+    os.chmod(open_parent, 0o777)  # anyone could rename jobs/ away and put their own folder there
+    result = cli("jobs", "list", "--jobs-dir", jobs)
+    assert result.exit_code == 2 and f"lies in {open_parent}, which is writable by every user" in result.stderr, \
+        result.output
+
+
+def test_a_job_file_reached_through_another_users_link_is_refused(tmp_path, cli, monkeypatch):
+    """Hostile try 3, F27: mallory's link wipe.yaml -> a root-owned job file elsewhere (another catalogue, a
+    draft) was obeyed in a sticky shared folder: the target's owner is trusted, the link's was never asked."""
+    elsewhere = tmp_path / "drafts"
+    elsewhere.mkdir()
+    (elsewhere / "wipe.yaml").write_text(JOB.format(name="wipe"))
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    os.chmod(jobs, 0o1777)
+    link = jobs / "wipe.yaml"
+    link.symlink_to(elsewhere / "wipe.yaml")
+    assert cli("jobs", "list", "--jobs-dir", jobs).exit_code == 0  # our own link: followed
+    real = os.lstat
+
+    def lstat(path, *args, **kwargs):  # the link is another user's
+        st = real(path, *args, **kwargs)
+        if str(path) == str(link) and not kwargs.get("dir_fd"):
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, 4321, 4321, *st[6:]))
+        return st
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    result = cli("jobs", "list", "--jobs-dir", jobs, "--json")
+    assert result.exit_code == 2 and "a symbolic link owned by another user (uid 4321)" in result.stderr, result.output
+    assert "wipe" not in result.stdout

@@ -162,9 +162,33 @@ def test_pin_unpin_pinned(make_store, cli):
     assert [p["id"] for p in listed["pinned"]] == ["20250306_k2", "20250307_solo", "bot"]  # sorted by id
     assert listed["pinned"][0]["session_ids"] == ["20250305_k1", "20250306_k2"]
     assert cli("pinned", "--db", b.path, "--json").stdout == cli("pinned", "--db", b.path, "--json").stdout
-    cli.json("unpin", "20250306", "--db", b.path)
+    cli.json("unpin", "20250306_k2", "--db", b.path)
     assert [p["id"] for p in cli.json("pinned", "--db", b.path)["pinned"]] == ["20250307_solo", "bot"]
     assert "proj" not in cli("pinned", "--db", b.path).stdout
+
+
+def test_unpin_by_prefix_needs_a_confirmation_that_shows_the_whole_id(make_store, cli):
+    """Hostile try 3, F19: `unpin demo_pinned </dev/null` unpinned demo_pinned_old, a session the script never
+    named (the next sweep may then prune it). Unpin now follows the destructive commands' id rule."""
+    b = make_store("v30")
+    b.session("20250305_keep", age=300, title="keep me")
+    b.session("20250306_other", age=300, title="other")
+    b.close()
+    cli.json("pin", "20250305", "20250306", "--db", b.path)
+    before = file_hash(b.path)
+    for args in (["20250305"], ["20250305", "--yes"], ["20250306_other", "20250305", "--yes"]):
+        refused = cli("unpin", *args, "--db", b.path)  # no terminal (or --yes): whole ids only
+        assert refused.exit_code == 2 and "'20250305' is not a whole session id" in refused.stderr, refused.stderr
+        assert "unpin takes whole ids only" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    assert file_hash(b.path) == before  # all or nothing: the whole id given with the prefix stayed pinned too
+    code, screen = _run_on_pty(["unpin", "20250305", "--db", b.path], b"n\n")  # a terminal: the whole id shown
+    assert code == 1 and "20250305_keep  keep me" in screen and "[y/N]" in screen, screen
+    assert file_hash(b.path) == before
+    code, screen = _run_on_pty(["unpin", "20250305", "--db", b.path], b"y\n")
+    assert code == 0 and "Unpinned session 20250305_keep" in screen, screen
+    cli.json("unpin", "20250306_other", "--db", b.path)  # a whole id: no question, as before
+    assert query(b.path, "SELECT id, pinned FROM sessions ORDER BY id") == [("20250305_keep", 0),
+                                                                           ("20250306_other", 0)]
 
 
 def test_delete_refused_when_an_unknown_table_points_at_sessions(family, cli):

@@ -144,6 +144,10 @@ class Terminal(Operator):
     def asks(self) -> bool:
         return not self.yes
 
+    @property
+    def can_ask(self) -> bool:
+        return not self.yes and sys.stdin.isatty()
+
     def confirm(self, question: str, summary: Sequence[str] = (), warnings: Sequence[str] = ()) -> None:
         if self.yes:
             for warning in warnings:

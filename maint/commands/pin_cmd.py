@@ -2,7 +2,8 @@
 
 import click
 
-from maint.commands.options import command, store_options
+from maint.commands.options import command, store_options, yes_option
+from maint.commands.output import Terminal
 
 ids_argument = click.argument("session_ids", metavar="ID", nargs=-1, required=True,
                               help="Session ids or unique prefixes.")
@@ -27,17 +28,23 @@ def pin(session_ids, stores) -> None:
 
 @command("unpin")
 @ids_argument
+@yes_option
 @store_options(all_profiles=False)
-def unpin(session_ids, stores) -> None:
+def unpin(session_ids, yes, stores) -> None:
     """Remove the pin from sessions (their whole compression lineage).
+
+    Whole ids are unpinned at once. A prefix is unpinned only after a confirmation at a
+    terminal shows the whole id; without a terminal, or with --yes, whole ids only (the
+    next sweep may prune a session that lost its pin).
 
     \b
     Example:
-      hermes-maint unpin 20250305_091523_a1b2
+      hermes-maint unpin 20250305_091523_a1b2c3d4
     """
     from maint.ops.sessions import pin_sessions
 
-    stores.run(lambda target: pin_sessions(target, list(session_ids), False), _render_set)
+    op = Terminal(yes=yes, quiet=stores.as_json)
+    stores.run(lambda target: pin_sessions(target, list(session_ids), False, op), _render_set)
 
 
 @command("pinned")

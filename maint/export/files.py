@@ -101,10 +101,11 @@ class Sink:
 
 
 @contextlib.contextmanager
-def atomic_text(path: Path | str) -> Iterator[Sink]:
+def atomic_text(path: Path | str, store: Path | None = None) -> Iterator[Sink]:
     """``-`` is stdout; anything else is written whole or not at all by :func:`maint.files.atomic_file`
     (our temporary name, removed on failure or termination). An existing regular file is replaced and keeps
-    its mode, narrowed to 0600 at most."""
+    its mode, narrowed to 0600 at most. *store*: whose content it is (links and owner as
+    :meth:`maint.files.Folder.open` says)."""
     if str(path) == "-":
         sink = Sink(sys.stdout.buffer, hashlib.sha256())
         yield sink
@@ -114,7 +115,7 @@ def atomic_text(path: Path | str) -> Iterator[Sink]:
     path = Path(path)
     check_destination(path)
     try:
-        with files.atomic_file(path, mode=0o600) as fh:
+        with files.atomic_file(path, mode=0o600, store=store) as fh:
             sink = Sink(fh, hashlib.sha256())
             yield sink
             sink.flush()

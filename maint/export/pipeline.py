@@ -339,7 +339,7 @@ class Renderer:
         from maint.export.verified_delete import fingerprint
 
         with self.store.snapshot():
-            with atomic_text(path) as sink:
+            with atomic_text(path, store=self.store.path) as sink:
                 n = self.render(entry, sink.write, sink.write_bytes)
             # The delete check needs the transcript as it was exported, from the same snapshot.
             prints = {sid: fingerprint(self.store, sid) for sid in entry["ids"]} \
@@ -368,7 +368,7 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
         own = plan.folder == _default_folder()
         try:
             files.Folder.open(plan.folder, create=True, parents=True, follow_links=not own,
-                              what="export folder").close()
+                              what="export folder", store=store.path).close()
         except files.FileRefused as exc:
             raise OutputError(f"{exc}; nothing was written") from None
     renderer = Renderer(store, plan, time.time())
@@ -387,7 +387,8 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
             "replaced": [w["path"] for w in written if w.get("replaces")],
             "messages": sum(w["messages"] for w in written),
             "written": [{"path": w["path"], "messages": w["messages"], "sha256": w["sha256"]} for w in written],
-            "manifest": _write_manifest(plan, written), "uploaded": [], "deleted": [], "removed_files": [],
+            "manifest": _write_manifest(plan, written, store.path), "uploaded": [], "deleted": [],
+            "removed_files": [],
             "skipped": [u.as_json() for u in plan.skipped],
         }
         if req.upload:
@@ -413,11 +414,11 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
             os.rmdir(scratch)
 
 
-def _write_manifest(plan: ExportPlan, written: list[dict]) -> str | None:
+def _write_manifest(plan: ExportPlan, written: list[dict], store: Path | None = None) -> str | None:
     files = [w for w in written if w["path"] != STDOUT]
     if plan.manifest is None or not files:
         return None
-    with atomic_text(plan.manifest) as sink:
+    with atomic_text(plan.manifest, store=store) as sink:
         for line in plan.manifest_lines:
             sink.write(line + "\n")
         for w in files:

@@ -124,13 +124,13 @@ def load_job(path: Path, check_command: Callable[[list[str]], None] | None = Non
     """One job file, checked whole: a job that could never run, or never run right, is refused here.
 
     The file is read as config.yaml is (:func:`maint.config.read_trusted`, :func:`maint.config.parse_yaml`):
-    a regular file we may trust, YAML within bounds. *check_command* dry-parses the command line (the CLI
-    passes its own parser, so a job is held to exactly the options an operator could type); it raises
-    :class:`UsageError` with the reason.
+    a regular file we may trust, YAML within bounds; never through a link another user owns. *check_command*
+    dry-parses the command line (the CLI passes its own parser, so a job is held to exactly the options an
+    operator could type); it raises :class:`UsageError` with the reason.
     """
     from maint.config import parse_yaml, read_trusted
 
-    data = parse_yaml(read_trusted(path, "job file")[0], path, what="job file", safe=True)
+    data = parse_yaml(read_trusted(path, "job file", foreign_links="refuse")[0], path, what="job file", safe=True)
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a job file must be a mapping with name, command, trigger, enabled")
     unknown = set(data) - {"name", "command", "trigger", "enabled"}
@@ -194,9 +194,20 @@ def _interval(path: Path, spec: Any) -> tuple[IntervalTrigger, str]:
 
 def load_catalogue(directory: Path | None = None,
                    check_command: Callable[[list[str]], None] | None = None) -> list[Job]:
+    """The job files of *directory* (default: the catalogue shipped with the package), each checked whole.
+
+    The folder is trusted as OpenSSH trusts the folders of its keys: it and every folder above it owned by us
+    or root and writable by no one else (sticky folders aside); a catalogue others can write to would run
+    whatever job they add, or drop the ones they delete."""
+    from maint import files
+
     directory = Path(directory) if directory else Path(resources.files(CATALOGUE))
     if not directory.is_dir():
         raise UsageError(f"{directory}: no such job directory")
+    why = files.untrusted_folder(directory)
+    if why:
+        raise UsageError(f"{directory}: the job folder {why}; refusing to obey the job files in it (chown it to "
+                         "you or root, chmod go-w it)")
     jobs = [load_job(p, check_command) for p in sorted(directory.iterdir()) if p.suffix in (".yaml", ".yml")]
     names = [j.name for j in jobs]
     dupes = {n for n in names if names.count(n) > 1}

@@ -87,9 +87,10 @@ def store_label(path: Path, profile: str | None) -> str:
     return safe_name(resolved.parent.name if resolved.stem == "state" else resolved.stem, "")
 
 
-def _folder(path: Path) -> files.Folder:
-    """The snapshot folder *path* (a real path from :func:`prepare_folder`, or one the operator named)."""
-    return files.Folder.open(path, follow_links=True, what="snapshot folder")
+def _folder(path: Path, store: Path | None = None) -> files.Folder:
+    """The snapshot folder *path* (a real path from :func:`prepare_folder`, or one the operator named); with
+    *store*, the folder a copy of that store is written to (see :meth:`maint.files.Folder.open`)."""
+    return files.Folder.open(path, follow_links=True, what="snapshot folder", store=store)
 
 
 def counts(conn: apsw.Connection) -> dict[str, int]:
@@ -426,7 +427,7 @@ def take_snapshot(store_path: Path, folder: Path, *, label: str, kind: str = "ba
     *damaged_ok* (restore's safety copy of a store that may be why one restores): a store that is not
     an intact Hermes store is still copied as it is and kept, its sidecar saying what failed.
     """
-    with _folder(folder) as opened:
+    with _folder(folder, store=store_path) as opened:
         return _take(store_path, opened, label, kind, compact, disk_usage, damaged_ok, on_step)
 
 
@@ -597,7 +598,7 @@ def backup_store(target: StoreTarget, req: BackupRequest) -> dict[str, Any]:
         report["folder"] = str(base)
         report["would_remove"] = would_rotate(base, target.path, req.keep) if req.keep and base.is_dir() else []
         return report
-    where = prepare_folder(req.folder)
+    where = prepare_folder(req.folder, store=target.path)
     report["folder"] = str(where)
     report["removed_partials"] = remove_stale_partials(where)
     snap = take_snapshot(target.path, where, label=label, compact=req.compact)

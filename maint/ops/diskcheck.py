@@ -22,7 +22,7 @@ from maint.flow import target_config
 from maint.fmt import fmt_bytes
 from maint.selection.filters import implicit_prune_filters
 from maint.ops.prune import plan_prune, plan_stored_bytes
-from maint.store.connection import Store, open_store
+from maint.store.connection import Store, check_regular_file, open_store
 from maint.store.runlock import RunLockHeld
 
 if TYPE_CHECKING:
@@ -106,13 +106,16 @@ def record_asked(store: Store, now: float) -> None:
     store.set_meta(PROMPT_KEY, json.dumps(state))
 
 
-def answer(cfg: Config, store: Store | None, choice: str, now: float | None = None) -> str:
+def answer(cfg: Config, store: Store | None, choice: str, now: float | None = None,
+           store_path: Path | None = None) -> str:
+    """Act on the operator's answer; *store_path* is the store whose config on/off edits (whose owner a root
+    run writes it for)."""
     now = time.time() if now is None else now
     if choice == "on":
-        set_session_key(cfg.path, "auto_prune", True)
+        set_session_key(cfg.path, "auto_prune", True, store=store_path)
         return f"sessions.auto_prune set to true in {cfg.path}"
     if choice == "off":
-        set_session_key(cfg.path, "auto_prune", False)
+        set_session_key(cfg.path, "auto_prune", False, store=store_path)
         return f"sessions.auto_prune set to false in {cfg.path}; you will not be asked again"
     if choice == "later":
         if store is not None:
@@ -143,10 +146,17 @@ def low_disk_notice(db: Path, cfg: Config, retention_days: int, now: float | Non
 
 
 def autoprune_store(target: StoreTarget, choice: str) -> dict[str, Any]:
-    """``hermes-maint autoprune on|off|later|status`` for one store: the answer's message, or the status."""
+    """``hermes-maint autoprune on|off|later|status`` for one store: the answer's message, or the status.
+
+    on/off edit the config.yaml of the store's Hermes home, as every command finds it: a --db store must
+    exist (a mistyped path would otherwise fall back to $HERMES_HOME's config), and a profile or home folder
+    is never made by it (see :func:`maint.config.set_session_key`)."""
+    if choice in ("on", "off") and target.explicit:
+        check_regular_file(target.path)  # "no such store", as every other command says
     cfg = target_config(target)
     if choice in ("on", "off"):  # each Hermes home has its own config.yaml
-        return {"choice": choice, "config": str(cfg.path), "message": answer(cfg, None, choice)}
+        return {"choice": choice, "config": str(cfg.path), "message": answer(cfg, None, choice,
+                                                                             store_path=target.path)}
     if choice == "later":
         with open_store(target.path) as store:
             return {"choice": "later", "message": answer(cfg, store, "later")}

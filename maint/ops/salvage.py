@@ -327,7 +327,7 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
             schema = _schema(src, store_path)
             if new is None:
                 return _fill(src, connect(":memory:"), schema, store_path, None, fingerprint, started)
-            with files.Folder.open(new.parent, follow_links=True, what="folder") as folder:
+            with files.Folder.open(new.parent, follow_links=True, what="folder", store=store_path) as folder:
                 folder.clear_leftovers(new.name)
                 temp, fd = folder.temporary(new.name, owner=files.owner_of(store_path))
                 try:

@@ -217,11 +217,24 @@ WITH RECURSIVE
 """
 
 
-def set_pinned(store: Store, refs: list[str], pinned: bool) -> list[dict[str, Any]]:
-    """Pin or unpin each session's whole lineage in one transaction; every reference resolves first."""
+def set_pinned(store: Store, refs: list[str], pinned: bool, op: Operator | None = None) -> list[dict[str, Any]]:
+    """Pin or unpin each session's whole lineage in one transaction; every reference resolves first.
+
+    Unpinning takes away the keep flag (the next sweep may prune the session), so it follows the
+    destructive commands' id rule: a prefix is acted on only after a confirmation at a terminal shows the
+    whole id; without one (no terminal, --yes, the unattended operator) whole ids only. A pin takes prefixes.
+    """
     require_pins(store)
+    guarded = not pinned
+    exact = guarded and not (op is not None and op.can_ask)
     with store.snapshot():
-        ids = list(dict.fromkeys(resolve_session(store, ref) for ref in refs))
+        resolved = [(ref, resolve_session(store, ref, exact=exact, action="unpin")) for ref in refs]
+        prefixed = [sid for ref, sid in resolved if ref != sid]
+        shown = {sid: session_info(store, sid).title for sid in prefixed}
+    if guarded and prefixed and op is not None:
+        op.confirm(f"Unpin {len(prefixed)} session(s) named by a prefix?",
+                   [f"{sid}  {shown[sid] or '(untitled)'}" for sid in dict.fromkeys(prefixed)])
+    ids = list(dict.fromkeys(sid for _, sid in resolved))
     hidden = store.has_column("sessions", "hidden")
     out = []
     with store.write() as conn:
@@ -303,10 +316,10 @@ def rename_session(target: StoreTarget, req: RenameRequest) -> dict[str, Any]:
         return {"store": str(target.path), **rename(store, req.session_id, req.title)}
 
 
-def pin_sessions(target: StoreTarget, refs: list[str], pinned: bool) -> dict[str, Any]:
-    """``hermes-maint pin`` / ``unpin`` on one store."""
+def pin_sessions(target: StoreTarget, refs: list[str], pinned: bool, op: Operator | None = None) -> dict[str, Any]:
+    """``hermes-maint pin`` / ``unpin`` on one store (*op*: who confirms an unpin named by a prefix)."""
     with open_store(target.path) as store:
-        return {"store": str(target.path), "pinned": pinned, "sessions": set_pinned(store, refs, pinned)}
+        return {"store": str(target.path), "pinned": pinned, "sessions": set_pinned(store, refs, pinned, op)}
 
 
 def pinned_report(target: StoreTarget) -> dict[str, Any]:

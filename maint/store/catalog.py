@@ -238,7 +238,8 @@ def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionIn
     return {row["id"]: _record(row) for row in store.iter_rows(catalog_sql(store), {"now": now})}
 
 
-def resolve_session(store: Store, ref: str, *, exact: bool = False, titles: bool = False) -> str:
+def resolve_session(store: Store, ref: str, *, exact: bool = False, titles: bool = False,
+                    action: str = "a destructive command") -> str:
     """An id or a unique prefix of one (case-sensitive, as ids are); with *titles* (ID|TITLE), also a
     session's exact title.
 
@@ -250,7 +251,7 @@ def resolve_session(store: Store, ref: str, *, exact: bool = False, titles: bool
     *exact*: the destructive-operation contract. A destructive command run without an interactive
     confirmation (``--yes``) takes whole ids (or exact titles) only: a prefix could match another session
     once the one meant is gone (a second run of the same command deleted a different session). A prefix is
-    shown whole at an interactive confirmation instead.
+    shown whole at an interactive confirmation instead. *action* names the command in that refusal.
     """
     if not ref:
         raise SessionNotFound("empty session id (expected a session id or a unique prefix)")
@@ -276,6 +277,6 @@ def resolve_session(store: Store, ref: str, *, exact: bool = False, titles: bool
     if exact:
         whole = "whole ids or exact titles" if titles else "whole ids"
         raise UsageError(f"{ref!r} is not a whole session id (it begins {matches[0]!r}); without a confirmation "
-                         f"at a terminal (--yes) a destructive command takes {whole} only (a prefix is accepted "
+                         f"at a terminal (--yes) {action} takes {whole} only (a prefix is accepted "
                          "where the confirmation shows the whole id)")
     return matches[0]

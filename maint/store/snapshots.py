@@ -25,13 +25,14 @@ def default_folder() -> Path:
     return hermes_home() / "state-snapshots"
 
 
-def prepare_folder(folder: Path | None) -> Path:
+def prepare_folder(folder: Path | None, store: Path | None = None) -> Path:
     """The snapshot folder (its real path), created 0700 when missing; ours (the default) is kept 0700.
 
     The default folder is ours by name, so a symlink or anything but a folder at
     ``$HERMES_HOME/state-snapshots`` is refused, never followed (a root run would otherwise write, and
-    tighten modes, wherever it points); a DEST the operator names may be a link to a folder. A root run
-    hands a folder it creates to the owner of the folder it is created in.
+    tighten modes, wherever it points); a DEST the operator names may be a link to a folder (for a root run
+    backing up *store*: a link root or the store's owner owns). A root run hands a folder it creates to the
+    owner of the folder it is created in (to the store's owner when that is a third user).
     """
     default = folder is None
     path = default_folder() if default else Path(folder).expanduser()
@@ -42,7 +43,7 @@ def prepare_folder(folder: Path | None) -> Path:
         raise UsageError(f"DEST: {path} is not a folder (expected a folder for the snapshots)")
     try:
         with files.Folder.open(path, create=True, parents=default, follow_links=not default,
-                               what="snapshot folder") as opened:
+                               what="snapshot folder", store=store) as opened:
             if default and stat.S_IMODE(os.fstat(opened.fd).st_mode) & 0o077:
                 with contextlib.suppress(PermissionError):
                     opened.chmod(0o700)
