@@ -47,6 +47,7 @@ class ExportRequest:
     filters: Filters = field(default_factory=Filters)
     only: str | None = None  # "user-prompts"
     lineage: str = "segment"  # or "logical"
+    lineage_given: bool = False  # --lineage was named (it applies to md/qmd only)
     redact: bool | None = None  # None: on for trace, off otherwise
     upload: bool = False
     public: bool = False
@@ -60,6 +61,12 @@ class ExportRequest:
             raise UsageError("--only user-prompts works with --format jsonl or md")
         if (self.upload or self.public) and self.fmt != "trace":
             raise UsageError("--upload/--public only apply to --format trace")
+        if self.public and not self.upload:
+            raise UsageError("--public only applies with --upload (it allows uploading to a public dataset)")
+        if self.lineage not in ("segment", "logical"):
+            raise UsageError(f"--lineage: bad value {self.lineage!r} (expected segment or logical)")
+        if self.lineage_given and self.fmt not in ("md", "qmd"):
+            raise UsageError("--lineage only applies to --format md or qmd (one document per session or lineage)")
         if self.session_id is not None and not self.filters.is_empty:
             raise UsageError("--session-id cannot be combined with filters (use one or the other)")
         if self.delete_after_verified:
