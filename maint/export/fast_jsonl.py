@@ -40,7 +40,7 @@ CHUNK = 1 << 20  # bytes per write
 # (SQLITE_LIMIT_LENGTH), and the session goes to the reference renderer, which streams it row by row.
 LINE_BYTES = 8 << 20
 # Lines one paced read transaction gathers before it ends and they are written (see ReadPacing).
-READ_BYTES = 4 << 20
+READ_BYTES = 8 << 20
 
 
 def _json(value: Any) -> str:
@@ -500,7 +500,13 @@ def _paced(store: Store, sql: str, ids: Iterable[Any], out: _Chunks, reference: 
                 got, done = reference(batch[0]), 1
         n += got
         pos += done
-        reads.spool.drain(out.add)  # the transaction has ended: now the output may wait as long as it likes
+        # The transaction has ended: now the output may wait as long as it likes. What it read goes to the
+        # writing thread in one piece, so the next transaction's reading overlaps its writing.
+        parts = reads.spool.take()
+        if parts is None:  # a session too big for memory went through the spool's temporary file
+            reads.spool.drain(out.add)
+        else:
+            out.add_all(parts)
     return n
 
 
@@ -540,6 +546,13 @@ class _Chunks:
     def add(self, data: bytes) -> None:
         self.parts.append(data)
         self.size += len(data)
+        if self.size >= CHUNK:
+            self._hand_over()
+
+    def add_all(self, parts: list[bytes]) -> None:
+        """Several pieces at once: handed over together when they reach :data:`CHUNK`."""
+        self.parts.extend(parts)
+        self.size += sum(map(len, parts))
         if self.size >= CHUNK:
             self._hand_over()
 

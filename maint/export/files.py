@@ -147,6 +147,14 @@ class Spool:
                 write_bytes(part)
         self.parts, self.size = [], 0
 
+    def take(self) -> list[bytes] | None:
+        """What was gathered, as the pieces written, when it is all in memory (the spool is then empty);
+        None when it went to the temporary file (use :meth:`drain`)."""
+        if self.file is not None:
+            return None
+        parts, self.parts, self.size = self.parts, [], 0
+        return parts
+
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
