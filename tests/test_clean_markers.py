@@ -84,3 +84,31 @@ def test_no_backup_skips_the_snapshot(marked, cli, hermes_home):
     report = json.loads(cli("clean-markers", "--db", marked, "--yes", "--json", "--no-backup").stdout)
     assert len(report["cleared"]) == 2 and report["backup"] is None
     assert not (hermes_home / "state-snapshots").exists() or not list((hermes_home / "state-snapshots").iterdir())
+
+
+@pytest.mark.parametrize("trigger", [
+    # An END in a comment: the pattern took the comment into the body ("...; /* END */;" after joining).
+    "CREATE TRIGGER messages_fts_trigram_delete AFTER DELETE ON messages WHEN old.role <> 'tool' BEGIN\n"
+    " INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name) VALUES ('delete', old.id, "
+    "old.content, old.tool_name); /* END */ END",
+    # A BEGIN in a string of the WHEN clause: the pattern split the trigger there.
+    "CREATE TRIGGER messages_fts_trigram_delete AFTER DELETE ON messages WHEN old.role NOT IN ('tool', 'BEGIN x') "
+    "BEGIN\n INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name) VALUES ('delete', "
+    "old.id, old.content, old.tool_name); END",
+], ids=["end-in-a-comment", "begin-in-a-string"])
+def test_a_trigger_text_the_pattern_cannot_split_is_refused_naming_it(tmp_path, hermes_home, cli, trigger):
+    """Hostile try 3, F29: this gave "SQLite error (SQLError: syntax error)", naming no cause."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout="v30") as b:  # no FTS update trigger: clean-markers derives one
+        b.session("s1", age=3, messages=2)
+        b.raw.execute("INSERT INTO messages (session_id, role, content, tool_calls, timestamp) VALUES "
+                      "('s1', 'assistant', '[memory]', ?, ?)", (CALLS, b.now - 3 * 86400))
+        b.raw.execute("DROP TRIGGER messages_fts_trigram_delete")
+        b.raw.execute(trigger)
+    before = query(db, "SELECT id, content FROM messages ORDER BY id")
+    r = cli("clean-markers", "--db", db, "--yes", "--no-backup")
+    assert r.exit_code == 1, r.output
+    assert "cannot derive an update trigger from messages_fts_trigram_delete and messages_fts_trigram_insert" \
+        in r.stderr
+    assert "repair-fts" in r.stderr and "syntax error" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert query(db, "SELECT id, content FROM messages ORDER BY id") == before

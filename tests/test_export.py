@@ -580,3 +580,37 @@ def test_session_prefixes_are_case_sensitive(tmp_path):
     result = run_subprocess("export", "--session-id", "OLD0", "--db", store)
     assert result.returncode == 1 and "no session matches 'OLD0'" in result.stderr
     assert run_subprocess("export", "--session-id", "old0", "--db", store).returncode == 0
+
+
+@pytest.mark.parametrize("fmt, out", [("md", "docs"), ("html", "x.html"), ("trace", "traces"), ("jsonl", "x.jsonl"),
+                                      ("qmd", "q")])
+def test_a_bulk_export_matching_no_session_says_so(cli, store, tmp_path, fmt, out):
+    """Hostile try 3, F18: it printed nothing and exited 0, as if something had been written."""
+    r = cli("export", tmp_path / out, "--db", store, "--format", fmt, "--source", "nosuchsource")
+    assert r.exit_code == 0, r.output
+    assert "No session matches; nothing written" in r.stderr
+    assert not (tmp_path / out).exists()
+    dry = cli("export", tmp_path / out, "--db", store, "--format", fmt, "--source", "nosuchsource", "--dry-run")
+    assert dry.exit_code == 0 and "No session matches; nothing would be written" in dry.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--format", "jsonl", "--lineage", "logical"), "--lineage only applies to --format md or qmd"),
+    (("--format", "jsonl", "--lineage", "segment"), "--lineage only applies to --format md or qmd"),
+    (("--format", "html", "--lineage", "logical"), "--lineage only applies to --format md or qmd"),
+    (("--format", "trace", "--public", "--source", "cli"), "--public only applies with --upload"),
+    (("--format", "jsonl", "--yes"), "--yes only applies with --delete-after-verified"),
+])
+def test_an_export_flag_that_cannot_apply_is_refused(cli, store, tmp_path, args, says):
+    """Hostile try 3, F26: these were silently ignored where --only with html is refused."""
+    out = tmp_path / "out"
+    r = cli("export", out, "--db", store, *args)
+    assert r.exit_code == 2, r.output
+    assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_lineage_still_applies_to_md(cli, store, tmp_path):
+    r = cli("export", tmp_path / "docs", "--db", store, "--format", "md", "--title", "proj", "--lineage", "logical")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["c1.md", "manifest.jsonl"]

@@ -308,3 +308,56 @@ def test_a_job_file_reached_through_another_users_link_is_refused(tmp_path, cli,
     result = cli("jobs", "list", "--jobs-dir", jobs, "--json")
     assert result.exit_code == 2 and "a symbolic link owned by another user (uid 4321)" in result.stderr, result.output
     assert "wipe" not in result.stdout
+
+
+def test_a_prune_the_loop_stops_part_way_says_so_and_ends_non_zero(tmp_path, monkeypatch, capsys):
+    """Hostile try 3, F22: a prune the loop's SIGTERM stopped at a batch boundary was logged, recorded and
+    measured as a complete run (exit 0, matched = what it got to). Now the job ends 143 with "stopped
+    early ... N of M", its history row says status stopped, the metrics say so, and the loop ends 143."""
+    from maint.cli import app
+    from maint.jobs.commandline import run_jobs
+    from maint.ops import history
+    from maint.ops import prune as prune_mod
+    from maint.store import batching
+    from maint.store.connection import open_store
+
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        for n in range(8):
+            b.session(f"old{n}", age=200 + n, messages=2)
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "p.yaml").write_text("name: p\ncommand: [prune]\ntrigger: {interval: {seconds: 1}}\n")
+    metrics = tmp_path / "hermes.prom"
+    # One deletion unit per transaction, and the loop's SIGTERM arrives during the first one.
+    monkeypatch.setattr(prune_mod, "Batcher", lambda: batching.Batcher(target_s=0.0, chunk_s=0.0))
+    delete = prune_mod.delete_sessions
+
+    def deleting(store, conn, ids):
+        delete(store, conn, ids)
+        if not batching.CANCEL.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert batching.CANCEL.wait(60)  # the loop's handler has run: the next boundary stops
+
+    monkeypatch.setattr(prune_mod, "delete_sessions", deleting)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = run_jobs(app, jobs, False, str(db), metrics)
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+        batching.reset_cancel()
+    out, log = capsys.readouterr()
+    assert code == 143, log
+    assert "stopped early: 1 of 8 matching sessions deleted" in out
+    assert "stopped early by SIGTERM" in log and "deleted 1 of 8 matching sessions" in log
+    assert "job p finished with exit code 143" in log and "job p was stopped early" in log
+    with open_store(db, readonly=True) as store:
+        (entry,) = history.entries(store, "prune")
+        left = store.scalar("SELECT COUNT(*) FROM sessions")
+    assert entry.report["status"] == "stopped" and entry.report["deleted"] == 1 and entry.report["planned"] == 8
+    assert left == 7
+    assert 'hermes_maint_last_job_stopped{kind="prune"' in metrics.read_text()
+    stopped_line = next(line for line in metrics.read_text().splitlines()
+                        if line.startswith("hermes_maint_last_job_stopped{") and 'kind="prune"' in line)
+    assert stopped_line.endswith(" 1")

@@ -63,6 +63,38 @@ def test_optimize_busy_exits_1(tmp_path):
     assert result.returncode == 1 and "write lock" in result.stderr and "Traceback" not in result.stderr
 
 
+class ReadHolder(LockHolder):
+    """Another process keeping a read transaction open (WAL: its snapshot pins the -wal's frames)."""
+
+    CODE = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None);"
+            "c.execute('BEGIN'); c.execute('SELECT COUNT(*) FROM messages').fetchone(); print('locked', flush=True);"
+            "sys.stdin.read(); c.execute('COMMIT')")
+
+
+def test_optimize_beside_a_reader_says_the_final_checkpoint_could_not_finish(tmp_path):
+    """Hostile try 3, F16: with a reader holding a read transaction the report said "VACUUM done" and the store
+    had grown; now it says the final checkpoint could not finish because a process holds a read transaction,
+    naming the holder, and the rewritten store is in the -wal."""
+    db = tmp_path / "state.db"
+    _store_with_garbage(db, 20)
+    with ReadHolder(db) as reader:
+        result = run_subprocess("optimize", "--db", db, env={"HERMES_MAINT_BUSY_MS": "300"}, timeout=120)
+        as_json = run_subprocess("optimize", "--db", db, "--json", env={"HERMES_MAINT_BUSY_MS": "300"}, timeout=120)
+        pid = reader.proc.pid
+    assert result.returncode == 0, result.stderr
+    assert "VACUUM done" not in result.stdout
+    assert "the final checkpoint could not finish: a process holds a read transaction" in result.stdout
+    assert f"pid {pid}" in result.stdout
+    assert f"pid {pid}" in json.loads(as_json.stdout)["checkpoint_blocked"]
+
+
+def test_optimize_with_no_reader_says_vacuum_done(tmp_path):
+    db = tmp_path / "state.db"
+    _store_with_garbage(db, 5)
+    result = run_subprocess("optimize", "--db", db)
+    assert result.returncode == 0 and "VACUUM done" in result.stdout and "checkpoint" not in result.stdout
+
+
 @pytest.mark.parametrize("free,total,low", [(1.9 * GB, 500 * GB, True), (2.1 * GB, 10 * GB, False),
                                             (2.1 * GB, 500 * GB, True),
                                             (15 * GB, 200 * GB, True), (15 * GB, 100 * GB, False),

@@ -227,3 +227,30 @@ def test_restore_refused_while_another_hermes_maint_works_on_the_store(hermes_ho
         proc.wait(timeout=30)
     assert f"pid {proc.pid}" in result.stderr and "another hermes-maint" in result.stderr
     assert file_hash(db) == before and not list((hermes_home / "state-snapshots").glob("*.pre-restore*"))
+
+
+def test_a_process_writing_after_the_copy_leaves_the_restore_done_and_said_so(hermes_home, cli, monkeypatch):
+    """Hostile try 3, F14: a Hermes writer that started during the copy made restore exit 1 "expected 50
+    sessions" although the snapshot WAS in place, inviting a second restore that would drop the writer's rows.
+    Now: exit 0, the restore reported, a warning naming the counts and that another process wrote since."""
+    from maint.ops import restore as restore_mod
+
+    db = _store(hermes_home / "state.db")
+    snap = _snapshot(hermes_home)
+    with StoreBuilder(db) as b:
+        b.session("after_the_snapshot", age=1, messages=2)  # the restore takes this one away
+    copy = restore_mod.copy_into
+
+    def copy_then_a_writer(conn, snapshot):
+        copy(conn, snapshot)
+        writer = sqlite3.connect(db, timeout=10)  # a Hermes process that started meanwhile
+        with writer:
+            writer.execute("INSERT INTO sessions (id, source, started_at) VALUES ('live', 'cli', 1800000000)")
+        writer.close()
+
+    monkeypatch.setattr(restore_mod, "copy_into", copy_then_a_writer)
+    result = cli("restore", snap, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "the snapshot is in place, and another process wrote to the store after the copy" in result.stderr
+    assert "now reads 8 sessions" in result.stderr and "the snapshot holds 7" in result.stderr
+    assert session_ids(db) == {f"s{i}" for i in range(6)} | {"old", "live"}

@@ -19,8 +19,8 @@ FORMATS = ("jsonl", "md", "qmd", "html", "trace")  # maint.export.pipeline.FORMA
               help="The kind of file written.")
 @click.option("--session-id", metavar="ID", help="One session (unique prefix ok).")
 @click.option("--only", type=click.Choice(["user-prompts"]), help="user-prompts: just the prompts (jsonl or md).")
-@click.option("--lineage", type=click.Choice(["segment", "logical"]), default="segment", show_default=True,
-              help="logical: md/qmd write a whole compression lineage as one document.")
+@click.option("--lineage", type=click.Choice(["segment", "logical"]), default=None,
+              help="md/qmd: logical writes a whole compression lineage as one document (default: segment).")
 @click.option("--redact/--no-redact", default=None, help="Mask secrets (default: on for trace, off otherwise).")
 @click.option("--upload", is_flag=True, help="trace: upload to your private HF dataset.")
 @click.option("--public", is_flag=True, help="trace upload: allow a public dataset.")
@@ -42,7 +42,10 @@ def export(filters, output, fmt, session_id, only, lineage, redact, upload, publ
 
     if delete_after_verified and not yes:
         raise UsageError("--delete-after-verified needs --session-id and --yes")
-    req = ExportRequest(fmt=fmt, output=output, session_id=session_id, filters=filters, only=only, lineage=lineage,
+    if yes and not delete_after_verified:
+        raise UsageError("--yes only applies with --delete-after-verified (an export asks nothing else)")
+    req = ExportRequest(fmt=fmt, output=output, session_id=session_id, filters=filters, only=only,
+                        lineage=lineage or "segment", lineage_given=lineage is not None,
                         redact=redact, upload=upload, public=public, delete_after_verified=delete_after_verified,
                         dry_run=dry_run)
     target = stores.targets()[0]
@@ -54,6 +57,8 @@ def export(filters, output, fmt, session_id, only, lineage, redact, upload, publ
             if stores.as_json and getattr(exc, "report", None) is not None:
                 _emit_report({**exc.report, "upload_error": str(exc)})
             raise
+    if not report["sessions"] and not stores.as_json:
+        click.echo("No session matches; nothing " + ("would be written" if dry_run else "written"), err=True)
     if dry_run:
         _render_plan(report, stores.as_json)
         _name_skipped(report, "would skip")

@@ -19,8 +19,8 @@ def jobs() -> None:
 @metrics_option
 @click.pass_context
 def run(ctx: click.Context, jobs_dir, all_profiles, db, metrics_file) -> None:
-    """Run the job loop in the foreground until SIGTERM or Ctrl-C (exit 1 if a job outlived the stop grace);
-    each run's report goes to the log."""
+    """Run the job loop in the foreground until SIGTERM or Ctrl-C (exit 1 if a job outlived the stop grace,
+    128 + the signal if it stopped a job part-way); each run's report goes to the log."""
     from maint.jobs.commandline import run_jobs
 
     code = run_jobs(ctx.find_root().command, jobs_dir, all_profiles, db, metrics_file)

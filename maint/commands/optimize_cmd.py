@@ -37,6 +37,13 @@ def _render(r: dict) -> None:
         click.echo(f"  size: {fmt_bytes(r['bytes_before'])} -> {fmt_bytes(r['bytes_after'])}")
         click.echo("  To use it: stop Hermes (and the replicator), move it over state.db, start them again.")
         return
+    if r.get("checkpoint_blocked"):
+        click.echo(f"Optimized {', '.join(r['fts_optimized']) or 'no FTS index'}; VACUUM rewrote the store in "
+                   f"{r['seconds']}s, but the final checkpoint could not finish: a process holds a read transaction "
+                   f"(holders: {r['checkpoint_blocked']}). The rewritten store waits in the -wal until that "
+                   "transaction ends; the next checkpoint (Hermes's, or optimize again) then returns the space")
+        click.echo(f"  size now: {fmt_bytes(r['bytes_before'])} -> {fmt_bytes(r['bytes_after'])} (-wal included)")
+        return
     click.echo(f"Optimized {', '.join(r['fts_optimized']) or 'no FTS index'}; VACUUM done in {r['seconds']}s")
     click.echo(f"  size: {fmt_bytes(r['bytes_before'])} -> {fmt_bytes(r['bytes_after'])} "
                f"({fmt_bytes(r['bytes_freed'])} returned)")

@@ -5,6 +5,7 @@ import click
 
 from maint.commands.options import command, dry_run_option, filter_options, store_options, yes_option
 from maint.commands.output import Terminal, printable
+from maint.commands.runner import stopped_early
 from maint.errors import UsageError
 from maint.fmt import fmt_bytes, fmt_time
 
@@ -42,12 +43,15 @@ def prune(filters, include_archived, include_pinned, never_active, dry_run, yes,
     from maint.ops.prune import PruneRequest, prune_store
 
     req = PruneRequest(filters, include_archived=include_archived, include_pinned=include_pinned, dry_run=dry_run)
-    stores.run(lambda target: prune_store(target, req, op), _render, job="prune", ran=_deleted)
+    reports = stores.run(lambda target: prune_store(target, req, op), _render, job="prune", ran=_deleted)
+    stopped_early(reports, lambda r: f"{r['store']}: deleted {r['deleted']} of {r['planned']} matching sessions"
+                  if r.get("status") == "stopped" else None)
 
 
 def _deleted(r: dict) -> bool:
-    """A prune goes into the run history only when it deleted something (a dry run or an empty one is no run)."""
-    return not r["dry_run"] and r["deleted"] > 0
+    """A prune goes into the run history only when it deleted something (a dry run or an empty one is no run),
+    or was stopped early (monitoring must see that one)."""
+    return not r["dry_run"] and (r["deleted"] > 0 or r.get("status") == "stopped")
 
 
 def _render(r: dict) -> None:
@@ -59,6 +63,9 @@ def _render(r: dict) -> None:
     else:
         rule = f" (implicit rule: inactive >= {r['implicit_days']:g} days)" if r["implicit_days"] else ""
         click.echo(f"{verb} {r['matched']} sessions, {r['messages']} messages{rule}")
+        if r.get("status") == "stopped":
+            click.echo(f"  stopped early: {r['deleted']} of {r['planned']} matching sessions deleted "
+                       f"({r['units_done']} of {r['units_planned']} deletion units reached); the rest are left")
     if r.get("bytes") is not None and r["dry_run"]:
         click.echo(f"  stored text: {fmt_bytes(r['bytes'])}")
     if r["oldest"]:

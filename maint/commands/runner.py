@@ -196,6 +196,23 @@ class Stores:
         return for_each_store(self.targets(), self.as_json, run_one, render, job=job, ran=ran, metrics_file=metrics)
 
 
+def stopped_early(reports: list[dict], describe_one: Callable[[dict], str | None]) -> None:
+    """A run the job loop's SIGTERM/SIGINT cut short (its report is in the history, marked) ends as the
+    CLI's own signal ends it: one line, exit 128 + the signal, never 0 as if it had all been done.
+    *describe_one* says what a stopped report did (None: that store ran to the end)."""
+    from maint.store import batching
+
+    said = [line for line in map(describe_one, reports) if line]
+    if said:
+        import signal
+
+        signum = batching.cancel_signal() or signal.SIGTERM
+        error = MaintError(f"stopped early by {signal.Signals(signum).name}: {'; '.join(said)}; finished "
+                           "transactions are committed, the rest is left for the next run")
+        error.exit_code = 128 + signum
+        raise error
+
+
 class StoresFailed(MaintError):
     """With several stores: at least one failed (each was reported where it failed)."""
 

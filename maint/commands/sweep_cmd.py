@@ -4,6 +4,7 @@ import click
 
 from maint.commands.options import command, store_options
 from maint.commands.output import Terminal
+from maint.commands.runner import stopped_early
 
 
 @command("sweep")
@@ -25,7 +26,9 @@ def sweep(force, stores) -> None:
 
     req = SweepRequest(force=force)
     op = Terminal(quiet=stores.as_json)
-    stores.run(lambda target: sweep_store(target, req, op), _render, job="sweep", ran=lambda r: r["swept"])
+    reports = stores.run(lambda target: sweep_store(target, req, op), _render, job="sweep", ran=lambda r: r["swept"])
+    stopped_early(reports, lambda r: f"{r['store']}: the sweep was cancelled part-way (pruned "
+                  f"{len(r['pruned_ids'])} sessions)" if r.get("swept") and r.get("cancelled") else None)
 
 
 def _render(r: dict) -> None:

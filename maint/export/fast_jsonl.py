@@ -17,9 +17,11 @@ always did.
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
@@ -37,6 +39,8 @@ CHUNK = 1 << 20  # bytes per write
 # A line is built whole in memory: while the SQL runs, SQLite refuses any string longer than this
 # (SQLITE_LIMIT_LENGTH), and the session goes to the reference renderer, which streams it row by row.
 LINE_BYTES = 8 << 20
+# Lines one paced read transaction gathers before it ends and they are written (see ReadPacing).
+READ_BYTES = 8 << 20
 
 
 def _json(value: Any) -> str:
@@ -403,27 +407,106 @@ def _batches(ids: Iterable[Any]) -> Iterator[list[Any]]:
 
 
 def write_sessions(store: Store, ids: Iterable[Any], write: Callable[[bytes], None],
-                   reference: Callable[[Any], int], redact: bool = False) -> int:
+                   reference: Callable[[Any], int], redact: bool = False,
+                   reads: ReadPacing | None = None) -> int:
     """Every session's line in order, as UTF-8 written in chunks of about :data:`CHUNK` bytes (by a
     second thread); *reference* renders (and counts) a session the SQL gives back. With *redact*,
-    every text the reference would redact is redacted by it, called from the SQL."""
+    every text the reference would redact is redacted by it, called from the SQL.
+
+    Without *reads* the caller holds one read transaction around the whole call. With it, the
+    sessions are read in short transactions of their own (:class:`ReadPacing`): each reads whole
+    sessions into its spool (where *reference* must write too) and ends before a byte of them is
+    written, so no read lock waits on the output."""
     register(store)
     sql = line_sql(store, redact)
     hits = _Hits(store) if redact else None
     out = _Chunks(write)
     n = 0
     try:
-        for batch in _batches(ids):
-            if all(isinstance(sid, str) for sid in batch):
-                if hits is not None:
-                    hits.gate_batch(json.dumps(batch))
-                n += _write_batch(store, sql, batch, out, _Unlimited(store, reference))
-            else:
-                out.flush()
-                n += sum(reference(sid) for sid in batch)
+        if reads is not None:
+            n = _paced(store, sql, ids, out, reference, hits, reads)
+        else:
+            for batch in _batches(ids):
+                if all(isinstance(sid, str) for sid in batch):
+                    if hits is not None:
+                        hits.gate_batch(json.dumps(batch))
+                    n += _write_batch(store, sql, batch, out, _Unlimited(store, reference))[0]
+                else:
+                    out.flush()
+                    n += sum(reference(sid) for sid in batch)
         out.flush()
     finally:
         out.close()
+    return n
+
+
+class ReadPacing:
+    """How a paced export reads: in transactions (*transaction*, e.g. ``Store.snapshot``) that end after
+    :data:`BATCH` sessions, :data:`READ_BYTES` of lines, or, on a rollback-journal store (where our read
+    lock keeps every writer out), the lock budget of :mod:`maint.store.batching` (``batch_ms``),
+    whichever comes first; a session is always read whole, in one transaction. *spool* gathers what a
+    transaction reads (:class:`maint.export.files.Spool`); it is written after the transaction ends."""
+
+    def __init__(self, transaction: Callable[[], Any], spool: Any, budget_s: float | None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.transaction, self.spool, self.budget_s, self.clock = transaction, spool, budget_s, clock
+        self.transactions = 0
+        self.started = 0.0
+
+    def begin(self) -> None:
+        self.transactions += 1
+        self.started = self.clock()
+
+    def spent(self) -> bool:
+        if self.spool.size >= READ_BYTES:
+            return True
+        return self.budget_s is not None and self.clock() - self.started >= self.budget_s
+
+
+def read_pacing(store: Store, spool: Any) -> ReadPacing:
+    """The pacing for *store*: the clock bounds a read only where readers hold writers off (not WAL)."""
+    from maint.store.batching import target_from_env
+
+    wal = str(store.scalar("PRAGMA journal_mode")).lower() == "wal"
+    return ReadPacing(store.snapshot, spool, None if wal else target_from_env())
+
+
+class _SpoolOut:
+    """:class:`_Chunks`'s face for :func:`_write_batch` when lines go to a spool (in order with what the
+    reference renderer writes there)."""
+
+    def __init__(self, spool: Any):
+        self.add = spool.write_bytes
+
+    def flush(self) -> None:
+        pass
+
+
+def _paced(store: Store, sql: str, ids: Iterable[Any], out: _Chunks, reference: Callable[[Any], int],
+           hits: _Hits | None, reads: ReadPacing) -> int:
+    ids = ids if isinstance(ids, Sequence) else list(ids)
+    spool_out = _SpoolOut(reads.spool)
+    n, pos = 0, 0
+    while pos < len(ids):
+        batch = list(ids[pos:pos + BATCH])
+        with reads.transaction():
+            reads.begin()
+            if isinstance(batch[0], str):
+                batch = list(itertools.takewhile(lambda sid: isinstance(sid, str), batch))
+                if hits is not None:  # gated in the transaction that builds the lines: no row escapes it
+                    hits.gate_batch(json.dumps(batch))
+                got, done = _write_batch(store, sql, batch, spool_out, _Unlimited(store, reference), reads.spent)
+            else:
+                got, done = reference(batch[0]), 1
+        n += got
+        pos += done
+        # The transaction has ended: now the output may wait as long as it likes. What it read goes to the
+        # writing thread in one piece, so the next transaction's reading overlaps its writing.
+        parts = reads.spool.take()
+        if parts is None:  # a session too big for memory went through the spool's temporary file
+            reads.spool.drain(out.add)
+        else:
+            out.add_all(parts)
     return n
 
 
@@ -466,6 +549,13 @@ class _Chunks:
         if self.size >= CHUNK:
             self._hand_over()
 
+    def add_all(self, parts: list[bytes]) -> None:
+        """Several pieces at once: handed over together when they reach :data:`CHUNK`."""
+        self.parts.extend(parts)
+        self.size += sum(map(len, parts))
+        if self.size >= CHUNK:
+            self._hand_over()
+
     def _hand_over(self) -> None:
         if self.pending is not None:
             self.pending.result()  # raises what the write raised
@@ -482,13 +572,16 @@ class _Chunks:
         self.pool.shutdown(wait=True)
 
 
-def _write_batch(store: Store, sql: str, batch: list[str], out: _Chunks, reference: _Unlimited) -> int:
+def _write_batch(store: Store, sql: str, batch: list[str], out: Any, reference: _Unlimited,
+                 stop: Callable[[], bool] = lambda: False) -> tuple[int, int]:
+    """The lines of *batch*, in order, until *stop* says so after a session: (messages, sessions done)."""
     n, done = 0, 0
     while done < len(batch):
         try:
             with reference:
                 start = done
-                for key, found, count, line in store.conn.execute(sql, (json.dumps(batch[start:]),)):
+                cursor = store.conn.execute(sql, (json.dumps(batch[start:]),))
+                for key, found, count, line in cursor:
                     if key != done - start:
                         raise RuntimeError(f"export: SQLite returned session {key} of a batch in place of "
                                            f"{done - start}; nothing was written")
@@ -501,8 +594,13 @@ def _write_batch(store: Store, sql: str, batch: list[str], out: _Chunks, referen
                         out.flush()
                         n += reference(batch[done])
                     done += 1
+                    if stop():
+                        cursor.close()
+                        return n, done
         except (UnicodeDecodeError, apsw.TooBigError):  # not UTF-8, or too big to build whole
             out.flush()
             n += reference(batch[done])
             done += 1
-    return n
+            if stop():
+                return n, done
+    return n, done

@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import IO
 from collections.abc import Iterator
@@ -98,6 +99,70 @@ class Sink:
             self.digest.update(data)
             self.fh.write(data)
             self.parts, self.size = [], 0
+
+
+class Spool:
+    """Output gathered while a read transaction is open and written once it has ended.
+
+    An export never holds a read transaction while it waits on its output (a pipe nobody reads, a
+    slow disk): on a rollback-journal store that read lock would fail every Hermes writer, in WAL
+    mode it would stop every checkpoint. What one transaction reads is bounded by its caller (one
+    session or document, or a batch of lines); it stays in memory up to *memory* bytes and goes to
+    a private temporary file (unlinked at once) beyond that, so a huge session costs no memory.
+    """
+
+    MEMORY = 16 << 20
+    BLOCK = 1 << 20
+
+    def __init__(self, memory: int | None = None):
+        self.memory = self.MEMORY if memory is None else memory
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.file: IO[bytes] | None = None
+
+    def write(self, text: str) -> None:
+        self.write_bytes(text.encode("utf-8"))
+
+    def write_bytes(self, data: bytes) -> None:
+        if self.file is None and self.size + len(data) > self.memory:
+            self.file = tempfile.TemporaryFile(prefix="hermes-maint-spool-")  # noqa: SIM115 (closed by drain/close)
+            for part in self.parts:
+                self.file.write(part)
+            self.parts = []
+        if self.file is not None:
+            self.file.write(data)
+        else:
+            self.parts.append(data)
+        self.size += len(data)
+
+    def drain(self, write_bytes) -> None:
+        """Hand everything gathered, in order, to *write_bytes*; the spool is then empty. Call it with no
+        transaction open."""
+        if self.file is not None:
+            fh, self.file = self.file, None
+            with fh:
+                fh.seek(0)
+                for block in iter(lambda: fh.read(self.BLOCK), b""):
+                    write_bytes(block)
+        else:
+            parts, self.parts = self.parts, []
+            for part in parts:
+                write_bytes(part)
+        self.parts, self.size = [], 0
+
+    def take(self) -> list[bytes] | None:
+        """What was gathered, as the pieces written, when it is all in memory (the spool is then empty);
+        None when it went to the temporary file (use :meth:`drain`)."""
+        if self.file is not None:
+            return None
+        parts, self.parts, self.size = self.parts, [], 0
+        return parts
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+        self.parts, self.size = [], 0
 
 
 @contextlib.contextmanager

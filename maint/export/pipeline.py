@@ -21,7 +21,7 @@ from maint import json_text
 from maint import files
 from maint.errors import MaintError, OutputError, UsageError
 from maint.flow import target_config
-from maint.export.files import atomic_text, check_destination, inside, safe_name
+from maint.export.files import Spool, atomic_text, check_destination, inside, safe_name
 from maint.export.selection import latest_session, select_sessions
 from maint.selection.filters import Filters
 from maint.store.connection import Store, open_store
@@ -47,6 +47,7 @@ class ExportRequest:
     filters: Filters = field(default_factory=Filters)
     only: str | None = None  # "user-prompts"
     lineage: str = "segment"  # or "logical"
+    lineage_given: bool = False  # --lineage was named (it applies to md/qmd only)
     redact: bool | None = None  # None: on for trace, off otherwise
     upload: bool = False
     public: bool = False
@@ -60,6 +61,12 @@ class ExportRequest:
             raise UsageError("--only user-prompts works with --format jsonl or md")
         if (self.upload or self.public) and self.fmt != "trace":
             raise UsageError("--upload/--public only apply to --format trace")
+        if self.public and not self.upload:
+            raise UsageError("--public only applies with --upload (it allows uploading to a public dataset)")
+        if self.lineage not in ("segment", "logical"):
+            raise UsageError(f"--lineage: bad value {self.lineage!r} (expected segment or logical)")
+        if self.lineage_given and self.fmt not in ("md", "qmd"):
+            raise UsageError("--lineage only applies to --format md or qmd (one document per session or lineage)")
         if self.session_id is not None and not self.filters.is_empty:
             raise UsageError("--session-id cannot be combined with filters (use one or the other)")
         if self.delete_after_verified:
@@ -299,8 +306,15 @@ class Renderer:
         self.store, self.plan, self.started = store, plan, started  # documents say when the export began
         self.req = plan.request
 
-    def render(self, entry: dict, write, write_bytes) -> int:
-        """*write* takes text, *write_bytes* UTF-8 bytes (the SQL-built jsonl lines), both in one order."""
+    def paced(self) -> bool:
+        """The SQL-built jsonl lines: read in short transactions of their own (see :meth:`write`)."""
+        return self.req.fmt == "jsonl" and not self.req.only and not self.req.delete_after_verified
+
+    def render(self, entry: dict, write, write_bytes, reads=None) -> int:
+        """*write* takes text, *write_bytes* UTF-8 bytes (the SQL-built jsonl lines), both in one order.
+
+        With *reads* (:class:`maint.export.fast_jsonl.ReadPacing`, jsonl lines only) the render opens its
+        own read transactions; otherwise the caller holds one."""
         store, redact = self.store, self.req.redacting
         if self.req.fmt == "jsonl" and self.req.delete_after_verified:
             from maint.export import render as r
@@ -312,8 +326,10 @@ class Renderer:
         if self.req.fmt == "jsonl" and not self.req.only:  # redacted too: the SQL calls the redactor
             from maint.export.fast_jsonl import write_sessions
 
+            text = reads.spool.write if reads is not None else write
             return write_sessions(store, entry["ids"], write_bytes,
-                                  lambda sid: _reference_jsonl(store, sid, write, redact=redact), redact=redact)
+                                  lambda sid: _reference_jsonl(store, sid, text, redact=redact), redact=redact,
+                                  reads=reads)
         from maint.export import render as r  # jinja2 and the redaction patterns: imported when needed
 
         if self.req.fmt == "jsonl":
@@ -336,14 +352,28 @@ class Renderer:
                                  r.iso_time(self.started))
 
     def write(self, entry: dict, path: str) -> dict:
+        """One planned file. No read transaction is ever open while the output is written (a pipe that
+        nobody reads must not hold Hermes's writers off, nor the checkpoints): jsonl lines are read in
+        bounded transactions, each written once it has ended; any other document (one session, or one
+        lineage) is read whole in one transaction into a spool, then written."""
+        from maint.export.fast_jsonl import read_pacing
         from maint.export.verified_delete import fingerprint
 
-        with self.store.snapshot():
+        spool = Spool()
+        prints: dict = {}
+        try:
             with atomic_text(path, store=self.store.path) as sink:
-                n = self.render(entry, sink.write, sink.write_bytes)
-            # The delete check needs the transcript as it was exported, from the same snapshot.
-            prints = {sid: fingerprint(self.store, sid) for sid in entry["ids"]} \
-                if self.req.delete_after_verified else {}
+                if self.paced():
+                    n = self.render(entry, sink.write, sink.write_bytes, reads=read_pacing(self.store, spool))
+                else:
+                    with self.store.snapshot():
+                        n = self.render(entry, spool.write, spool.write_bytes)
+                        # The delete check needs the transcript as it was exported, from the same snapshot.
+                        prints = {sid: fingerprint(self.store, sid) for sid in entry["ids"]} \
+                            if self.req.delete_after_verified else {}
+                    spool.drain(sink.write_bytes)
+        finally:
+            spool.close()
         return {**entry, "path": path, "messages": n, "sha256": sink.digest.hexdigest(), "fingerprints": prints}
 
     def rerender_digest(self, entry: dict) -> str:

@@ -241,6 +241,7 @@ class _Running:
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.started: dict[str, float] = {}
+        self.cut_short: list[str] = []  # jobs the stop signal cut short (work left undone)
 
     def start(self, name: str) -> None:
         with self.cond:
@@ -295,7 +296,7 @@ def run_loop(jobs: list[Job], execute: Callable[[Job], int], grace: float | None
                                                   "misfire_grace_time": MISFIRE_GRACE_S})
     for job in enabled:
         scheduler.add_job(_guarded(execute, job, running), job.trigger, id=job.name, name=job.name)
-    batching.CANCEL.clear()
+    batching.reset_cancel()
     stop = threading.Event()
 
     def on_signal(signum, frame):  # noqa: ARG001
@@ -304,7 +305,7 @@ def run_loop(jobs: list[Job], execute: Callable[[Job], int], grace: float | None
             log.info("received %s again: already stopping", name)
             return
         log.info("received %s: cancelling at the next batch boundary, stopping within %g s", name, grace)
-        batching.CANCEL.set()
+        batching.cancel(signum)
         stop.set()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -325,8 +326,13 @@ def run_loop(jobs: list[Job], execute: Callable[[Job], int], grace: float | None
     for name, age in stuck.items():
         log.error("job %s did not stop within %g s of the signal (running for %.0f s); exiting anyway: "
                   "its unfinished transaction is rolled back, committed ones stay", name, grace, age)
+    for name in running.cut_short:
+        log.warning("job %s was stopped early by the signal: part of its work is left for its next run", name)
     log.info("job loop stopped")
-    return EXIT_FAILED if stuck else 0
+    if stuck:
+        return EXIT_FAILED
+    # A job cut short ends the loop as the CLI's own signal ends a run: 128 + the signal, not 0.
+    return 128 + (batching.cancel_signal() or signal.SIGTERM) if running.cut_short else 0
 
 
 def _guarded(execute: Callable[[Job], int], job: Job, running: _Running) -> Callable[[], None]:
@@ -341,6 +347,8 @@ def _guarded(execute: Callable[[Job], int], job: Job, running: _Running) -> Call
             return
         finally:
             running.finish(job.name)
+        if code != 0 and batching.cancel_signal() is not None and code == 128 + batching.cancel_signal():
+            running.cut_short.append(job.name)
         log.log(logging.INFO if code == 0 else logging.ERROR, "job %s finished with exit code %s", job.name, code)
 
     return run

@@ -56,14 +56,16 @@ class _Trigger:
     kind: str
     when: str | None
     body: str
+    name: str = ""
 
 
 def _message_triggers(store: Store) -> list[_Trigger]:
     out = []
-    for (sql,) in store.conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'messages'"):
+    for name, sql in store.conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'messages'"):
         m = _TRIGGER.search(sql or "")
         if m:
-            out.append(_Trigger(m.group(1).upper(), m.group(2), m.group(3)))
+            out.append(_Trigger(m.group(1).upper(), m.group(2), m.group(3), str(name)))
     return out
 
 
@@ -84,9 +86,25 @@ def index_plan(store: Store) -> list[str]:
         d, i = delete[0], insert[0]
         when = " AND ".join(f"({c})" for c in (d.when, i.when) if c)
         body = ";\n".join(s.strip().rstrip(";") for s in (d.body, i.body)) + ";"
-        statements.append(f"CREATE TEMP TRIGGER maint_clean_markers_{n} AFTER UPDATE OF content ON main.messages"
-                          f"{' WHEN ' + when if when else ''} BEGIN\n{body}\nEND")
+        sql = (f"CREATE TEMP TRIGGER maint_clean_markers_{n} AFTER UPDATE OF content ON main.messages"
+               f"{' WHEN ' + when if when else ''} BEGIN\n{body}\nEND")
+        _check_derived(store, sql, [d.name, i.name])
+        statements.append(sql)
     return statements
+
+
+def _check_derived(store: Store, sql: str, names: list[str]) -> None:
+    """The trigger put together from Hermes's delete and insert triggers parses (EXPLAIN compiles it and
+    creates nothing). Their text is split by a pattern, which a BEGIN in a string or an END in a comment
+    can mislead: such a store is refused, naming the triggers, before anything is written."""
+    import apsw
+
+    try:
+        store.conn.execute("EXPLAIN " + sql).fetchall()
+    except apsw.SQLError:
+        raise MaintError(f"{store.path}: cannot derive an update trigger from {' and '.join(names)}; nothing was "
+                         "changed (run hermes-maint repair-fts, or let Hermes open the store to recreate its "
+                         "triggers)") from None
 
 
 def clear_markers(store: Store, ids: list[int]) -> list[int]:

@@ -48,6 +48,8 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "hermes_maint_last_job_duration_seconds": ("gauge", "How long the last run of each hermes-maint job took."),
     "hermes_maint_last_job_rows_affected": ("gauge", "Rows the last run of each job deleted, archived, reaped or "
                                                      "repaired."),
+    "hermes_maint_last_job_stopped": ("gauge", "1 when the last run of each job was stopped early (the job "
+                                               "loop's SIGTERM/SIGINT) and left work undone, else 0."),
     "hermes_maint_doctor_findings": ("gauge", "Findings of the last hermes-maint doctor run, by severity."),
     "hermes_maint_doctor_last_run_timestamp_seconds": ("gauge", "When hermes-maint doctor last checked the store."),
     "hermes_maint_metrics_updated_timestamp_seconds": ("gauge", "When these figures were last refreshed."),
@@ -147,6 +149,8 @@ def collect(store: Store, profile: str, *, doctor: dict[str, Any] | None = None,
         if entry.seconds is not None:
             out.append(sample("hermes_maint_last_job_duration_seconds", entry.seconds, kind=kind))
         out.append(sample("hermes_maint_last_job_rows_affected", entry.rows, kind=kind))
+        stopped = entry.report.get("status") == "stopped" or entry.report.get("cancelled") is True
+        out.append(sample("hermes_maint_last_job_stopped", int(stopped), kind=kind))
     if doctor is not None:
         for severity in SEVERITIES:
             out.append(sample("hermes_maint_doctor_findings", doctor["counts"].get(severity, 0), severity=severity))

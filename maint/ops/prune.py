@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from maint.fmt import fmt_bytes, fmt_time
-from maint.store import lineage
+from maint.store import batching, lineage
 from maint.store.batching import Batcher, pacer_for, run_batched, target_from_env
 from maint.store import guard
 from maint.store.checkpointer import background_checkpoints
@@ -226,6 +226,8 @@ class PruneResult:
     transactions: int
     longest_lock_s: float
     skipped_too_big: list[str] = field(default_factory=list)
+    # Stopped early by the job loop's signal: (units reached, units planned); None when it ran to the end.
+    stopped: tuple[int, int] | None = None
     removed_files: list[str] = field(default_factory=list)  # Hermes's files of the deleted sessions
 
 
@@ -274,7 +276,10 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
     files_due: list[str] = []  # sessions deleted by the transaction in flight: their files go once it commits
     removed_files: list[str] = []
 
+    reached = [0]  # units handed to apply: fewer than planned only when the run was cancelled
+
     def apply(chunk: list[Unit]) -> int:
+        reached[0] += len(chunk)
         held = [u for u in chunk if too_long(u)]
         too_big.extend(sid for u in held for sid in u.session_ids)
         chunk = [u for u in chunk if not any(u is h for h in held)]
@@ -326,10 +331,11 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, transaction,
                     pacer, batcher=batcher, on_progress=on_progress, after_commit=after_commit,
                     upkeep=upkeep if merge_step is not None or detacher is not None else None, lighten=lighten)
+    stopped = (reached[0], len(plan.units)) if reached[0] < len(plan.units) else None
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=transactions[0],
                        longest_lock_s=store.write_stats.longest_hold_s, skipped_too_big=too_big,
-                       removed_files=removed_files)
+                       removed_files=removed_files, stopped=stopped)
 
 
 @dataclass(frozen=True)
@@ -383,4 +389,7 @@ def prune_store(target: StoreTarget, req: PruneRequest, op: Operator) -> dict[st
             longest_lock_ms=round(result.longest_lock_s * 1000, 1), skipped_changed=result.skipped_changed,
             skipped_too_big=result.skipped_too_big, removed_files=result.removed_files,
         )
+        if result.stopped is not None:  # the job loop's SIGTERM/SIGINT: the history row says so too
+            report.update(status="stopped", planned=count, stopped_by=batching.cancel_signal(),
+                          units_done=result.stopped[0], units_planned=result.stopped[1])
         return report

@@ -181,8 +181,10 @@ def checkpoint(store: Store) -> tuple[int, int, int]:
     return tuple(row) if row else (0, 0, 0)
 
 
-def vacuum_in_place(store: Store) -> float:
-    started = time.monotonic()
+def vacuum_in_place(store: Store) -> bool:
+    """VACUUM, then the checkpoint that moves the rewritten store out of the -wal. True when that checkpoint
+    finished; False when a process's open read transaction kept it from finishing (the rewritten pages
+    wait in the -wal, the store reads the same, until that reader ends and a later checkpoint runs)."""
     crash_point("vacuum")
     try:
         store.conn.execute("VACUUM")
@@ -196,10 +198,12 @@ def vacuum_in_place(store: Store) -> float:
                 from None
         raise
     try:  # shrink the WAL the rewrite filled; truncating keeps the file, never removes it
-        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        row = store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     except Exception:  # readers still on old frames: a later checkpoint finishes the job
         checkpoint(store)
-    return time.monotonic() - started
+        return False
+    busy, log, done = tuple(row) if row else (0, -1, -1)
+    return not busy and done == log  # (0, -1, -1): not a WAL store, nothing to move
 
 
 def content_fingerprint(store: Store) -> dict:
@@ -221,6 +225,7 @@ class OptimizeResult:
     bytes_before: int
     bytes_after: int
     seconds: float
+    checkpoint_blocked: str | None = None  # who may hold the read transaction that kept the WAL from emptying
 
 
 def optimize(store: Store, disk_usage: DiskUsage = shutil.disk_usage, *, replicated: bool = False,
@@ -232,9 +237,12 @@ def optimize(store: Store, disk_usage: DiskUsage = shutil.disk_usage, *, replica
     started = time.monotonic()
     tables = optimize_fts(store)
     checkpoint(store)
-    vacuum_in_place(store)
+    blocked = None
+    if not vacuum_in_place(store):
+        report = holders(store.path)
+        blocked = report.describe() if not report.quiet else "a process this scan cannot see"
     after = sum(store.file_sizes().values())
-    return OptimizeResult(tables, before, after, time.monotonic() - started)
+    return OptimizeResult(tables, before, after, time.monotonic() - started, blocked)
 
 
 @dataclass
@@ -364,4 +372,5 @@ def optimize_store(target: StoreTarget, req: OptimizeRequest) -> dict[str, Any]:
         r = optimize(store, replicated=replicated)
     return {"into": None, "fts_optimized": r.fts_optimized, "bytes_before": r.bytes_before,
             "bytes_after": r.bytes_after, "bytes_freed": max(0, r.bytes_before - r.bytes_after),
-            "seconds": round(r.seconds, 2), "journal_mode": None, "sessions": None, "messages": None}
+            "seconds": round(r.seconds, 2), "journal_mode": None, "sessions": None, "messages": None,
+            "checkpoint_blocked": r.checkpoint_blocked}

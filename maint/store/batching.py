@@ -27,6 +27,23 @@ U = TypeVar("U")
 
 # Set by the job loop on SIGTERM/SIGINT: bulk work stops after the transaction in flight.
 CANCEL = threading.Event()
+_CANCEL_SIGNAL: list[int] = []  # the signal that set CANCEL (see cancel)
+
+
+def cancel(signum: int) -> None:
+    """Stop bulk work at the next batch boundary, because of signal *signum* (the job loop's SIGTERM/SIGINT)."""
+    _CANCEL_SIGNAL[:] = [signum]
+    CANCEL.set()
+
+
+def cancel_signal() -> int | None:
+    """The signal that cancelled bulk work, or None while nothing has."""
+    return _CANCEL_SIGNAL[0] if CANCEL.is_set() and _CANCEL_SIGNAL else None
+
+
+def reset_cancel() -> None:
+    CANCEL.clear()
+    _CANCEL_SIGNAL.clear()
 
 DEFAULT_CHUNK_S = 0.045
 
