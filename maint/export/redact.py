@@ -168,26 +168,34 @@ _ID_RUN = re.compile(rb"(?:call|toolu|msg|chatcmpl|run|req|resp|asst|thread|batc
 # escape), so a text it does not match is returned as it is without running them. It must stay a
 # superset of the rules: the corpus tests run through it.
 _GATE_KW = "(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer)"
+# Space beside a separator: Unicode spaces (the rules see them as " ") and a tab escaped in JSON text
+# (the rules see the decoded value; the gate sees the raw text, escapes and all).
+_GATE_SP = r"(?:[ \t\x{a0}\x{1680}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]|\\+t)"
 _GATE_NAMECHARS = r"[^\s\"'`\]=:,(<>\\]"
 # The name after its keyword: anything, except a name that ends in "tokens" (MAX_TOKENS, max_tokens:
 # no rule takes a plural, and code is full of them), unless another keyword comes first.
 _GATE_TAIL = r"(?:(?i:[^s\s\"'`\]=:,(<>\\])" + _GATE_NAMECHARS + "*|(?i:s)" + _GATE_NAMECHARS + "+)?"
 # What follows "NAME =": a line end (a YAML block) or a value that is not os./self. (code reading
 # a setting: the rules skip os.environ[…], self.token …)
-_GATE_VALUE = (r"[ \t]*(?:[\r\n]|$|(?i:[^os\s]|o$|o[^s]|os$|os[^.]|s$|s[^e]|se$|se[^l]|sel$|sel[^f]|self$"
-               r"|self[^.]))")
+_GATE_VALUE = (_GATE_SP + r"*(?:[\r\n]|$|(?i:[^os\s]|o$|o[^s]|os$|os[^.]|s$|s[^e]|se$|se[^l]|sel$|sel[^f]"
+               r"|self$|self[^.]))")
 _GATE_NAME = (_GATE_KW.replace("token|", "") + _GATE_NAMECHARS + "*|(?i:token)" + _GATE_TAIL)
 _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
-              r"(?:\\*[\"'])?\]?[ \t]*(?::|[?+]?=|<-|<<<)" + _GATE_VALUE +  # NAME=, NAME:, "NAME"] =, NAME <-
-              r"|[ \t]*\|[ \t]*[^\s|]+[ \t]*\|"  # | NAME | value |
-              r"|\\*[\"']\]?[ \t]*,"  # "NAME", value
-              r"|(?:\\*[\"'])?\]?[ \t]*\([ \t]*\\*[\"']"  # NAME("value")
-              r"|[ \t]+(?:\\*[\"']|\[|(?i:is|was)[ \t]|[^\s\"'`=:]+[ \t]*(?:[\r\n\\\"]|$)))"  # NAME 'v', NAME v$
-              r"|<(?:[\w.\-]*:)?[\w.\-]*" + _GATE_KW + _GATE_NAMECHARS + r"*(?:\\*[\"'])?\]?[ \t]*>")  # <NAME>
-_GATE_PAIR = (r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?[\w.\-]*"
-              + _GATE_KW + r"|(?i:variable)[ \t]+\\*[\"'][\w.\-]*" + _GATE_KW)
-_GATE_CLI = r"--[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*[ \t]+[^\s\-]"
-_GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|(?i:bearer)\s|\s-[upa]|--user|--proxy-user|sshpass|htpasswd"
+              # NAME=, NAME:, "NAME"] =, NAME <-
+              r"(?:\\*[\"'])?\]?" + _GATE_SP + r"*(?::|[?+]?=|<-|<<<)" + _GATE_VALUE +
+              r"|" + _GATE_SP + r"*\|" + _GATE_SP + r"*[^\s|]+" + _GATE_SP + r"*\|"  # | NAME | value |
+              r"|\\*[\"']\]?" + _GATE_SP + r"*,"  # "NAME", value
+              r"|(?:\\*[\"'])?\]?" + _GATE_SP + r"*\(" + _GATE_SP + r"*\\*[\"']"  # NAME("value")
+              # NAME 'v', NAME v$
+              r"|" + _GATE_SP + r"+(?:\\*[\"']|\[|(?i:is|was)" + _GATE_SP + r"|[^\s\"'`=:]+" + _GATE_SP
+              + r"*(?:[\r\n\\\"]|$)))"
+              # <NAME>
+              r"|<(?:[\w.\-]*:)?[\w.\-]*" + _GATE_KW + _GATE_NAMECHARS + r"*(?:\\*[\"'])?\]?" + _GATE_SP + r"*>")
+_GATE_PAIR = (r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP
+              + r"*\\*[\"']?[\w.\-]*" + _GATE_KW + r"|(?i:variable)" + _GATE_SP + r"+\\*[\"'][\w.\-]*" + _GATE_KW)
+_GATE_CLI = r"--[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP + r"+[^\s\-]"
+_GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
+                r"|sshpass|htpasswd"
                 r"|machine\s|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\[ux][0-9a-fA-F]{2}|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
                 r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate)[ \t]*\("
@@ -211,6 +219,14 @@ _GATE_SHAPES = (
     r"|API-|sha256~|rdme_|tk-us-|xkeysib-|sm_[aps]at_|shippo_|sgp_|tfp_|AQVN|t1\.[A-Za-z0-9_\-]"
     r"|NRJS-|NRII-|sq[upa]_|AAAAAAAAAAAAAAAAAAAAAA|_gitlab_session=|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/")
 
+# Base64 of printable ASCII text: in each group of four characters, the first holds the top six bits
+# of a byte in 0x20-0x7e (I-Z, a-f), the second four bits of the next one (whose top nibble is 2-7)
+# and the third the two top bits of the third byte (0 or 1). Six such groups (18 characters of text)
+# in a row are rare in anything but encoded text: random base64 (an image) has them about once in
+# ten million positions, hex and words almost never.
+_B64_GROUP = r"[I-Za-f][C-HS-Xi-ny-z0-3][ABEFIJMNQRUVYZcdghklopstwx014589][A-Za-z0-9+/_\-]"
+_GATE_B64 = "(?:" + _B64_GROUP + "){6}"
+
 
 def _compile_gate() -> Any:
     """RE2's set matcher: it only says whether anything matches, which its DFA answers alone (a
@@ -222,17 +238,17 @@ def _compile_gate() -> Any:
     options = re2.Options()
     options.max_mem = 64 << 20
     gate = re2.Set.SearchSet(options)
-    for pattern in ("|".join((_GATE_NAME, _GATE_PAIR, _GATE_CLI)), _GATE_SHAPES, _GATE_PLACES):
-        gate.Add(pattern.encode())  # indices NAMES, SHAPES, PLACES: which rules can match
+    for pattern in ("|".join((_GATE_NAME, _GATE_PAIR, _GATE_CLI)), _GATE_SHAPES, _GATE_PLACES, _GATE_B64):
+        gate.Add(pattern.encode())  # indices NAMES, SHAPES, PLACES, BASE64: which rules can match
     gate.Compile()
     return gate.Match
 
 
-NAMES, SHAPES, PLACES = 0, 1, 2
+NAMES, SHAPES, PLACES, BASE64 = 0, 1, 2, 3
 _GATE = _compile_gate()
 
 
-# gate(utf8_bytes): which kinds of rule (NAMES, SHAPES, PLACES) could find something in the text;
+# gate(utf8_bytes): which kinds of rule (NAMES, SHAPES, PLACES, BASE64) could find something in the text;
 # empty when none can.
 gate = _GATE
 
@@ -298,7 +314,7 @@ _PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
 _VALUE = re.compile(
     r"(?P<esc>\\+)(?P<eqq>[\"'])(?P<eq>.*?)(?P=esc)(?P=eqq)"  # \"value\" inside JSON-encoded strings, any level
     r"|\"\"\"(?P<tq>.*?)\"\"\"|'''(?P<tsq>.*?)'''"  # """value""" (TOML, Python)
-    r"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\""           # "value"
+    r"|\"(?P<dq>(?:[^\"\\\n]|\\.|\\\n)*)\""     # "value" (a shell continuation, backslash-newline, too)
     r"|'(?P<sq>[^'\n]*)'"                        # 'value'
     r"|(?:`|\$\()echo[ \t]+(?P<echo>[^`)\s]+)"      # `echo value`, $(echo value)
     r"|(?P<uq>(?:[^\s\"'`\\;&,<>(){}\[\]|]|\\u[0-9a-fA-F]{4})+)")      # bare value (\u escapes too)
@@ -375,6 +391,8 @@ def name_kind(name: str) -> str | None:
         return "line"
     parts = [p.lower() for p in _PARTS.findall(name)]
     parts = [p for p in parts if not p.isdigit()] or parts
+    if parts[-3:] == ["private", "key", "id"]:
+        return "token"  # a GCP service account's private_key_id: it names the live key, masked with it
     if not parts or parts[-1] in _NEUTRAL_LAST:
         return None
     kind = None
@@ -446,6 +464,26 @@ _PHONE = re.compile(r"(?<![\w+])\+[1-9]\d{6,14}(?![A-Za-z0-9])")
 _FORM = re.compile(r"[A-Za-z_][\w.\-]*=[^&\s]*(?:&[A-Za-z_][\w.\-]*=[^&\s]*)+")
 _FORM_KEYS = {"access_token", "refresh_token", "id_token", "token", "api_key", "apikey", "client_secret", "password",
               "auth", "jwt", "session", "secret", "key", "code", "signature", "x-amz-signature"}
+
+# PuTTY's .ppk: "Private-Lines: N" and N lines of base64, the private key
+_PPK = re.compile(r"Private-Lines:[ \t]*(?P<n>\d{1,4})[ \t]*(?P<nl>\r?\n|\\+r?\\+n)")
+_B64_LINE = re.compile(r"[A-Za-z0-9+/=]*")
+
+
+def _ppk_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    for m in _PPK.finditer(text):
+        newline = m.group("nl")
+        pos = end = m.end()
+        for _ in range(int(m.group("n"))):
+            line = _B64_LINE.match(text, pos)
+            if not line.group():
+                break
+            end = line.end()
+            if not text.startswith(newline, end):
+                break
+            pos = end + len(newline)
+        if end > m.end():
+            spans.append((m.end(), end))
 
 
 def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
@@ -523,6 +561,12 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         if text[pos] in "|>\r\n" and form == "assign" and text[m.end("n"):pos].strip(" \t\"'\\]").startswith(":"):
             _yaml_block_span(text, start, pos, name, kind, spans)
             continue
+        if form == "assign" and text[pos] in "(\"'":
+            chain = _literal_chain(text, pos)
+            if chain is not None:  # TOKEN = ("ghp_…"\n "…"), apiKey = "…" +\n "…"
+                if _value_is_secret("".join(text[a:b] for a, b in chain), kind, True, name):
+                    spans.extend(part for part in chain if part[1] > part[0])
+                continue
         v = _VALUE.match(text, pos)
         if v is None:
             continue
@@ -677,6 +721,8 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             end = end_marker if end_marker >= 0 else _PEM_BODY.match(text, m.end()).end()
             if end > m.end():
                 spans.append((m.end(), end))
+    if "Private-Lines" in text:
+        _ppk_spans(text, spans)
     if "bearer" in low:
         spans.extend(m.span("v") for m in _BEARER.finditer(text) if MASK not in m.group("v"))
     if " -" in text:  # command-line flags
@@ -850,9 +896,13 @@ def _words(low: str) -> list[str]:
     return [word for word in _NAME_TRIGGERS if word in low]
 
 
-def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLACES)) -> list[tuple[int, int]]:
+def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLACES, BASE64)) -> list[tuple[int, int]]:
     """The spans the rules the gate let through (*hits*) find."""
     spans: list[tuple[int, int]] = []
+    if not text.isascii():
+        spaced = text.translate(_UNICODE_SPACES)  # one character for one: every offset holds
+        if spaced != text:
+            text, low = spaced, spaced.lower()
     if NAMES in hits and words:
         _name_spans(text, low, words, spans)
         if "variable" in low:
@@ -872,8 +922,14 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
         _place_spans(text, low, words, spans)
     if SHAPES in hits:
         _shape_spans(text, spans)
+        if _ADJACENT_LITERALS.search(text):
+            _chain_spans(text, spans)
+    if BASE64 in hits:
+        _base64_spans(text, spans)
     if not spans:
         return spans
+    if "\n" in text:
+        _continued_spans(text, spans)
     spans.sort()
     merged = [spans[0]]
     for start, end in spans[1:]:
@@ -883,6 +939,115 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
         else:
             merged.append((start, end))
     return merged
+
+
+# Spaces other than " " and tab that people (and word processors) put around "=" and ":"; the rules
+# read them as " ".
+_UNICODE_SPACES = {c: " " for c in (0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000)}
+
+
+# -- secrets split across lines -------------------------------------------------------------------
+# A masked value that ends its line goes on when the next line starts with the rest of a token: a
+# terminal or an editor wrapped it ("the key is sk_live_…" / "ZyX…"), or a shell continuation split
+# it (…\ then the rest). The rest must look like a token's: 8 or more token characters, random-looking,
+# not a timestamp or a hex digest, not a name (followed by = or :), starting the line (no indent).
+_CONTINUATION = re.compile(r"\\?\r?\n(?P<v>[A-Za-z0-9_+/=~\-.]{8,})(?=$|[\s\"'`),;\\]|\.(?:\s|$))")
+
+
+def _continued_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    ends = {end for _, end in spans}
+    todo = sorted(ends)
+    while todo:
+        end = todo.pop()
+        m = _CONTINUATION.match(text, end)
+        if m is None:
+            continue
+        value = m.group("v").rstrip(".")
+        if (value.strip(_PLAIN_TEXT) and _looks_random(value) and MASK not in value
+                and m.start("v") + len(value) not in ends):
+            spans.append((m.start("v"), m.start("v") + len(value)))
+            ends.add(m.start("v") + len(value))
+            todo.append(m.start("v") + len(value))
+
+
+_PLAIN_TEXT = _PLAIN.decode()
+
+
+# String literals the language joins: ("ghp_…" "…"), "sk-…" +\n "…", 'a' . 'b' (PHP). Under a secret's
+# name (a Python constant in parentheses, a JS concatenation), or when the joined text holds a shape.
+_ADJACENT_LITERALS = re.compile(r"[\"'][ \t]*(?:[+.][ \t]*)?(?:\\?\r?\n[ \t]*)*(?:[+.][ \t]*)?[\"']")
+_CHAIN_GAP = re.compile(r"(?:[ \t]|\\?\r?\n){0,40}")
+_CHAIN_JOIN = re.compile(r"(?:[ \t]|\\?\r?\n){0,40}(?:[+.](?:[ \t]|\\?\r?\n){0,40})?")
+_LITERAL = re.compile(r"\"(?P<d>[^\"\\\n]*)\"|'(?P<s>[^'\\\n]*)'")
+
+
+def _literal_chain(text: str, pos: int) -> list[tuple[int, int]] | None:
+    """The contents of the string literals joined from *pos*: two or more, or one in parentheses."""
+    paren = text.startswith("(", pos)
+    at = _CHAIN_GAP.match(text, pos + 1).end() if paren else pos
+    parts: list[tuple[int, int]] = []
+    while len(parts) < 64:
+        lit = _LITERAL.match(text, at)
+        if lit is None:
+            break
+        parts.append(lit.span(lit.lastgroup))
+        at = _CHAIN_JOIN.match(text, lit.end()).end()
+    if len(parts) >= 2 or parts and paren and text.startswith(")", at):
+        return parts
+    return None
+
+
+def _chain_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    """Joined literals whose joined text holds a shape ("ghp_…" "…" in a call): the parts of the shape."""
+    done = -1
+    for m in _ADJACENT_LITERALS.finditer(text):
+        if m.start() < done:
+            continue
+        quote = text[m.start()]
+        line = text.rfind("\n", 0, m.start()) + 1
+        opening = text.rfind(quote, line, m.start())
+        if opening < 0:
+            continue
+        parts = _literal_chain(text, opening)
+        if not parts:
+            continue
+        done = parts[-1][1]
+        joined = "".join(text[a:b] for a, b in parts)
+        found = [sp for sp in find_secrets(joined)]
+        offset = 0
+        for a, b in parts:
+            for lo, hi in found:
+                lo, hi = max(lo, offset), min(hi, offset + b - a)
+                if lo < hi:
+                    spans.append((a + lo - offset, a + hi - offset))
+            offset += b - a
+
+
+# -- base64 ---------------------------------------------------------------------------------------
+# A run of base64 that decodes to text holding a secret (echo … | base64 -d, b64decode("…"), atob):
+# the whole run is masked. Only runs that start like encoded text are decoded.
+_B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{24,}={0,2}")
+_B64_TEXT = re.compile(_B64_GROUP + "{6}")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _base64_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    import base64
+    import binascii
+
+    for run in _B64_RUN.finditer(text):
+        if not _B64_TEXT.match(text, run.start()):
+            continue
+        body = run.group().rstrip("=")
+        body = body[:len(body) - len(body) % 4] if len(body) % 4 == 1 else body
+        try:
+            raw = base64.b64decode(body + "=" * (-len(body) % 4),
+                                   altchars=b"-_" if "-" in body or "_" in body else None)
+            plain = raw.decode("utf-8")
+        except (binascii.Error, ValueError):
+            continue
+        if not _CONTROL.search(plain) and find_secrets(plain):
+            spans.append(run.span())
 
 
 def redact_text(text: str) -> str:
