@@ -452,3 +452,13 @@ def test_the_gate_sets_aside_keyword_arguments_that_pass_on_their_own_name():
         assert gate(text.encode()), text
     assert redact_text("f(api_key=api_key, password=hunter2x)") == "f(api_key=api_key, password=[REDACTED])"
     assert redact_text("f(apikey=my_key)") == "f(apikey=[REDACTED])"
+
+
+def test_the_gate_takes_escapes_that_spell_ascii_or_a_unicode_space_only():
+    from maint.export.redact import gate
+
+    assert not gate(json.dumps({"query": "ログを確認して"}).encode())  # \u30ed…: no token is spelt so
+    assert gate(b'{"output": "key=\\u0073k-proj-Ab3dEf6hIj9kLm2nOp5q"}')
+    stored = json.dumps({"content": f"token\u00a0=\u00a0{PW}"})
+    assert "\\u00a0" in stored and gate(stored.encode())
+    assert json.loads(redact_text(stored)) == {"content": f"token\u00a0=\u00a0{MASK}"}

@@ -168,9 +168,10 @@ _ID_RUN = re.compile(rb"(?:call|toolu|msg|chatcmpl|run|req|resp|asst|thread|batc
 # escape), so a text it does not match is returned as it is without running them. It must stay a
 # superset of the rules: the corpus tests run through it.
 _GATE_KW = "(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer)"
-# Space beside a separator: Unicode spaces (the rules see them as " ") and a tab escaped in JSON text
-# (the rules see the decoded value; the gate sees the raw text, escapes and all).
-_GATE_SP = r"(?:[ \t\x{a0}\x{1680}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]|\\+t)"
+# Space beside a separator: Unicode spaces (the rules see them as " "), and a tab or a Unicode space
+# escaped in JSON text (the rules see the decoded value; the gate sees the raw text, escapes and all).
+_GATE_SP = (r"(?:[ \t\x{a0}\x{1680}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]|\\+t"
+            r"|\\+u(?i:00a0|1680|200[0-9a]|202f|205f|3000))")
 _GATE_NAMECHARS = r"[^\s\"'`\]=:,(<>\\]"
 # The name after its keyword: anything, except a name that ends in "tokens" (MAX_TOKENS, max_tokens:
 # no rule takes a plural, and code is full of them), unless another keyword comes first.
@@ -196,7 +197,7 @@ _GATE_PAIR = (r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?" + _GATE
 _GATE_CLI = r"--[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP + r"+[^\s\-]"
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
                 r"|sshpass|htpasswd"
-                r"|machine\s|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\[ux][0-9a-fA-F]{2}|\\/"
+                r"|machine\s|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
                 r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate)[ \t]*\("
                 r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
