@@ -243,6 +243,9 @@ def test_positions_hold_in_text_that_changes_length_when_lower_cased():
     "a" * 200_000 + "=value", "a." * 100_000 + "=value", "key" * 60_000, "keyKEY-" * 30_000, "token: " * 30_000,
     "password=" + "x" * 200_000, "-----BEGIN RSA PRIVATE KEY-----" + "A" * 200_000, "https://" + "a" * 100_000 + "@",
     "--password " * 20_000, "--a" * 60_000, "\\\"password\\\": \\\"" * 20_000, "sk-" * 60_000, "+1234567" * 20_000,
+    '"a" ' * 50_000, "TOKEN = (" + '\n "a"' * 50_000, f"key: {GH}\n" + "Xy9Zw8Vu7Ts6Rq5P\n" * 20_000,
+    "aGVsbG8gd29ybGQsIHRoaXMgaXMg" * 10_000, "echo " + "c2stcHJvai1BYjNkRWY2aElq " * 10_000,
+    "Private-Lines: 9999\n" + "QUJD\n" * 50_000,
 ])
 def test_adversarial_text_stays_linear(text):
     """The redactor runs on every message of an export: no input may make it backtrack for long."""

@@ -933,10 +933,9 @@ def _words(low: str) -> list[str]:
 def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLACES, BASE64)) -> list[tuple[int, int]]:
     """The spans the rules the gate let through (*hits*) find."""
     spans: list[tuple[int, int]] = []
-    if not text.isascii():
-        spaced = text.translate(_UNICODE_SPACES)  # one character for one: every offset holds
-        if spaced != text:
-            text, low = spaced, spaced.lower()
+    if not text.isascii() and _UNICODE_SPACE.search(text):
+        text = text.translate(_UNICODE_SPACES)  # one character for one: every offset holds
+        low = text.lower()
     if NAMES in hits and words:
         _name_spans(text, low, words, spans)
         if "variable" in low:
@@ -978,6 +977,7 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
 # Spaces other than " " and tab that people (and word processors) put around "=" and ":"; the rules
 # read them as " ".
 _UNICODE_SPACES = {c: " " for c in (0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000)}
+_UNICODE_SPACE = re.compile("[" + "".join(map(chr, _UNICODE_SPACES)) + "]")
 
 
 # -- secrets split across lines -------------------------------------------------------------------
@@ -1038,16 +1038,15 @@ def _chain_spans(text: str, spans: list[tuple[int, int]]) -> None:
         if m.start() < done:
             continue
         quote = text[m.start()]
-        line = text.rfind("\n", 0, m.start()) + 1
-        opening = text.rfind(quote, line, m.start())
-        if opening < 0:
+        opening = text.rfind(quote, max(0, m.start() - 4096), m.start())  # the literal's own line, bounded
+        if opening < 0 or "\n" in text[opening:m.start()]:
             continue
         parts = _literal_chain(text, opening)
         if not parts:
             continue
         done = parts[-1][1]
         joined = "".join(text[a:b] for a, b in parts)
-        found = [sp for sp in find_secrets(joined)]
+        found = find_secrets(joined)
         offset = 0
         for a, b in parts:
             for lo, hi in found:
