@@ -128,7 +128,7 @@ class Transcript:
 
 
 def build_store(sessions: int, per: int) -> Path:
-    path = CACHE / f"redact_store_v3_{sessions}x{per}" / "state.db"
+    path = CACHE / f"redact_store_v4_{sessions}x{per}" / "state.db"  # v4: the corpus grew (hostile round 5)
     if not path.exists():
         from hermes_state import SessionDB
 
