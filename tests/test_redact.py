@@ -425,6 +425,12 @@ def test_unicode_spaces_around_the_separator(space):
      'const apiKey = "[REDACTED]" +\n  "[REDACTED]";'),
     ('h = {"X-Token": "ghp_osCes0tjCOubh4BlNS" "99WtLwQk2mZ7xYpR3s"}', 'h = {"X-Token": "[REDACTED]" "[REDACTED]"}'),
     ('names = (\n    "alpha"\n    "beta"\n)', 'names = (\n    "alpha"\n    "beta"\n)'),
+    ('f(\n  "ghp_osCes0tjCOubh4BlNS"\n  "99WtLwQk2mZ7xYpR3s"\n)', 'f(\n  "[REDACTED]"\n  "[REDACTED]"\n)'),
+    # not a continuation: a CSV row's first field, a short value's next line, two string statements
+    ("user,api_key\nalice,Xy9Zw8Vu7Ts6Rq5P\nbob2024x,Ab3dEf6hIj9kLm2n",
+     "user,api_key\nalice,[REDACTED]\nbob2024x,[REDACTED]"),
+    ("password: hunter2\nAb3dEf6hIj9kLm2n is the build id", "password: [REDACTED]\nAb3dEf6hIj9kLm2n is the build id"),
+    ('PASSWORD = "Xy9Zw8Vu7Ts6"\n"echo done"', 'PASSWORD = "[REDACTED]"\n"echo done"'),
 ])
 def test_a_secret_split_across_lines_is_masked_in_every_part(text, expected):
     assert redact_text(text) == expected

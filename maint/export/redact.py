@@ -983,13 +983,14 @@ _UNICODE_SPACE = re.compile("[" + "".join(map(chr, _UNICODE_SPACES)) + "]")
 # -- secrets split across lines -------------------------------------------------------------------
 # A masked value that ends its line goes on when the next line starts with the rest of a token: a
 # terminal or an editor wrapped it ("the key is sk_live_…" / "ZyX…"), or a shell continuation split
-# it (…\ then the rest). The rest must look like a token's: 8 or more token characters, random-looking,
-# not a timestamp or a hex digest, not a name (followed by = or :), starting the line (no indent).
-_CONTINUATION = re.compile(r"\\?\r?\n(?P<v>[A-Za-z0-9_+/=~\-.]{8,})(?=$|[\s\"'`),;\\]|\.(?:\s|$))")
+# it (…\ then the rest). The masked part is a token's length (16 or more); the rest must look like a
+# token's: 8 or more token characters, random-looking, not a timestamp or a hex digest, starting the line
+# (no indent), alone or before a space, a quote or a bracket (not a name before = or :, not a CSV field).
+_CONTINUATION = re.compile(r"\\?\r?\n(?P<v>[A-Za-z0-9_+/=~\-.]{8,})(?=$|[\s\"'`)\]}\\]|\.(?:\s|$))")
 
 
 def _continued_spans(text: str, spans: list[tuple[int, int]]) -> None:
-    ends = {end for _, end in spans}
+    ends = {end for start, end in spans if end - start >= 16}
     todo = sorted(ends)
     while todo:
         end = todo.pop()
@@ -1011,21 +1012,26 @@ _PLAIN_TEXT = _PLAIN.decode()
 # name (a Python constant in parentheses, a JS concatenation), or when the joined text holds a shape.
 _ADJACENT_LITERALS = re.compile(r"[\"'][ \t]*(?:[+.][ \t]*)?(?:\\?\r?\n[ \t]*)*(?:[+.][ \t]*)?[\"']")
 _CHAIN_GAP = re.compile(r"(?:[ \t]|\\?\r?\n){0,40}")
+# between two literals: any line ends inside parentheses; outside them only after an operator (+, PHP's .)
+# or a backslash (two string statements on two lines are not one string)
 _CHAIN_JOIN = re.compile(r"(?:[ \t]|\\?\r?\n){0,40}(?:[+.](?:[ \t]|\\?\r?\n){0,40})?")
+_CHAIN_JOIN_LINE = re.compile(r"(?:[ \t]|\\\r?\n){0,40}(?:[+.](?:[ \t]|\\?\r?\n){0,40})?")
 _LITERAL = re.compile(r"\"(?P<d>[^\"\\\n]*)\"|'(?P<s>[^'\\\n]*)'")
 
 
-def _literal_chain(text: str, pos: int) -> list[tuple[int, int]] | None:
-    """The contents of the string literals joined from *pos*: two or more, or one in parentheses."""
+def _literal_chain(text: str, pos: int, lines: bool = False) -> list[tuple[int, int]] | None:
+    """The contents of the string literals joined from *pos*: two or more, or one in parentheses (across
+    lines in parentheses, or when *lines*: the literals' caller is not known)."""
     paren = text.startswith("(", pos)
     at = _CHAIN_GAP.match(text, pos + 1).end() if paren else pos
+    join = _CHAIN_JOIN if paren or lines else _CHAIN_JOIN_LINE
     parts: list[tuple[int, int]] = []
     while len(parts) < 64:
         lit = _LITERAL.match(text, at)
         if lit is None:
             break
         parts.append(lit.span(lit.lastgroup))
-        at = _CHAIN_JOIN.match(text, lit.end()).end()
+        at = join.match(text, lit.end()).end()
     if len(parts) >= 2 or parts and paren and text.startswith(")", at):
         return parts
     return None
@@ -1041,7 +1047,7 @@ def _chain_spans(text: str, spans: list[tuple[int, int]]) -> None:
         opening = text.rfind(quote, max(0, m.start() - 4096), m.start())  # the literal's own line, bounded
         if opening < 0 or "\n" in text[opening:m.start()]:
             continue
-        parts = _literal_chain(text, opening)
+        parts = _literal_chain(text, opening, lines=True)
         if not parts:
             continue
         done = parts[-1][1]
@@ -1059,8 +1065,7 @@ def _chain_spans(text: str, spans: list[tuple[int, int]]) -> None:
 # -- base64 ---------------------------------------------------------------------------------------
 # A run of base64 that decodes to text holding a secret (echo … | base64 -d, b64decode("…"), atob):
 # the whole run is masked. Only runs that start like encoded text are decoded.
-_B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{24,}={0,2}")
-_B64_TEXT = re.compile("(?:" + _B64_GROUP + "){6}")
+_B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])(?=(?:" + _B64_GROUP + r"){6})[A-Za-z0-9+/_\-]{24,}={0,2}")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
@@ -1069,8 +1074,6 @@ def _base64_spans(text: str, spans: list[tuple[int, int]]) -> None:
     import binascii
 
     for run in _B64_RUN.finditer(text):
-        if not _B64_TEXT.match(text, run.start()):
-            continue
         body = run.group().rstrip("=")
         body = body[:len(body) - len(body) % 4] if len(body) % 4 == 1 else body
         try:
