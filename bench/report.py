@@ -139,7 +139,9 @@ def section_redact(redact: dict) -> str:
     labels = {"plain": "export, unredacted", "plain_one": "export, unredacted, one process",
               "redacted": "export `--redact`", "hermes_redacted": "Hermes `export_all` + `redact_sensitive_text`",
               "trace": "trace, `--no-redact`", "trace_redacted": "trace (redacted by default)"}
-    rows = [[labels.get(k, k), f"{r['messages'] / r['median_s']:,.0f}", f"{r['median_s']:.2f}",
+    most = max(r.get("rounds", 0) for r in s.values())
+    rows = [[labels.get(k, k) + (f", {r['rounds']} of {most} rounds" if r.get("rounds", most) < most else ""),
+             f"{r['messages'] / r['median_s']:,.0f}", f"{r['median_s']:.2f}",
              f"{r['cpu_median_s']:.2f}", f"{r['peak_rss_mb']:.0f} MB"] for k, r in s.items()]
     verdicts = [[k.replace("_vs_", " vs ").replace("_", " "), f"{x['median']:.2f}×", f"{x['cpu_median']:.2f}×"]
                 for k, x in v.items()]
@@ -148,6 +150,8 @@ def section_redact(redact: dict) -> str:
            "through hermes-agent's `SessionDB` (prompts, replies with code, tool calls with JSON arguments, tool "
            "results, a credential in about 2 % of the messages), exported with and without redaction, each in "
            "its own process, median of the rounds.\n", _run(redact) + "\n",
+           *([f"Load average (1 min) {redact['loadavg']['before'][0]:.2f} before the rounds, "
+              f"{redact['loadavg']['after'][0]:.2f} after.\n"] if "loadavg" in redact else []),
            _table(["run", "msg/s", "median s", "CPU s", "peak RSS"], rows),
            _table(["ratio", "by the wall clock", "by CPU time"], verdicts)]
     gate = redact.get("gate")

@@ -32,6 +32,11 @@ class Case:
     text: str
     secret: str  # the part that must not survive (for PEM blocks: the first body line)
     blob: bool = False  # stored as a BLOB (the text's UTF-8 bytes), not as text
+    also: tuple[str, ...] = ()  # more parts that must not survive (a secret split across lines)
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return (self.secret, *self.also)
 
 
 class Gen:
@@ -532,6 +537,64 @@ def hostile_round_4(seed: int = 14) -> list[Case]:
     return out
 
 
+def hostile_round_5(seed: int = 14) -> list[Case]:
+    """A fifth try (2026-12-05, 161 text and 34 structured cases): the classes that still leaked, each
+    in several shapes. A secret wrapped in base64, a PuTTY private key, Unicode spaces around the
+    separator, a secret split across lines (a wrapped sentence, a shell continuation inside quotes,
+    string literals joined by the language), a tab escaped inside tool-call arguments, and a GCP
+    service account's private_key_id."""
+    g = Gen(seed + 5151)
+    pw = g.password
+    c: list[Case] = []
+    # base64-wrapped: the run decodes to text that holds a secret; the whole run is masked
+    for fmt, inner in (("echo {s} | base64 -d > ~/.openai", "sk-proj-" + g.b62(40) + "T3BlbkFJ" + g.b62(40)),
+                       ("token = base64.b64decode(\"{s}\").decode()", "ghp_" + g.b62(36)),
+                       ("decode this and put it in .env: {s}", f"GITHUB_TOKEN=ghp_{g.b62(36)}\nDEBUG=1\n"),
+                       ("atob('{s}')", f"password={pw()}")):
+        s = base64.b64encode(inner.encode()).decode()
+        c.append(Case("base64-wrapped", fmt.format(s=s), s))
+    # PuTTY .ppk: the lines after "Private-Lines: N" are the key
+    for version, enc in ((3, "none"), (2, "aes256-cbc")):
+        private = [g.b64(48) for _ in range(4)]
+        text = (f"PuTTY-User-Key-File-{version}: ssh-rsa\nEncryption: {enc}\nComment: rsa-key-2026\n"
+                f"Public-Lines: 2\nAAAAB3NzaC1yc2EAAAADAQABAAABAQ\nCw2e4cZ9k1QmVx\nPrivate-Lines: 4\n"
+                + "\n".join(private) + f"\nPrivate-MAC: {g.s(HEX, 64)}\n")
+        c.append(Case("putty-ppk", text, private[0], also=tuple(private[1:])))
+    # Unicode spaces (no-break, thin, ideographic, narrow no-break) around the separator
+    for fmt in ("token\u00a0=\u00a0{s}", "password\u2009:\u2009{s}", "API_KEY\u3000=\u3000{s}",
+                "export DB_PASSWORD=\u202f{s}", '{{"client_secret":\u00a0"{s}"}}', "secret_key =\u00a0'{s}'"):
+        s = pw()
+        c.append(Case("unicode-space", fmt.format(s=s), s))
+    # split across lines
+    a, b = g.b62(24), g.b62(24)
+    c.append(Case("split-lines", f"the stripe key is sk_live_{a}\n{b} (wrapped by the terminal)", "sk_live_" + a,
+                  also=(b,)))
+    a, b = g.b62(20), g.b62(16)
+    c.append(Case("split-lines", f"my github token: ghp_{a}\n{b}\nthanks", "ghp_" + a, also=(b,)))
+    a, b = g.b62(20), g.b62(20)
+    c.append(Case("split-lines", f'export OPENAI_API_KEY="sk-proj-{a}\\\n{b}"', "sk-proj-" + a, also=(b,)))
+    a, b = g.b62(18), g.b62(18)
+    c.append(Case("split-lines", f'TOKEN = (\n    "ghp_{a}"\n    "{b}"\n)', "ghp_" + a, also=(b,)))
+    a, b = pw(12), pw(12)
+    c.append(Case("split-lines", f'DB_PASSWORD = (\n    "{a}"\n    "{b}"\n)', a, also=(b,)))
+    a, b = g.b62(20), g.b62(20)
+    c.append(Case("split-lines", f'const apiKey = "sk-proj-{a}" +\n  "{b}";', "sk-proj-" + a, also=(b,)))
+    a, b = g.b62(18), g.b62(18)
+    c.append(Case("split-lines", f'headers = {{"X-Token": "ghp_{a}" "{b}"}}', "ghp_" + a, also=(b,)))
+    # a tab (escaped as \t inside tool-call arguments) around the separator
+    for fmt in ("password\t=\t{s}", "api_token:\t{s}", "DB_PASS\t\t{s}"):
+        s = pw()
+        c.append(Case("escaped-separator", fmt.format(s=s), s))
+    # a GCP service account's private_key_id (40 hex digits, named)
+    key_id = g.s(HEX, 40)
+    account = {"type": "service_account", "project_id": "acme-prod", "private_key_id": key_id,
+               "client_email": "svc@acme-prod.iam.gserviceaccount.com", "client_id": "104857600123456789012"}
+    c.append(Case("gcp-private-key-id", json.dumps(account, indent=2), key_id))
+    key_id = g.s(HEX, 40)
+    c.append(Case("gcp-private-key-id", f'private_key_id = "{key_id}"', key_id))
+    return c
+
+
 def secret_cases(seed: int = 14) -> list[Case]:
     g = Gen(seed)
     cases = []
@@ -539,7 +602,8 @@ def secret_cases(seed: int = 14) -> list[Case]:
         for maker in makers:
             for _ in range(2):
                 cases.append(_bare(g, family, maker()))
-    return cases + _named(g) + leak_classes(seed) + hostile_round(seed) + hostile_round_3(seed) + hostile_round_4(seed)
+    return (cases + _named(g) + leak_classes(seed) + hostile_round(seed) + hostile_round_3(seed) + hostile_round_4(seed)
+            + hostile_round_5(seed))
 
 
 def phone_cases(seed: int = 14) -> list[Case]:
@@ -632,4 +696,15 @@ def clean_texts(seed: int = 14) -> list[str]:
     # a bearer scheme word ending its line: the next line is not its token (hostile redaction try, round 4)
     out += ["token_type: Bearer\nrefresh_after_seconds_value: 30", "auth_scheme = Bearer\nprimary_key=True",
             "htpasswd -c /etc/nginx/.htpasswd admin", "see https://user@example.com/docs and write to a@b.example"]
+    # look-alikes of round 5's classes: harmless base64, public key lines, a line after a secret-free line,
+    # joined literals without a secret, Unicode spaces beside harmless names, key ids that are not keys
+    out += ["primary_key=True", "pk = models.AutoField(primary_key=True)", "id = Column(Integer, primary_key=True)",
+            "echo aGVsbG8gd29ybGQsIHRoaXMgaXMgYSBoYXJtbGVzcyBzZW50ZW5jZQ== | base64 -d",
+            "Authorization: Basic <base64 of user:pass>",
+            "Public-Lines: 2\nAAAAB3NzaC1yc2EAAAADAQABAAABAQ\nCw2e4cZ9k1QmVx",
+            "the build id is b7Kq2\nZyXz8qAiCbBvWANgdKwLbXpT is the run",
+            'names = (\n    "alpha"\n    "beta"\n)', 'TOKEN = (\n    os.environ["TOKEN"]\n)',
+            "token_count\u00a0=\u00a0512", "max_tokens\u2009:\u20094096",
+            '"private_key_id": null', "key_id: 2024-05-rotation", "the API key is set\nAbc123 was the build",
+            "export PATH=\"/usr/local/bin:\\\n/usr/bin\""]
     return out

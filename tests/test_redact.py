@@ -7,7 +7,7 @@ import pytest
 
 from maint.export.redact import MASK, name_kind, redact_bytes, redact_row, redact_text, redact_value
 from tests.conftest import run_subprocess
-from tests.secret_corpus import clean_texts, phone_cases, secret_cases
+from tests.secret_corpus import _tool_call, clean_texts, phone_cases, secret_cases
 from tests.storegen import StoreBuilder
 
 CASES = secret_cases()
@@ -31,11 +31,11 @@ def test_corpus_is_broad_and_holds_its_secrets():
     assert len(CASES) >= 150
     assert len({c.family for c in CASES}) >= 40
     assert len(CLEAN) >= 100
-    assert all(c.secret and c.secret in c.text for c in CASES)  # else "masked" would be vacuous
+    assert all(c.secret and all(p in c.text for p in c.parts) for c in CASES)  # else "masked" would be vacuous
 
 
 def test_recall_is_complete():
-    missed = [(c.family, c.text[:100]) for c in CASES if leaked(c.secret, redacted(c))]
+    missed = [(c.family, c.text[:100]) for c in CASES if any(leaked(p, redacted(c)) for p in c.parts)]
     assert missed == []
 
 
@@ -136,7 +136,7 @@ def test_redact_value_masks_by_key_name():
     ("client_secret", "password"), ("SECRET_KEY_BASE", "password"), ("_authToken", "token"), ("NPM_AUTH", "token"),
     ("key", "random"), ("auth", "random"), ("Authorization", "auth"), ("Cookie", "line"), ("key_material", "token"),
     ("token_count", None), ("MAX_TOKENS", None), ("KEY_PATH", None), ("password_reset", None), ("session_key", None),
-    ("primary_key", None), ("public_key", None), ("private_key_id", None), ("author", None), ("keyboard", None),
+    ("primary_key", None), ("public_key", None), ("private_key_id", "token"), ("author", None), ("keyboard", None),
 ])
 def test_name_kind(name, kind):
     assert name_kind(name) == kind
@@ -243,6 +243,9 @@ def test_positions_hold_in_text_that_changes_length_when_lower_cased():
     "a" * 200_000 + "=value", "a." * 100_000 + "=value", "key" * 60_000, "keyKEY-" * 30_000, "token: " * 30_000,
     "password=" + "x" * 200_000, "-----BEGIN RSA PRIVATE KEY-----" + "A" * 200_000, "https://" + "a" * 100_000 + "@",
     "--password " * 20_000, "--a" * 60_000, "\\\"password\\\": \\\"" * 20_000, "sk-" * 60_000, "+1234567" * 20_000,
+    '"a" ' * 50_000, "TOKEN = (" + '\n "a"' * 50_000, f"key: {GH}\n" + "Xy9Zw8Vu7Ts6Rq5P\n" * 20_000,
+    "aGVsbG8gd29ybGQsIHRoaXMgaXMg" * 10_000, "echo " + "c2stcHJvai1BYjNkRWY2aElq " * 10_000,
+    "Private-Lines: 9999\n" + "QUJD\n" * 50_000,
 ])
 def test_adversarial_text_stays_linear(text):
     """The redactor runs on every message of an export: no input may make it backtrack for long."""
@@ -257,7 +260,7 @@ def test_other_draws_of_the_corpus():
     """The same generators with other seeds: other bodies, other contexts. Rules tuned to one draw
     of the corpus would miss here."""
     cases = [c for seed in range(1, 11) for c in secret_cases(seed)]
-    missed = [(c.family, c.text[:100]) for c in cases if leaked(c.secret, redacted(c))]
+    missed = [(c.family, c.text[:100]) for c in cases if any(leaked(p, redacted(c)) for p in c.parts)]
     assert missed == []
     damaged = [t[:80] for seed in range(1, 11) for t in clean_texts(seed) if redact_text(t) != t]
     assert damaged == []
@@ -377,6 +380,94 @@ def test_recall_is_complete_inside_tool_call_arguments():
             "name": "write_file", "arguments": json.dumps({"path": "f.txt", "content": c.text})}}])
         out = redact_text(stored)
         inner = json.loads(json.loads(out)[0]["function"]["arguments"])["content"]
-        if leaked(c.secret, inner):
+        if any(leaked(p, inner) for p in c.parts):
             missed.append((c.family, c.text[:100]))
     assert missed == []
+
+
+# -- a fifth hostile try: the classes that still leaked ----------------------------------------------
+
+def test_base64_that_decodes_to_a_secret_is_masked_whole():
+    import base64
+
+    wrapped = base64.b64encode(OPENAI.encode()).decode()
+    assert redact_text(f"echo {wrapped} | base64 -d > ~/.openai") == "echo [REDACTED] | base64 -d > ~/.openai"
+    harmless = base64.b64encode(b"hello world, this is a harmless sentence").decode()
+    assert redact_text(f"echo {harmless} | base64 -d") == f"echo {harmless} | base64 -d"
+    env = base64.b64encode(f"DEBUG=1\nGITHUB_TOKEN={GH}\n".encode()).decode()
+    assert json.loads(redact_text(json.dumps({"data": env}))) == {"data": MASK}
+
+
+def test_putty_private_key_lines_are_masked():
+    ppk = ("PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: me\nPublic-Lines: 1\n"
+           "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\nPrivate-Lines: 2\n"
+           f"{PEM_LINE}\n{PEM_LINE[::-1]}\nPrivate-MAC: {'ab' * 32}\n")
+    out = redact_text(ppk)
+    assert PEM_LINE not in out and PEM_LINE[::-1] not in out
+    assert out.startswith(ppk[:ppk.index("Private-Lines")]) and "Private-Lines: 2\n[REDACTED]\nPrivate-MAC" in out
+
+
+@pytest.mark.parametrize("space", ["\u00a0", "\u2009", "\u202f", "\u3000", "\u2007"])
+def test_unicode_spaces_around_the_separator(space):
+    assert redact_text(f"token{space}={space}{PW}") == f"token{space}={space}[REDACTED]"
+    assert redact_text(f"token_count{space}={space}512") == f"token_count{space}={space}512"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("the stripe key is sk_live_51AbCdEfGhIjKlMn\nOpQrStUvWxYz0123 (wrapped)\nthanks",
+     "the stripe key is [REDACTED]\n[REDACTED] (wrapped)\nthanks"),
+    (f"my token: {GH}\nthanks", f"my token: {MASK}\nthanks"),
+    ('export OPENAI_API_KEY="sk-proj-Ab3dEf6hIj9kLm2nOp5q\\\nRs8tUv1wXy4zAb3dEf6h"',
+     'export OPENAI_API_KEY="[REDACTED]"'),
+    ('TOKEN = (\n    "ghp_osCes0tjCOubh4BlNS"\n    "99WtLwQk2mZ7xYpR3s"\n)',
+     'TOKEN = (\n    "[REDACTED]"\n    "[REDACTED]"\n)'),
+    ('const apiKey = "sk-proj-Ab3dEf6hIj9kLm2n" +\n  "Op5qRs8tUv1wXy4z";',
+     'const apiKey = "[REDACTED]" +\n  "[REDACTED]";'),
+    ('h = {"X-Token": "ghp_osCes0tjCOubh4BlNS" "99WtLwQk2mZ7xYpR3s"}', 'h = {"X-Token": "[REDACTED]" "[REDACTED]"}'),
+    ('names = (\n    "alpha"\n    "beta"\n)', 'names = (\n    "alpha"\n    "beta"\n)'),
+    ('f(\n  "ghp_osCes0tjCOubh4BlNS"\n  "99WtLwQk2mZ7xYpR3s"\n)', 'f(\n  "[REDACTED]"\n  "[REDACTED]"\n)'),
+    # not a continuation: a CSV row's first field, a short value's next line, two string statements
+    ("user,api_key\nalice,Xy9Zw8Vu7Ts6Rq5P\nbob2024x,Ab3dEf6hIj9kLm2n",
+     "user,api_key\nalice,[REDACTED]\nbob2024x,[REDACTED]"),
+    ("password: hunter2\nAb3dEf6hIj9kLm2n is the build id", "password: [REDACTED]\nAb3dEf6hIj9kLm2n is the build id"),
+    ('PASSWORD = "Xy9Zw8Vu7Ts6"\n"echo done"', 'PASSWORD = "[REDACTED]"\n"echo done"'),
+])
+def test_a_secret_split_across_lines_is_masked_in_every_part(text, expected):
+    assert redact_text(text) == expected
+
+
+def test_an_escaped_tab_in_tool_call_arguments_hides_no_separator():
+    stored = _tool_call("write_file", {"path": "app.conf", "content": f"password\t=\t{PW}"})
+    assert "password\\\\t=\\\\t" in stored  # the raw text the gate sees
+    args = json.loads(json.loads(redact_text(stored))[0]["function"]["arguments"])
+    assert args["content"] == f"password\t=\t{MASK}"
+
+
+def test_gcp_private_key_id_is_masked_by_name():
+    key_id = "3b7c482eb6c4f46ec73da5940c281008f4b019a2"
+    out = json.loads(redact_text(json.dumps({"type": "service_account", "private_key_id": key_id,
+                                             "client_id": "1234567890"}, indent=2)))
+    assert out == {"type": "service_account", "private_key_id": MASK, "client_id": "1234567890"}
+    assert redact_text("primary_key=True") == "primary_key=True"
+
+
+def test_the_gate_sets_aside_keyword_arguments_that_pass_on_their_own_name():
+    """OpenAI(api_key=api_key) is code the rules skip; the gate's second look lets such a text pass
+    untouched, and still lets through one that holds a value beside it."""
+    from maint.export.redact import gate
+
+    assert not gate(b"client = OpenAI(api_key=api_key)\n") and not gate(b"f(token = token, retries=3)")
+    for text in ("f(api_key=api_key, password=hunter2x)", "f(apikey=my_key)", "cfg.api_key=api_key)"):
+        assert gate(text.encode()), text
+    assert redact_text("f(api_key=api_key, password=hunter2x)") == "f(api_key=api_key, password=[REDACTED])"
+    assert redact_text("f(apikey=my_key)") == "f(apikey=[REDACTED])"
+
+
+def test_the_gate_takes_escapes_that_spell_ascii_or_a_unicode_space_only():
+    from maint.export.redact import gate
+
+    assert not gate(json.dumps({"query": "ログを確認して"}).encode())  # \u30ed…: no token is spelt so
+    assert gate(b'{"output": "key=\\u0073k-proj-Ab3dEf6hIj9kLm2nOp5q"}')
+    stored = json.dumps({"content": f"token\u00a0=\u00a0{PW}"})
+    assert "\\u00a0" in stored and gate(stored.encode())
+    assert json.loads(redact_text(stored)) == {"content": f"token\u00a0=\u00a0{MASK}"}

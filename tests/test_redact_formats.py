@@ -1,7 +1,8 @@
-"""Issue 26's leak classes through every export format: each class's cases are stored the way Hermes
-stores them (a prompt, a tool call's arguments, a tool result, a reply; a BLOB for the BLOB class)
-and exported with --redact in jsonl, md, qmd, html, trace and --only user-prompts (jsonl and md).
-Unredacted, the same export holds every secret, so no assertion here passes for want of data."""
+"""Issue 26's leak classes (and those of a later hostile try, tests.secret_corpus.hostile_round_5)
+through every export format: each class's cases are stored the way Hermes stores them (a prompt, a
+tool call's arguments, a tool result, a reply; a BLOB for the BLOB class) and exported with --redact
+in jsonl, md, qmd, html, trace and --only user-prompts (jsonl and md). Unredacted, the same export
+holds every secret, so no assertion here passes for want of data."""
 
 import json
 from collections import defaultdict
@@ -9,11 +10,11 @@ from collections import defaultdict
 import pytest
 
 from maint.export.redact import MASK
-from tests.secret_corpus import leak_classes
+from tests.secret_corpus import hostile_round_5, leak_classes
 from tests.storegen import StoreBuilder
 
 CLASSES: dict[str, list] = defaultdict(list)
-for _case in leak_classes():
+for _case in leak_classes() + hostile_round_5():
     CLASSES[_case.family].append(_case)
 
 FORMATS = {
@@ -87,7 +88,7 @@ def _leaked(secret: str, text: str) -> bool:
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("family", list(CLASSES))
 def test_every_leak_class_is_masked_in_every_format(cli, tmp_path, class_store, family, fmt):
-    secrets = [c.secret for c in CLASSES[family]]
+    secrets = [p for c in CLASSES[family] for p in c.parts]
     plain = _visible(_export(cli, tmp_path, class_store, family, fmt, redact=False))
     assert [s for s in secrets if not _leaked(s, plain)] == []  # teeth: every secret is in the plain export
     redacted = _export(cli, tmp_path, class_store, family, fmt, redact=True)

@@ -167,10 +167,10 @@ def _parsed_value(expr: str, col: str, otherwise: str, redacted: bool) -> str:
     *otherwise* (the string). Redacted, the text is first redacted (in Python, as the reference does) and
     then judged."""
     prefix = PARSED_COLUMNS[col]
-    if redacted:
-        return (f"iif(typeof({expr}) = 'text' AND {_has_prefix(expr, prefix)}, maint_parsed_redacted_{col}({expr}), "
-                f"{otherwise})")
     body = _payload(expr, prefix)
+    if redacted:  # NULL from the redactor: nothing masked, the text is judged here as unredacted
+        return (f"iif(typeof({expr}) = 'text' AND {_has_prefix(expr, prefix)}, coalesce(maint_parsed_redacted_{col}"
+                f"({expr}), iif({parsed_guard(body)}, json({body}), {otherwise})), {otherwise})")
     return (f"iif(typeof({expr}) = 'text' AND {_has_prefix(expr, prefix)} AND {parsed_guard(body)}, json({body}), "
             f"{otherwise})")
 
@@ -324,15 +324,17 @@ def last_active_sql(store: Store, session: str) -> str:
     return f"coalesce({newest}, {started})"
 
 
-def parsed_redacted(store: Store, col: str) -> Callable[[str], str]:
+def parsed_redacted(store: Store, col: str) -> Callable[[str], str | None]:
     """A text ``tool_calls``/``content`` as the redacted reference writes it: redacted, then the JSON it holds
-    or the string (SQLite judges and minifies it, as for every other line)."""
+    or the string (SQLite judges and minifies it, as for every other line); None when nothing is masked."""
     conn, sql = store.conn, PARSED_SQL[col]
 
-    def parsed(text: str) -> str:
-        text = redact_text(text)
-        out = conn.execute(sql, (text,)).fetchall()[0][0]
-        return _quote(text) if out is None else out
+    def parsed(text: str) -> str | None:
+        redacted = redact_text(text)
+        if redacted is text:
+            return None  # nothing masked: SQLite judges the text in the statement itself
+        out = conn.execute(sql, (redacted,)).fetchall()[0][0]
+        return _quote(redacted) if out is None else out
     return parsed
 
 
