@@ -14,7 +14,11 @@ stores whatever runs beside it) is off unless --hermes-optimize, so the worst
 append measures the job; with it on, the worst append without those appends
 is reported as well.
 
-    python bench/prune_bench.py [--stores hermes,bulk] [--hermes-messages N] [--hermes-optimize]
+With --rounds N the contenders run N times, in an order rotated each round (the machine is shared:
+load moves between runs, so a ratio is taken inside one round); the table and ``results`` are the round
+with the median ratio of ours to plain SQL, and ``rounds`` keeps every round's ratios.
+
+    python bench/prune_bench.py [--stores hermes,bulk] [--hermes-messages N] [--hermes-optimize] [--rounds N]
 """
 
 import json
@@ -90,6 +94,7 @@ def main() -> None:
     ap.add_argument("--hermes-messages", type=int, default=50_000, help="size of the SessionDB-built store")
     ap.add_argument("--hermes-optimize", action="store_true", help="leave the writer's own FTS optimize on")
     ap.add_argument("--contenders", default=",".join(CONTENDERS))
+    ap.add_argument("--rounds", type=int, default=1, help="run the contenders this many times, order rotated")
     args = ap.parse_args()
     sources = {}
     for kind in args.stores.split(","):
@@ -101,10 +106,26 @@ def main() -> None:
             raise SystemExit(f"unknown store {kind!r}")
     payload = {}
     for kind, src in sources.items():
-        rows = {}
-        for name in args.contenders.split(","):
-            db = copy_store(src, CACHE / "run" / name)
-            rows[name] = run_one(name, db, args.interval, args.hermes_optimize)
+        names = args.contenders.split(",")
+        rounds = []
+        for r in range(args.rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            got = {}
+            for name in order:
+                db = copy_store(src, CACHE / "run" / name)
+                got[name] = run_one(name, db, args.interval, args.hermes_optimize)
+            rows = {name: got[name] for name in names}
+            summary = {"order": order, "load_average": os.getloadavg()}
+            if "ours" in rows:
+                for other in ("plain_sql", "hermes"):
+                    if other in rows and rows[other]["msgs_per_s"]:
+                        summary[f"ours_vs_{other}"] = round(rows["ours"]["msgs_per_s"] / rows[other]["msgs_per_s"], 3)
+                summary["ours_writer_worst_ms"] = rows["ours"]["writer_worst_ms"]
+                summary["ours_longest_lock_ms"] = rows["ours"].get("longest_lock_ms")
+            print(f"round {r + 1}: {summary}")
+            rounds.append((summary, rows))
+        rounds_sorted = sorted(rounds, key=lambda sr: sr[0].get("ours_vs_plain_sql", 0))
+        rows = rounds_sorted[(len(rounds_sorted) - 1) // 2][1]
         fts = {t: {k: v[k] for k in ("levels", "segments", "data_rows", "idx_rows", "terms")}
                for t, v in shape(src).items()}
         messages = messages_in(src)
@@ -115,7 +136,7 @@ def main() -> None:
         if "plain_sql" in rows and "hermes" in rows:
             table(rows)
         payload[kind] = {"store_messages": messages, "store_mb": round(store_mb(src), 1), "fts": fts,
-                         "results": rows}
+                         "results": rows, "rounds": [summary for summary, _ in rounds]}
     write_result("prune", {"writer_interval_s": args.interval, "writer_optimize": args.hermes_optimize,
                            "machine_note": "2 cores shared with other engineers' benchmarks",
                            "load_average": os.getloadavg(), "stores": payload})

@@ -88,6 +88,11 @@ def section_prune(prune: dict) -> str:
                          _n(r.get("peak_rss_mb"), ".0f") + " MB"])
         out.append(_table(["contender", "msg/s", "vs plain SQL", "vs Hermes", "longest lock", "writer's worst append",
                            "failed appends", "peak RSS"], rows))
+        if len(store.get("rounds", [])) > 1:
+            out.append(f"{len(store['rounds'])} rounds, the order rotated; the table is the median round. Ours vs "
+                       "plain SQL, the writer's worst append beside ours, the load: " + "; ".join(
+                           f"{r.get('ours_vs_plain_sql', 0):.2f}×, {r.get('ours_writer_worst_ms', 0):,.0f} ms, "
+                           f"{r['load_average'][0]:.1f}" for r in store["rounds"]) + ".\n")
     return "\n".join(out)
 
 
@@ -287,7 +292,7 @@ ONE_OFF = (  # (where, what was measured): figures a module's design rests on, m
     ("`maint/ops/importer.py` (`import_batcher`)",
      "inserting is uneven: on a 20k-message store one chunk of 200 messages took 5 ms and the next 70 ms, as FTS5 "
      "merged its segments; imports aim at half the prune target"),
-    ("`maint/store/checkpointer.py`",
+    ("`maint/store/batching.py` (`Checkpointer`)",
      "SQLite's auto-checkpoint inside our commit cost the job about 10 ms a transaction; the checkpoint thread moves "
      "it beside the work"),
     ("`maint/store/sqlutil.py` (`IdList`)",

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from maint.errors import MaintError, UsageError
 from maint.flow import Operator, target_config
 from maint.ops.auto_archive import execute_idle_archive, missing_column, plan_idle_archive
-from maint.store.catalog import NEWEST_MESSAGE_SQL, given_children_since
+from maint.store.catalog import NEWEST_MESSAGE_SQL
+from maint.store.guard import given_children_since
 from maint.store import lineage
 from maint.store.batching import pacer_for, run_batched
 from maint.selection.filters import Filters

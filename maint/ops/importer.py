@@ -61,7 +61,7 @@ from maint.store import lineage_records as lin
 from maint.store import guard
 from maint.store.batching import Batcher, pacer_for, run_batched
 from maint.store.catalog import SessionInfo
-from maint.store.checkpointer import background_checkpoints
+from maint.store.batching import background_checkpoints
 from maint.store.connection import Store
 from maint.store.sqlutil import chunks, ph
 from maint.store.targets import StoreTarget

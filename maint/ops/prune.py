@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from maint.fmt import fmt_bytes, fmt_time
 from maint.store import batching, lineage
-from maint.store.batching import Batcher, pacer_for, run_batched, target_from_env
+from maint.store.batching import Batcher, background_checkpoints, pacer_for, run_batched, target_from_env
 from maint.store import guard
-from maint.store.checkpointer import background_checkpoints
 from maint.store.fts_index import (META_KEY as FTS_AUTOMERGE_KEY, NOTE_KEY as FTS_DETACHED_KEY, detaching,
                                    merges_in_our_hands, put_back_left_over, restore_left_over)
 from maint.store.holders import other_connections
@@ -273,6 +272,15 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
             others.append(other_connections(store.path))
         return others[0] != 0  # None: nobody can say no one else has it open
 
+    def lighten(unit: Unit) -> Callable[[], bool] | None:
+        """A unit too big for one transaction leaves the FTS indexes first (see maint.store.fts_index),
+        unless it is to be held back or has changed since planning."""
+        planned = {sid: unit.last_message_at.get(sid) for sid in unit.session_ids}
+        if detacher is None or too_long(unit) or guard.changed_since_plan(
+                store, planned, plan.planned_at, time.time(), pinned_ok=plan.include_pinned):
+            return None
+        return detacher.start(unit.session_ids)
+
     files_due: list[str] = []  # sessions deleted by the transaction in flight: their files go once it commits
     removed_files: list[str] = []
 
@@ -298,15 +306,6 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         deleted.extend(ids)
         msgs[0] += sum(u.messages for u in ok)
         return len(ids)
-
-    def lighten(unit: Unit) -> Callable[[], bool] | None:
-        """A unit too big for one transaction leaves the FTS indexes first (see maint.store.fts_index),
-        unless it is to be held back or has changed since planning."""
-        planned = {sid: unit.last_message_at.get(sid) for sid in unit.session_ids}
-        if detacher is None or too_long(unit) or guard.changed_since_plan(
-                store, planned, plan.planned_at, time.time(), pinned_ok=plan.include_pinned):
-            return None
-        return detacher.start(unit.session_ids)
 
     if not len(plan.units):  # FTS5's setting stays as it is (after a crashed run's is put back)
         restore_left_over(store)

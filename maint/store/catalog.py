@@ -13,7 +13,6 @@ for the places that need one (a trace's header, the checks before a verified del
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -121,17 +120,6 @@ OPTIONAL_COLUMNS = ("user_id", "chat_id", "chat_type", "model", "cwd", "git_bran
 # timestamp would win a plain MAX and hide the real ones; "< ''" keeps the numbers and still lets SQLite
 # read the answer from the end of the (session_id, timestamp) index range.
 NEWEST_MESSAGE_SQL = "(SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id AND m.timestamp < '')"
-
-
-def given_children_since(store: Store, ids: list[str], since: float) -> set[str]:
-    """The *ids* that a session outside *ids* started at or after *since* names as its parent: a
-    continuation or subagent run that a plan made at *since* did not see (none when *since* is 0)."""
-    if not since:
-        return set()
-    planned = json.dumps(ids)
-    return {p for (p,) in store.conn.execute(
-        "SELECT parent_session_id FROM sessions WHERE parent_session_id IN (SELECT value FROM json_each(?1)) "
-        "AND id NOT IN (SELECT value FROM json_each(?1)) AND started_at >= ?2", (planned, since))}
 
 
 def catalog_sql(store: Store, columns: Iterable[str] | None = None, where: str = "1", lean: bool = False,

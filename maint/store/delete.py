@@ -82,37 +82,41 @@ def session_files(store_path: Path, ids: Iterable[str]) -> list[str]:
     if folder is None:
         return []
     with folder:
-        wanted: set[str] = set()
-        for sid in ids:
-            for name in {sid, hermes_safe_id(sid)}:
-                if "/" not in name and name not in (".", ".."):
-                    wanted.update((f"{name}.json", f"{name}.jsonl", f"session_{name}.json", f"dump:{name}"))
-        out = []
-        for entry in folder.names():
-            m = _DUMP.match(entry)
-            if entry in wanted or (m and f"dump:{m.group('sid')}" in wanted):
-                st = folder.lstat(entry)
-                if st is not None and not stat.S_ISDIR(st.st_mode):  # a link is removed itself, never followed
-                    out.append(entry)
-        return out
+        return _files_of(folder, ids)
 
 
 def remove_session_files(store_path: Path, ids: Iterable[str]) -> list[str]:
     """Remove the files of deleted sessions (after the commit, as Hermes does), never following a link and never
     outside that folder; returns their paths. A file that cannot be removed is left (and not reported)."""
-    names = session_files(store_path, ids)
     folder = _sessions_folder(store_path)
-    if folder is None or not names:
+    if folder is None:
         return []
     removed = []
     with folder:
-        for name in names:
+        for name in _files_of(folder, ids):
             try:
                 if folder.unlink(name):
                     removed.append(str(folder.path / name))
             except OSError:
                 continue
     return removed
+
+
+def _files_of(folder: files.Folder, ids: Iterable[str]) -> list[str]:
+    """:func:`session_files` in a folder already open."""
+    wanted: set[str] = set()
+    for sid in ids:
+        for name in {sid, hermes_safe_id(sid)}:
+            if "/" not in name and name not in (".", ".."):
+                wanted.update((f"{name}.json", f"{name}.jsonl", f"session_{name}.json", f"dump:{name}"))
+    out = []
+    for entry in folder.names():
+        m = _DUMP.match(entry)
+        if entry in wanted or (m and f"dump:{m.group('sid')}" in wanted):
+            st = folder.lstat(entry)
+            if st is not None and not stat.S_ISDIR(st.st_mode):  # a link is removed itself, never followed
+                out.append(entry)
+    return out
 
 
 def _sessions_folder(store_path: Path) -> files.Folder | None:

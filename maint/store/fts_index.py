@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from maint import json_text
 from maint.crashpoints import crash_point
 from maint.store.batching import run_steps
 from maint.store.connection import Store
@@ -141,12 +140,18 @@ def restore_left_over(store: Store) -> bool:
     return True
 
 
+def _parsed(raw: str) -> object:
+    """A note of ours as JSON, or None when it is not JSON. Our notes nest two levels at most, so one nested
+    deeper is damaged whether Python's recursive parser reaches its bottom or gives up: not ours either way."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _saved_values(raw: str) -> dict[str, object] | None:
     """The values a note keeps, or None when it is not the note we write (hand-edited, damaged)."""
-    try:
-        saved = json_text.loads(raw)
-    except ValueError:
-        return None
+    saved = _parsed(raw)
     if not isinstance(saved, dict) or not all(isinstance(t, str) for t in saved):
         return None
     for value in saved.values():
@@ -320,10 +325,7 @@ _MESSAGES_OF = "SELECT m.id FROM messages m WHERE m.session_id IN (SELECT value 
 
 def _sessions_of(raw: str) -> list[str] | None:
     """The session ids a note names, or None when it is not the note we write."""
-    try:
-        note = json_text.loads(raw)
-    except ValueError:
-        return None
+    note = _parsed(raw)
     sessions = note.get("sessions") if isinstance(note, dict) else None
     if not isinstance(sessions, list) or not all(isinstance(sid, str) for sid in sessions):
         return None

@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Iterable
 
-from maint.store.catalog import NEWEST_MESSAGE_SQL, NUMERIC, catalog_sql, given_children_since
+from maint.store.catalog import NEWEST_MESSAGE_SQL, NUMERIC, catalog_sql
 from maint.store.connection import Store
 
 ACTIVE_S = 300.0
@@ -58,6 +58,17 @@ def busy(store: Store, ids: Iterable[str], now: float | None = None, *, active: 
         elif active and is_active:
             out[sid] = ACTIVE
     return out
+
+
+def given_children_since(store: Store, ids: list[str], since: float) -> set[str]:
+    """The *ids* that a session outside *ids* started at or after *since* names as its parent: a
+    continuation or subagent run that a plan made at *since* did not see (none when *since* is 0)."""
+    if not since:
+        return set()
+    planned = json.dumps(ids)
+    return {p for (p,) in store.conn.execute(
+        "SELECT parent_session_id FROM sessions WHERE parent_session_id IN (SELECT value FROM json_each(?1)) "
+        "AND id NOT IN (SELECT value FROM json_each(?1)) AND started_at >= ?2", (planned, since))}
 
 
 def changed_since_plan(store: Store, planned: dict[str, float | None], planned_at: float, now: float, *,
