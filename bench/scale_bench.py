@@ -65,6 +65,24 @@ RSS_TARGET_MB, RSS_SPREAD, GROWTH_TARGET = 100.0, 0.20, 1.2
 SCANNING = ("prune_dry_run", "prune_live", "sweep", "archive_dry_run", "export", "repair_prompts", "backup",
             "doctor_full", "optimize_into")
 ABSOLUTE_S = {"list": 0.3, "stats": 0.5, "doctor": 15.0}
+# What each row ran, as an operator types it (STORE: the store under test; the result files and the
+# benchmarks page name rows by this).
+COMMANDS = {
+    "help": "--help",
+    "stats": "stats",
+    "list": "list",
+    "list_json": "list --json",
+    "prune_dry_run": "prune --dry-run --json",
+    "archive_dry_run": "archive --older-than 30 --dry-run --json",
+    "export": "export OUT.jsonl (everything)",
+    "repair_prompts": "repair-prompts --json",
+    "doctor": "doctor --json (the daily check)",
+    "doctor_full": "doctor --full --json",
+    "backup": "backup DIR --json (snapshot verified)",
+    "optimize_into": "optimize --into COPY --json",
+    "prune_live": "prune --yes --json beside a live Hermes writer",
+    "sweep": "sweep --force --json (prunes about 90 %)",
+}
 WRITER_WORST_MS = 300.0
 # hermes-agent 0.19.0's SCHEMA_SQL, DEFERRED_INDEX_SQL and title index, less the ones whose columns or
 # tables this layout lacks (handoff_state, platform_message_id, async_delegations); V30_SCHEMA has
@@ -370,8 +388,8 @@ def run_size(sessions: int, work: Path) -> dict[str, dict]:
             if runs[0][0] >= 3.0 or len(runs) >= (3 if runs[0][0] >= 1.0 else 5):
                 break
         results[name] = {"seconds": statistics.median(r[0] for r in runs), "peak_rss_mb": max(r[1] for r in runs)}
-        print(f"{sessions:>8} {name:<16}{results[name]['seconds']:>9.2f} s{results[name]['peak_rss_mb']:>7.0f} MB",
-              file=sys.stderr, flush=True)
+        print(f"{sessions:>8} {COMMANDS[name]:<48}{results[name]['seconds']:>9.2f} s"
+              f"{results[name]['peak_rss_mb']:>7.0f} MB  load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
     shutil.rmtree(snaps, ignore_errors=True)
     compact.unlink(missing_ok=True)
     out.unlink(missing_ok=True)
@@ -379,13 +397,13 @@ def run_size(sessions: int, work: Path) -> dict[str, dict]:
     with live_writer(copy) as writer:
         seconds, rss = measure(["prune", "--db", str(copy), "--yes", "--json"], env)
     results["prune_live"] = {"seconds": seconds, "peak_rss_mb": rss, **writer}
-    print(f"{sessions:>8} prune_live      {seconds:>9.2f} s{rss:>7.0f} MB  writer {writer}", file=sys.stderr,
-          flush=True)
+    print(f"{sessions:>8} {COMMANDS['prune_live']:<48}{seconds:>9.2f} s{rss:>7.0f} MB  writer {writer}",
+          file=sys.stderr, flush=True)
     shutil.rmtree(copy.parent, ignore_errors=True)
     copy = fresh_copy(src, work, "sweep")
     seconds, rss = measure(["sweep", "--db", str(copy), "--force", "--json"], env)
     results["sweep"] = {"seconds": seconds, "peak_rss_mb": rss}
-    print(f"{sessions:>8} sweep           {seconds:>9.2f} s{rss:>7.0f} MB", file=sys.stderr, flush=True)
+    print(f"{sessions:>8} {COMMANDS['sweep']:<48}{seconds:>9.2f} s{rss:>7.0f} MB", file=sys.stderr, flush=True)
     shutil.rmtree(copy.parent, ignore_errors=True)
     return results
 
@@ -442,16 +460,19 @@ def main() -> None:
         sizes = QUICK if args.quick else BIG if args.big else DEFAULT
     compileall.compile_dir(str(ROOT / "maint"), quiet=1)
     work = CACHE / "run" / "scale"
-    table = {}
+    table, load = {}, {}
     for n in sizes:
+        before = os.getloadavg()
         table[n] = run_size(n, work)
+        # 1-minute load average before and after this size's commands (the machine is shared)
+        load[n] = [round(before[0], 2), round(os.getloadavg()[0], 2)]
     shutil.rmtree(work, ignore_errors=True)
     judged = verdicts(sizes, table)
     stores = {n: {"mb": round(store_mb(store_for(n))), "messages": messages_in(store_for(n))} for n in sizes}
     head = "".join(f"{f'{n // 1000}k s':>10}{'MB':>6}" for n in sizes)
     print("\nscale benchmark: " + ", ".join(f"{n} sessions / {stores[n]['messages']} messages / {stores[n]['mb']} MB"
                                             for n in sizes))
-    print(f"{'command':<17}{head}{'growth':>8}  target")
+    print(f"{'command':<48}{head}{'growth':>8}  target")
     for name in table[sizes[0]]:
         cells = "".join(f"{table[n][name]['seconds']:>10.2f}{table[n][name]['peak_rss_mb']:>6.0f}" for n in sizes)
         v = judged[name]
@@ -460,9 +481,12 @@ def main() -> None:
                                        f"{rss_rule}, <= {ABSOLUTE_S[name]} s at {sizes[-1] // 1000}k"
                                        if name in ABSOLUTE_S else rss_rule if name != "help" else "-")
         mark = "" if "ok" not in v else ("  met" if v["ok"] else "  NOT MET")
-        print(f"{name:<17}{cells}{v['growth'] if v['growth'] is not None else '-':>8}  {target}{mark}")
+        print(f"{COMMANDS[name]:<48}{cells}{v['growth'] if v['growth'] is not None else '-':>8}  {target}{mark}")
     write_result("scale-quick" if args.quick else "scale",
-                 {"sizes": sizes, "stores": stores, "results": {str(n): table[n] for n in sizes}, "verdicts": judged})
+                 {"sizes": sizes, "invocation": " ".join(["bench/scale_bench.py", *sys.argv[1:]]),
+                  "stores": stores, "load": {str(n): load[n] for n in sizes},
+                  "cpus": os.cpu_count(), "commands": COMMANDS,
+                  "results": {str(n): table[n] for n in sizes}, "verdicts": judged})
 
 
 if __name__ == "__main__":
