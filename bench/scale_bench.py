@@ -318,6 +318,7 @@ def fresh_copy(src: Path, work: Path, name: str) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     shutil.copy2(src, folder / "state.db")
+    (folder / "sessions").mkdir()
     os.sync()  # the copy's write-back must not run during the measured job
     return folder / "state.db"
 
@@ -352,6 +353,7 @@ def live_writer(db: Path, interval: float = 0.01):
 
 def run_size(sessions: int, work: Path) -> dict[str, dict]:
     src = store_for(sessions)
+    (src.parent / "sessions").mkdir(exist_ok=True)  # every Hermes home has one: prune and sweep look there
     warm(src)
     home = work / "home"
     shutil.rmtree(home, ignore_errors=True)

@@ -188,3 +188,38 @@ def test_the_kept_sweep_report_cuts_its_id_lists(hermes_home, monkeypatch):
     assert kept["pruned_ids"] == list(report["pruned_ids"])[:100]
     assert kept["truncated"] == {"pruned_ids": 300}
     assert kept["pruned_messages"] == report["pruned_messages"] == 300
+
+
+def test_session_files_of_many_ids_holds_the_files_found_not_the_ids(tmp_path):
+    """prune --dry-run names the files Hermes keeps for every planned session: with a sessions folder beside
+    the store (every Hermes home has one), eight candidate names per id went into a set first (24 MB per
+    55,000 ids; 200 MB for a 10 GB store's 400,000). Now each id's names are looked up one by one."""
+    import tracemalloc
+
+    from maint.store.delete import session_files
+
+    (tmp_path / "sessions").mkdir()
+    for name in ("s000007.json", "s000007.jsonl", "session_s049999.json",
+                 "request_dump_s012345_20260101_101010_123456.json", "request_dump_other_20260101_101010_1.json",
+                 "unrelated.txt"):
+        (tmp_path / "sessions" / name).write_text("{}")
+    (tmp_path / "sessions" / "s000008.json").mkdir()  # a folder is never a session's file
+    ids = (f"s{n:06d}" for n in range(50_000))
+    tracemalloc.start()
+    try:
+        found = session_files(tmp_path / "state.db", ids)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found == ["request_dump_s012345_20260101_101010_123456.json", "s000007.json", "s000007.jsonl",
+                     "session_s049999.json"]
+    assert peak < 1_000_000  # before: about 20 MB
+
+
+def test_session_files_skips_ids_no_file_can_be_named_after(tmp_path):
+    from maint.store.delete import session_files
+
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "sessions" / "ok.json").write_text("{}")
+    assert session_files(tmp_path / "state.db", ["nul\x00id", "x" * 300, "surrogate\udcff", "a/b", "..", "ok"]) \
+        == ["ok.json"]
