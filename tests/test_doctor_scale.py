@@ -142,3 +142,26 @@ def test_weekly_full_job_ships_disabled_and_records(hermes_home, db):
     result = run_subprocess("jobs", "run-once", "weekly-doctor-full", "--db", db, env={"HERMES_HOME": str(hermes_home)})
     assert result.returncode == 0, result.stderr
     assert query(db, "SELECT COUNT(*) FROM state_meta WHERE key = ?", FULL_CHECK_KEY)[0][0] == 1
+
+
+def test_prompt_scan_reads_each_shared_prompt_and_pin_once(hermes_home):
+    """The daily doctor's degraded-prompt check: sessions share a few content-addressed prompts and pins, and
+    each distinct one is read once per scan (it was two queries per session: half the daily doctor's time at
+    200k sessions). The findings are the same."""
+    from maint.ops.prompts import scan
+    from maint.store.connection import open_store
+
+    path = hermes_home / "state.db"
+    with StoreBuilder(path, layout="v30") as b:
+        degraded = b.prompt("You are Hermes (reduced).")
+        healthy = b.prompt("You are Hermes.\n## Skill Safety\nbe careful")
+        pin = b.prompt(json.dumps(["terminal", "skill_manage"]))
+        for n in range(300):
+            b.session(f"s{n:03d}", age=1, messages=1)
+            b.set(f"s{n:03d}", system_prompt_hash=degraded if n % 3 == 0 else healthy, tool_names=pin)
+    with Statements() as st, open_store(path, readonly=True) as store:
+        found = scan(store)
+    reads = [s for s in st.ran if "FROM system_prompts WHERE hash" in s]
+    assert len(reads) <= 3  # before: 400 (each session's prompt, and the pin of each degraded one)
+    assert list(found.verified.ids) == [f"s{n:03d}" for n in range(0, 300, 3)]
+    assert len(found.unverifiable) == 0
