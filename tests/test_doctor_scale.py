@@ -165,3 +165,23 @@ def test_prompt_scan_reads_each_shared_prompt_and_pin_once(hermes_home):
     assert len(reads) <= 3  # before: 400 (each session's prompt, and the pin of each degraded one)
     assert list(found.verified.ids) == [f"s{n:03d}" for n in range(0, 300, 3)]
     assert len(found.unverifiable) == 0
+
+
+def test_doctor_names_50_degraded_prompts_without_unpacking_the_rest(hermes_home, monkeypatch):
+    """The finding lists 50 ids; it built an entry for every degraded session first (84,000 at 420k: +8 MB)."""
+    from maint.ops import prompts
+
+    path = hermes_home / "state.db"
+    with StoreBuilder(path, layout="v30") as b:
+        degraded = b.prompt("You are Hermes (reduced).")
+        pin = b.prompt(json.dumps(["terminal", "skill_manage"]))
+        for n in range(120):
+            b.session(f"s{n:03d}", age=1, messages=1)
+            b.set(f"s{n:03d}", system_prompt_hash=degraded, tool_names=pin)
+    unpacked = []
+    original = prompts.Findings.__getitem__
+    monkeypatch.setattr(prompts.Findings, "__getitem__", lambda self, i: unpacked.append(i) or original(self, i))
+    report = doctor(path)
+    finding = next(f for f in report["findings"] if f["kind"] == "degraded_prompts")
+    assert list(finding["data"]["ids"]) == [f"s{n:03d}" for n in range(50)]
+    assert len(unpacked) <= 50  # before: 120
