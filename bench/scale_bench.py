@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import CACHE, ROOT, messages_in, store_mb, write_result
+from common import CACHE, RESULTS, ROOT, messages_in, store_mb, write_result
 
 from maint.demo import V30_SCHEMA
 from tests.storegen import V31_ADDITIONS
@@ -351,7 +351,7 @@ def live_writer(db: Path, interval: float = 0.01):
                    writer_worst_ms=round(max(inside) * 1000, 1))
 
 
-def run_size(sessions: int, work: Path) -> dict[str, dict]:
+def run_size(sessions: int, work: Path, only: frozenset[str] | None = None) -> dict[str, dict]:
     src = store_for(sessions)
     (src.parent / "sessions").mkdir(exist_ok=True)  # every Hermes home has one: prune and sweep look there
     warm(src)
@@ -380,6 +380,8 @@ def run_size(sessions: int, work: Path) -> dict[str, dict]:
     }
     results = {}
     for name, args in reads.items():
+        if only is not None and name not in only:
+            continue
         runs = []
         while True:
             shutil.rmtree(snaps, ignore_errors=True)
@@ -395,6 +397,8 @@ def run_size(sessions: int, work: Path) -> dict[str, dict]:
     shutil.rmtree(snaps, ignore_errors=True)
     compact.unlink(missing_ok=True)
     out.unlink(missing_ok=True)
+    if only is not None and "prune_live" not in only and "sweep" not in only:
+        return results
     copy = fresh_copy(src, work, "prune")
     with live_writer(copy) as writer:
         seconds, rss = measure(["prune", "--db", str(copy), "--yes", "--json"], env)
@@ -444,6 +448,8 @@ def main() -> None:
     group.add_argument("--quick", action="store_true", help="1k and 10k sessions instead of 10k and 60k")
     group.add_argument("--big", action="store_true", help="60k and 420k sessions (about 9 GB): the sizes users have")
     group.add_argument("--sizes", help="two or more comma-separated session counts, smallest first")
+    ap.add_argument("--only", help="comma-separated rows (result names) to measure again at the sizes of "
+                                   "bench/results/scale-latest.json, replacing theirs there")
     ap.add_argument("--build", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--writer", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -463,11 +469,22 @@ def main() -> None:
     compileall.compile_dir(str(ROOT / "maint"), quiet=1)
     work = CACHE / "run" / "scale"
     table, load = {}, {}
+    only = frozenset(args.only.split(",")) if args.only else None
+    previous = None
+    if only is not None:
+        previous = json.loads((RESULTS / "scale-latest.json").read_text())
+        sizes = tuple(previous["sizes"])
+        if not only <= set(COMMANDS):
+            ap.error(f"--only {args.only!r}: expected names among {', '.join(COMMANDS)}")
     for n in sizes:
         before = os.getloadavg()
-        table[n] = run_size(n, work)
+        table[n] = run_size(n, work, only)
+        if previous is not None:  # the other rows as the full run measured them
+            table[n] = {name: table[n].get(name, row) for name, row in previous["results"][str(n)].items()}
         # 1-minute load average before and after this size's commands (the machine is shared)
         load[n] = [round(before[0], 2), round(os.getloadavg()[0], 2)]
+        if previous is not None:
+            load[n] = previous["load"][str(n)]
     shutil.rmtree(work, ignore_errors=True)
     judged = verdicts(sizes, table)
     stores = {n: {"mb": round(store_mb(store_for(n))), "messages": messages_in(store_for(n))} for n in sizes}
@@ -484,11 +501,18 @@ def main() -> None:
                                        if name in ABSOLUTE_S else rss_rule if name != "help" else "-")
         mark = "" if "ok" not in v else ("  met" if v["ok"] else "  NOT MET")
         print(f"{COMMANDS[name]:<48}{cells}{v['growth'] if v['growth'] is not None else '-':>8}  {target}{mark}")
+    extra = {}
+    if previous is not None:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        extra["remeasured"] = {**previous.get("remeasured", {}),
+                               **{name: {"when": when, "load": round(os.getloadavg()[0], 2)} for name in sorted(only)}}
+        extra["invocation"] = previous.get("invocation")
+        extra["when_full_run"] = previous.get("when_full_run", previous["when"])
     write_result("scale-quick" if args.quick else "scale",
                  {"sizes": sizes, "invocation": " ".join(["bench/scale_bench.py", *sys.argv[1:]]),
                   "stores": stores, "load": {str(n): load[n] for n in sizes},
                   "cpus": os.cpu_count(), "commands": COMMANDS,
-                  "results": {str(n): table[n] for n in sizes}, "verdicts": judged})
+                  "results": {str(n): table[n] for n in sizes}, "verdicts": judged, **extra})
 
 
 if __name__ == "__main__":
