@@ -1,15 +1,14 @@
 """Scale benchmark: time and peak RSS of every command at two store sizes, and how they grow.
 
-Stores are built once and reused from bench/.cache/scale_v3_N/ (``--big``: 60k and 420k sessions,
-as users report them: 10-17 GB stores). They are written with plain SQL in the current upstream
-layout (schema 31: V30 plus ``auto_archived``; FTS5 indexes kept by Hermes's triggers; the indexes
-hermes-agent creates, :data:`HERMES_INDEXES`, in place before the first row as in a live store),
-not through hermes-agent 0.19.0's ``SessionDB``: it writes schema 22, which has no pins, archive
-flags or content-addressed prompts, and opened on a schema-31 store it adds inline-layout UPDATE
-triggers over the external-content search indexes (see :func:`hermes_writer`). The shape is
-realistic: a year of history, most sessions short and a few with thousands
-of messages, compression lineages, delegate children, branches, open, pinned, archived and hidden
-sessions, content-addressed prompts and tool pins.
+Stores are built once and reused from bench/.cache/scale_v3_N/ (``--big``: 60k and 420k sessions, as users
+report them: 10-17 GB stores; our text is shorter, so 420k sessions are 5.9 GB here). They are written with
+plain SQL in the current upstream layout (schema 31: V30 plus ``auto_archived``; FTS5 indexes kept by Hermes's
+triggers; the indexes hermes-agent creates, :data:`HERMES_INDEXES`, in place before the first row as in a live
+store), not through hermes-agent 0.19.0's ``SessionDB``: it writes schema 22, which has no pins, archive flags
+or content-addressed prompts, and opened on a schema-31 store it adds inline-layout UPDATE triggers over the
+external-content search indexes (see :func:`hermes_writer`). The shape is realistic: a year of history, most
+sessions short and a few with thousands of messages, compression lineages, delegate children, branches, open,
+pinned, archived and hidden sessions, content-addressed prompts and tool pins.
 
 Each command runs as its own CLI process; its peak RSS is that process's ``ru_maxrss`` (os.wait4),
 which counts file-backed pages too (a memory-mapped store counts, as in a container's memory
@@ -24,7 +23,8 @@ snapshot, ``optimize --into`` a compacted copy, both removed
 after. Each store is read once before its commands run (a warm page cache for all).
 
     python bench/scale_bench.py            # 10k and 60k sessions
-    python bench/scale_bench.py --big      # 60k and 420k (about 9 GB; the build takes over an hour here)
+    python bench/scale_bench.py --big      # 60k and 420k (5.9 GB, 4.5M messages; the 420k build took 20 min here)
+    python bench/scale_bench.py --big --only doctor,doctor_full   # those rows again, into scale-latest.json
     python bench/scale_bench.py --sizes 60000,200000
     python bench/scale_bench.py --quick    # 1k and 10k: the edit loop
 """
