@@ -214,6 +214,11 @@ def section_scale(scale: dict) -> str:
         worst = max(scale["results"][n]["prune_live"]["writer_worst_ms"] for n in sizes)
         failures = sum(scale["results"][n]["prune_live"]["writer_failures"] for n in sizes)
         facts.append(f"The live writer beside the real prune: worst append {worst:,.0f} ms, {failures} failed")
+    again = scale.get("remeasured") or {}
+    if again:
+        facts.append("Measured again after a fix (the other rows are that run's): "
+                     + ", ".join(f"`{commands.get(n, n).partition(' (')[0]}` ({r['when']}, load {r['load']:.2f})"
+                                 for n, r in again.items()))
     return "\n".join(["## Scale\n",
                       f"`{scale.get('invocation', 'bench/scale_bench.py')}` "
                       f"({' and '.join(f'{int(n):,}' for n in sizes)} sessions; `--big` is 60k and 420k, the "
@@ -228,7 +233,8 @@ def section_scale(scale: dict) -> str:
                       "`list` ≤ 0.3 s and the daily `doctor` ≤ 15 s at the larger size; beside the prune, the "
                       "writer's worst append ≤ 300 ms with no failure. Where the growth of a delete is SQLite's own, "
                       "see docs/design/big-stores.md.\n",
-                      _run(scale) + "".join(f" {f}." for f in facts) + "\n", _table(head, rows)])
+                      _run({**scale, "when": scale.get("when_full_run", scale.get("when"))})
+                      + "".join(f" {f}." for f in facts) + "\n", _table(head, rows)])
 
 
 def summary_rows(results: Path = RESULTS) -> list[tuple]:
