@@ -42,7 +42,7 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/report.py
 
-# The edit loop for scale work: the scale benchmark at 1k, 3k and 10k sessions.
+# The edit loop for scale work: the scale benchmark at 1k and 10k sessions (--big: 60k and 420k).
 bench-quick: $(STAMP)
 	$(BIN)/python bench/scale_bench.py --quick
 

@@ -1,15 +1,14 @@
 """Scale benchmark: time and peak RSS of every command at two store sizes, and how they grow.
 
-Stores are built once and reused from bench/.cache/scale_v3_N/ (``--big``: 60k and 420k sessions,
-as users report them: 10-17 GB stores). They are written with plain SQL in the current upstream
-layout (schema 31: V30 plus ``auto_archived``; FTS5 indexes kept by Hermes's triggers; the indexes
-hermes-agent creates, :data:`HERMES_INDEXES`, in place before the first row as in a live store),
-not through hermes-agent 0.19.0's ``SessionDB``: it writes schema 22, which has no pins, archive
-flags or content-addressed prompts, and opened on a schema-31 store it adds inline-layout UPDATE
-triggers over the external-content search indexes (see :func:`hermes_writer`). The shape is
-realistic: a year of history, most sessions short and a few with thousands
-of messages, compression lineages, delegate children, branches, open, pinned, archived and hidden
-sessions, content-addressed prompts and tool pins.
+Stores are built once and reused from bench/.cache/scale_v3_N/ (``--big``: 60k and 420k sessions, as users
+report them: 10-17 GB stores; our text is shorter, so 420k sessions are 5.9 GB here). They are written with
+plain SQL in the current upstream layout (schema 31: V30 plus ``auto_archived``; FTS5 indexes kept by Hermes's
+triggers; the indexes hermes-agent creates, :data:`HERMES_INDEXES`, in place before the first row as in a live
+store), not through hermes-agent 0.19.0's ``SessionDB``: it writes schema 22, which has no pins, archive flags
+or content-addressed prompts, and opened on a schema-31 store it adds inline-layout UPDATE triggers over the
+external-content search indexes (see :func:`hermes_writer`). The shape is realistic: a year of history, most
+sessions short and a few with thousands of messages, compression lineages, delegate children, branches, open,
+pinned, archived and hidden sessions, content-addressed prompts and tool pins.
 
 Each command runs as its own CLI process; its peak RSS is that process's ``ru_maxrss`` (os.wait4),
 which counts file-backed pages too (a memory-mapped store counts, as in a container's memory
@@ -24,7 +23,8 @@ snapshot, ``optimize --into`` a compacted copy, both removed
 after. Each store is read once before its commands run (a warm page cache for all).
 
     python bench/scale_bench.py            # 10k and 60k sessions
-    python bench/scale_bench.py --big      # 60k and 420k (about 9 GB; the build takes over an hour here)
+    python bench/scale_bench.py --big      # 60k and 420k (5.9 GB, 4.5M messages; the 420k build took 20 min here)
+    python bench/scale_bench.py --big --only doctor,doctor_full   # those rows again, into scale-latest.json
     python bench/scale_bench.py --sizes 60000,200000
     python bench/scale_bench.py --quick    # 1k and 10k: the edit loop
 """
@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import CACHE, ROOT, messages_in, store_mb, write_result
+from common import CACHE, RESULTS, ROOT, messages_in, store_mb, write_result
 
 from maint.demo import V30_SCHEMA
 from tests.storegen import V31_ADDITIONS
@@ -65,6 +65,24 @@ RSS_TARGET_MB, RSS_SPREAD, GROWTH_TARGET = 100.0, 0.20, 1.2
 SCANNING = ("prune_dry_run", "prune_live", "sweep", "archive_dry_run", "export", "repair_prompts", "backup",
             "doctor_full", "optimize_into")
 ABSOLUTE_S = {"list": 0.3, "stats": 0.5, "doctor": 15.0}
+# What each row ran, as an operator types it (STORE: the store under test; the result files and the
+# benchmarks page name rows by this).
+COMMANDS = {
+    "help": "--help",
+    "stats": "stats",
+    "list": "list",
+    "list_json": "list --json",
+    "prune_dry_run": "prune --dry-run --json",
+    "archive_dry_run": "archive --older-than 30 --dry-run --json",
+    "export": "export OUT.jsonl (everything)",
+    "repair_prompts": "repair-prompts --json",
+    "doctor": "doctor --json (the daily check)",
+    "doctor_full": "doctor --full --json",
+    "backup": "backup DIR --json (snapshot verified)",
+    "optimize_into": "optimize --into COPY --json",
+    "prune_live": "prune --yes --json beside a live Hermes writer",
+    "sweep": "sweep --force --json (prunes about 90 %)",
+}
 WRITER_WORST_MS = 300.0
 # hermes-agent 0.19.0's SCHEMA_SQL, DEFERRED_INDEX_SQL and title index, less the ones whose columns or
 # tables this layout lacks (handoff_state, platform_message_id, async_delegations); V30_SCHEMA has
@@ -300,6 +318,7 @@ def fresh_copy(src: Path, work: Path, name: str) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     shutil.copy2(src, folder / "state.db")
+    (folder / "sessions").mkdir()
     os.sync()  # the copy's write-back must not run during the measured job
     return folder / "state.db"
 
@@ -332,8 +351,9 @@ def live_writer(db: Path, interval: float = 0.01):
                    writer_worst_ms=round(max(inside) * 1000, 1))
 
 
-def run_size(sessions: int, work: Path) -> dict[str, dict]:
+def run_size(sessions: int, work: Path, only: frozenset[str] | None = None) -> dict[str, dict]:
     src = store_for(sessions)
+    (src.parent / "sessions").mkdir(exist_ok=True)  # every Hermes home has one: prune and sweep look there
     warm(src)
     home = work / "home"
     shutil.rmtree(home, ignore_errors=True)
@@ -360,6 +380,8 @@ def run_size(sessions: int, work: Path) -> dict[str, dict]:
     }
     results = {}
     for name, args in reads.items():
+        if only is not None and name not in only:
+            continue
         runs = []
         while True:
             shutil.rmtree(snaps, ignore_errors=True)
@@ -370,22 +392,24 @@ def run_size(sessions: int, work: Path) -> dict[str, dict]:
             if runs[0][0] >= 3.0 or len(runs) >= (3 if runs[0][0] >= 1.0 else 5):
                 break
         results[name] = {"seconds": statistics.median(r[0] for r in runs), "peak_rss_mb": max(r[1] for r in runs)}
-        print(f"{sessions:>8} {name:<16}{results[name]['seconds']:>9.2f} s{results[name]['peak_rss_mb']:>7.0f} MB",
-              file=sys.stderr, flush=True)
+        print(f"{sessions:>8} {COMMANDS[name]:<48}{results[name]['seconds']:>9.2f} s"
+              f"{results[name]['peak_rss_mb']:>7.0f} MB  load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
     shutil.rmtree(snaps, ignore_errors=True)
     compact.unlink(missing_ok=True)
     out.unlink(missing_ok=True)
+    if only is not None and "prune_live" not in only and "sweep" not in only:
+        return results
     copy = fresh_copy(src, work, "prune")
     with live_writer(copy) as writer:
         seconds, rss = measure(["prune", "--db", str(copy), "--yes", "--json"], env)
     results["prune_live"] = {"seconds": seconds, "peak_rss_mb": rss, **writer}
-    print(f"{sessions:>8} prune_live      {seconds:>9.2f} s{rss:>7.0f} MB  writer {writer}", file=sys.stderr,
-          flush=True)
+    print(f"{sessions:>8} {COMMANDS['prune_live']:<48}{seconds:>9.2f} s{rss:>7.0f} MB  writer {writer}",
+          file=sys.stderr, flush=True)
     shutil.rmtree(copy.parent, ignore_errors=True)
     copy = fresh_copy(src, work, "sweep")
     seconds, rss = measure(["sweep", "--db", str(copy), "--force", "--json"], env)
     results["sweep"] = {"seconds": seconds, "peak_rss_mb": rss}
-    print(f"{sessions:>8} sweep           {seconds:>9.2f} s{rss:>7.0f} MB", file=sys.stderr, flush=True)
+    print(f"{sessions:>8} {COMMANDS['sweep']:<48}{seconds:>9.2f} s{rss:>7.0f} MB", file=sys.stderr, flush=True)
     shutil.rmtree(copy.parent, ignore_errors=True)
     return results
 
@@ -424,6 +448,8 @@ def main() -> None:
     group.add_argument("--quick", action="store_true", help="1k and 10k sessions instead of 10k and 60k")
     group.add_argument("--big", action="store_true", help="60k and 420k sessions (about 9 GB): the sizes users have")
     group.add_argument("--sizes", help="two or more comma-separated session counts, smallest first")
+    ap.add_argument("--only", help="comma-separated rows (result names) to measure again at the sizes of "
+                                   "bench/results/scale-latest.json, replacing theirs there")
     ap.add_argument("--build", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--writer", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -442,16 +468,30 @@ def main() -> None:
         sizes = QUICK if args.quick else BIG if args.big else DEFAULT
     compileall.compile_dir(str(ROOT / "maint"), quiet=1)
     work = CACHE / "run" / "scale"
-    table = {}
+    table, load = {}, {}
+    only = frozenset(args.only.split(",")) if args.only else None
+    previous = None
+    if only is not None:
+        previous = json.loads((RESULTS / "scale-latest.json").read_text())
+        sizes = tuple(previous["sizes"])
+        if not only <= set(COMMANDS):
+            ap.error(f"--only {args.only!r}: expected names among {', '.join(COMMANDS)}")
     for n in sizes:
-        table[n] = run_size(n, work)
+        before = os.getloadavg()
+        table[n] = run_size(n, work, only)
+        if previous is not None:  # the other rows as the full run measured them
+            table[n] = {name: table[n].get(name, row) for name, row in previous["results"][str(n)].items()}
+        # 1-minute load average before and after this size's commands (the machine is shared)
+        load[n] = [round(before[0], 2), round(os.getloadavg()[0], 2)]
+        if previous is not None:
+            load[n] = previous["load"][str(n)]
     shutil.rmtree(work, ignore_errors=True)
     judged = verdicts(sizes, table)
     stores = {n: {"mb": round(store_mb(store_for(n))), "messages": messages_in(store_for(n))} for n in sizes}
     head = "".join(f"{f'{n // 1000}k s':>10}{'MB':>6}" for n in sizes)
     print("\nscale benchmark: " + ", ".join(f"{n} sessions / {stores[n]['messages']} messages / {stores[n]['mb']} MB"
                                             for n in sizes))
-    print(f"{'command':<17}{head}{'growth':>8}  target")
+    print(f"{'command':<48}{head}{'growth':>8}  target")
     for name in table[sizes[0]]:
         cells = "".join(f"{table[n][name]['seconds']:>10.2f}{table[n][name]['peak_rss_mb']:>6.0f}" for n in sizes)
         v = judged[name]
@@ -460,9 +500,19 @@ def main() -> None:
                                        f"{rss_rule}, <= {ABSOLUTE_S[name]} s at {sizes[-1] // 1000}k"
                                        if name in ABSOLUTE_S else rss_rule if name != "help" else "-")
         mark = "" if "ok" not in v else ("  met" if v["ok"] else "  NOT MET")
-        print(f"{name:<17}{cells}{v['growth'] if v['growth'] is not None else '-':>8}  {target}{mark}")
+        print(f"{COMMANDS[name]:<48}{cells}{v['growth'] if v['growth'] is not None else '-':>8}  {target}{mark}")
+    extra = {}
+    if previous is not None:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        extra["remeasured"] = {**previous.get("remeasured", {}),
+                               **{name: {"when": when, "load": round(os.getloadavg()[0], 2)} for name in sorted(only)}}
+        extra["invocation"] = previous.get("invocation")
+        extra["when_full_run"] = previous.get("when_full_run", previous["when"])
     write_result("scale-quick" if args.quick else "scale",
-                 {"sizes": sizes, "stores": stores, "results": {str(n): table[n] for n in sizes}, "verdicts": judged})
+                 {"sizes": sizes, "invocation": " ".join(["bench/scale_bench.py", *sys.argv[1:]]),
+                  "stores": stores, "load": {str(n): load[n] for n in sizes},
+                  "cpus": os.cpu_count(), "commands": COMMANDS,
+                  "results": {str(n): table[n] for n in sizes}, "verdicts": judged, **extra})
 
 
 if __name__ == "__main__":

@@ -142,3 +142,46 @@ def test_weekly_full_job_ships_disabled_and_records(hermes_home, db):
     result = run_subprocess("jobs", "run-once", "weekly-doctor-full", "--db", db, env={"HERMES_HOME": str(hermes_home)})
     assert result.returncode == 0, result.stderr
     assert query(db, "SELECT COUNT(*) FROM state_meta WHERE key = ?", FULL_CHECK_KEY)[0][0] == 1
+
+
+def test_prompt_scan_reads_each_shared_prompt_and_pin_once(hermes_home):
+    """The daily doctor's degraded-prompt check: sessions share a few content-addressed prompts and pins, and
+    each distinct one is read once per scan (it was two queries per session: half the daily doctor's time at
+    200k sessions). The findings are the same."""
+    from maint.ops.prompts import scan
+    from maint.store.connection import open_store
+
+    path = hermes_home / "state.db"
+    with StoreBuilder(path, layout="v30") as b:
+        degraded = b.prompt("You are Hermes (reduced).")
+        healthy = b.prompt("You are Hermes.\n## Skill Safety\nbe careful")
+        pin = b.prompt(json.dumps(["terminal", "skill_manage"]))
+        for n in range(300):
+            b.session(f"s{n:03d}", age=1, messages=1)
+            b.set(f"s{n:03d}", system_prompt_hash=degraded if n % 3 == 0 else healthy, tool_names=pin)
+    with Statements() as st, open_store(path, readonly=True) as store:
+        found = scan(store)
+    reads = [s for s in st.ran if "FROM system_prompts WHERE hash" in s]
+    assert len(reads) <= 3  # before: 400 (each session's prompt, and the pin of each degraded one)
+    assert list(found.verified.ids) == [f"s{n:03d}" for n in range(0, 300, 3)]
+    assert len(found.unverifiable) == 0
+
+
+def test_doctor_names_50_degraded_prompts_without_unpacking_the_rest(hermes_home, monkeypatch):
+    """The finding lists 50 ids; it built an entry for every degraded session first (84,000 at 420k: +8 MB)."""
+    from maint.ops import prompts
+
+    path = hermes_home / "state.db"
+    with StoreBuilder(path, layout="v30") as b:
+        degraded = b.prompt("You are Hermes (reduced).")
+        pin = b.prompt(json.dumps(["terminal", "skill_manage"]))
+        for n in range(120):
+            b.session(f"s{n:03d}", age=1, messages=1)
+            b.set(f"s{n:03d}", system_prompt_hash=degraded, tool_names=pin)
+    unpacked = []
+    original = prompts.Findings.__getitem__
+    monkeypatch.setattr(prompts.Findings, "__getitem__", lambda self, i: unpacked.append(i) or original(self, i))
+    report = doctor(path)
+    finding = next(f for f in report["findings"] if f["kind"] == "degraded_prompts")
+    assert list(finding["data"]["ids"]) == [f"s{n:03d}" for n in range(50)]
+    assert len(unpacked) <= 50  # before: 120

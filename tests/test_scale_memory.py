@@ -144,3 +144,82 @@ def test_doctor_report_rows_are_bounded_by_the_caps(hermes_home, full):
     report = run_doctor(db, load_config(), full=full, disk_usage=PLENTY, holders=lambda p: HolderReport([], []))
     orphans = [f for f in report["findings"] if f["kind"] == "orphans"][0]
     assert orphans["severity"] == "warning" and len(orphans["data"]["ids"]) == 50
+
+
+def test_an_id_list_holds_a_bounded_buffer_and_spills_the_rest(monkeypatch):
+    """A report that names every session of a 10 GB store (400,000 ids) keeps SPILL_BYTES of them in memory
+    and four bytes of offset per id; the rest is read back from its temp file, in order and by index."""
+    from maint.store import sqlutil
+    from maint.store.sqlutil import IdList
+
+    monkeypatch.setattr(sqlutil, "SPILL_BYTES", 4096)
+    monkeypatch.setattr(sqlutil, "READ_BYTES", 1000)
+    ids = [f"20260{n:07d}_{'日本' if n % 11 == 0 else 'ab'}{n * 7919 % 100003:x}" for n in range(20_000)]
+    packed = IdList(ids)
+    assert len(packed._buf) < 4096 + 64  # before: every id in the buffer (about 390 KB here)
+    assert packed._spilled > 380_000 and len(packed._ends) == len(ids)
+    assert list(packed) == ids and packed == ids
+    assert [packed[i] for i in (0, 1, 4095, 12_345, -1)] == [ids[i] for i in (0, 1, 4095, 12_345, -1)]
+    assert packed[100:103] == ids[100:103]
+
+
+def test_the_kept_sweep_report_cuts_its_id_lists(hermes_home, monkeypatch):
+    """SQLite holds a value whole while it writes it: the report kept in state_meta names at most KEPT_IDS ids
+    per list (the printed one names them all), the full count under ``truncated``."""
+    import json
+    import sqlite3
+
+    from maint.ops import sweep
+
+    monkeypatch.setattr(sweep, "KEPT_IDS", 100)
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    with StoreBuilder(hermes_home / "state.db") as b:
+        for n in range(300):
+            b.session(f"old_{n:04d}", age=200, messages=1)
+    report = sweep.run_sweep(hermes_home / "state.db", load_config(), force=True, holders=lambda p: HolderReport(),
+                             disk_usage=PLENTY)
+    assert len(report["pruned_ids"]) == 300
+    conn = sqlite3.connect(hermes_home / "state.db")
+    try:
+        kept = json.loads(conn.execute("SELECT value FROM state_meta "
+                                       "WHERE key = 'hermes_maint.last_sweep_report'").fetchone()[0])
+    finally:
+        conn.close()
+    assert kept["pruned_ids"] == list(report["pruned_ids"])[:100]
+    assert kept["truncated"] == {"pruned_ids": 300}
+    assert kept["pruned_messages"] == report["pruned_messages"] == 300
+
+
+def test_session_files_of_many_ids_holds_the_files_found_not_the_ids(tmp_path):
+    """prune --dry-run names the files Hermes keeps for every planned session: with a sessions folder beside
+    the store (every Hermes home has one), eight candidate names per id went into a set first (24 MB per
+    55,000 ids; 200 MB for a 10 GB store's 400,000). Now each id's names are looked up one by one."""
+    import tracemalloc
+
+    from maint.store.delete import session_files
+
+    (tmp_path / "sessions").mkdir()
+    for name in ("s000007.json", "s000007.jsonl", "session_s049999.json",
+                 "request_dump_s012345_20260101_101010_123456.json", "request_dump_other_20260101_101010_1.json",
+                 "unrelated.txt"):
+        (tmp_path / "sessions" / name).write_text("{}")
+    (tmp_path / "sessions" / "s000008.json").mkdir()  # a folder is never a session's file
+    ids = (f"s{n:06d}" for n in range(50_000))
+    tracemalloc.start()
+    try:
+        found = session_files(tmp_path / "state.db", ids)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found == ["request_dump_s012345_20260101_101010_123456.json", "s000007.json", "s000007.jsonl",
+                     "session_s049999.json"]
+    assert peak < 1_000_000  # before: about 20 MB
+
+
+def test_session_files_skips_ids_no_file_can_be_named_after(tmp_path):
+    from maint.store.delete import session_files
+
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "sessions" / "ok.json").write_text("{}")
+    assert session_files(tmp_path / "state.db", ["nul\x00id", "x" * 300, "surrogate\udcff", "a/b", "..", "ok"]) \
+        == ["ok.json"]

@@ -432,7 +432,7 @@ class Doctor:
             self.add("degraded_prompts", WARNING, f"{len(prompts.verified)} stored system prompt(s) verified "
                                                   "degraded (Skill Safety guidance missing while skill_manage is "
                                                   "pinned): those sessions run with a reduced prompt",
-                     self.cmd("repair-prompts", "--apply"), ids=[v["id"] for v in prompts.verified][:50])
+                     self.cmd("repair-prompts", "--apply"), ids=prompts.verified.ids[:50])
         else:
             self.add("degraded_prompts", OK, "no degraded stored prompt"
                      + (f" ({len(prompts.unverifiable)} unverifiable, left alone)" if prompts.unverifiable else ""))

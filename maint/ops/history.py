@@ -83,16 +83,16 @@ def _is_list(value: Any) -> bool:
     return isinstance(value, list) or isinstance(value, Sequence) and not isinstance(value, (str, bytes, tuple))
 
 
-def compact(report: dict[str, Any]) -> dict[str, Any]:
-    """A copy whose lists are cut to LIST_CAP items, the cut ones counted under ``truncated``."""
+def compact(report: dict[str, Any], cap: int = LIST_CAP) -> dict[str, Any]:
+    """A copy whose lists are cut to *cap* items, the cut ones counted under ``truncated``."""
     out: dict[str, Any] = {}
     cut: dict[str, int] = dict(report.get("truncated") or {})
     for key, value in report.items():
         if key == "truncated":
             continue
-        if _is_list(value) and len(value) > LIST_CAP:
+        if _is_list(value) and len(value) > cap:
             cut[key] = len(value)
-            value = value[:LIST_CAP]
+            value = value[:cap]
         elif _is_list(value) and not isinstance(value, list):
             value = list(value)
         out[key] = value

@@ -47,6 +47,10 @@ REPORT_KEY = "hermes_maint.last_sweep_report"
 # Ours: which claim of the marker was a sweep of ours, and whether that sweep ran to the end.
 RUN_KEY = "hermes_maint.sweep_run"
 MIN_FREELIST_RATIO = 0.25
+# The report kept in state_meta names this many ids per list at most (the printed one names them all): SQLite
+# holds a value whole in memory while it writes it, twice over, and a sweep of a 10 GB store prunes 400,000
+# sessions (10 MB of ids). The cut lists' full lengths are under ``truncated``, as in the run history.
+KEPT_IDS = 10_000
 
 
 def validate_retention(value: Any) -> int | None:
@@ -109,9 +113,12 @@ def claim_marker(store: Store, interval_s: float, now: float, force: bool) -> Cl
 
 
 def _write_report(conn, report: dict[str, Any]) -> None:
-    """The report as JSON text in ``state_meta``, written in pieces into a value of its exact size
-    (SQLite's incremental blob I/O works on text too): a report can name every pruned session of a big
-    store, and building it as one string cost four copies of it in memory."""
+    """The report as JSON text in ``state_meta``, its id lists cut to :data:`KEPT_IDS` (see there), written in
+    pieces into a value of its exact size (SQLite's incremental blob I/O works on text too): building it as one
+    string cost four copies of it in memory."""
+    from maint.ops.history import compact
+
+    report = compact(report, cap=KEPT_IDS)
     size = 0
 
     def count(piece: str) -> None:

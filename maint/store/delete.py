@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import stat
 from collections.abc import Iterable
@@ -77,7 +78,11 @@ def session_files(store_path: Path, ids: Iterable[str]) -> list[str]:
     """The names, in ``<that store's HERMES_HOME>/sessions/``, of the files Hermes keeps for *ids*: what its own
     delete and prune remove (``<id>.json``, ``<id>.jsonl``, ``request_dump_<id>_<time>.json``), under the raw id
     and under the name its writers actually use (a sanitised id; also ``session_<id>.json`` snapshots, which
-    Hermes's remover misses). The home of a store is its folder (a profile is a home of its own)."""
+    Hermes's remover misses). The home of a store is its folder (a profile is a home of its own).
+
+    Each id's fixed names are looked up one by one, and the folder is read once for request dumps alone: the
+    memory is the files found, whatever the number of ids (a preview of a 10 GB store's prune names 400,000;
+    eight candidate names per id in a set cost 24 MB per 55,000 ids)."""
     folder = _sessions_folder(store_path)
     if folder is None:
         return []
@@ -104,19 +109,37 @@ def remove_session_files(store_path: Path, ids: Iterable[str]) -> list[str]:
 
 def _files_of(folder: files.Folder, ids: Iterable[str]) -> list[str]:
     """:func:`session_files` in a folder already open."""
-    wanted: set[str] = set()
+    dumps = _request_dumps(folder)
+    out: set[str] = set()
     for sid in ids:
         for name in {sid, hermes_safe_id(sid)}:
-            if "/" not in name and name not in (".", ".."):
-                wanted.update((f"{name}.json", f"{name}.jsonl", f"session_{name}.json", f"dump:{name}"))
-    out = []
-    for entry in folder.names():
-        m = _DUMP.match(entry)
-        if entry in wanted or (m and f"dump:{m.group('sid')}" in wanted):
-            st = folder.lstat(entry)
-            if st is not None and not stat.S_ISDIR(st.st_mode):  # a link is removed itself, never followed
-                out.append(entry)
-    return out
+            if "/" in name or name in (".", ".."):
+                continue
+            for entry in (f"{name}.json", f"{name}.jsonl", f"session_{name}.json", *dumps.get(name, ())):
+                if entry not in out:
+                    st = _lstat(folder, entry)
+                    if st is not None and not stat.S_ISDIR(st.st_mode):  # a link is removed itself, never followed
+                        out.add(entry)
+    return sorted(out)
+
+
+def _lstat(folder: files.Folder, name: str) -> os.stat_result | None:
+    """A name no file can have (a NUL, too long, not encodable) is simply not there."""
+    try:
+        return folder.lstat(name)
+    except (ValueError, UnicodeError, OSError):
+        return None
+
+
+def _request_dumps(folder: files.Folder) -> dict[str, list[str]]:
+    """``request_dump_<id>_<time>.json`` names in the folder, by id (one pass; only these names are kept)."""
+    dumps: dict[str, list[str]] = {}
+    with os.scandir(folder.fd) as entries:
+        for entry in entries:
+            m = _DUMP.match(entry.name)
+            if m:
+                dumps.setdefault(m.group("sid"), []).append(entry.name)
+    return dumps
 
 
 def _sessions_folder(store_path: Path) -> files.Folder | None:

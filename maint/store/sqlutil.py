@@ -50,22 +50,45 @@ class Paged(Sequence[T]):
         return self._items[index - start]
 
 
+# An IdList keeps this many bytes of ids in memory; the rest goes to a temporary file of its own.
+SPILL_BYTES = 1 << 20
+READ_BYTES = 1 << 20  # how much of that file one read brings back while the list is walked
+
+
 class IdList(Sequence[str]):
     """Session ids packed into one buffer, for reports that can name every session of a store.
 
     A Python list of ids costs a Python object per id; this holds the same ids in about a third of
     the memory (docs/benchmarks.md), and :func:`maint.commands.output.write_json` streams it without building one
-    string of the whole list.
+    string of the whole list. Past :data:`SPILL_BYTES` the ids go on to an unnamed temporary file (the
+    system's temp folder, as SQLite's own temp files), so a list of every session of a 10 GB store holds
+    a megabyte of ids in memory and four bytes of offset per id (docs/design/big-stores.md).
     """
 
     def __init__(self, ids: Iterable[str] = ()):
-        self._buf = bytearray()
+        self._buf = bytearray()  # the ids after the first _spilled bytes
         self._ends = array("I")  # byte offsets: ids of a store stay far below 4 GB
+        self._spilled = 0
+        self._file: Any = None
         self.extend(ids)
 
     def append(self, sid: str) -> None:
         self._buf += str(sid).encode("utf-8", "surrogatepass")
-        self._ends.append(len(self._buf))
+        self._ends.append(self._spilled + len(self._buf))
+        if len(self._buf) >= SPILL_BYTES:
+            self._spill()
+
+    def _spill(self) -> None:
+        import tempfile
+
+        if self._file is None:
+            # lives as long as the list: closed (and gone, it has no name) when the list is
+            self._file = tempfile.TemporaryFile(prefix="hermes-maint-ids-")  # noqa: SIM115
+        self._file.seek(self._spilled)
+        self._file.write(self._buf)
+        self._file.flush()
+        self._spilled += len(self._buf)
+        self._buf = bytearray()
 
     def extend(self, ids: Iterable[str]) -> None:
         for sid in ids:
@@ -73,6 +96,13 @@ class IdList(Sequence[str]):
 
     def __len__(self) -> int:
         return len(self._ends)
+
+    def _bytes(self, start: int, end: int) -> bytes:
+        if start >= self._spilled:
+            return bytes(self._buf[start - self._spilled:end - self._spilled])
+        import os
+
+        return os.pread(self._file.fileno(), end - start, start)  # an id is never split: it went whole
 
     def __getitem__(self, index):  # type: ignore[override]
         if isinstance(index, slice):
@@ -82,7 +112,20 @@ class IdList(Sequence[str]):
         if not 0 <= index < len(self):
             raise IndexError(index)
         start = self._ends[index - 1] if index else 0
-        return self._buf[start:self._ends[index]].decode("utf-8", "surrogatepass")
+        return self._bytes(start, self._ends[index]).decode("utf-8", "surrogatepass")
+
+    def __iter__(self) -> Iterator[str]:
+        """In order, the spilled ids a block of :data:`READ_BYTES` at a time."""
+        ends, count, i, start = self._ends, len(self._ends), 0, 0
+        while i < count:
+            j = i + 1
+            in_file = ends[i] <= self._spilled
+            while j < count and ends[j] - start <= READ_BYTES and (ends[j] <= self._spilled) == in_file:
+                j += 1
+            block = self._bytes(start, ends[j - 1])
+            for k in range(i, j):
+                yield block[(ends[k - 1] if k else 0) - start:ends[k] - start].decode("utf-8", "surrogatepass")
+            start, i = ends[j - 1], j
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, (IdList, list, tuple)) and len(self) == len(other) and all(
