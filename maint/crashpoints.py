@@ -34,6 +34,11 @@ def hang_point(name: str) -> None:
     reaches) and for signals arriving mid-write (the wait is interrupted by a signal's handler).
     """
     if os.environ.get("HERMES_MAINT_HANG_AT") == name:
+        import sys
         import threading
+
+        if os.environ.get("HERMES_MAINT_HANG_SAY"):  # a test that must signal us there, not on the way
+            sys.stderr.write(f"hanging at {name}\n")
+            sys.stderr.flush()
 
         threading.Event().wait()

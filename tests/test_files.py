@@ -143,11 +143,12 @@ def test_export_terminated_mid_write_removes_its_temporary_file(tmp_path, signum
     out = tmp_path / "out"
     out.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "maint", "export", str(out / "all.jsonl"), "--db", str(db)],
-                            cwd=REPO, env={**os.environ, "HERMES_MAINT_HANG_AT": "file_written"},
+                            cwd=REPO, env={**os.environ, "HERMES_MAINT_HANG_AT": "file_written",
+                                           "HERMES_MAINT_HANG_SAY": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: any(p.name.endswith(".partial") for p in out.iterdir()), "the temporary file")
-        time.sleep(0.2)  # in the hang point, past the write
+        assert proc.stderr.readline() == "hanging at file_written\n"  # past the write, the file still partial
+        assert any(p.name.endswith(".partial") for p in out.iterdir())
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
