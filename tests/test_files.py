@@ -136,6 +136,14 @@ def _wait_for(predicate, what, timeout=60):
         time.sleep(0.02)
 
 
+
+def _default_signals() -> None:
+    """In the child: SIGTERM and SIGHUP as a fresh shell has them (nohup leaves SIGHUP ignored, and an ignored
+    signal is one we must keep ignoring)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_export_terminated_mid_write_removes_its_temporary_file(tmp_path, signum):
     """Finding 18: SIGTERM or SIGHUP during export left .NAME.<hex>.partial files no later run removed."""
@@ -145,7 +153,8 @@ def test_export_terminated_mid_write_removes_its_temporary_file(tmp_path, signum
     proc = subprocess.Popen([sys.executable, "-m", "maint", "export", str(out / "all.jsonl"), "--db", str(db)],
                             cwd=REPO, env={**os.environ, "HERMES_MAINT_HANG_AT": "file_written",
                                            "HERMES_MAINT_HANG_SAY": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_signals)  # a suite run under nohup passes SIGHUP ignored
     try:
         assert proc.stderr.readline() == "hanging at file_written\n"  # past the write, the file still partial
         assert any(p.name.endswith(".partial") for p in out.iterdir())
