@@ -161,11 +161,11 @@ def untrusted_by(st: os.stat_result, also_trusted: int | None = None) -> str | N
     return None
 
 
-def _foreign_file(st: os.stat_result, owner_uid: int) -> str | None:
-    """Why an existing file we would reuse (a lock) is not ours to write, or None.
+def foreign_file(st: os.stat_result, owner_uid: int) -> str | None:
+    """Why an existing file beside a store that we would use (a lock, a -wal) is not the store's, or None.
 
-    A second name (a hard link planted beside the store) may be any file on the disk, and a file of
-    another user is theirs: either would be truncated, rewritten and handed to the store's owner.
+    A second name (a hard link planted beside the store) may be any file on the disk, or another store's
+    WAL, and a file of another user is theirs: we would rewrite it, or SQLite would replay it into the store.
     """
     if st.st_nlink != 1:
         return f"has {st.st_nlink} names (a hard link to a file elsewhere)"
@@ -504,7 +504,7 @@ class Folder:
         st = os.fstat(fd)
         refusal = None if stat.S_ISREG(st.st_mode) else f"is {kind_of(st.st_mode)}, not a regular file"
         if refusal is None and not exclusive:
-            refusal = _foreign_file(st, (owner or self.owner)[0])
+            refusal = foreign_file(st, (owner or self.owner)[0])
         if refusal:
             os.close(fd)
             raise FileRefused(f"{self.path / name}: {refusal}; refusing to use it")

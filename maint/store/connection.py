@@ -28,6 +28,7 @@ from typing import Any
 
 import apsw
 
+from maint import files
 from maint.crashpoints import crash_point
 from maint.errors import CorruptStore, StoreError
 
@@ -135,14 +136,10 @@ def _refuse_foreign_journals(path: Path, st: os.stat_result) -> None:
         if not stat.S_ISREG(sst.st_mode):
             raise StoreError(f"{side}: is not a regular file (a link or special file beside the store); refusing "
                              "to open the store")
-        if sst.st_nlink > 1:
-            raise StoreError(f"{side}: has {sst.st_nlink} names (a hard link to another store's {suffix}?); SQLite "
-                             "would replay it into the store; refusing to open the store (remove it if it is not "
-                             "this store's)")
-        if sst.st_uid not in (st.st_uid, 0, _me()):
-            raise StoreError(f"{side}: is owned by uid {sst.st_uid}, not by the store's owner (uid {st.st_uid}); "
-                             "SQLite would replay it into the store; refusing to open the store (remove it if it is "
-                             "not yours)")
+        foreign = files.foreign_file(sst, st.st_uid)
+        if foreign:
+            raise StoreError(f"{side}: {foreign}, not the store's (uid {st.st_uid}); SQLite would replay it into the "
+                             "store; refusing to open the store (remove it if it is not yours)")
 
 
 def check_writable(path: Path) -> os.stat_result:
