@@ -354,3 +354,41 @@ def test_the_busy_handler_covers_every_first_statement_of_a_library_connection(t
             assert conn.execute("PRAGMA cache_size=-2048").fetchall() == []
         finally:
             conn.close()
+
+
+def test_sigterm_interrupts_a_statement_a_stores_trigger_keeps_running(tmp_path):
+    """Hostile try 3, F32: a trigger the store's owner added ran our delete for 39 minutes, holding the write
+    lock, and SIGTERM was acted on only when the statement ended. A pending signal now interrupts it."""
+    import signal
+    import time
+
+    from tests.conftest import REPO
+
+    store = small_store(tmp_path / "state.db")
+    conn = sqlite3.connect(store)
+    conn.execute("CREATE TRIGGER slow AFTER DELETE ON sessions BEGIN SELECT count(*) FROM (WITH RECURSIVE "
+                 "c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 100000000000) SELECT x FROM c); END")
+    conn.commit()
+    conn.close()
+    proc = subprocess.Popen([sys.executable, "-m", "maint", "prune", "--db", str(store), "--yes"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    probe = sqlite3.connect(store, timeout=0, isolation_level=None)
+    try:
+        while proc.poll() is None:  # until the prune holds the write lock, inside the endless statement
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+                probe.execute("ROLLBACK")
+            except sqlite3.OperationalError:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)  # before the fix: as long as the trigger runs (hours)
+    finally:
+        probe.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM and "terminated by SIGTERM" in err
+    assert session_ids(store) == {"old0", "old1", "old2", "recent"}
+    assert query(store, "PRAGMA integrity_check") == [("ok",)]

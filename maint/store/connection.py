@@ -558,7 +558,18 @@ def connect(target: str, flags: int = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_O
     conn = apsw.Connection(target, flags=flags)
     timeout = busy_timeout_from_env() if busy_timeout_ms is None else busy_timeout_ms
     conn.set_busy_handler(polling_busy_handler(timeout))
+    # Python runs a signal's handler only between its own steps: a statement that runs on (a trigger the
+    # store's owner added, fired by our deletes) would hold SIGTERM, Ctrl-C and the write lock until it ends.
+    # Calling back into Python now and then lets the handler run there and interrupt the statement.
+    conn.set_progress_handler(_let_signals_in, PROGRESS_STEPS)
     return conn
+
+
+PROGRESS_STEPS = 100_000  # SQLite VM steps between two calls: microseconds apart, a negligible cost
+
+
+def _let_signals_in() -> bool:
+    return False  # a pending signal's handler has run by now; raising there interrupts the statement
 
 
 def busy_timeout_from_env() -> int:
