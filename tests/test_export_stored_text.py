@@ -120,3 +120,43 @@ def test_dry_run_names_what_it_would_skip(store):
     result = Cli()("export", "--dry-run", "--db", store)
     assert result.exit_code == 1
     assert "session badmsg: stored text is not valid UTF-8 in messages.content; would skip" in result.stderr
+
+
+def test_a_session_id_stored_as_a_blob_is_named_and_left_out(tmp_path):
+    """Hostile try 3, F20: an id stored as a BLOB (the TEXT column keeps it so) reached Python as bytes: `list`
+    stopped on it. It is not UTF-8 text, as a bad byte is not: listed nowhere, named, never pruned."""
+    path = tmp_path / "state.db"
+    with StoreBuilder(path) as b:
+        for n, sid in enumerate(GOOD):
+            b.session(sid, age=50 + n, messages=3)
+        b.session("blobid", age=40, messages=2)
+        b.raw.execute("UPDATE sessions SET id = CAST('hi' AS BLOB) WHERE id = 'blobid'")
+    listed = Cli()("list", "--db", path)
+    assert listed.exit_code == 0, listed.output
+    assert "session hi: its id is not UTF-8 text; not listed" in listed.stderr
+    out = tmp_path / "all.jsonl"
+    exported = Cli()("export", out, "--db", path)
+    assert exported.exit_code == 1, exported.output
+    assert "session hi: stored text is not valid UTF-8 in sessions.id; skipped" in exported.stderr
+    assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == GOOD
+    pruned = Cli()("prune", "--db", path, "--older-than", "1d", "--dry-run")
+    assert pruned.exit_code == 0, pruned.output
+    assert "kept hi: its id is not UTF-8 text" in pruned.stdout
+    doctor = Cli()("doctor", "--db", path, "--json")
+    assert "hi (sessions.id)" in doctor.stdout
+
+
+def test_a_role_stored_as_a_blob_is_counted_under_its_shown_bytes(tmp_path):
+    """Hostile try 3, F20: a message role stored as a BLOB became a bytes key of the timings block and stopped
+    the jsonl export. It is counted under the bytes shown (``\\xff``), and every session is exported."""
+    path = tmp_path / "state.db"
+    with StoreBuilder(path) as b:
+        for n, sid in enumerate(GOOD):
+            b.session(sid, age=50 + n, messages=3)
+        b.raw.execute("UPDATE messages SET role = x'ff' WHERE session_id = 'g1'")
+    out = tmp_path / "all.jsonl"
+    exported = Cli()("export", out, "--db", path)
+    assert exported.exit_code == 0, exported.output
+    lines = {(d := json.loads(line))["id"]: d for line in out.read_text().splitlines()}
+    assert sorted(lines) == GOOD
+    assert lines["g1"]["timings"]["role_counts"] == {"\\xff": 3}

@@ -544,3 +544,16 @@ def test_out_of_memory_is_one_line_not_a_traceback(tmp_path, monkeypatch, cli):
     assert r.exit_code == 1, r.output
     line, = r.stderr.strip().splitlines()
     assert line.startswith("hermes-maint: error: ") and "out of memory" in line and "rolled back" in line
+
+
+def test_a_dry_run_opens_the_store_read_only_and_leaves_the_folder_as_found(tmp_path):
+    """Hostile try 3, F1 addendum: `import --dry-run` opened the store writable: it left the run lock, -wal and
+    -shm beside a store at rest, and a user who may only read the store was refused."""
+    db = _store(tmp_path / "store" / "state.db", "v22")
+    f = tmp_path / "all.jsonl"
+    f.write_text(export_all(db))
+    before = sorted(p.name for p in db.parent.iterdir())
+    dry = run("import", f, "--db", db, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["dry_run"]
+    assert sorted(p.name for p in db.parent.iterdir()) == before == ["state.db"]

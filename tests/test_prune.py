@@ -307,7 +307,7 @@ def test_prune_keeps_a_session_whose_id_is_not_utf8_and_deletes_the_rest(tmp_pat
     store = bad_store(tmp_path / "state.db")
     dry = cli("prune", "--db", store, "--dry-run", "--older-than", "1d")
     assert dry.exit_code == 0, dry.output
-    assert "kept x\\xff: its id is not valid UTF-8" in dry.stdout
+    assert "kept x\\xff: its id is not UTF-8 text" in dry.stdout
     report = run_json(cli, "prune", store, "--older-than", "1d")
     assert sorted(report["session_ids"]) == ["badmsg", "badtitle", "g0", "g1", "g2"]
     assert report["held_back"] == {"id_not_utf8": 1} and report["ids_not_utf8"] == ["x\\xff"]

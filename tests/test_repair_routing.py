@@ -100,3 +100,22 @@ def test_bad_gap_and_contradicting_flags(hermes_home, cli, value):
     result = cli("repair-routing", "--db", path, "--max-gap-seconds", value)
     assert result.exit_code == 2 and "--max-gap-seconds" in result.stderr and "Traceback" not in result.output
     assert cli("repair-routing", "--db", path, "--apply", "--dry-run").exit_code == 2
+
+
+@pytest.mark.parametrize("value", ["yesterday", b"\x00\xff"], ids=["text", "blob"])
+def test_a_start_time_that_is_not_a_number_is_read_as_the_last_activity(hermes_home, cli, value):
+    """Hostile try 3, F20: a start time stored as text or bytes stopped repair-routing and doctor (which runs its
+    check) with a TypeError when the orphans were sorted. The record reads it as the session's last activity."""
+    import sqlite3
+
+    path = build(hermes_home / "state.db", "v22")
+    c = sqlite3.connect(path)
+    c.execute("UPDATE sessions SET started_at = ?, ended_at = ? WHERE id = 'wa_orphan'", (value, value))
+    c.commit()
+    c.close()
+    by_id = {f["orphan_id"]: f for f in report(cli, path)["findings"]}
+    assert by_id["tg_orphan"]["donor_id"] == "tg_donor"
+    assert isinstance(by_id["wa_orphan"]["started_at"], float) and not by_id["wa_orphan"]["adoptable"]
+    doctor = cli("doctor", "--db", path, "--json")
+    assert doctor.exit_code in (0, 1), doctor.output
+    assert "orphan" in doctor.stdout

@@ -238,3 +238,18 @@ def test_a_holder_with_a_multi_line_command_line_is_named_on_one_line(tmp_path):
         holder.wait(timeout=30)
     assert result.returncode == 1 and f"pid {holder.pid}" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "line one\\nline two" in result.stderr
+
+
+def test_a_prompt_stored_as_a_blob_is_read_as_the_text_it_holds(prompt_store, cli):
+    """Found by a BLOB in every column (after hostile try 3, F20): a system prompt stored as bytes stopped
+    repair-prompts and doctor with a TypeError. It is read as the text it holds (bad bytes shown)."""
+    conn = sqlite3.connect(prompt_store)
+    conn.execute("UPDATE sessions SET system_prompt = ? WHERE id IN ('bad_inline', 'healthy')",
+                 (DEGRADED.encode() + b"\xff",))
+    conn.execute("UPDATE system_prompts SET prompt = CAST(prompt AS BLOB)")
+    conn.commit()
+    conn.close()
+    r = cli.json("repair-prompts", "--db", prompt_store)
+    assert sorted(r["verified"]) == ["bad_hash", "bad_inline", "healthy"]
+    doctor = cli("doctor", "--db", prompt_store)
+    assert doctor.exit_code in (0, 1) and "prompt" in doctor.stdout

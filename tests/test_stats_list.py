@@ -122,7 +122,7 @@ def test_list_and_stats_work_when_stored_bytes_are_not_utf8(tmp_path, cli):
     for sort in ("started", "last-active"):
         result = cli("list", "--db", store, "--sort", sort, "--limit", "0" if sort == "last-active" else "20")
         assert result.exit_code == 0, result.output
-        assert "session x\\xff: its id is not valid UTF-8; not listed" in result.stderr
+        assert "session x\\xff: its id is not UTF-8 text; not listed" in result.stderr
         assert "\\xffA" in result.stdout and "A\\xc3" in result.stdout
     report = cli.json("list", "--db", store)
     assert report["unlisted_ids_not_utf8"] == ["x\\xff"]

@@ -246,7 +246,10 @@ def test_a_foreign_key_from_an_unknown_table_is_reported_before_any_delete(tmp_p
 
 
 @pytest.mark.parametrize("args", [["prune", "--dry-run"], ["archive", "--older-than", "30", "--dry-run"],
-                                  ["clean-markers", "--dry-run"], ["stats"], ["list"], ["doctor"]])
+                                  ["clean-markers", "--dry-run"], ["stats"], ["list"], ["doctor"],
+                                  ["delete", "old1", "--dry-run"], ["pinned"], ["repair-prompts"],
+                                  ["repair-routing"], ["repair-fts"], ["recover"], ["history"], ["export", "-"],
+                                  ["discard", "old1", "--dry-run"]])
 def test_a_read_of_a_store_at_rest_leaves_its_folder_as_found(tmp_path, args):
     """Hostile try 3, F1: every dry run and report left an empty -wal and a -shm beside a WAL store whose
     Hermes had closed it cleanly (a read-only connection cannot remove them)."""

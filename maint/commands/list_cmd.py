@@ -47,7 +47,7 @@ def _render(r: dict) -> None:
 
     rows = r["sessions"]
     for sid in r.get("unlisted_ids_not_utf8") or []:
-        click.echo(f"{PROG}: warning: session {sid}: its id is not valid UTF-8; not listed", err=True)
+        click.echo(f"{PROG}: warning: session {sid}: its id is not UTF-8 text; not listed", err=True)
     if not rows:
         click.echo("No sessions found.")
         return

@@ -79,7 +79,7 @@ def _render(r: dict) -> None:
     for reason, n in sorted(r["held_back"].items()):
         click.echo(f"  kept {n} matching lineage(s): {reason.replace('_', ' ')}")
     for sid in r.get("ids_not_utf8") or []:
-        click.echo(f"  kept {sid}: its id is not valid UTF-8 (never pruned; fix or delete it with SQL)")
+        click.echo(f"  kept {sid}: its id is not UTF-8 text (never pruned; fix or delete it with SQL)")
     if r.get("skipped_changed"):
         click.echo(f"  skipped {len(r['skipped_changed'])} sessions that changed while pruning")
     if r.get("skipped_too_big"):

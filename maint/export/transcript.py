@@ -36,6 +36,10 @@ def _tool_call_count(raw: Any) -> int:
     return len(calls) if isinstance(calls, list) else 1
 
 
+def shown_role(role: Any) -> str:
+    return role.decode("utf-8", "backslashreplace") if role.__class__ is bytes else str(role)
+
+
 class Timings:
     """Accumulates the timings block while messages stream past; holds no text."""
 
@@ -50,6 +54,8 @@ class Timings:
 
     def add(self, msg: dict[str, Any]) -> None:
         role = msg.get("role") or "unknown"
+        if role.__class__ is not str:  # a BLOB or a number stored as the role: a key of role_counts must be text
+            role = shown_role(role)
         self.roles[role] += 1
         if role == "assistant" and msg.get("tool_calls"):
             self.tool_calls += _tool_call_count(msg["tool_calls"])

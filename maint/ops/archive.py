@@ -27,6 +27,7 @@ from maint.store.batching import pacer_for, run_batched
 from maint.selection.filters import Filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store, open_store
+from maint.store.text_check import unreadable_id_sql
 
 if TYPE_CHECKING:
     from maint.config import Config
@@ -59,9 +60,9 @@ def plan_archive(store: Store, filters: Filters, *, include_open: bool = False,
     with store.planning():
         lineage.build(store, now, filters)
         conn.execute("DROP TABLE IF EXISTS temp.maint_arch")
-        conn.execute("""CREATE TEMP TABLE maint_arch AS
+        conn.execute(f"""CREATE TEMP TABLE maint_arch AS
             SELECT c.key, c.first_rid,
-                   CASE WHEN MAX(maint_not_utf8(CAST(s.id AS BLOB))) THEN 'id_not_utf8'
+                   CASE WHEN MAX({unreadable_id_sql('s')}) THEN 'id_not_utf8'
                         WHEN MIN(s.archived AND NOT s.auto_archived) = 1 THEN 'done' WHEN MAX(s.pinned) THEN 'pinned'
                         WHEN MAX(s.ended_at IS NULL) AND NOT :include_open THEN 'open' ELSE 'go' END AS verdict,
                    MAX(CASE WHEN NOT s.archived OR s.auto_archived THEN s.last_active END) AS active,

@@ -696,7 +696,7 @@ def import_store(target: StoreTarget, req: ImportRequest, op: Operator) -> dict[
     """``hermes-maint import`` into one store: the plan, the operator asked, then a lineage per transaction."""
     from maint.store.connection import open_store
 
-    with open_store(target.path) as store:
+    with open_store(target.path, readonly=req.dry_run) as store:
         plan = plan_import(store, req.file, req.checked, replace=req.replace)
         existing = [sid for sid in plan.records if sid in plan.existing]
         new = [sid for sid in plan.records if sid not in plan.existing]

@@ -62,8 +62,15 @@ def pin_tool_names(store: Store, raw: Any) -> list[str] | None:
 
 def stored_prompt(store: Store, row: dict) -> str | None:
     if row.get("system_prompt"):
-        return row["system_prompt"]
-    return store.system_prompt(row.get("system_prompt_hash"))
+        return _text(row["system_prompt"])
+    return _text(store.system_prompt(row.get("system_prompt_hash")))
+
+
+def _text(value: Any) -> str | None:
+    """A prompt stored as a BLOB or a number (a hand-edited row) read as the text it holds."""
+    if value is None or value.__class__ is str:
+        return value
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 class Findings(Sequence[dict]):
@@ -150,7 +157,7 @@ def scan(store: Store) -> PromptScan:
 
 
 def _verdict(store: Store, digest: str) -> tuple[bool, int]:
-    prompt = (store.system_prompt(digest) or "").strip()
+    prompt = (_text(store.system_prompt(digest)) or "").strip()
     return not prompt or SKILL_SAFETY_MARKER in prompt, len(prompt)
 
 

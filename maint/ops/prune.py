@@ -26,7 +26,7 @@ from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store, busy_timeout_from_env, open_store
 from maint.store.delete import delete_sessions, remove_session_files, session_files
-from maint.store.text_check import unreadable_ids
+from maint.store.text_check import unreadable_id_sql, unreadable_ids
 
 if TYPE_CHECKING:
     from maint.flow import Operator
@@ -133,14 +133,14 @@ def plan_prune(store: Store, filters: Filters | None, *, include_archived: bool 
         for table in PLAN_TABLES:
             conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
         conn.execute("CREATE TEMP TABLE maint_pc (key TEXT PRIMARY KEY, status TEXT) WITHOUT ROWID")
-        conn.execute("""INSERT INTO maint_pc
+        conn.execute(f"""INSERT INTO maint_pc
             SELECT chain, CASE WHEN SUM(matched) = 0 THEN NULL WHEN SUM(matched) < COUNT(*) THEN 'lineage_live'
                                ELSE COALESCE(MAX(first_reason), 'ok') END
             FROM (SELECT chain, matched,
                          FIRST_VALUE(reason) OVER (PARTITION BY chain ORDER BY reason IS NULL, started_at, id)
                              AS first_reason
                   FROM (SELECT chain, matched, started_at, id,
-                               CASE WHEN maint_not_utf8(CAST(id AS BLOB)) THEN 'id_not_utf8'
+                               CASE WHEN {unreadable_id_sql('maint_s')} THEN 'id_not_utf8'
                                     WHEN keep THEN 'just_reaped' WHEN ended_at IS NULL THEN 'open'
                                     WHEN pinned AND NOT :pinned_ok THEN 'pinned' WHEN locked THEN 'in_progress'
                                     WHEN archived AND NOT :archived_ok THEN 'archived' END AS reason

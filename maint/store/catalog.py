@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from maint.errors import SessionNotFound, UsageError
 from maint.selection.timeparse import EARLIEST, LATEST
 from maint.store.connection import Store
+from maint.store.text_check import readable_id_sql, shown_id
 
 
 ORPHAN_REAP_REASON = "startup_orphan_reap"
@@ -205,6 +206,17 @@ def relation_sql(store: Store, where: str = "1") -> str:
 
 def _record(row: dict) -> SessionInfo:
     del row["rid"], row["last_activity_at"]
+    # A time stored as text or bytes (a hand-edited or damaged row) would stop the first comparison in
+    # Python: the start and end read as the last activity the SQL above gave (a number, "now" for what
+    # cannot be dated), so an ended session stays ended; a newest message that is not a number as none.
+    for key in ("started_at", "ended_at"):
+        if row[key] is not None and row[key].__class__ not in (float, int):
+            row[key] = row["last_active"]
+    if row["last_message_at"].__class__ not in (float, int):
+        row["last_message_at"] = None
+    for key, value in row.items():
+        if value.__class__ is bytes:  # a BLOB where text is due: shown, never decoded strictly
+            row[key] = shown_id(value)
     for flag in ("archived", "auto_archived", "pinned", "hidden", "locked", "undated"):
         row[flag] = bool(row[flag])
     return SessionInfo(**row)
@@ -223,7 +235,8 @@ def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionIn
     """Every session as a record, in table order. Its memory grows with the store: only repair-routing,
     which compares sessions pairwise, uses it; the planners work in SQL (:mod:`maint.store.lineage`)."""
     now = time.time() if now is None else now
-    return {row["id"]: _record(row) for row in store.iter_rows(catalog_sql(store), {"now": now})}
+    rows = store.iter_rows(catalog_sql(store, where=readable_id_sql("s")), {"now": now})
+    return {info.id: info for info in map(_record, rows)}
 
 
 def resolve_session(store: Store, ref: str, *, exact: bool = False, titles: bool = False,

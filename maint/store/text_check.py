@@ -25,16 +25,22 @@ def register(store: Store) -> None:
     store.conn.create_scalar_function("maint_not_utf8", not_utf8, 1, deterministic=True)
 
 
+def unreadable_id_sql(alias: str) -> str:
+    """True when the session row *alias*'s id is not UTF-8 text: bytes that are not UTF-8, or a value stored
+    as a BLOB (a TEXT column keeps one as it came; Python would read it as bytes and stop on it)."""
+    return f"(typeof({alias}.id) <> 'text' OR maint_not_utf8(CAST({alias}.id AS BLOB)))"
+
+
 def readable_id_sql(alias: str) -> str:
-    """True when the session row *alias*'s id is UTF-8, as every id Python reads must be: listings and
+    """True when the session row *alias*'s id is UTF-8 text, as every id Python reads must be: listings and
     plans leave the others out (and name them, :func:`unreadable_ids`)."""
-    return f"NOT maint_not_utf8(CAST({alias}.id AS BLOB))"
+    return f"NOT {unreadable_id_sql(alias)}"
 
 
 def unreadable_ids(store: Store) -> list[str]:
-    """The ids that are not UTF-8, shown escaped (``x\\xff``); one pass over the ids alone."""
+    """The ids that are not UTF-8 text, shown escaped (``x\\xff``); one pass over the ids alone."""
     return [shown_id(raw) for (raw,) in store.conn.execute(
-        "SELECT CAST(id AS BLOB) FROM sessions WHERE maint_not_utf8(CAST(id AS BLOB)) ORDER BY 1")]
+        f"SELECT CAST(s.id AS BLOB) FROM sessions s WHERE {unreadable_id_sql('s')} ORDER BY 1")]
 
 
 def shown_text_sql(expr: str) -> str:
@@ -71,9 +77,17 @@ class Unreadable:
         return {"id": self.id, "fields": list(self.fields)}
 
 
+def _bad_sql(table: str, alias: str, column: str) -> str:
+    """True when the column's value is text that is not UTF-8, or (a session's id) not text at all."""
+    expr = f"{alias}.{quote_ident(column)}"
+    if table == "sessions" and column == "id":
+        return unreadable_id_sql(alias)
+    return bad_text_sql(expr)
+
+
 def _fields(store: Store, table: str, alias: str) -> str:
     cols = store.columns(table)
-    parts = [f"iif({bad_text_sql(f'{alias}.{quote_ident(c)}')}, {_literal(f'{table}.{c}')}, NULL)" for c in cols]
+    parts = [f"iif({_bad_sql(table, alias, c)}, {_literal(f'{table}.{c}')}, NULL)" for c in cols]
     return f"concat_ws(',', {', '.join(parts)})" if parts else "''"
 
 
@@ -82,7 +96,10 @@ def _any_bad(store: Store, table: str, alias: str) -> str:
     are UTF-8 exactly when each one is (an ASCII byte can neither finish nor continue a sequence)."""
     texts = [f"iif(typeof({alias}.{quote_ident(c)}) = 'text', {alias}.{quote_ident(c)}, NULL)"
              for c in store.columns(table)]
-    return f"maint_not_utf8(CAST(concat_ws(char(10), {', '.join(texts)}) AS BLOB))" if texts else "0"
+    if not texts:
+        return "0"
+    joined = f"maint_not_utf8(CAST(concat_ws(char(10), {', '.join(texts)}) AS BLOB))"
+    return f"({joined} OR typeof({alias}.id) <> 'text')" if table == "sessions" else joined
 
 
 def _literal(text: str) -> str:
