@@ -28,9 +28,22 @@ from typing import Any
 
 import apsw
 
-from maint.export.redact import KEEP_COLUMNS, gate, redact_gated, redact_text, redact_value
 from maint.json_text import MAX_DEPTH
 from maint.store.connection import Store
+
+# The redactor's patterns compile when it is imported (a tenth of a second, most of a small export's start):
+# a redacted export loads it (:func:`_load_redactor`), an unredacted one never does.
+KEEP_COLUMNS: frozenset[str]
+gate: Callable[[bytes], Any]
+redact_gated: Callable[[str, Any], str]
+redact_text: Callable[[str], str]
+redact_value: Callable[[Any], Any]
+
+
+def _load_redactor() -> None:
+    global KEEP_COLUMNS, gate, redact_gated, redact_text, redact_value
+    from maint.export.redact import KEEP_COLUMNS, gate, redact_gated, redact_text, redact_value
+
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)  # render._dumps: the reference's encoder
 _quote = json.encoder.encode_basestring  # what that encoder does to a str (ensure_ascii=False)
@@ -419,6 +432,8 @@ def write_sessions(store: Store, ids: Iterable[Any], write: Callable[[bytes], No
     sessions are read in short transactions of their own (:class:`ReadPacing`): each reads whole
     sessions into its spool (where *reference* must write too) and ends before a byte of them is
     written, so no read lock waits on the output."""
+    if redact:
+        _load_redactor()
     register(store)
     sql = line_sql(store, redact)
     hits = _Hits(store) if redact else None
