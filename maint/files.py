@@ -575,6 +575,12 @@ class Folder:
         if before is not None and not replace:
             raise FileExistsError(errno.EEXIST, "exists", str(self.path / name))
         if before is not None:
+            if self.store_owner is not None and before.st_uid not in (0, self.store_owner[0], os.geteuid()):
+                # A replaced file keeps its owner: a store's content must not go to a third user who made
+                # the name first (hostile try 4, G1), as a new file never does (see __init__).
+                raise FileRefused(f"{self.path / name}: belongs to uid {before.st_uid}, neither root nor the "
+                                  "store's owner; refusing to replace it with the store's content (nothing was "
+                                  "written)")
             keep = stat.S_IMODE(before.st_mode)
             final_mode = keep & mode if mode is not None else keep
             final_owner = owner or (before.st_uid, before.st_gid)

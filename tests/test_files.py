@@ -416,3 +416,31 @@ def test_a_stores_content_is_never_handed_to_a_third_user_who_owns_the_folder(tm
     assert all(chowns.owners(p) and set(chowns.owners(p)) == {(1000, 1000)} for p in made), \
         {str(p): chowns.owners(p) for p in made}
     assert not any(uid == 4321 for _, uid, _ in chowns.calls)
+
+
+@pytest.mark.parametrize("name, command", [
+    ("e.jsonl", ["export", "{out}"]), ("e.md", ["export", "--format", "md", "--session-id", "s1", "{out}"]),
+    ("e.html", ["export", "--format", "html", "--session-id", "s1", "{out}"])])
+def test_a_stores_content_never_replaces_a_file_a_third_user_made_first(tmp_path, monkeypatch, cli, name, command):
+    """Hostile try 4, G1: a replaced file keeps its owner, so mallory's file at the OUTPUT name (made first, in a
+    shared sticky folder) received root's export of alice's store, still mallory's. Replacing a file of anyone
+    but root, the store's owner or us with a store's content is refused; the file is left as it was."""
+    db = _store(tmp_path / "state.db")
+    out = tmp_path / "share" / name
+    out.parent.mkdir()
+    out.write_text("mallory's\n")
+    _fake_owner(monkeypatch, "stat", 1000, db)  # alice's store
+    alices_stat, mallorys = os.stat, os.stat(out).st_ino
+
+    def stat(path, *args, **kwargs):  # the name in the shared folder is mallory's
+        st = alices_stat(path, *args, **kwargs)
+        if st.st_ino == mallorys:
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, 4321, 4321, *st[6:]))
+        return st
+
+    monkeypatch.setattr(os, "stat", stat)
+    result = cli(*[a.replace("{out}", str(out)) for a in command], "--db", db)
+    assert result.exit_code != 0 and "belongs to uid 4321, neither root nor the store's owner" in result.stderr, \
+        result.output
+    assert out.read_text() == "mallory's\n"
+    assert sorted(p.name for p in out.parent.iterdir()) == [name]

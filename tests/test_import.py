@@ -557,3 +557,46 @@ def test_a_dry_run_opens_the_store_read_only_and_leaves_the_folder_as_found(tmp_
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["dry_run"]
     assert sorted(p.name for p in db.parent.iterdir()) == before == ["state.db"]
+
+
+def test_a_fifo_swapped_in_after_the_check_is_refused_not_waited_on(tmp_path, monkeypatch, cli):
+    """Hostile try 4, G2: the writer opened FILE again by name with a blocking open(): a FIFO renamed over it
+    after the check (inotify wins that race) hung the import for ever, holding the run lock."""
+    import os
+    import threading
+
+    from maint.ops import importer
+
+    db = _store(tmp_path / "state.db", "v22")
+    f = tmp_path / "all.jsonl"
+    f.write_text(export_all(db))
+    target = _store(tmp_path / "target" / "state.db", "v22")
+    conn = sqlite3.connect(target)
+    conn.execute("DELETE FROM sessions")
+    conn.commit()
+    conn.close()
+    checked = importer.read_export
+
+    def swap(path):
+        read = checked(path)
+        os.unlink(f)
+        os.mkfifo(f)  # renamed over it by whoever owns the folder
+        return read
+
+    monkeypatch.setattr(importer, "read_export", swap)
+
+    def unblock():  # before the fix: the open waits for a writer; this one comes after 20 s and writes nothing
+        try:
+            fd = os.open(f, os.O_WRONLY)
+            os.close(fd)
+        except OSError:
+            pass
+    timer = threading.Timer(20, unblock)
+    timer.daemon = True
+    timer.start()
+    try:
+        result = cli("import", f, "--db", target, "--yes")
+    finally:
+        timer.cancel()
+    assert result.exit_code != 0 and "is a FIFO, not a regular file" in result.stderr, result.output
+    assert query(target, "SELECT COUNT(*) FROM sessions") == [(0,)]

@@ -484,7 +484,9 @@ class _Writer:
         self.has_prompt_table = store.has_table("system_prompts")
         self.pending: dict[tuple[str, ...], list[list[Any]]] = {}
         self.pending_ids: set[int] = set()
-        self.fh = open(plan.path, "rb")  # noqa: SIM115 - closed by close(), after the batched run
+        # Opened again by name, as checked the first time: a FIFO swapped in since would block us for ever
+        # (hostile try 4, G2); another regular file fails the per-record digest (record()).
+        self.fh = files.open_regular(plan.path, what="export to import")
 
     def close(self) -> None:
         self.fh.close()
