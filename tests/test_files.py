@@ -444,3 +444,30 @@ def test_a_stores_content_never_replaces_a_file_a_third_user_made_first(tmp_path
         result.output
     assert out.read_text() == "mallory's\n"
     assert sorted(p.name for p in out.parent.iterdir()) == [name]
+
+
+def test_no_module_but_the_file_module_opens_a_path_by_name_for_reading():
+    """Hostile try 4, G2: a check through the file module, then a second open by name with a blocking open(),
+    let a FIFO swapped in between hang the run. Every read of a path goes through `maint.files` (O_NONBLOCK,
+    regular files only); the only bare opens left read the kernel's /proc and our own package's templates."""
+    import ast
+
+    from tests.conftest import REPO
+
+    allowed = {("maint/store/holders.py", "open"), ("maint/ops/journal.py", "read_text"),
+               ("maint/export/render.py", "read_text")}
+    found = set()
+    for path in sorted((REPO / "maint").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if rel == "maint/files.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            bare_open = isinstance(func, ast.Name) and name == "open"
+            if bare_open or name in ("read_text", "read_bytes") or (name == "open" and isinstance(func, ast.Attribute)
+                                                                   and getattr(func.value, "id", "") == "io"):
+                found.add((rel, name))
+    assert found == allowed, found - allowed

@@ -284,7 +284,9 @@ def _kept_manifest_lines(path: Path, names: set[str]) -> list[str]:
         return []
     check_destination(path)
     kept = []
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    with files.open_regular(path, what="manifest") as fh:  # never blocks on a FIFO swapped in since the check
+        text = fh.read().decode("utf-8", errors="replace")
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

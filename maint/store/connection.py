@@ -209,7 +209,7 @@ def _check_header_once(path: Path) -> tuple[int, int] | None:
 
 def header_bytes(path: Path) -> tuple[int, int]:
     """File-format write and read versions (header bytes 18-19): 1 = rollback journal, 2 = WAL."""
-    with open(path, "rb") as fh:
+    with files.open_regular(path, what="store") as fh:  # never blocks, even on a FIFO swapped in meanwhile
         fh.seek(18)
         data = fh.read(2)
     return data[0], data[1]
