@@ -395,3 +395,20 @@ def test_sigterm_interrupts_a_statement_a_stores_trigger_keeps_running(tmp_path)
     assert proc.returncode == 128 + signal.SIGTERM and "terminated by SIGTERM" in err
     assert session_ids(store) == {"old0", "old1", "old2", "recent"}
     assert query(store, "PRAGMA integrity_check") == [("ok",)]
+
+
+def test_a_restore_dry_run_leaves_the_store_and_the_snapshot_as_found(tmp_path):
+    """Hostile try 4, G3: `restore SNAP --dry-run` left -wal and -shm beside the store and beside a snapshot
+    copied by hand from a WAL store (its checks open both outside open_store). Both folders stay as found."""
+    import shutil
+
+    store = small_store(tmp_path / "live" / "state.db")
+    snap = tmp_path / "snaps" / "copy.db"
+    snap.parent.mkdir()
+    shutil.copy(store, snap)
+    assert header_journal_mode(snap) == "wal"
+    before = (sorted(os.listdir(store.parent)), sorted(os.listdir(snap.parent)), file_hash(store), file_hash(snap))
+    result = run_subprocess("restore", snap, "--db", store, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert (sorted(os.listdir(store.parent)), sorted(os.listdir(snap.parent)), file_hash(store),
+            file_hash(snap)) == before

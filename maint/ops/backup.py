@@ -55,7 +55,8 @@ from maint.errors import MaintError, StoreError, UsageError
 from maint import json_text
 from maint.export.files import safe_name
 from maint.store.batching import Batcher, pacer_for
-from maint.store.connection import READ_CACHE_KB, REQUIRED_TABLES, Store, connect, flat_memory_pragmas, open_store
+from maint.store.connection import (READ_CACHE_KB, REQUIRED_TABLES, Store, as_found, connect, flat_memory_pragmas,
+                                    open_store)
 from maint.store.snapshots import default_folder, prepare_folder
 from maint.store.targets import StoreTarget, hermes_home
 from maint.ops.vacuum import DiskUsage, file_size_limit, with_margin, write_limit_reached
@@ -115,7 +116,13 @@ def open_readonly(path: Path) -> apsw.Connection:
 
 
 def check_file(path: Path) -> dict[str, Any]:
-    """quick_check, Hermes's tables and the counts of a snapshot file; raises StoreError if it is not intact."""
+    """quick_check, Hermes's tables and the counts of a snapshot file; raises StoreError if it is not intact.
+    A snapshot at rest is left as found (a copy of a WAL store would gain a -wal and a -shm)."""
+    with as_found(path):
+        return _check_file(path)
+
+
+def _check_file(path: Path) -> dict[str, Any]:
     try:
         conn = open_readonly(path)
     except apsw.Error as exc:

@@ -36,8 +36,8 @@ from maint import json_text
 from maint.errors import MaintError, StoreError, UsageError
 from maint.ops.backup import MADE_BY, Snapshot, check_file, counts, open_readonly, take_snapshot
 from maint.ops.vacuum import DiskUsage, with_margin
-from maint.store.connection import (NEWEST_KNOWN_SCHEMA, _check_header, _persist_wal, check_writable, connect,
-                                    header_journal_mode)
+from maint.store.connection import (NEWEST_KNOWN_SCHEMA, _check_header, _persist_wal, as_found, check_writable,
+                                    connect, header_journal_mode)
 from maint.store.holders import STOP_HERMES, HolderReport, refuse_if_held
 from maint.store.runlock import run_lock
 from maint.store.targets import StoreTarget
@@ -242,11 +242,12 @@ def restore_store(target: StoreTarget, req: RestoreRequest, op: Operator) -> dic
     info = req.snapshot
     if info.path.resolve() == Path(target.path).expanduser().resolve():
         raise UsageError(f"SNAPSHOT: {info.path} is the store itself (expected a snapshot of it)")
-    conn = open_live(target.path)
-    try:
-        before = live_counts(conn)
-    finally:
-        conn.close()
+    with as_found(Path(target.path).expanduser()):  # a dry run leaves the store's folder as found
+        conn = open_live(target.path)
+        try:
+            before = live_counts(conn)
+        finally:
+            conn.close()
     report = {"store": str(target.path), "profile": target.profile, "snapshot": str(info.path),
               "dry_run": req.dry_run, "before": before,
               "snapshot_counts": {"sessions": info.sessions, "messages": info.messages},

@@ -452,6 +452,20 @@ class Store:
         self.close()
 
 
+@contextlib.contextmanager
+def as_found(path: Path | str) -> Iterator[None]:
+    """Opens inside leave a WAL file that was at rest (no ``-wal``, no ``-shm``) as they found it: what they
+    made beside it is removed after (:func:`_remove_our_wal_files`). For the opens that are not
+    :func:`open_store`'s (which does this itself): a snapshot's, a damaged store's."""
+    path = Path(path)
+    at_rest = not any(os.path.lexists(f"{path}{s}") for s in ("-wal", "-shm"))
+    try:
+        yield
+    finally:
+        if at_rest:
+            _remove_our_wal_files(path)
+
+
 def _remove_our_wal_files(path: Path) -> None:
     """Remove the empty ``-wal`` and the ``-shm`` a read-only open created (SQLite cannot remove them from a
     read-only connection), so a dry run or a report leaves a store at rest as it found it.
