@@ -336,8 +336,50 @@ def test_a_stored_prompt_is_decoded_once_however_many_sessions_point_at_it(monke
         for n in range(40):
             b.session(f"s{n:02d}", age=1, messages=1)
             b.set(f"s{n:02d}", system_prompt_hash=shared, tool_names=shared)
+    from maint.ops.doctor import text_mark
+    from maint.store.connection import open_store
+    from maint.store.text_check import unreadable_sessions, unreadable_since
+
+    doctor(path, full=True, record=True)
     seen = _decoded(monkeypatch)
-    for full in (True, False):
+    with open_store(path, readonly=True) as store:
+        assert unreadable_sessions(store) == []
+        assert seen.count(b"You are Hermes.") == 1  # the complete pass (--full)
         seen.clear()
-        doctor(path, full=full, record=full)
-        assert seen.count(b"You are Hermes.") == 1, full
+        assert unreadable_since(store, text_mark(store)).bad == []
+        assert seen.count(b"You are Hermes.") == 1  # the daily pass
+
+
+def test_prompt_scan_reads_only_the_sessions_that_can_have_a_degraded_prompt(hermes_home, monkeypatch):
+    """Sessions pointing at a stored prompt that has the Skill Safety guidance (most of them) have nothing to
+    report: the scan read each of 420,000 rows to learn that (2 of the daily doctor's 12 s). The findings are
+    the same."""
+    from maint.ops.prompts import scan
+    from maint.store.connection import Store, open_store
+
+    path = hermes_home / "state.db"
+    with StoreBuilder(path, layout="v30") as b:
+        degraded = b.prompt("You are Hermes (reduced).")
+        healthy = b.prompt("You are Hermes.\n## Skill Safety\nbe careful")
+        pin = b.prompt(json.dumps(["terminal", "skill_manage"]))
+        for n in range(200):
+            b.session(f"s{n:03d}", age=1, messages=1)
+            b.set(f"s{n:03d}", system_prompt_hash=degraded if n % 50 == 0 else healthy, tool_names=pin)
+        b.session("inline", age=1, messages=1, system_prompt="You are Hermes, inline and reduced.")
+        b.set("inline", tool_names=pin)
+        b.session("noprompt", age=1, messages=1)
+        b.session("missing", age=1, messages=1)
+        b.set("missing", system_prompt_hash="0" * 64, tool_names=pin)  # a hash with no stored prompt
+    read = []
+    real = Store.iter_rows
+
+    def counting(self, sql, params=()):
+        for row in real(self, sql, params):
+            read.append(row["id"])
+            yield row
+
+    monkeypatch.setattr(Store, "iter_rows", counting)
+    with open_store(path, readonly=True) as store:
+        found = scan(store)
+    assert list(found.verified.ids) == ["inline", "s000", "s050", "s100", "s150"]
+    assert sorted(read) == ["inline", "s000", "s050", "s100", "s150"]  # before: all 203
