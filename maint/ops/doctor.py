@@ -6,7 +6,10 @@ what it found in one ``state_meta`` row of our own (:data:`FULL_CHECK_KEY`). The
 table and index (``quick_check`` one table at a time) and leaves to ``--full`` (the
 weekly job) what costs most at 10 GB and changes least: FTS5's own check of its
 index against the content (which a whole-file ``quick_check`` runs in SQLite >=
-3.44) and the file's page accounting; the report lists them under ``skipped``.
+3.44), the file's page accounting, and the UTF-8 check of stored text that cannot
+have changed since the last clean recorded full check (:func:`text_mark`; see
+:meth:`Doctor.check_text` for the rule on what Hermes rewrites in place); the report
+lists them under ``skipped``.
 
 A finding has a severity (ok / warning / critical), one line saying what
 was found and why it matters, and, unless it is ok, the exact command that makes
