@@ -444,9 +444,9 @@ class Doctor:
             if not bad and counter is not None and self.full:
                 self.text_mark = TextMark(counter, self.now)
             scope = "checked every row" + ("" if self.full else
-                                           " (no clean full check recorded with a mark: `"
+                                           "; no clean full check recorded with a mark: `"
                                            f"{self.cmd('doctor', '--full', '--record')}` records one, and the "
-                                           "daily pass then reads only what changed since)")
+                                           "daily pass then reads only what can have changed since")
             data = {"mark": None}
         if not bad:
             self.add("stored_text", OK, f"every stored text is valid UTF-8 ({scope})", **data)
