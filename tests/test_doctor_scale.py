@@ -402,3 +402,15 @@ def test_stray_messages_are_found_with_one_session_lookup_per_session_not_per_me
 
     with open_store(db, readonly=True) as store:
         assert [(s.session_id, s.messages, s.first, s.last) for s in find_stray(store)] == [("gone", 2, 5.0, 7.0)]
+
+
+def test_a_mark_over_8_days_old_means_a_complete_pass(db):
+    """An old message rewritten in place in a session that gained none since waits for the weekly --full, and
+    no longer: without it the daily pass reads every row again."""
+    doctor(db, full=True, record=True)
+    (value,) = query(db, "SELECT value FROM state_meta WHERE key = ?", FULL_CHECK_KEY)[0]
+    at = json.loads(value)["at"]
+    _raw(db, "UPDATE messages SET content = CAST(x'ff41' AS TEXT) WHERE id = (SELECT MIN(id) FROM messages)")
+    assert _text(doctor(db, now=at + FULL_CHECK_MAX_AGE_S - 60))["severity"] == "ok"  # left to the weekly pass
+    f = _text(doctor(db, now=at + FULL_CHECK_MAX_AGE_S + 60))
+    assert f["severity"] == "warning" and f["data"]["mark"] is None and "over 8 days old" in f["what"]

@@ -426,6 +426,9 @@ class Doctor:
 
         counter = message_counter(store)  # before the pass: a message added during it is past the mark
         mark = None if self.full else text_mark(store)
+        stale = mark is not None and self.now - mark.at > FULL_CHECK_MAX_AGE_S
+        if stale:  # a rewrite the daily pass does not read waits at most for the weekly pass, never longer
+            mark = None
         if mark is not None and counter is not None and mark.message_id <= counter:
             since = unreadable_since(store, mark)
             bad = since.bad
@@ -443,10 +446,11 @@ class Doctor:
             bad = unreadable_sessions(store)
             if not bad and counter is not None and self.full:
                 self.text_mark = TextMark(counter, self.now)
+            why = "the last clean full check is over 8 days old" if stale else \
+                "no clean full check recorded with a mark"
             scope = "checked every row" + ("" if self.full else
-                                           "; no clean full check recorded with a mark: `"
-                                           f"{self.cmd('doctor', '--full', '--record')}` records one, and the "
-                                           "daily pass then reads only what can have changed since")
+                                           f"; {why}: `{self.cmd('doctor', '--full', '--record')}` records one, "
+                                           "and the daily pass then reads only what can have changed since")
             data = {"mark": None}
         if not bad:
             self.add("stored_text", OK, f"every stored text is valid UTF-8 ({scope})", **data)
