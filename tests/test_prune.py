@@ -313,3 +313,27 @@ def test_prune_keeps_a_session_whose_id_is_not_utf8_and_deletes_the_rest(tmp_pat
     assert report["held_back"] == {"id_not_utf8": 1} and report["ids_not_utf8"] == ["x\\xff"]
     assert query(store, "SELECT CAST(id AS BLOB) FROM sessions") == [(b"x\xff",)]
     assert query(store, "SELECT COUNT(*) FROM messages") == [(2,)]
+
+
+def test_a_prune_in_many_transactions_lists_the_request_dumps_once(hermes_home, monkeypatch):
+    """Issue 28: after each commit the sessions folder was read again for request dumps (a folder of many
+    files read once per transaction: 400 times in a 10 GB store's sweep). Every file still goes."""
+    from maint.store import delete
+
+    db = hermes_home / "state.db"
+    with StoreBuilder(db) as b:
+        for n in range(10):
+            b.session(f"old{n}", age=200, messages=2)
+        b.session("kept", age=1, messages=2)
+    for sid in [f"old{n}" for n in range(10)] + ["kept"]:
+        _session_files(hermes_home, sid)
+    listings = []
+    real = delete._request_dumps
+    monkeypatch.setattr(delete, "_request_dumps", lambda folder: listings.append(1) or real(folder))
+    with open_store(db) as store:
+        plan = plan_prune(store, parse_filters({"older_than": "90"}))
+        result = execute_prune(store, plan, batcher=Batcher(target_s=0, max_load=1))
+    assert result.transactions >= 10 and len(result.deleted_ids) == 10
+    assert len(listings) == 1  # before: one a transaction
+    left = sorted(p.name for p in (hermes_home / "sessions").iterdir())
+    assert left == sorted(_session_files_names("kept")) and len(result.removed_files) == 40

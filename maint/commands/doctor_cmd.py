@@ -10,11 +10,14 @@ from maint.errors import EXIT_FAILED, UsageError
 
 @command("doctor")
 @click.option("--full", is_flag=True, help="The complete pass: integrity_check of the whole file, FTS5's own check of "
-                                           "each search index and the page accounting (slower: the default pass "
-                                           "checks every table and index and leaves these out, and says so).")
+                                           "each search index, the page accounting and the UTF-8 check of every "
+                                           "stored text (slower: the default pass checks every table and index, "
+                                           "and the text that can have changed since the last clean recorded "
+                                           "--full, and says what it left out).")
 @click.option("--record", is_flag=True, help="With --full: note when it ran and what it found in the store's "
                                              "state_meta (one row of hermes-maint's own), which the default pass "
-                                             "reports; the weekly-doctor-full job passes it.")
+                                             "reports, and when clean, where its UTF-8 check stood; the "
+                                             "weekly-doctor-full job passes it.")
 @click.option("--fail-on", type=click.Choice(["warning", "critical"]),
               help="Exit 1 when a finding at this level or worse exists.")
 @click.option("--summary", is_flag=True, help="One line per store (for cron mail).")
@@ -22,9 +25,10 @@ from maint.errors import EXIT_FAILED, UsageError
 def doctor(full, record, fail_on, summary, stores) -> None:
     """Check a store without writing to it: integrity, search indexes, sizes, holders, config, repairs due.
 
-    The daily pass checks every table and index; --full adds the search
-    indexes' own check and the file's page accounting (weekly; --record notes
-    it in the store, the one write doctor makes).
+    The daily pass checks every table and index, and stored text only where
+    it can have changed since the last clean `--full --record`; --full adds
+    the search indexes' own check, the file's page accounting and every stored
+    text (weekly; --record notes it in the store, the one write doctor makes).
 
     Each finding is ok, warning or critical, says what and why, and names the
     exact command that fixes it.

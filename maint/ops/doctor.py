@@ -6,7 +6,10 @@ what it found in one ``state_meta`` row of our own (:data:`FULL_CHECK_KEY`). The
 table and index (``quick_check`` one table at a time) and leaves to ``--full`` (the
 weekly job) what costs most at 10 GB and changes least: FTS5's own check of its
 index against the content (which a whole-file ``quick_check`` runs in SQLite >=
-3.44) and the file's page accounting; the report lists them under ``skipped``.
+3.44), the file's page accounting, and the UTF-8 check of stored text that cannot
+have changed since the last clean recorded full check (:func:`text_mark`; see
+:meth:`Doctor.check_text` for the rule on what Hermes rewrites in place); the report
+lists them under ``skipped``.
 
 A finding has a severity (ok / warning / critical), one line saying what
 was found and why it matters, and, unless it is ok, the exact command that makes
@@ -52,6 +55,7 @@ from maint.store.targets import hermes_home
 
 if TYPE_CHECKING:
     from maint.flow import Operator
+    from maint.store.text_check import TextMark
     from maint.store.targets import StoreTarget
 
 OK, WARNING, CRITICAL = "ok", "warning", "critical"
@@ -125,6 +129,7 @@ class Doctor:
         self.on_progress = on_progress
         self.skipped: list[str] = []  # what the default pass leaves to --full, in the report
         self.full_result: str | None = None  # "ok" / "damage" once a whole-file integrity check ran
+        self.text_mark: TextMark | None = None  # where a complete UTF-8 pass that found nothing stood
 
     # -- helpers -------------------------------------------------------------------------------
     def cmd(self, *words: str) -> str:
@@ -413,18 +418,49 @@ class Doctor:
                          "fix or delete those sessions, then run doctor again")
 
     def check_text(self, store: Store) -> None:
-        """Stored text that is not UTF-8: exports skip those sessions, other commands may stop at them."""
-        from maint.store.text_check import unreadable_sessions
+        """Stored text that is not UTF-8: exports skip those sessions, other commands may stop at them. The
+        daily pass reads what can have changed since the last clean full check (:func:`text_mark`), every
+        session row and stored prompt, and the messages of the sessions that gained one since; --full reads
+        every row (and, recorded, moves the mark)."""
+        from maint.store.text_check import TextMark, message_counter, unreadable_sessions, unreadable_since
 
-        bad = unreadable_sessions(store)
+        counter = message_counter(store)  # before the pass: a message added during it is past the mark
+        mark = None if self.full else text_mark(store)
+        stale = mark is not None and self.now - mark.at > FULL_CHECK_MAX_AGE_S
+        if stale:  # a rewrite the daily pass does not read waits at most for the weekly pass, never longer
+            mark = None
+        if mark is not None and counter is not None and mark.message_id <= counter:
+            since = unreadable_since(store, mark)
+            bad = since.bad
+            total = store.scalar("SELECT COUNT(*) FROM messages")
+            rest = max(0, total - since.new_messages - since.older_messages)
+            when = f"the last clean full check ({_age(max(0.0, self.now - mark.at))} ago, message id {mark.message_id})"
+            scope = (f"checked {since.new_messages} message(s) added since {when}, {since.older_messages} older "
+                     f"message(s) of the sessions that gained one, every session row and stored prompt; "
+                     f"{rest} older message(s) not re-read (run --full for all)")
+            self.skipped.append(f"the UTF-8 check of the {rest} message(s) stored before {when}, except in the "
+                                "sessions that gained a message since")
+            data = {"mark": mark.as_json(), "new_messages": since.new_messages,
+                    "older_messages": since.older_messages, "not_reread": rest}
+        else:
+            bad = unreadable_sessions(store)
+            if not bad and counter is not None and self.full:
+                self.text_mark = TextMark(counter, self.now)
+            why = "the last clean full check is over 8 days old" if stale else \
+                "no clean full check recorded with a mark"
+            scope = "checked every row" + ("" if self.full else
+                                           f"; {why}: `{self.cmd('doctor', '--full', '--record')}` records one, "
+                                           "and the daily pass then reads only what can have changed since")
+            data = {"mark": None}
         if not bad:
-            self.add("stored_text", OK, "every stored text is valid UTF-8")
+            self.add("stored_text", OK, f"every stored text is valid UTF-8 ({scope})", **data)
             return
         self.add("stored_text", WARNING,
                  f"{len(bad)} session(s) hold stored text that is not valid UTF-8 (exports skip them): "
-                 + "; ".join(f"{u.id} ({', '.join(u.fields)})" for u in bad[:10]) + (" …" if len(bad) > 10 else ""),
+                 + "; ".join(f"{u.id} ({', '.join(u.fields)})" for u in bad[:10]) + (" …" if len(bad) > 10 else "")
+                 + f" ({scope})",
                  "rewrite the bytes as UTF-8 with SQL, or delete those sessions",
-                 sessions=[u.as_json() for u in bad[:50]])
+                 sessions=[u.as_json() for u in bad[:50]], **data)
 
     def check_prompts(self, store: Store) -> None:
         prompts = scan_prompts(store)
@@ -619,15 +655,36 @@ def last_full_check(store: Store) -> dict[str, Any] | None:
     return {"at": at, "result": str(data.get("result"))} if math.isfinite(at) else None
 
 
-def record_full_check(path: Path, result: str, now: float, seconds: float) -> str | None:
-    """One state_meta row after a whole-file check, in a short write transaction; why not, when it could not."""
+def text_mark(store: Store) -> TextMark | None:
+    """Where the last recorded full check that found the store clean (integrity and every stored text) stood:
+    the daily pass re-reads only the messages added since, and those of the sessions that gained one."""
+    from maint.store.text_check import TextMark
+
+    if not store.has_table("state_meta"):
+        return None
+    try:
+        data = json_text.loads(store.get_meta(FULL_CHECK_KEY) or "")
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(data, dict) or data.get("result") != "ok":
+        return None
+    return TextMark.from_json(data.get("text_mark"))
+
+
+def record_full_check(path: Path, result: str, now: float, seconds: float,
+                      mark: TextMark | None = None) -> str | None:
+    """One state_meta row after a whole-file check, in a short write transaction; why not, when it could not.
+    *mark* (a clean check only): where its UTF-8 pass stood, for the daily pass (:func:`text_mark`)."""
+    value: dict[str, Any] = {"at": now, "result": result, "seconds": round(seconds, 1)}
+    if mark is not None and result == "ok":
+        value["text_mark"] = mark.as_json()
     try:
         with open_store(path) as store:
             if not store.has_table("state_meta"):
                 return "the store has no state_meta table"
             with store.write() as conn:
                 conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
-                             (FULL_CHECK_KEY, json.dumps({"at": now, "result": result, "seconds": round(seconds, 1)})))
+                             (FULL_CHECK_KEY, json.dumps(value)))
     except MaintError as exc:
         return str(exc)
     return None
@@ -699,7 +756,8 @@ def run_doctor(path: Path, cfg: Config, *, profile: str | None = None, cfg_error
     findings = doctor.run()
     recorded = None
     if record and full and doctor.full_result is not None:
-        why_not = record_full_check(Path(path), doctor.full_result, now, time.monotonic() - started)
+        why_not = record_full_check(Path(path), doctor.full_result, now, time.monotonic() - started,
+                                    doctor.text_mark)
         recorded = True if why_not is None else f"not recorded: {why_not}"
     counts, worst = summarize(findings)
     return {"store": str(path), "profile": profile, "checked_at": now, "full": full,

@@ -10,6 +10,7 @@ prompt to NULL on purpose: Hermes rebuilds a healthy one on the next turn.
 
 from __future__ import annotations
 
+import json
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -125,11 +126,41 @@ def _remember(cache: dict, key: Any, value: Any) -> Any:
     return value
 
 
+def _unfit_prompts(store: Store) -> list[str]:
+    """The hashes of the stored prompts a session pointing at would be reported for (no Skill Safety guidance;
+    or text that is not UTF-8, which the scan reads and stops at as before). A hash that is not UTF-8 is no
+    session's: Python could not read it."""
+    if not store.has_table("system_prompts") or not store.has_column("system_prompts", "prompt"):
+        return []
+    unfit = []
+    for digest, prompt, unreadable in store.conn.execute(
+            "SELECT hash, iif(typeof(prompt) = 'text' AND maint_not_utf8(CAST(prompt AS BLOB)), NULL, prompt), "
+            "typeof(prompt) = 'text' AND maint_not_utf8(CAST(prompt AS BLOB)) FROM system_prompts "
+            "WHERE typeof(hash) = 'text' AND NOT maint_not_utf8(CAST(hash AS BLOB))"):
+        text = (_text(prompt) or "").strip()
+        if unreadable or (text and SKILL_SAFETY_MARKER not in text):
+            unfit.append(digest)
+    return unfit
+
+
+def _may_report(store: Store) -> tuple[str, tuple]:
+    """Which sessions the scan reads: those with an inline prompt, a prompt reference that is not text, or a
+    reference to an unfit stored prompt. The others (pointing at a prompt with the guidance, or at none) have
+    nothing to report: reading each of 420,000 rows to learn that was 2 of the daily doctor's 12 s."""
+    if not store.has_column("sessions", "system_prompt_hash"):
+        return "", ()
+    inline = "s.system_prompt IS NOT NULL OR " if store.has_column("sessions", "system_prompt") else ""
+    return (f" AND ({inline}(s.system_prompt_hash IS NOT NULL AND typeof(s.system_prompt_hash) <> 'text') "
+            "OR s.system_prompt_hash IN (SELECT value FROM json_each(?)))", (json.dumps(_unfit_prompts(store)),))
+
+
 def scan(store: Store) -> PromptScan:
     result = PromptScan()
     by_hash: dict[str, tuple[bool, int]] = {}  # prompt hash -> (nothing to report, prompt chars)
     by_pin: dict[str, tuple[str, ...] | None] = {}
-    for row in store.iter_rows(f"SELECT {_cols(store)} FROM sessions s WHERE {readable_id_sql('s')} ORDER BY id"):
+    narrow, params = _may_report(store)
+    for row in store.iter_rows(f"SELECT {_cols(store)} FROM sessions s WHERE {readable_id_sql('s')}{narrow} "
+                               "ORDER BY id", params):
         digest = row.get("system_prompt_hash")
         if row.get("system_prompt") or not isinstance(digest, str):
             prompt = (stored_prompt(store, row) or "").strip()

@@ -25,7 +25,7 @@ from maint.store.holders import other_connections
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store, busy_timeout_from_env, open_store
-from maint.store.delete import delete_sessions, remove_session_files, session_files
+from maint.store.delete import SessionFileRemover, delete_sessions, session_files
 from maint.store.text_check import unreadable_id_sql, unreadable_ids
 
 if TYPE_CHECKING:
@@ -315,10 +315,11 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
     with background_checkpoints(store) as checkpoint, \
             merges_in_our_hands(store, target_s=batcher.target_s, pause=pacer.pause, after_commit=checkpoint) \
             as merge_step, \
-            detaching(store, piece=int(batcher.chunk_load), target_s=batcher.target_s, pause=pacer.pause) as detacher:
+            detaching(store, piece=int(batcher.chunk_load), target_s=batcher.target_s, pause=pacer.pause) as detacher, \
+            SessionFileRemover(store.path) as remover:  # the folder's request dumps listed once per run
         def after_commit() -> None:
             checkpoint()
-            removed_files.extend(remove_session_files(store.path, files_due))
+            removed_files.extend(remover.remove(files_due))
             files_due.clear()
 
         def upkeep() -> bool:

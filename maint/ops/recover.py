@@ -26,10 +26,15 @@ if TYPE_CHECKING:
 
 RECOVERED_SOURCE = "recovered"
 
+# The session row is looked up once per distinct session id of the messages (read in the session index's
+# order), then the stray ones' messages counted: a lookup per message was 1.8 s of the daily doctor's 12 at
+# 4.5 M messages (0.7 s this way).
 STRAY_SQL = """
+WITH stray(session_id) AS MATERIALIZED (
+    SELECT d.session_id FROM (SELECT DISTINCT session_id FROM messages) d
+    WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = d.session_id))
 SELECT m.session_id AS session_id, COUNT(*) AS messages, MIN(m.timestamp) AS first, MAX(m.timestamp) AS last
-FROM messages m
-WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = m.session_id)
+FROM stray CROSS JOIN messages m ON m.session_id = stray.session_id
 GROUP BY m.session_id
 ORDER BY m.session_id
 """

@@ -96,20 +96,58 @@ def remove_session_files(store_path: Path, ids: Iterable[str]) -> list[str]:
     folder = _sessions_folder(store_path)
     if folder is None:
         return []
-    removed = []
     with folder:
-        for name in _files_of(folder, ids):
-            try:
-                if folder.unlink(name):
-                    removed.append(str(folder.path / name))
-            except OSError:
-                continue
+        return _unlink(folder, _files_of(folder, ids))
+
+
+class SessionFileRemover:
+    """:func:`remove_session_files` for a run that deletes in many transactions (prune, the sweep): the
+    sessions folder is opened, and its request dumps listed, once for the whole run (on the first removal),
+    not once per transaction (a folder of 100,000 files read after each of 400 commits). A dump Hermes
+    writes during the run is not in the list; it writes them for a session it is running, and a run deletes
+    only sessions unchanged since its plan."""
+
+    def __init__(self, store_path: Path):
+        self.store_path = store_path
+        self.folder: files.Folder | None = None
+        self.dumps: dict[str, list[str]] | None = None
+        self.listings = 0  # how many times the folder was read for request dumps
+
+    def __enter__(self) -> SessionFileRemover:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.folder is not None:
+            self.folder.close()
+            self.folder = None
+
+    def remove(self, ids: Iterable[str]) -> list[str]:
+        ids = list(ids)
+        if not ids:
+            return []
+        if self.dumps is None:
+            self.folder = _sessions_folder(self.store_path)
+            self.listings += self.folder is not None
+            self.dumps = _request_dumps(self.folder) if self.folder is not None else {}
+        if self.folder is None:
+            return []
+        return _unlink(self.folder, _files_of(self.folder, ids, self.dumps))
+
+
+def _unlink(folder: files.Folder, names: list[str]) -> list[str]:
+    removed = []
+    for name in names:
+        try:
+            if folder.unlink(name):
+                removed.append(str(folder.path / name))
+        except OSError:
+            continue
     return removed
 
 
-def _files_of(folder: files.Folder, ids: Iterable[str]) -> list[str]:
-    """:func:`session_files` in a folder already open."""
-    dumps = _request_dumps(folder)
+def _files_of(folder: files.Folder, ids: Iterable[str], dumps: dict[str, list[str]] | None = None) -> list[str]:
+    """:func:`session_files` in a folder already open (*dumps*: its request dumps, listed by the caller)."""
+    dumps = _request_dumps(folder) if dumps is None else dumps
     out: set[str] = set()
     for sid in ids:
         for name in {sid, hermes_safe_id(sid)}:

@@ -113,13 +113,19 @@ def _rows(store: Store, scope: str, params: Any) -> Iterator[tuple[bytes, str]]:
     yield from store.conn.execute(
         f"SELECT CAST(m.session_id AS BLOB), {_fields(store, 'messages', 'm')} FROM messages m "
         f"WHERE m.session_id IN ({scope}) AND {_any_bad(store, 'messages', 'm')}", params)
+    yield from _prompt_rows(store, scope, params)
+
+
+def _prompt_rows(store: Store, scope: str, params: Any) -> Iterator[tuple[bytes, str]]:
+    """The sessions among *scope* that point at a stored prompt that is not UTF-8 (every prompt is read)."""
     refs = [c for c in ("system_prompt_hash", "tool_names") if store.has_column("sessions", c)]
     if refs and store.has_table("system_prompts") and store.has_column("system_prompts", "prompt"):
         match = " OR ".join(f"s.{c} = p.hash" for c in refs)
+        # materialized: flattened into the join, each prompt was decoded once per session pointing at it
         yield from store.conn.execute(
-            f"SELECT CAST(s.id AS BLOB), 'system_prompts.prompt' FROM "
-            f"(SELECT hash FROM system_prompts WHERE {bad_text_sql('prompt')}) p "
-            f"JOIN sessions s ON {match} WHERE s.id IN ({scope})", params)
+            f"WITH p(hash) AS MATERIALIZED (SELECT hash FROM system_prompts WHERE {bad_text_sql('prompt')}) "
+            f"SELECT CAST(s.id AS BLOB), 'system_prompts.prompt' FROM p CROSS JOIN sessions s ON {match} "
+            f"WHERE s.id IN ({scope})", params)
 
 
 def unreadable_sessions(store: Store, scope: str = "SELECT id FROM sessions", params: Any = ()) -> list[Unreadable]:
@@ -132,3 +138,88 @@ def unreadable_sessions(store: Store, scope: str = "SELECT id FROM sessions", pa
         have = found.setdefault(raw, [])
         have.extend(f for f in fields.split(",") if f not in have)
     return [Unreadable(raw, tuple(found[raw])) for raw in sorted(found)]
+
+
+# -- the daily check: only what can have changed since the last clean complete pass ---------------------------
+
+@dataclass(frozen=True)
+class TextMark:
+    """Where the last complete pass that found every stored text valid stood: the messages' AUTOINCREMENT
+    counter (``sqlite_sequence``; ids are never reused, so every message added since has a higher id)
+    read before that pass began, and when it began (for the report)."""
+
+    message_id: int
+    at: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {"message_id": self.message_id, "at": self.at}
+
+    @classmethod
+    def from_json(cls, data: Any) -> TextMark | None:
+        try:
+            mark = cls(int(data["message_id"]), float(data["at"]))
+        except (TypeError, KeyError, ValueError, OverflowError):
+            return None
+        return mark if mark.message_id >= 0 and mark.at == mark.at else None
+
+
+def message_counter(store: Store) -> int | None:
+    """The messages table's AUTOINCREMENT counter, or None when it has none (ids could then be reused, and no
+    mark can say which rows are new)."""
+    if not store.has_table("sqlite_sequence"):
+        return None
+    value = store.scalar("SELECT seq FROM sqlite_sequence WHERE name = 'messages'")
+    return value if isinstance(value, int) else None
+
+
+@dataclass(frozen=True)
+class SinceMark:
+    """What :func:`unreadable_since` checked: sessions and prompts in full, and these messages."""
+
+    bad: list[Unreadable]
+    new_messages: int  # added since the mark
+    older_messages: int  # older messages of the sessions that gained one since (rewritten in place by Hermes)
+    sessions: int  # every session row
+
+
+def _touched() -> str:
+    """The sessions (ids) that gained a message since the mark (parameter 1): the messages of a session
+    Hermes rewrites in place (``api_content`` of its latest user message) are those of a turn that runs,
+    and a turn appends its reply."""
+    return f"SELECT session_id FROM {_NEW}"
+
+
+# the messages past the mark (parameter), by rowid: with an index, SQLite reads every message's index entry
+_NEW = "messages NOT INDEXED WHERE id > ?"
+
+
+def unreadable_since(store: Store, mark: TextMark) -> SinceMark:
+    """:func:`unreadable_sessions` for the daily check: every session row and stored prompt (Hermes rewrites
+    a session's title, model, end reason … in place at any time), the messages added since *mark*, and every
+    older message of a session that gained one since. A message rewritten in place in a session that gained
+    no message since is left to the next complete pass (``doctor --full``, weekly)."""
+    register(store)
+    found: dict[bytes, list[str]] = {}
+    sessions = "SELECT id FROM sessions"
+    high = mark.message_id
+    queries = [
+        (f"SELECT CAST(s.id AS BLOB), {_fields(store, 'sessions', 's')} FROM sessions s "
+         f"WHERE {_any_bad(store, 'sessions', 's')}", ()),
+        (f"SELECT CAST(m.session_id AS BLOB), {_fields(store, 'messages', 'm')} FROM messages m NOT INDEXED "
+         f"WHERE m.id > ? AND m.session_id IN ({sessions}) AND {_any_bad(store, 'messages', 'm')}", (high,)),
+        (f"SELECT CAST(m.session_id AS BLOB), {_fields(store, 'messages', 'm')} FROM messages m "
+         f"WHERE m.session_id IN ({_touched()}) AND m.id <= ? AND m.session_id IN ({sessions}) "
+         f"AND {_any_bad(store, 'messages', 'm')}", (high, high)),
+    ]
+    for sql, params in queries:
+        for raw, fields in store.conn.execute(sql, params):
+            have = found.setdefault(raw, [])
+            have.extend(f for f in fields.split(",") if f not in have)
+    for raw, fields in _prompt_rows(store, sessions, ()):
+        have = found.setdefault(raw, [])
+        have.extend(f for f in fields.split(",") if f not in have)
+    new = store.scalar(f"SELECT COUNT(*) FROM {_NEW} AND session_id IN ({sessions})", (high,))
+    older = store.scalar(f"SELECT COUNT(*) FROM messages WHERE session_id IN ({_touched()}) AND id <= ? "
+                         f"AND session_id IN ({sessions})", (high, high))
+    return SinceMark([Unreadable(raw, tuple(found[raw])) for raw in sorted(found)], new, older,
+                     store.scalar("SELECT COUNT(*) FROM sessions"))
