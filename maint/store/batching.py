@@ -201,6 +201,50 @@ def background_checkpoints(store: Store) -> Iterator[Callable[[], None]]:
         store.conn.execute(f"PRAGMA wal_autocheckpoint={int(pages)}")
 
 
+class PacedWrites:
+    """One bulk job's writes beside Hermes, and the one way to run them: :meth:`run` applies units in
+    short transactions (:func:`run_batched`), with a :class:`Pacer` pause after each, and, where
+    the job asked for them, our committed pages copied out of the WAL by :func:`background_checkpoints`.
+    Work of the job's own between its transactions (FTS merges, see :mod:`maint.store.fts_index`) uses
+    :meth:`pause` and :meth:`committed` so that it is paced the same way."""
+
+    def __init__(self, pacer: Pacer, checkpoint: Callable[[], None]):
+        self.pacer = pacer
+        self.committed = checkpoint  # call right after each of our commits
+
+    def pause(self) -> None:
+        self.pacer.pause()
+
+    def others(self) -> int | None:
+        """How many other connections the store has (None: nobody can say), as the pacer last counted them."""
+        return self.pacer.expected_writers()
+
+    def run_batches(self, units: Sequence[U], weight: Callable[[U], int], apply: Callable[[list[U]], int],
+            transaction: Callable[[], AbstractContextManager], *, batcher: Batcher | None = None,
+            on_progress: Callable[[int], None] | None = None, after_commit: Callable[[], None] | None = None,
+            upkeep: Callable[[], bool] | None = None,
+            lighten: Callable[[U], Callable[[], bool] | None] | None = None) -> int:
+        """:func:`run_batched` with this job's pacer; the checkpoint follows each commit, then *after_commit*."""
+        def committed() -> None:
+            self.committed()
+            if after_commit is not None:
+                after_commit()
+
+        return run_batched(units, weight, apply, transaction, self.pacer, batcher=batcher, on_progress=on_progress,
+                           after_commit=committed, upkeep=upkeep, lighten=lighten)
+
+
+@contextlib.contextmanager
+def paced_writes(store: Store, *, checkpoints: bool = True) -> Iterator[PacedWrites]:
+    """The pacer and (with *checkpoints*) the background checkpointer of one bulk job on *store*."""
+    pacer = pacer_for(store)
+    if not checkpoints:
+        yield PacedWrites(pacer, lambda: None)
+        return
+    with background_checkpoints(store) as checkpoint:
+        yield PacedWrites(pacer, checkpoint)
+
+
 def target_from_env() -> float:
     """HERMES_MAINT_BATCH_MS overrides the lock time each transaction aims at."""
     from maint import settings
