@@ -10,7 +10,7 @@ import time
 import apsw
 import pytest
 
-from maint.store.batching import (BUSY_DELAYS_MS, MARGIN_S, MAX_PAUSE_S, POLL_S, RECOUNT_S, Batcher, Pacer,
+from maint.store.batching import (BUSY_DELAYS_MS, MARGIN_S, MAX_PAUSE_S, POLL_S, RECOUNT_S, Batcher, PacedWrites, Pacer,
                                   busy_retry_within, pacer_for, run_batched)
 from maint.store.holders import other_connections
 from maint.ops.prune import execute_prune, plan_prune
@@ -325,3 +325,14 @@ def test_only_a_unit_that_alone_overruns_the_target_is_lightened():
     total = run_batched(units, lambda u: u, lambda batch: len(batch), contextlib.nullcontext, Pacer(lambda: 0),
                         batcher=FixedRate(target_s=1.0, chunk_s=0.001, rate=1000), lighten=lighten)
     assert total == 3 and asked == [2000]
+
+
+def test_paced_writes_ask_for_the_checkpoint_after_each_commit_before_the_jobs_own_after_commit():
+    """One way to run batches: the checkpoint thread is poked first (it starts the copy before a waiting
+    writer commits), then the job's own work after the commit (prune removes the deleted sessions' files)."""
+    calls = []
+    writes = PacedWrites(Pacer(lambda: 0), lambda: calls.append("checkpoint"))
+    total = writes.run_batches([1, 2, 3], lambda u: 1, lambda batch: len(batch), contextlib.nullcontext,
+                               batcher=Batcher(target_s=0.0, max_load=1), after_commit=lambda: calls.append("job"))
+    assert total == 3
+    assert calls == ["checkpoint", "job"] * 3

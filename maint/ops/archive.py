@@ -23,7 +23,7 @@ from maint.ops.auto_archive import execute_idle_archive, missing_column, plan_id
 from maint.store.catalog import NEWEST_MESSAGE_SQL
 from maint.store.guard import given_children_since
 from maint.store import lineage
-from maint.store.batching import pacer_for, run_batched
+from maint.store.batching import paced_writes
 from maint.selection.filters import Filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store, open_store
@@ -135,7 +135,8 @@ def execute_archive(store: Store, plan: ArchivePlan,
         done.extend(ids)
         return len(ids)
 
-    run_batched(plan.lineages, len, apply, store.write, pacer_for(store), on_progress=on_progress)
+    with paced_writes(store, checkpoints=False) as writes:
+        writes.run_batches(plan.lineages, len, apply, store.write, on_progress=on_progress)
     return ArchiveResult(archived_ids=done, skipped_changed=skipped)
 
 

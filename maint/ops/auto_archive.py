@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from maint.store import lineage
-from maint.store.batching import pacer_for, run_batched
+from maint.store.batching import paced_writes
 from maint.store import guard
 from maint.store.catalog import NEWEST_MESSAGE_SQL
 from maint.store.connection import Store
@@ -157,6 +157,6 @@ def execute_idle_archive(store: Store, plan: IdlePlan,
             flipped += len(ids)
         return flipped
 
-    run_batched(plan.units, lambda u: len(u.member_ids), apply, store.write, pacer_for(store),
-                on_progress=on_progress)
+    with paced_writes(store, checkpoints=False) as writes:
+        writes.run_batches(plan.units, lambda u: len(u.member_ids), apply, store.write, on_progress=on_progress)
     return done

@@ -59,9 +59,8 @@ from maint import files, json_text
 from maint.errors import MaintError, UsageError
 from maint.store import lineage_records as lin
 from maint.store import guard
-from maint.store.batching import Batcher, pacer_for, run_batched
+from maint.store.batching import Batcher, paced_writes
 from maint.store.catalog import SessionInfo
-from maint.store.batching import background_checkpoints
 from maint.store.connection import Store
 from maint.store.sqlutil import chunks, ph
 from maint.store.targets import StoreTarget
@@ -666,10 +665,9 @@ def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, dro
                 writer.pending_ids.clear()
             return done
 
-        with background_checkpoints(store) as after_commit:
-            run_batched(todo, lambda u: sum(plan.records[s].messages + 1 for s in u), apply, store.write,
-                        pacer_for(store), batcher=batcher or import_batcher(), on_progress=on_progress,
-                        after_commit=after_commit)
+        with paced_writes(store) as writes:
+            writes.run_batches(todo, lambda u: sum(plan.records[s].messages + 1 for s in u), apply, store.write,
+                               batcher=batcher or import_batcher(), on_progress=on_progress)
     finally:
         writer.close()
     result.transactions = store.write_stats.transactions - before

@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from maint.fmt import fmt_bytes, fmt_time
 from maint.store import batching, lineage
-from maint.store.batching import Batcher, background_checkpoints, pacer_for, run_batched, target_from_env
+from maint.store.batching import Batcher, paced_writes, target_from_env
 from maint.store import guard
 from maint.store.fts_index import (META_KEY as FTS_AUTOMERGE_KEY, NOTE_KEY as FTS_DETACHED_KEY, detaching,
                                    merges_in_our_hands, put_back_left_over, restore_left_over)
-from maint.store.holders import other_connections
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store, busy_timeout_from_env, open_store
@@ -250,11 +249,14 @@ def check_settings() -> None:
 
 def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = None,
                   on_progress: Callable[[int], None] | None = None) -> PruneResult:
-    deleted = IdList()
+    if not len(plan.units):  # FTS5's setting stays as it is (after a crashed run's is put back)
+        restore_left_over(store)
+        return PruneResult(deleted_ids=IdList(), messages=0, skipped_changed=[], transactions=0,
+                           longest_lock_s=store.write_stats.longest_hold_s)
+    deleted = IdList()  # sessions whose delete has committed
     changed: list[str] = []
     too_big: list[str] = []
     max_unit_s = max_unit_seconds()
-    others: list[int | None] = []  # counted once, at the first unit that needs it
     msgs = [0]
     transactions = [0]  # ours that delete or merge, not the two that hold and give back FTS5's automerge
     batcher = batcher or Batcher()
@@ -268,9 +270,7 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         per_message = SLOWEST_S_PER_MESSAGE if detacher is not None else max(SLOWEST_S_PER_MESSAGE, 1 / batcher.rate)
         if unit.messages * per_message <= max_unit_s:
             return False
-        if not others:
-            others.append(other_connections(store.path))
-        return others[0] != 0  # None: nobody can say no one else has it open
+        return writes.others() != 0  # None: nobody can say no one else has it open
 
     def lighten(unit: Unit) -> Callable[[], bool] | None:
         """A unit too big for one transaction leaves the FTS indexes first (see maint.store.fts_index),
@@ -281,9 +281,8 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
             return None
         return detacher.start(unit.session_ids)
 
-    files_due: list[str] = []  # sessions deleted by the transaction in flight: their files go once it commits
+    in_flight: list[str] = []  # deleted by the transaction in flight: counted, and their files go, once it commits
     removed_files: list[str] = []
-
     reached = [0]  # units handed to apply: fewer than planned only when the run was cancelled
 
     def apply(chunk: list[Unit]) -> int:
@@ -300,27 +299,21 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         ids = [sid for u in ok for sid in u.session_ids]
         if ids:
             delete_sessions(store, store.conn, ids)
-            files_due.extend(ids)
+            in_flight.extend(ids)
         if detacher is not None and detacher.out([sid for u in chunk for sid in u.session_ids]):
             detacher.settle(store.conn, deleted=detacher.out(ids))
-        deleted.extend(ids)
         msgs[0] += sum(u.messages for u in ok)
         return len(ids)
 
-    if not len(plan.units):  # FTS5's setting stays as it is (after a crashed run's is put back)
-        restore_left_over(store)
-        return PruneResult(deleted_ids=deleted, messages=0, skipped_changed=[], transactions=0,
-                           longest_lock_s=store.write_stats.longest_hold_s)
-    pacer = pacer_for(store)
-    with background_checkpoints(store) as checkpoint, \
-            merges_in_our_hands(store, target_s=batcher.target_s, pause=pacer.pause, after_commit=checkpoint) \
+    with paced_writes(store) as writes, \
+            merges_in_our_hands(store, target_s=batcher.target_s, pause=writes.pause, after_commit=writes.committed) \
             as merge_step, \
-            detaching(store, piece=int(batcher.chunk_load), target_s=batcher.target_s, pause=pacer.pause) as detacher, \
-            SessionFileRemover(store.path) as remover:  # the folder's request dumps listed once per run
+            detaching(store, piece=int(batcher.chunk_load), target_s=batcher.target_s, pause=writes.pause) \
+            as detacher, SessionFileRemover(store.path) as remover:  # the folder's request dumps listed once per run
         def after_commit() -> None:
-            checkpoint()
-            removed_files.extend(remover.remove(files_due))
-            files_due.clear()
+            removed_files.extend(remover.remove(in_flight))
+            deleted.extend(in_flight)
+            in_flight.clear()
 
         def upkeep() -> bool:
             """What earlier transactions left: a given-up conversation going back into the index, then merges."""
@@ -328,9 +321,9 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
                 return True
             return merge_step() if merge_step is not None else False
 
-        run_batched(plan.units, lambda u: u.messages + len(u.session_ids), apply, transaction,
-                    pacer, batcher=batcher, on_progress=on_progress, after_commit=after_commit,
-                    upkeep=upkeep if merge_step is not None or detacher is not None else None, lighten=lighten)
+        writes.run_batches(plan.units, lambda u: u.messages + len(u.session_ids), apply, transaction,
+                           batcher=batcher, on_progress=on_progress, after_commit=after_commit,
+                           upkeep=upkeep if merge_step is not None or detacher is not None else None, lighten=lighten)
     stopped = (reached[0], len(plan.units)) if reached[0] < len(plan.units) else None
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=transactions[0],

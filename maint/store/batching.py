@@ -11,7 +11,8 @@ after whatever work can leave ahead of it has (``lighten``).
 Between transactions :class:`Pacer` holds back long enough for every writer
 asleep in SQLite's busy handler to wake and take the lock, and
 :func:`background_checkpoints` copies our committed pages out of the WAL beside
-the next transaction rather than inside a commit.
+the next transaction rather than inside a commit. A job gets both from
+:func:`paced_writes` and runs its batches with :meth:`PacedWrites.run_batches`.
 """
 
 from __future__ import annotations
@@ -199,6 +200,49 @@ def background_checkpoints(store: Store) -> Iterator[Callable[[], None]]:
     finally:
         cp.stop()
         store.conn.execute(f"PRAGMA wal_autocheckpoint={int(pages)}")
+
+
+class PacedWrites:
+    """One bulk job's writes beside Hermes, and the one way to run its batches: :meth:`run_batches`
+    applies units in short transactions (:func:`run_batched`) with a :class:`Pacer` pause after each
+    and, where the job asked for it, our committed pages copied out of the WAL by a second connection
+    (:func:`background_checkpoints`). Work of the job's own in transactions between its batches (FTS
+    merges, see :mod:`maint.store.fts_index`) takes :meth:`pause` and :attr:`committed`, so that it is
+    paced and checkpointed the same way. Made by :func:`paced_writes`."""
+
+    def __init__(self, pacer: Pacer, checkpoint: Callable[[], None]):
+        self.pacer = pacer
+        self.committed = checkpoint  # call right after each of our commits
+
+    def pause(self) -> None:
+        self.pacer.pause()
+
+    def others(self) -> int | None:
+        """How many other connections the store has (None: nobody can say), as the pacer last counted them."""
+        return self.pacer.expected_writers()
+
+    def run_batches(self, units: Sequence[U], weight: Callable[[U], int], apply: Callable[[list[U]], int],
+                    transaction: Callable[[], AbstractContextManager], *, batcher: Batcher | None = None,
+                    on_progress: Callable[[int], None] | None = None,
+                    after_commit: Callable[[], None] | None = None,
+                    upkeep: Callable[[], bool] | None = None,
+                    lighten: Callable[[U], Callable[[], bool] | None] | None = None) -> int:
+        """:func:`run_batched` (see there for the arguments) with this job's pacer; after each commit the
+        checkpoint is asked for first, then *after_commit* runs."""
+        def committed() -> None:
+            self.committed()
+            if after_commit is not None:
+                after_commit()
+
+        return run_batched(units, weight, apply, transaction, self.pacer, batcher=batcher, on_progress=on_progress,
+                           after_commit=committed, upkeep=upkeep, lighten=lighten)
+
+
+@contextlib.contextmanager
+def paced_writes(store: Store, *, checkpoints: bool = True) -> Iterator[PacedWrites]:
+    """The pacer and (with *checkpoints*) the background checkpointer of one bulk job on *store*."""
+    with background_checkpoints(store) if checkpoints else contextlib.nullcontext(lambda: None) as checkpoint:
+        yield PacedWrites(pacer_for(store), checkpoint)
 
 
 def target_from_env() -> float:
