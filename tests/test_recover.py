@@ -356,3 +356,31 @@ def test_salvage_refuses_a_journal_that_is_a_link(broken, tmp_path, cli):
     r = cli("recover", "--db", db, "--salvage", new, "--json")
     assert r.exit_code == 1, r.output
     assert f"{db}-journal: is not a regular file" in r.stderr and not new.exists()
+
+
+def test_salvage_never_rolls_a_planted_journal_into_its_new_file(broken, tmp_path, cli, monkeypatch):
+    """Hostile try 4, G8 (salvage): the new file, opened read-write by name in NEW_PATH's folder, had a -journal
+    another user planted beside our temporary name rolled into it before the salvage filled it. Refused now."""
+    from maint import files
+    from tests.test_replication import _hot_journal
+
+    db, _ = broken
+    theirs = tmp_path / "theirs.db"
+    with StoreBuilder(theirs) as b:
+        b.session("MALLORY_INJECTED", age=1)
+    conn = sqlite3.connect(theirs)
+    conn.execute("PRAGMA journal_mode=delete")
+    conn.close()
+    journal = _hot_journal(theirs)
+    made = files.Folder.temporary
+
+    def temporary(self, name, **kwargs):
+        temp, fd = made(self, name, **kwargs)
+        (self.path / f"{temp}-journal").write_bytes(journal)
+        return temp, fd
+
+    monkeypatch.setattr(files.Folder, "temporary", temporary)
+    new = tmp_path / "salvaged.db"
+    r = cli("recover", "--db", db, "--salvage", new, "--json")
+    assert r.exit_code != 0 and "was not empty when opened" in r.stderr, r.output
+    assert not new.exists()

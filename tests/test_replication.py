@@ -164,3 +164,53 @@ def test_compacted_copy_swaps_in_and_hermes_opens_it(sparse, tmp_path, cli):
     finally:
         db.close()
     assert sqlite3.connect(sparse).execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def _hot_journal(db) -> bytes:
+    """A hot rollback journal that, rolled back over any file, makes it *db* (a planted one, as a local user
+    can write beside our temporary name in a shared folder)."""
+    import struct
+
+    src = db.read_bytes()
+    ps = struct.unpack(">H", src[16:18])[0]
+    n, nonce, sector = len(src) // ps, 0x12345678, 512
+    out = bytearray(bytes.fromhex("d9d505f920a163d7") + struct.pack(">IIIII", n, nonce, n, sector, ps))
+    out += b"\0" * (sector - len(out))
+    for p in range(1, n + 1):
+        data, ck, i = src[(p - 1) * ps: p * ps], nonce, ps - 200
+        while i > 0:
+            ck, i = (ck + data[i]) & 0xffffffff, i - 200
+        out += struct.pack(">I", p) + data + struct.pack(">I", ck)
+    return bytes(out)
+
+
+def test_optimize_into_never_rolls_a_planted_journal_into_its_copy(sparse, tmp_path, cli, monkeypatch):
+    """Hostile try 4, G8: after VACUUM INTO, the copy was opened read-write by name to set its journal mode and
+    verify it; a -journal another user planted beside our temporary name was rolled back into it, and the
+    "verified" copy handed to the operator was their database. The copy is now read back exactly as written."""
+    theirs = tmp_path / "theirs.db"
+    with StoreBuilder(theirs) as b:
+        b.session("MALLORY_INJECTED", age=1)
+    conn = sqlite3.connect(theirs)
+    conn.execute("PRAGMA journal_mode=delete")
+    conn.close()
+    journal = _hot_journal(theirs)
+    share = tmp_path / "share"
+    share.mkdir()
+    real_lstat = os.lstat
+
+    def lstat(path, *args, **kwargs):  # the moment VACUUM INTO has written our temporary file
+        name = os.path.basename(str(path))
+        if not args and not kwargs and name.endswith(".partial") and not os.path.exists(f"{path}-journal"):
+            with open(f"{path}-journal", "wb") as fh:
+                fh.write(journal)
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    out = share / "c.db"
+    r = cli.json("optimize", "--db", sparse, "--into", out)
+    monkeypatch.undo()
+    assert r["sessions"] == query(sparse, "SELECT COUNT(*) FROM sessions")[0][0]
+    assert query(out, "SELECT id FROM sessions WHERE id = 'MALLORY_INJECTED'") == []
+    assert query(out, "SELECT COUNT(*) FROM sessions") == query(sparse, "SELECT COUNT(*) FROM sessions")
+    assert header_journal_mode(out) == "wal" and query(out, "PRAGMA integrity_check") == [("ok",)]

@@ -351,6 +351,13 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
 def _fill(src: apsw.Connection, dst: apsw.Connection, schema: list, store_path: Path, new: Path | None,
           fingerprint: dict[str, str | None], started: float) -> dict[str, Any]:
     try:
+        # Our new, empty file, opened by name in a folder others may write: its first read would roll a -journal
+        # planted beside it into it (hostile try 4, G8). The lock of that first read is held from then on
+        # (exclusive locking: no later read looks for a journal), and a file that is no longer empty is refused.
+        dst.execute("PRAGMA locking_mode = EXCLUSIVE")
+        if dst.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]:
+            raise MaintError(f"{new}: our new file was not empty when opened (a journal beside it was rolled into "
+                             "it); nothing was kept")
         dst.execute("PRAGMA journal_mode = OFF")  # a new file: a failed build is removed, not rolled back
         dst.execute("PRAGMA synchronous = OFF")
         dst.execute("PRAGMA foreign_keys = OFF")

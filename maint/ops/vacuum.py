@@ -19,6 +19,7 @@ import re
 import shutil
 import stat
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
@@ -331,11 +332,12 @@ def _vacuum_verified(store: Store, tmp: Path, fd: int, dest: Path) -> tuple[int,
     now = os.lstat(tmp)
     if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
         raise MaintError(f"{tmp}: replaced by something else while the copy was written; nothing was kept")
-    mode = header_journal_mode(store.path)
-    copy = connect(str(tmp), apsw.SQLITE_OPEN_READWRITE)
+    # The copy is read back exactly as written (immutable: no journal beside it is looked at) and given the
+    # store's journal mode on our own descriptor: a read-write open by name would roll back a -journal another
+    # user planted beside our temporary name, and the "verified" copy would be their database (hostile try 4, G8).
+    copy = connect("file:" + urllib.parse.quote(str(tmp)) + "?mode=ro&immutable=1",
+                   apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
     try:
-        if mode == "wal":
-            copy.execute("PRAGMA journal_mode=WAL")
         check = copy.execute("PRAGMA quick_check").fetchall()
         tables = {r[0] for r in copy.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if check != [("ok",)] or not set(REQUIRED_TABLES) <= tables:
@@ -345,6 +347,8 @@ def _vacuum_verified(store: Store, tmp: Path, fd: int, dest: Path) -> tuple[int,
         messages = copy.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
     finally:
         copy.close()
+    if header_journal_mode(store.path) == "wal":
+        os.pwrite(fd, b"\x02\x02", 18)  # header bytes 18-19: a WAL file (what PRAGMA journal_mode=WAL writes)
     return sessions, messages, started
 
 
