@@ -412,3 +412,23 @@ def test_a_restore_dry_run_leaves_the_store_and_the_snapshot_as_found(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (sorted(os.listdir(store.parent)), sorted(os.listdir(snap.parent)), file_hash(store),
             file_hash(snap)) == before
+
+
+@pytest.mark.parametrize("version", ["'abc'", "x'16'", "32.5", "1e30"])
+def test_a_schema_version_that_is_not_a_whole_number_is_a_schema_we_do_not_know(tmp_path, version):
+    """Hostile try 4, G9: a schema_version stored as text or bytes stopped doctor with a TypeError, and every
+    writable command wrote a store whose version was text, bytes or 32.5 (only an int above ours was refused)."""
+    store = small_store(tmp_path / "state.db")
+    conn = sqlite3.connect(store)
+    conn.execute(f"UPDATE schema_version SET version = {version}")
+    conn.commit()
+    conn.close()
+    before = file_hash(store)
+    pruned = run_subprocess("prune", "--yes", "--db", store)
+    assert pruned.returncode == 1 and "is not a whole number; refusing to write it" in pruned.stderr, pruned.stderr
+    doctor = run_subprocess("doctor", "--db", store, "--json")
+    assert "Traceback" not in doctor.stderr and doctor.returncode in (0, 1), doctor.stderr
+    found = {f["kind"]: f for f in json.loads(doctor.stdout)["findings"]}
+    assert found["schema"]["severity"] == "warning" and "not a whole number" in found["schema"]["what"]
+    assert run_subprocess("set-journal-mode", "delete", "--db", store).returncode == 1
+    assert file_hash(store) == before

@@ -49,7 +49,7 @@ from maint.ops.sweep import MIN_FREELIST_RATIO, validate_retention
 from maint.ops.vacuum import detect_replication
 from maint.settings import SETTINGS
 from maint.store.connection import (NEWEST_KNOWN_SCHEMA, Store, busy_timeout_from_env, has_wal_reset_bug,
-                                    header_journal_mode, open_store, sqlite_version)
+                                    header_journal_mode, open_store, schema_problem, sqlite_version)
 from maint.store.holders import HolderReport, find_holders
 from maint.store.targets import hermes_home
 
@@ -294,13 +294,17 @@ class Doctor:
     def check_schema(self, store: Store) -> None:
         version = store.schema_version
         layout = _fts_layout(store)
-        if version is not None and version > NEWEST_KNOWN_SCHEMA:
+        problem = schema_problem(version)
+        status = OK
+        if problem and version.__class__ is not int:  # text, bytes, 32.5: a layout nobody can know
+            status, what, version = WARNING, f"{problem}: hermes-maint reads this store but never writes it", None
+        elif problem:
             what = (f"schema version {version}, newer than the v{NEWEST_KNOWN_SCHEMA} layout this hermes-maint "
                     "release knows: it reads this store but never writes it")
         else:
             what = f"schema version {version if version is not None else 'unknown (no schema_version table)'}"
         note = f"; opened {store.note}" if store.note else ""
-        self.add("schema", OK, f"{what}; FTS layout {layout}{note}", version=version, fts_layout=layout)
+        self.add("schema", status, f"{what}; FTS layout {layout}{note}", version=version, fts_layout=layout)
         present = set(store.fts_tables)
         missing = [t for t in fts.EXPECTED if t not in present]
         # A trigger still writing into a missing index makes every message insert fail.

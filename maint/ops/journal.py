@@ -23,7 +23,7 @@ from maint.errors import MaintError, StoreError
 from maint.flow import target_config
 from maint.store.holders import HeldStore, find_holders, refuse_if_held
 from maint.store.runlock import run_lock
-from maint.store.connection import (NEWEST_KNOWN_SCHEMA, WAL_RESET_FIXED, _check_header, check_writable, connect,
+from maint.store.connection import (schema_problem, WAL_RESET_FIXED, _check_header, check_writable, connect,
                                     has_wal_reset_bug, header_bytes, header_journal_mode)
 
 if TYPE_CHECKING:
@@ -85,11 +85,17 @@ def store_schema_version(path: Path) -> int | None:
 
 
 def _refuse_newer_schema(path: Path) -> None:
-    """Any SQLite store may be switched, but not a Hermes store newer than we know."""
-    version = store_schema_version(path)
-    if version is not None and version > NEWEST_KNOWN_SCHEMA:
-        raise StoreError(f"{path}: schema version {version} is newer than this hermes-maint knows "
-                         f"({NEWEST_KNOWN_SCHEMA}); refusing to switch its journal mode")
+    """Any SQLite store may be switched, but not a Hermes store newer than we know (nor one whose version is
+    not a whole number)."""
+    conn = connect(str(path), apsw.SQLITE_OPEN_READONLY)
+    try:
+        has = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_version'").fetchone()
+        version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] if has else None
+    finally:
+        conn.close()
+    problem = schema_problem(version)
+    if problem:
+        raise StoreError(f"{path}: {problem}; refusing to switch its journal mode")
 
 
 def set_journal_mode(path: Path, mode: str, *, force: bool = False,

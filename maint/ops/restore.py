@@ -36,7 +36,7 @@ from maint import json_text
 from maint.errors import MaintError, StoreError, UsageError
 from maint.ops.backup import MADE_BY, Snapshot, check_file, counts, open_readonly, take_snapshot
 from maint.ops.vacuum import DiskUsage, with_margin
-from maint.store.connection import (NEWEST_KNOWN_SCHEMA, _check_header, _persist_wal, as_found, check_writable,
+from maint.store.connection import (schema_problem, _check_header, _persist_wal, as_found, check_writable,
                                     connect, header_journal_mode)
 from maint.store.holders import STOP_HERMES, HolderReport, refuse_if_held
 from maint.store.runlock import run_lock
@@ -64,9 +64,9 @@ def inspect_snapshot(path: Path) -> SnapshotInfo:
         raise UsageError(f"SNAPSHOT: {path} is not a regular file (expected a snapshot .db file)")
     _check_header(path)
     found = check_file(path)
-    if isinstance(found["schema_version"], int) and found["schema_version"] > NEWEST_KNOWN_SCHEMA:
-        raise UsageError(f"SNAPSHOT: {path} has schema version {found['schema_version']}, newer than this "
-                         f"hermes-maint knows ({NEWEST_KNOWN_SCHEMA}); refusing to restore it (upgrade hermes-maint)")
+    problem = schema_problem(found["schema_version"])
+    if problem:
+        raise UsageError(f"SNAPSHOT: {path}: {problem}; refusing to restore it (upgrade hermes-maint)")
     meta = None
     with contextlib.suppress(MaintError, OSError, ValueError), \
             files.Folder.open(path.parent, follow_links=True) as folder:

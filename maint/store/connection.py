@@ -586,6 +586,20 @@ def _let_signals_in() -> bool:
     return False  # a pending signal's handler has run by now; raising there interrupts the statement
 
 
+def schema_problem(version: Any) -> str | None:
+    """Why a store (or snapshot) whose ``schema_version`` reads *version* must not be written: newer than we
+    know, or not a whole number at all (text, bytes, 32.5: a layout nobody can know). None for a version we
+    know, and for none at all (an older store without the table)."""
+    if version is None:
+        return None
+    if version.__class__ is not int:
+        shown = repr(version)
+        return f"schema version {shown[:40]}{'...' if len(shown) > 40 else ''} is not a whole number"
+    if version > NEWEST_KNOWN_SCHEMA:
+        return f"schema version {version} is newer than this hermes-maint knows ({NEWEST_KNOWN_SCHEMA})"
+    return None
+
+
 def busy_timeout_from_env() -> int:
     """HERMES_MAINT_BUSY_MS overrides how long we wait for Hermes's write lock."""
     from maint import settings
@@ -681,14 +695,12 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
         if not needed <= set(store.columns("sessions")):
             lacking = ", ".join(sorted(needed - set(store.columns("sessions"))))
             raise StoreError(f"{path}: not a Hermes session store (sessions table lacks {lacking}); refusing")
-        version = store.schema_version
-        if isinstance(version, int) and version > NEWEST_KNOWN_SCHEMA:
+        problem = schema_problem(store.schema_version)
+        if problem:
             if not readonly:
-                raise StoreError(f"{path}: schema version {version} is newer than this hermes-maint knows "
-                                 f"({NEWEST_KNOWN_SCHEMA}); refusing to write it (read-only commands still work; "
+                raise StoreError(f"{path}: {problem}; refusing to write it (read-only commands still work; "
                                  "upgrade hermes-maint)")
-            log.warning("%s: schema version %s is newer than this hermes-maint knows (%s); reading only",
-                        path, version, NEWEST_KNOWN_SCHEMA)
+            log.warning("%s: %s; reading only", path, problem)
         conn.execute("PRAGMA foreign_keys=ON")
     except StoreError:
         store.close()
