@@ -215,11 +215,20 @@ def refuse_foreign_links(path: Path | str, store_owner: int | None, what: str = 
     is written to): a user's link planted at a backup or export path would hand the content to them."""
     if not _as_root():
         return
+    theirs = None
     for link, st, _ in links_on(path):
         if st.st_uid not in (0, store_owner):
             raise FileRefused(f"{path}: reached through {link}, a symbolic link owned by uid {st.st_uid} (not root "
                               f"nor the store's owner); a run as root does not write a store's content through it "
                               f"(name the real {what})")
+        if st.st_uid != 0:
+            theirs = link
+    # The store's owner's own link chooses where root writes: only where that user could write themselves
+    # (hostile try 4, G14: her link to /etc/... made root create files there, their lines hers).
+    if theirs is not None and store_owner is not None and not user_may_create(store_owner, path):
+        raise FileRefused(f"{path}: reached through {theirs}, a symbolic link of the store's owner (uid "
+                          f"{store_owner}) to a folder that user may not write; a run as root writes a store's "
+                          f"content only where its owner could (name the real {what})")
 
 
 def _groups_of(uid: int) -> set[int]:

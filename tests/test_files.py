@@ -471,3 +471,25 @@ def test_no_module_but_the_file_module_opens_a_path_by_name_for_reading():
                                                                    and getattr(func.value, "id", "") == "io"):
                 found.add((rel, name))
     assert found == allowed, found - allowed
+
+
+@pytest.mark.parametrize("command", [["backup", "{out}"], ["export", "{out}/e.jsonl"],
+                                     ["export", "--format", "md", "--source", "cli", "{out}/md"],
+                                     ["optimize", "--into", "{out}/c.db"]])
+def test_a_root_run_writes_through_the_store_owners_link_only_where_that_user_may_write(tmp_path, monkeypatch, cli,
+                                                                                        command):
+    """Hostile try 4, G14: alice's link ~/exp -> /etc/h4demo made root's export and backup of her store create
+    root-owned files there, with lines she wrote. A link of the store's owner is followed by a root run only to
+    a folder that user could write herself."""
+    db = _store(tmp_path / "state.db")
+    target = tmp_path / "etc"
+    target.mkdir(mode=0o755)
+    link = tmp_path / "exp"
+    link.symlink_to(target)
+    Chowns(monkeypatch)  # a run as root
+    _fake_owner(monkeypatch, "stat", 4321, db)  # the store is uid 4321's ...
+    _fake_owner(monkeypatch, "lstat", 4321, link)  # ... and so is the link; the folder is ours, 0755
+    result = cli(*[a.replace("{out}", str(link)) for a in command], "--db", db)
+    assert result.exit_code != 0 and "a symbolic link of the store's owner (uid 4321) to a folder that user may " \
+        "not write" in result.stderr, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and list(target.iterdir()) == []
