@@ -283,3 +283,20 @@ def test_a_metrics_path_in_another_users_config_is_written_only_where_that_user_
     result = run_subprocess("archive", "--title", "nothing", "--yes", env={"HERMES_HOME": str(hermes_home)})
     assert result.returncode == 0, result.stderr
     assert value(parse(allowed), "hermes_maint_sessions") == 7
+
+
+def test_a_metrics_path_from_another_users_config_is_judged_on_the_folder_opened_at_the_end(tmp_path):
+    """Hostile try 4, G4: the folder of a metrics_file named in alice's config was checked at the start of root's
+    run and written at the end through whatever the name pointed to by then (her folder swapped for a link to a
+    root folder). The write now checks that the folder it opened is the config owner's."""
+    from maint.errors import MaintError
+    from maint.ops import metrics
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    other = os.stat(folder).st_uid + 4321  # the config's owner: not the owner of the folder opened
+    with pytest.raises(MaintError, match="is not uid"):
+        metrics.write(folder / "x.prom", [], [], keep_doctor=False, owner=other)
+    assert list(folder.iterdir()) == []
+    metrics.write(folder / "x.prom", [], [], keep_doctor=False, owner=os.stat(folder).st_uid)
+    assert (folder / "x.prom").exists()

@@ -5,6 +5,7 @@ several stores at once), so no job records itself. A failure here is a warning o
 the job itself is done and its exit code stands.
 """
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +34,24 @@ def metrics_target(option: str | Path | None) -> Path | None:
             raise UsageError(f"hermes_maint.metrics_file: bad value {configured!r} (expected a path to a *.prom file)")
         path = check_path(Path(configured))
         _only_where_its_owner_writes(path, cfg.owner, cfg.path)
+        if cfg.owner is not None and cfg.owner not in (0, os.geteuid()):
+            _NAMED_BY[str(path)] = cfg.owner  # judged again on the folder opened at the end of the run
         return path
     if not str(option).strip():
         raise UsageError("--metrics-file: empty path (expected a path to a *.prom file)")
     return check_path(Path(option))
 
 
+# A metrics path named in another user's config.yaml -> that user's uid: the write at the end of the run checks
+# the folder it actually opened, not only the name checked at the start (hostile try 4, G4: the folder swapped
+# for a link to a root folder in between).
+_NAMED_BY: dict[str, int] = {}
+
+
 def _only_where_its_owner_writes(path: Path, owner: int | None, config: Path) -> None:
     """A path named in a config.yaml is that file owner's word: a run as another user (root) writes there only
     when the config's owner owns the folder (and the file, if it exists), so a user's config cannot make a
     root run replace another exporter's file or create files in root's folders."""
-    import os
-
     if owner is None or owner in (0, os.geteuid()):
         return
     folder = os.stat(path.parent).st_uid
@@ -80,7 +87,8 @@ def write_metrics(metrics_file: Path | None, targets: list[StoreTarget],
         for target in targets:
             with open_store(target.path, readonly=True) as store:
                 fresh += metrics.collect(store, profile_label(target), doctor=(doctor or {}).get(str(target.path)))
-        metrics.write(metrics_file, fresh, [str(t.path) for t in targets], keep_doctor=doctor is None)
+        metrics.write(metrics_file, fresh, [str(t.path) for t in targets], keep_doctor=doctor is None,
+                      owner=_NAMED_BY.get(str(metrics_file)))
     except (MaintError, OSError, apsw.Error) as exc:
         warn(f"metrics not written to {metrics_file}: {exc}")
 

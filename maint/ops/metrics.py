@@ -177,16 +177,23 @@ def check_path(path: Path) -> Path:
     return path
 
 
-def write(path: Path, fresh: list[Sample], refreshed: Iterable[str], *, keep_doctor: bool) -> None:
+def write(path: Path, fresh: list[Sample], refreshed: Iterable[str], *, keep_doctor: bool,
+          owner: int | None = None) -> None:
     """Replace the refreshed stores' samples in the file (keeping their doctor findings when asked), atomically.
 
     The folder lock keeps two of our runs from interleaving their read-merge-write; anyone who can open
     the folder can take it, so it is waited for :data:`LOCK_WAIT_S` at most, then this run's figures are
-    not written (a warning: the job's own result stands).
+    not written (a warning: the job's own result stands). *owner*: the path was named in that user's config,
+    so the folder opened (and the file there) must be theirs.
     """
     path = check_path(path)
     refreshed = set(refreshed)
     with files.Folder.open(path.parent, follow_links=True, what="metrics folder") as folder:
+        if owner is not None:
+            there = folder.lstat(path.name)
+            if os.fstat(folder.fd).st_uid != owner or there is not None and there.st_uid != owner:
+                raise MaintError(f"{path}: the folder (or file) opened now is not uid {owner}'s, whose config named "
+                                 "it; figures not written this run")
         if not files.lock(folder.fd, LOCK_WAIT_S):
             raise MaintError(f"{path.parent}: another process has held the metrics folder's lock for "
                              f"{LOCK_WAIT_S:g} s; figures not written this run")
