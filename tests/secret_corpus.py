@@ -643,8 +643,14 @@ def hostile_round_6(seed: int = 14) -> list[Case]:
                 'echo -e "{s}\\n{s}" | passwd deploy', "127.0.0.1:6379> AUTH {s}\nOK",
                 "http GET api.acme.io/v1/items api_key=={s} page==2",
                 "aws configure set aws_secret_access_key {s} --profile prod",
-                "npm config set //registry.acme.io/:_authToken {s}"):
+                "npm config set //registry.acme.io/:_authToken {s}", "zip -r -P {s} export.zip ./reports",
+                "7z a -p{s} -mhe=on backup.7z data/", "net use Z: \\\\fs01\\share {s} /user:ACME\\jdoe",
+                "net user svc_backup {s} /add", 'expect "*assword:*"\nsend "{s}\\r"'):
         add("command-line-password", fmt)
+    add("sql-insert", "INSERT INTO users (email, password, role) VALUES ('admin@acme.io', '{s}', 'admin');")
+    add("sql-insert", 'insert into "accounts" ("login", "api_token")\nvalues (\'ci\', \'{s}\'), (\'ops\', \'x\');')
+    for fmt in ("p\u0430ssword: {s}", "t\u043eken = {s}", "DB_P\u0410SSWORD={s}"):  # Cyrillic а, о, А
+        add("mixed-script-name", fmt)
     for fmt in ("const jwtSecret = process.env.JWT_SECRET || '{s}';",
                 'const apiToken = process.env.API_TOKEN ?? "{s}";',
                 'DB_PASSWORD = os.environ.get("DB_PASSWORD") or "{s}"', "ENV['SMTP_PASSWORD'] ||= '{s}'",
@@ -795,5 +801,9 @@ def clean_texts(seed: int = 14) -> list[str]:
             "plink -ssh -i key.ppk admin@10.1.2.3", "ldapsearch -x -LLL -b dc=acme uid=jdoe",
             "const secret = process.env.JWT_SECRET || process.env.FALLBACK_SECRET;",
             "aws configure set region eu-west-1 --profile prod", "server.login(user, password)",
-            "SET PASSWORD FOR 'app'@'%' = PASSWORD(@new);"]
+            "SET PASSWORD FOR 'app'@'%' = PASSWORD(@new);", "zip -r out.zip ./dir", "7z x archive.7z -o/tmp/out",
+            "net use Z: \\\\fs01\\share /persistent:yes", "net user jdoe /domain", 'expect "$ "\nsend "ls\\r"',
+            "INSERT INTO users (email, password_hash) VALUES ('a@b.io', 'x');",
+            "INSERT INTO logs (msg, token_count) VALUES ('hi', 12);", "пароль должен содержать не менее 12 символов",
+            "Привет, это тест: password policy"]
     return out

@@ -203,6 +203,7 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 # header naming a secret column, prose ("the password on X is V", "use V as the password") and
                 # the word password in other languages
                 r"|\\*[\"']-(?:[upaw]|pw)\\*[\"'],"
+                r"|zip[ \t]|7z[ar]?[ \t]|(?i:net[ \t]+use|net[ \t]+user)[ \t]|send[ \t]|(?i:insert[ \t]+into)"
                 r"|sqlplus|AUTH[ \t]|[ \t][\w\-]*(?i:key|token|secret|pass)[\w\-]*==[^\s=]|rman[ \t]|expdp|impdp"
                 r"|sqlldr|rabbitmqctl|smbclient|rpcclient|\s-w[ \t]|\s-pw[ \t]"
                 r"|(?i:config(?:ure)?)(?::set|[ \t]+set)[ \t]|(?i:set[ \t]+password)|@(?:tcp|unix|udp)\("
@@ -304,12 +305,18 @@ def _gate(data: bytes) -> Any:
                 spared[m.start()] = 0
         if spared is not None:
             return _SET_MATCH(bytes(spared))
-    if not hits and b"\\u" in data:
-        # JSON inside JSON: a name, a separator or an escape spelt \uXXXX at some level of escaping
-        # (contrase\u00f1a, \uff1a, \u001b[36m) is read as the character it stands for
-        plain = _U_ESCAPE.sub(_u_char, data)
+    if not hits:
+        plain = data
+        if b"\\u" in plain:
+            # JSON inside JSON: a name, a separator or an escape spelt \uXXXX at some level of escaping
+            # (contrase\u00f1a, \uff1a, \u001b[36m) is read as the character it stands for
+            plain = _INVISIBLE_BYTES.sub(b"", _U_ESCAPE.sub(_u_char, plain))
+        if b"\xd0" in plain or b"\xd1" in plain or b"\xce" in plain or b"\xcf" in plain or b"\xd4" in plain:
+            text = plain.decode("utf-8", "surrogatepass")
+            if _MIXED_SCRIPT.search(text):  # pаssword with a Cyrillic а
+                plain = _latin(text).encode("utf-8", "surrogatepass")
         if plain != data:
-            return _SET_MATCH(_INVISIBLE_BYTES.sub(b"", plain))
+            return _SET_MATCH(plain)
     return hits
 
 
@@ -862,6 +869,8 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             v = m.group("v").rstrip(".,;:!?)。、")
             if _strong(v) and _value_is_secret(v, "password", False):
                 spans.append((m.start("v"), m.start("v") + len(v)))
+    if "insert" in low and "values" in low:
+        _insert_spans(text, spans)
     if "identified" in low:
         spans.extend(m.span(m.lastgroup) for m in _SQL_IDENTIFIED.finditer(text)
                      if _value_is_secret(m.group(m.lastgroup), "password", m.lastgroup == "v"))
@@ -920,6 +929,12 @@ _COMMANDS = re.compile(
     r"|\brabbitmqctl[ \t]+(?:add_user|change_password)[ \t]+\S+[ \t]+(?P<q6>[\"']?)(?P<v6>[^\s\"']+)(?P=q6)"
     r"|(?<![\w/])[\w.\-]+:(?P<v7>[^\s@\"'/:]+)@(?:tcp|unix|udp)\("
     r"|(?m:(?:^|>[ \t]?)AUTH[ \t]+(?:\S+[ \t]+)?(?P<v9>\S+)[ \t]*$)"  # redis: AUTH [user] password
+    r"|\b(?:zip|zipcloak|unzip)\b[^\n]*?\s-P[ \t]+(?P<q10>[\"']?)(?P<v10>[^\s\"']+)(?P=q10)"
+    r"|\b7z[ar]?\b[^\n]*?\s-p(?P<q11>[\"']?)(?P<v11>[^\s\"']+)(?P=q11)"
+    r"|(?i:\bnet[ \t]+use\b)[^\n]*?[ \t](?P<v12>[^\s/\"'*][^\s/\"']*)[ \t]+/(?i:user|u):"
+    r"|(?i:\bnet[ \t]+user[ \t]+)[^\s/\"']+[ \t]+(?P<q13>[\"']?)(?P<v13>[^\s/\"'*][^\s\"']*)(?P=q13)(?=[ \t]+/|[ \t]*$)"
+    r"|\bexpect[ \t]+(?:-\S+[ \t]+)?[\"'{][^\"'}\n]*(?i:assword|passphrase|passcode|pin)[^\"'}\n]*[\"'}][ \t]*\r?\n"
+    r"[ \t]*send[ \t]+(?:--[ \t]+)?[\"'{](?P<v14>[^\"'}\n\\]+)"
     r"|(?i:\bset[ \t]+password[ \t]+for[ \t]+\S+[ \t]*=[ \t]*(?:password[ \t]*\([ \t]*)?)"
     r"(?P<q8>[\"'])(?P<v8>[^\"'\n]+)(?P=q8)")
 _CONFIG_SET = re.compile(r"(?i)\bconfig(?:ure)?(?::set|[ \t]+set)[ \t]+(?:-{1,2}[\w\-]+[ \t]+)*(?P<n>[\w.:/@\-]+)[ \t]+"
@@ -928,14 +943,15 @@ _HTTPIE_QUERY = re.compile(r"\b(?:https?|xhs?)[ \t][^\n]*?(?<=[ \t])(?P<n>[\w\-]
 # a literal after || ?? or on a line that assigns a secret name: process.env.JWT_SECRET || 'dev-secret'
 _FALLBACK = re.compile(r"(?:\|\||\?\?|[ \t]or)[ \t]*(\\*[\"'])(?P<v>[^\"'\n\\]+)\1")
 _ASSIGNED = re.compile(r"([A-Za-z_][\w]*)[\"'\]]*[ \t]*(?::[^=\n]{1,40})?(?:=|:)(?!=)")
+_COMMAND_VALUES = tuple(f"v{i}" for i in range(1, 15))
 _CMD_HINTS = ("-pw", "ldap", "mongo", "smb", "rpcclient", "sqlplus", "rman", "expdp", "impdp", "sqlldr", "rabbitmqctl",
-              "@tcp(", "@unix(", "@udp(")
+              "@tcp(", "@unix(", "@udp(", "zip", "7z", "net use", "net user", "send ")
 
 
 def _command_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
     if any(h in low for h in _CMD_HINTS) or "set password" in low or "AUTH " in text:
         for m in _COMMANDS.finditer(text):
-            g = next(k for k in ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9") if m.group(k) is not None)
+            g = next(k for k in _COMMAND_VALUES if m.group(k) is not None)
             if _value_is_secret(m.group(g), "password", True):
                 spans.append(m.span(g))
     if "==" in text and ("http" in low or "xh " in low):
@@ -955,6 +971,31 @@ def _command_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
                                   .removeprefix("export "))
             if lhs and name_kind(lhs.group(1)) is not None and _value_is_secret(m.group("v"), "password", True):
                 spans.append(m.span("v"))
+
+
+# INSERT INTO users (email, password) VALUES ('…', '…'): the values of the secret columns
+_INSERT = re.compile(r"(?i)\binsert[ \t]+into[ \t]+[\w.\"`\[\]]+[ \t]*\((?P<cols>[^()\n]{1,400})\)\s*values\s*"
+                     r"(?P<rows>\((?:[^()\n]|\([^()\n]*\)){1,2000}\)(?:\s*,\s*\((?:[^()\n]|\([^()\n]*\)){1,2000}\)){0,100})")
+_SQL_ROW = re.compile(r"\((?P<vals>(?:[^()\n]|\([^()\n]*\)){1,2000})\)")
+_SQL_VALUE = re.compile(r"\s*(?:'(?P<s>(?:[^'\\\n]|''|\\.)*)'|\"(?P<d>(?:[^\"\\\n]|\\.)*)\"|(?P<b>[^,]*))\s*(?:,|$)")
+
+
+def _insert_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    for m in _INSERT.finditer(text):
+        cols = [c.strip(" \t\"`[]") for c in m.group("cols").split(",")]
+        secret = {i: name_kind(c) for i, c in enumerate(cols) if name_kind(c) is not None}
+        if not secret:
+            continue
+        for row in _SQL_ROW.finditer(text, m.start("rows"), m.end("rows")):
+            pos, end, i = row.start("vals"), row.end("vals"), 0
+            while pos < end:
+                v = _SQL_VALUE.match(text, pos, end)
+                if v is None or v.end() == pos:
+                    break
+                g = v.lastgroup if v.lastgroup in ("s", "d") else None
+                if i in secret and g is not None and _value_is_secret(v.group(g), secret[i], True, cols[i]):
+                    spans.append(v.span(g))
+                pos, i = v.end(), i + 1
 
 
 # A Markdown table whose header names a secret column: that column's cells
@@ -1116,6 +1157,10 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
     if not text.isascii() and _UNICODE_SPACE.search(text):
         text = text.translate(_UNICODE_SPACES)  # one character for one: every offset holds
         low = text.lower()
+    if not text.isascii() and _MIXED_SCRIPT.search(text):
+        text = _latin(text)  # pаssword with a Cyrillic а: one character for one
+        low = text.lower()
+        words = _words(low)
     if NAMES in hits and words:
         _name_spans(text, low, words, spans)
         if "variable" in low:
@@ -1164,6 +1209,20 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
 _UNICODE_SPACES = {c: " " for c in (0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000)}
 _UNICODE_SPACES.update({0xFF1A: ":", 0xFF1D: "="})  # full-width separators (Japanese and Chinese input)
 _UNICODE_SPACE = re.compile("[" + "".join(map(chr, _UNICODE_SPACES)) + "]")
+
+# Cyrillic and Greek letters that look like Latin ones, inside a word of Latin letters (pаssword, tоken): read
+# as the Latin letter. A word all in Cyrillic or Greek (пароль) is left as it is.
+_CONFUSABLES = {"а": "a", "е": "e", "о": "o", "р": "p", "с": "c", "у": "y", "х": "x", "і": "i", "ѕ": "s", "ј": "j",
+                "ԁ": "d", "А": "A", "В": "B", "Е": "E", "К": "K", "М": "M", "Н": "H", "О": "O", "Р": "P", "С": "C",
+                "Т": "T", "Х": "X", "ο": "o", "α": "a", "ρ": "p", "Ο": "O", "Α": "A", "ε": "e", "κ": "k", "τ": "t"}
+_CONFUSABLE_CLASS = "[" + "".join(_CONFUSABLES) + "]"
+_MIXED_SCRIPT = re.compile("(?<=[A-Za-z])" + _CONFUSABLE_CLASS + "+|" + _CONFUSABLE_CLASS + "+(?=[A-Za-z])")
+_CONFUSABLE_TABLE = str.maketrans(_CONFUSABLES)
+
+
+def _latin(text: str) -> str:
+    return _MIXED_SCRIPT.sub(lambda m: m.group().translate(_CONFUSABLE_TABLE), text)
+
 
 # Characters a reader does not see: ANSI escapes (a terminal's colours: grep --color, jq, ls) and zero-width
 # characters. The rules read the text without them; the spans found are mapped back to the text as stored.
