@@ -204,28 +204,24 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 # the word password in other languages
                 r"|\\*[\"']-(?:[upaw]|pw)\\*[\"'],"
                 r"|zip[ \t]|7z[ar]?[ \t]|(?i:net[ \t]+use|net[ \t]+user)[ \t]|send[ \t]|(?i:insert[ \t]+into)"
-                r"|sqlplus|AUTH[ \t]|[ \t][\w\-]*(?i:key|token|secret|pass)[\w\-]*==[^\s=]|rman[ \t]|expdp|impdp"
-                r"|sqlldr|rabbitmqctl|smbclient|rpcclient|\s-w[ \t]|\s-pw[ \t]"
+                r"|sqlplus|AUTH[ \t]|\w==[^\s=]|rman[ \t]|expdp|impdp|sqlldr|rabbitmqctl"
+                r"|smbclient|rpcclient|\s-w[ \t]|\s-pw[ \t]"
                 r"|(?i:config(?:ure)?)(?::set|[ \t]+set)[ \t]|(?i:set[ \t]+password)|@(?:tcp|unix|udp)\("
                 r"|(?:\|\||\?\?|[ \t]or)[ \t]*\\*[\"']"
                 r"|\|[ \t]*[\w .\-]*" + _GATE_KW + r"[\w .\-]*[ \t]*\|[^\n]*\r?\n[ \t]*\|?[ \t]*:?-{3,}"
-                r"|[;\t][ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*(?:[\r\n;\t]|\\+[nrt])"
-                r"|(?m:^)[ \t\"]*[\w.\-]*" + _GATE_KW
-                + r"[\w.\-]*[ \t\"]*[;\t]"
-                r"|(?i:password|passphrase|passcode|passwd|secret|token|api[ _\-]?key)[^.:\n]{0,40}"
-                r"(?i:\bis|\bwas|\bto|\bas)[ \t]"
                 r"|(?i:\buse)[ \t]+[^\s]{6,}[ \t]+(?i:as)[ \t]"
                 r"|(?i:パスワード|暗証番号|密码|密碼|비밀번호|passwort|kennwort|senha|contraseña|contrasena"
-                r"|mot de passe|пароль"
-                r"|wachtwoord|lösenord|hasło|salasana|adgangskode|passord|şifre)"
+                r"|mot de passe|пароль|wachtwoord|lösenord|hasło|salasana|adgangskode|passord|şifre)"
                 r"|machine\s|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
                 r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate|pdo"
                 r"|mysqli(?:_connect)?)[ \t]*\("
                 r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
-                r"|,[ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*[\r\n,]|(?m:^)[ \t\"]*[\w.\-]*" + _GATE_KW
-                + r"[\w.\-]*[ \t\"]*,"
-                r"|\b(?i:password|passphrase|passcode|secret|token|api key|credentials?)\b[^.:\n]{0,60}:[ \t]*[^\s]")
+                # a CSV/TSV header naming a secret column; a sentence naming a secret, then ": V" or "is/was/to/as V"
+                r"|[,;\t][ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*(?:[\r\n,;\t]|\\+[nrt])"
+                r"|(?m:^)[ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*[,;\t]"
+                r"|(?:\b|_)(?i:password|passphrase|passcode|passwd|secret|token|api[ _\-]?key|credentials?)\b"
+                r"[^.:\n\\=(){}]{0,60}(?::[ \t]*[^\s]|(?i:\bis|\bwas|\bto|\bas)[ \t])")
 # Where a token starts (as the shapes' own lookbehind has it), or after an escape that decodes to a line end
 # or a tab: the shapes below with counted repeats only start there, so the DFA does not follow them from
 # every character.
@@ -258,6 +254,12 @@ _B64_GROUP = r"[CDI-Za-f][AC-HQS-Xgi-nwy-z0-3][ABEFIJMNQRUVYZcdghklopstwx014589]
 _GATE_B64 = _GATE_TOKEN_START + "(?:" + _B64_GROUP + "){6}"  # where a run starts, as the rule reads it
 
 
+# What can hide a name or a separator from the patterns above: an ANSI escape, a zero-width character, a \uXXXX
+# escape (JSON inside JSON), a Cyrillic or Greek letter (a look-alike inside a Latin name). A text the rules
+# cannot match otherwise is looked at again without them (HIDDEN is never among the kinds gate() returns).
+_GATE_HIDDEN = r"\x1b|[\x{200b}-\x{200d}\x{2060}\x{feff}]|\\u[0-9a-fA-F]{4}|[\x{370}-\x{3ff}\x{400}-\x{52f}]"
+
+
 def _compile_gate() -> Any:
     """RE2's set matcher: it only says whether anything matches, which its DFA answers alone (a
     search for where would cost a second pass). Patterns with long counted repeats that can start
@@ -268,15 +270,15 @@ def _compile_gate() -> Any:
     options = re2.Options()
     options.max_mem = 64 << 20
     gate = re2.Set.SearchSet(options)
-    for pattern in ("|".join((_GATE_NAME, _GATE_PAIR, _GATE_CLI)), _GATE_SHAPES, _GATE_PLACES, _GATE_B64):
-        gate.Add(pattern.encode())  # indices NAMES, SHAPES, PLACES, BASE64: which rules can match
+    for pattern in ("|".join((_GATE_NAME, _GATE_PAIR, _GATE_CLI)), _GATE_SHAPES, _GATE_PLACES, _GATE_B64, _GATE_HIDDEN):
+        gate.Add(pattern.encode())  # indices NAMES, SHAPES, PLACES, BASE64: which rules can match; HIDDEN
     gate.Compile()
     # the binding's own Set (a list of hits, empty for none): its Python wrapper cost as much as the
     # DFA's whole pass over a typical message
     return getattr(gate, "_set", gate).Match
 
 
-NAMES, SHAPES, PLACES, BASE64 = 0, 1, 2, 3
+NAMES, SHAPES, PLACES, BASE64, HIDDEN = 0, 1, 2, 3, 4
 _SET_MATCH = _compile_gate()
 # A keyword argument passing on a variable of its own name (OpenAI(api_key=api_key), f(token=token, …)):
 # code, which the name rules skip (a value equal to its name is no value), and the commonest reason the
@@ -289,9 +291,11 @@ def _gate(data: bytes) -> Any:
     """gate(utf8_bytes): which kinds of rule (NAMES, SHAPES, PLACES, BASE64) could find something in
     the text; empty when none can. A text that only a name could be found in takes a second look
     with its same-name keyword arguments set aside (their "=" made NUL, which no rule takes)."""
-    if b"\x1b" in data or b"\xe2\x80" in data or b"\xe2\x81\xa0" in data or b"\xef\xbb\xbf" in data:
-        data = _INVISIBLE_BYTES.sub(b"", data)  # ANSI escapes and zero-width characters hide no separator
     hits = _SET_MATCH(data)
+    if HIDDEN in hits:
+        hits.remove(HIDDEN)
+        if not hits:
+            return _unhidden(data)
     if hits == [NAMES]:
         spared = None
         for m in _KWARG_VALUE.finditer(data):
@@ -304,19 +308,29 @@ def _gate(data: bytes) -> Any:
                 spared = spared or bytearray(data)
                 spared[m.start()] = 0
         if spared is not None:
-            return _SET_MATCH(bytes(spared))
-    if not hits:
-        plain = data
-        if b"\\u" in plain:
-            # JSON inside JSON: a name, a separator or an escape spelt \uXXXX at some level of escaping
-            # (contrase\u00f1a, \uff1a, \u001b[36m) is read as the character it stands for
-            plain = _INVISIBLE_BYTES.sub(b"", _U_ESCAPE.sub(_u_char, plain))
-        if b"\xd0" in plain or b"\xd1" in plain or b"\xce" in plain or b"\xcf" in plain or b"\xd4" in plain:
-            text = plain.decode("utf-8", "surrogatepass")
-            if _MIXED_SCRIPT.search(text):  # pаssword with a Cyrillic а
-                plain = _latin(text).encode("utf-8", "surrogatepass")
-        if plain != data:
-            return _SET_MATCH(plain)
+            hits = _SET_MATCH(bytes(spared))
+            if HIDDEN in hits:
+                hits.remove(HIDDEN)
+    return hits
+
+
+def _unhidden(data: bytes) -> Any:
+    """The gate's kinds for a text read without what hides a name from it: ANSI escapes and zero-width
+    characters left out, \\uXXXX escapes (JSON inside JSON: contrase\\u00f1a, \\uff1a, \\u001b[36m) read as the
+    characters they stand for, Cyrillic and Greek look-alikes inside a Latin word read as Latin."""
+    plain = data
+    if b"\\u" in plain:
+        plain = _U_ESCAPE.sub(_u_char, plain)
+    plain = _INVISIBLE_BYTES.sub(b"", plain)
+    if b"\xd0" in plain or b"\xd1" in plain or b"\xce" in plain or b"\xcf" in plain or b"\xd4" in plain:
+        text = plain.decode("utf-8", "surrogatepass")
+        if _MIXED_SCRIPT.search(text):  # pаssword with a Cyrillic а
+            plain = _latin(text).encode("utf-8", "surrogatepass")
+    if plain == data:
+        return []
+    hits = _SET_MATCH(plain)
+    if HIDDEN in hits:
+        hits.remove(HIDDEN)
     return hits
 
 
@@ -1027,7 +1041,8 @@ def _table_spans(text: str, spans: list[tuple[int, int]]) -> None:
 
 # Prose: "the root password on the NAS is V", "changed my password to V", "use V as the admin password"
 _PROSE_IS = re.compile(r"(?i)(?<![a-z])(?:password|passphrase|passcode|passwd|api[ _\-]?key|secret|token)(?![a-rt-z])"
-                       r"(?:\*\*|`)?[^.:\n`]{0,40}?\b(?:is|was|to|as)[ \t]+(?:now[ \t]+)?[`\"']?(?P<v>[^\s\"'`]+)"
+                       r"(?:\*\*|`)?[^.:\n`\\=(){}]{0,40}?\b(?:is|was|to|as)[ \t]+(?:now[ \t]+)?[`\"']?"
+                       r"(?P<v>[^\s\"'`]+)"
                        r"|(?i:\buse)[ \t]+[`\"']?(?P<v2>[^\s\"'`]{6,})[`\"']?[ \t]+(?i:as)[ \t]+(?:[\w\-]+[ \t]+){0,3}"
                        r"(?i:password|passphrase|token|secret|api key)\b")
 _LOCAL_ASCII = ("passwort", "kennwort", "senha", "contrase", "mot de passe", "wachtwoord", "salasana", "adgangskode",
@@ -1161,6 +1176,7 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
         text = _latin(text)  # pаssword with a Cyrillic а: one character for one
         low = text.lower()
         words = _words(low)
+        hits = (NAMES, SHAPES, PLACES, BASE64)  # the gate saw the text as it is stored
     if NAMES in hits and words:
         _name_spans(text, low, words, spans)
         if "variable" in low:
