@@ -878,7 +878,7 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             if _strong(v) and _value_is_secret(v, "password", False) and (
                     _looks_random(v) or any(c in "!#$%^&*_-+=~.@?" for c in v[1:])):
                 spans.append((m.start(g), m.start(g) + len(v)))
-    if not text.isascii() or any(w in low for w in _LOCAL_ASCII):
+    if not text.isascii() or _LOCAL_ASCII.search(low):
         for m in _LOCAL_PASSWORD.finditer(text):
             v = m.group("v").rstrip(".,;:!?)。、")
             if _strong(v) and _value_is_secret(v, "password", False):
@@ -958,12 +958,12 @@ _HTTPIE_QUERY = re.compile(r"\b(?:https?|xhs?)[ \t][^\n]*?(?<=[ \t])(?P<n>[\w\-]
 _FALLBACK = re.compile(r"(?:\|\||\?\?|[ \t]or)[ \t]*(\\*[\"'])(?P<v>[^\"'\n\\]+)\1")
 _ASSIGNED = re.compile(r"([A-Za-z_][\w]*)[\"'\]]*[ \t]*(?::[^=\n]{1,40})?(?:=|:)(?!=)")
 _COMMAND_VALUES = tuple(f"v{i}" for i in range(1, 15))
-_CMD_HINTS = ("-pw", "ldap", "mongo", "smb", "rpcclient", "sqlplus", "rman", "expdp", "impdp", "sqlldr", "rabbitmqctl",
-              "@tcp(", "@unix(", "@udp(", "zip", "7z", "net use", "net user", "send ")
+_CMD_HINT = re.compile(r"-pw|ldap|mongo|smb|rpcclient|sqlplus|rman|expdp|impdp|sqlldr|rabbitmqctl|@(?:tcp|unix|udp)\("
+                       r"|zip|7z|net use|net user|send |set password")
 
 
 def _command_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
-    if any(h in low for h in _CMD_HINTS) or "set password" in low or "AUTH " in text:
+    if _CMD_HINT.search(low) or "AUTH " in text:
         for m in _COMMANDS.finditer(text):
             g = next(k for k in _COMMAND_VALUES if m.group(k) is not None)
             if _value_is_secret(m.group(g), "password", True):
@@ -1045,8 +1045,7 @@ _PROSE_IS = re.compile(r"(?i)(?<![a-z])(?:password|passphrase|passcode|passwd|ap
                        r"(?P<v>[^\s\"'`]+)"
                        r"|(?i:\buse)[ \t]+[`\"']?(?P<v2>[^\s\"'`]{6,})[`\"']?[ \t]+(?i:as)[ \t]+(?:[\w\-]+[ \t]+){0,3}"
                        r"(?i:password|passphrase|token|secret|api key)\b")
-_LOCAL_ASCII = ("passwort", "kennwort", "senha", "contrase", "mot de passe", "wachtwoord", "salasana", "adgangskode",
-                "passord")
+_LOCAL_ASCII = re.compile("passwort|kennwort|senha|contrase|mot de passe|wachtwoord|salasana|adgangskode|passord")
 # The word password in other languages, then a separator (or Japanese は) and the value
 _LOCAL_PASSWORD = re.compile(r"(?i)(?:パスワード|暗証番号|密码|密碼|비밀번호|passwort|kennwort|senha"
                              r"|contraseña|contrasena"
