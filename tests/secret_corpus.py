@@ -595,6 +595,87 @@ def hostile_round_5(seed: int = 14) -> list[Case]:
     return c
 
 
+def hostile_round_6(seed: int = 14) -> list[Case]:
+    """A sixth try (2026-12-05, a fresh corpus of 248 text and 28 structured cases): the classes that leaked.
+    Terminal colours (ANSI escapes) and zero-width characters between a name and its value, full-width
+    separators, Markdown inline code and tables, prose ("the password on the NAS is …") and the word password
+    in other languages, command lines that take a password by position or by a flag of their own, code that
+    falls back to a literal (|| ?? or ||=), Go and PHP connection calls, SQL's SET PASSWORD, CSV/TSV with
+    other delimiters, plist and KeePass key/value elements, a path as a parameter's name, and a URL whose
+    user name is an address."""
+    g = Gen(seed + 6161)
+
+    def pw() -> str:
+        return g.password(symbols="._")
+
+    def add(family: str, fmt: str, n: int = 1) -> None:
+        for _ in range(n):
+            s = pw()
+            c.append(Case(family, fmt.format(s=s), s))
+
+    c: list[Case] = []
+    for fmt in ("$ env | grep --color=always PASS\n\x1b[01;31m\x1b[KPASS\x1b[m\x1b[KWORD={s}\n",
+                "\x1b[36mSMTP_PASSWORD\x1b[0m=\x1b[33m{s}\x1b[0m", "\x1b[34mapi_token\x1b[39m: \x1b[32m{s}\x1b[39m",
+                '\x1b[1;39m{{\n  \x1b[0m\x1b[34;1m"password"\x1b[0m\x1b[1;39m: '
+                '\x1b[0;32m"{s}"\x1b[0m\x1b[1;39m\n}}\x1b[0m'):
+        add("ansi-escapes", fmt)
+    tok = "ghp_" + g.b62(36)
+    c.append(Case("ansi-escapes", f"\x1b[1;32m✓\x1b[0m Logged in to github.com (\x1b[1m{tok}\x1b[0m)", tok))
+    for fmt in ("pass\u200bword={s}", "api\u200d_key: {s}", "DB_PASSWORD\ufeff={s}", "password：{s}", "SECRET_KEY＝{s}",
+                "トークン token：{s}"):
+        add("invisible-or-full-width-separator", fmt)
+    for fmt in ("* `DB_PASSWORD` = `{s}`", "- `api_token`: `{s}`", "the staging DB password is `{s}`",
+                "| host | user | password |\n|------|------|----------|\n| db01 | app | {s} |",
+                "| Service | API Key |\n| :--- | ---: |\n| mailer | `{s}` |"):
+        add("markdown-code-and-tables", fmt)
+    for fmt in ("The root password on the NAS is {s} - rotate it after the move.",
+                "use {s} as the admin password for grafana", "I changed my password to {s} yesterday",
+                "reset **DB_PASSWORD** to `{s}`", "the api key for staging was {s}."):
+        add("prose-password", fmt)
+    for fmt in ("本番DBのパスワード：{s}", "パスワードは {s} です", "Passwort: {s}", "Kennwort = {s}", "senha: {s}",
+                "contraseña = {s}", "mot de passe : {s}", "пароль: {s}", "wachtwoord: {s}"):
+        add("password-in-other-languages", fmt)
+    for fmt in ("plink -ssh -pw {s} admin@10.1.2.3 uptime", "pscp -pw {s} dump.tar ops@10.1.2.3:/tmp/",
+                'ldapsearch -x -H ldap://dc1 -D "cn=admin,dc=acme" -w {s} -b "dc=acme"',
+                "mongosh mongodb://db0/admin -u root -p '{s}' --eval 'db.stats()'",
+                "smbclient //fs01/share -U 'ACME\\ops%{s}' -c ls", "sqlplus system/{s}@//ora:1521/PDB1",
+                "rabbitmqctl change_password svc {s}", "SSHPASS='{s}' sshpass -e ssh ops@bastion",
+                'echo -e "{s}\\n{s}" | passwd deploy', "127.0.0.1:6379> AUTH {s}\nOK",
+                "http GET api.acme.io/v1/items api_key=={s} page==2",
+                "aws configure set aws_secret_access_key {s} --profile prod",
+                "npm config set //registry.acme.io/:_authToken {s}", "zip -r -P {s} export.zip ./reports",
+                "7z a -p{s} -mhe=on backup.7z data/", "net use Z: \\\\fs01\\share {s} /user:ACME\\jdoe",
+                "net user svc_backup {s} /add", 'expect "*assword:*"\nsend "{s}\\r"'):
+        add("command-line-password", fmt)
+    add("sql-insert", "INSERT INTO users (email, password, role) VALUES ('admin@acme.io', '{s}', 'admin');")
+    add("sql-insert", 'insert into "accounts" ("login", "api_token")\nvalues (\'ci\', \'{s}\'), (\'ops\', \'x\');')
+    for fmt in ("p\u0430ssword: {s}", "t\u043eken = {s}", "DB_P\u0410SSWORD={s}"):  # Cyrillic а, о, А
+        add("mixed-script-name", fmt)
+    for fmt in ("const jwtSecret = process.env.JWT_SECRET || '{s}';",
+                'const apiToken = process.env.API_TOKEN ?? "{s}";',
+                'DB_PASSWORD = os.environ.get("DB_PASSWORD") or "{s}"', "ENV['SMTP_PASSWORD'] ||= '{s}'",
+                'db, err := sql.Open("mysql", "shop:{s}@tcp(127.0.0.1:3306)/shop")',
+                "$pdo = new PDO('mysql:host=db;dbname=shop', 'shop', '{s}');",
+                "{{'user': 'svc', 'password': b'{s}', 'port': 5432}}",
+                "DRIVER={{ODBC Driver 18}};SERVER=sql01;UID=shop;PWD={{{s}}};"):
+        add("code-fallback-and-operators", fmt)
+    dotted = g.b62(5) + "." + g.b62(9)  # a password with a dot is not a host name
+    c.append(Case("code-fallback-and-operators", f"server.login('reports@acme.io', '{dotted}')", dotted))
+    add("sql-set-password", "SET PASSWORD FOR 'app'@'%' = '{s}';")
+    add("sql-set-password", "SET PASSWORD FOR reporting = PASSWORD('{s}');")
+    for fmt in ("service;login;password\nftp;backup;{s}\n", "title\tusername\tpassword\turl\nRouter\tadmin\t{s}\thttp://r\n",
+                "<dict>\n  <key>APIToken</key>\n  <string>{s}</string>\n</dict>",
+                '<String><Key>Password</Key><Value ProtectInMemory="True">{s}</Value></String>',
+                '{{\n    "Parameter": {{\n        "Name": "/prod/api/token",\n        "Type": "SecureString",\n'
+                '        "Value": "{s}"\n    }}\n}}',
+                'proxy_set_header Authorization "Basic {s}";'):
+        add("delimited-and-keyed-pairs", fmt)
+    aws = g.s(B64, 40)
+    c.append(Case("delimited-and-keyed-pairs", json.dumps({"AKIA" + g.s(UPPER_ALNUM, 16): aws}), aws))
+    add("url-userinfo-address-user", "EMAIL_URL=smtp+tls://mailer@acme.io:{s}@smtp.mailgun.org:587")
+    return c
+
+
 def secret_cases(seed: int = 14) -> list[Case]:
     g = Gen(seed)
     cases = []
@@ -603,7 +684,7 @@ def secret_cases(seed: int = 14) -> list[Case]:
             for _ in range(2):
                 cases.append(_bare(g, family, maker()))
     return (cases + _named(g) + leak_classes(seed) + hostile_round(seed) + hostile_round_3(seed) + hostile_round_4(seed)
-            + hostile_round_5(seed))
+            + hostile_round_5(seed) + hostile_round_6(seed))
 
 
 def phone_cases(seed: int = 14) -> list[Case]:
@@ -707,4 +788,22 @@ def clean_texts(seed: int = 14) -> list[str]:
             "token_count\u00a0=\u00a0512", "max_tokens\u2009:\u20094096",
             '"private_key_id": null', "key_id: 2024-05-rotation", "the API key is set\nAbc123 was the build",
             "export PATH=\"/usr/local/bin:\\\n/usr/bin\""]
+    # look-alikes of round 6's classes: a prefix shown as a placeholder, YAML tags, a header named in a sentence,
+    # coloured output without a secret, prose about passwords, tables and delimited headers without values,
+    # command lines without a password, a fallback to another variable
+    out += ["OPENAI_API_KEY=sk-...", "export GITHUB_TOKEN=ghp_…", "password: !vault |\n  $ANSIBLE_VAULT;1.1;AES256",
+            "db_password: !secret db_password", "Send the key in the X-Api-Key header.",
+            "\x1b[32mOK\x1b[0m token_count=\x1b[1m512\x1b[0m",
+            "\x1b[01;31m\x1b[Kpassword\x1b[m\x1b[K_reset_url: /reset",
+            "The password is required.", "Passwords must be rotated; the token is valid for one hour.",
+            "use the token as a bearer credential", "| name | password_policy |\n|---|---|\n| app | strict |",
+            "user;password_hash;role\nalice;$2b$12$abc;admin", "パスワードを忘れた場合は管理者に連絡してください。",
+            "plink -ssh -i key.ppk admin@10.1.2.3", "ldapsearch -x -LLL -b dc=acme uid=jdoe",
+            "const secret = process.env.JWT_SECRET || process.env.FALLBACK_SECRET;",
+            "aws configure set region eu-west-1 --profile prod", "server.login(user, password)",
+            "SET PASSWORD FOR 'app'@'%' = PASSWORD(@new);", "zip -r out.zip ./dir", "7z x archive.7z -o/tmp/out",
+            "net use Z: \\\\fs01\\share /persistent:yes", "net user jdoe /domain", 'expect "$ "\nsend "ls\\r"',
+            "INSERT INTO users (email, password_hash) VALUES ('a@b.io', 'x');",
+            "INSERT INTO logs (msg, token_count) VALUES ('hi', 12);", "пароль должен содержать не менее 12 символов",
+            "Привет, это тест: password policy"]
     return out

@@ -471,3 +471,19 @@ def test_the_gate_takes_escapes_that_spell_ascii_or_a_unicode_space_only():
     stored = json.dumps({"content": f"token\u00a0=\u00a0{PW}"})
     assert "\\u00a0" in stored and gate(stored.encode())
     assert json.loads(redact_text(stored)) == {"content": f"token\u00a0=\u00a0{MASK}"}
+
+
+def test_an_argument_list_is_read_as_the_command_line_it_spells():
+    """["docker", "login", "-p", PW]: no word names the password, the command line does (hostile try 6)."""
+    args = {"argv": ["docker", "login", "-u", "ci", "-p", "vPBwt.ATX5OtfF8", "registry.acme.io"]}
+    assert redact_value(args) == {"argv": ["docker", "login", "-u", "ci", "-p", MASK, "registry.acme.io"]}
+    calls = json.dumps([{"function": {"name": "terminal", "arguments": json.dumps(args)}}])
+    assert "vPBwt.ATX5OtfF8" in calls and "vPBwt.ATX5OtfF8" not in redact_text(calls)
+    clean = {"argv": ["ls", "-la", "/tmp", "--color", "auto"]}
+    assert redact_value(clean) is clean
+
+
+def test_an_aws_key_id_as_a_json_key_names_its_secret():
+    secret = "wJalrXUtnFEMIK7MDENGbPxRfiCYzEXAMPLEKEY1"
+    out = redact_value({"AKIAZ3MQ7RVW2XK4PL6N": secret})
+    assert list(out.values()) == [MASK] and list(out) == [MASK]

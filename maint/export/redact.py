@@ -167,7 +167,7 @@ _ID_RUN = re.compile(rb"(?:call|toolu|msg|chatcmpl|run|req|resp|asst|thread|batc
 # rule below could (a keyword with a separator after it, a shape's prefix, a place's marker, an
 # escape), so a text it does not match is returned as it is without running them. It must stay a
 # superset of the rules: the corpus tests run through it.
-_GATE_KW = "(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer)"
+_GATE_KW = "(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer|mnemonic)"
 # Space beside a separator: Unicode spaces (the rules see them as " "), and a tab or a Unicode space
 # escaped in JSON text (the rules see the decoded value; the gate sees the raw text, escapes and all).
 _GATE_SP = (r"(?:[ \t\x{a0}\x{1680}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]|\\+t"
@@ -183,7 +183,8 @@ _GATE_VALUE = (_GATE_SP + r"*(?:[\r\n]|$|(?i:[^os\s]|o$|o[^s]|os$|os[^.]|s$|s[^e
 _GATE_NAME = (_GATE_KW.replace("token|", "") + _GATE_NAMECHARS + "*|(?i:token)" + _GATE_TAIL)
 _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
               # NAME=, NAME:, "NAME"] =, NAME <-
-              r"(?:\\*[\"'])?\]?" + _GATE_SP + r"*(?::|[?+]?=|<-|<<<)" + _GATE_VALUE +
+              r"(?:\\*[\"'`])?\]?" + _GATE_SP + r"*(?::|[?+]?=|<-|<<<|\x{ff1a}|\x{ff1d}|(?:\|\||\?\?|&&)=)"
+             + _GATE_VALUE +
               r"|" + _GATE_SP + r"*\|" + _GATE_SP + r"*[^\s|]+" + _GATE_SP + r"*\|"  # | NAME | value |
               r"|\\*[\"']\]?" + _GATE_SP + r"*,"  # "NAME", value
               r"|(?:\\*[\"'])?\]?" + _GATE_SP + r"*\(" + _GATE_SP + r"*\\*[\"']"  # NAME("value")
@@ -193,17 +194,34 @@ _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
               # <NAME>
               r"|<(?:[\w.\-]*:)?[\w.\-]*" + _GATE_KW + _GATE_NAMECHARS + r"*(?:\\*[\"'])?\]?" + _GATE_SP + r"*>")
 _GATE_PAIR = (r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP
-              + r"*\\*[\"']?[\w.\-]*" + _GATE_KW + r"|(?i:variable)" + _GATE_SP + r"+\\*[\"'][\w.\-]*" + _GATE_KW)
+              + r"*\\*[\"']?[\w./\-]*" + _GATE_KW + r"|(?i:variable)" + _GATE_SP + r"+\\*[\"'][\w.\-]*" + _GATE_KW)
 _GATE_CLI = r"--[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP + r"+[^\s\-]"
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
                 r"|sshpass|htpasswd"
+                # round 6: command lines that take a password by position or by a short flag, "config set NAME
+                # VALUE", SQL's SET PASSWORD, Go's user:pw@tcp(, a value after || ?? or, a table or a CSV/TSV
+                # header naming a secret column, prose ("the password on X is V", "use V as the password") and
+                # the word password in other languages
+                r"|\\*[\"']-(?:[upaw]|pw)\\*[\"'],"
+                r"|zip[ \t]|7z[ar]?[ \t]|(?i:net[ \t]+use|net[ \t]+user)[ \t]|send[ \t]|(?i:insert[ \t]+into)"
+                r"|sqlplus|AUTH[ \t]|\w==[^\s=]|rman[ \t]|expdp|impdp|sqlldr|rabbitmqctl"
+                r"|smbclient|rpcclient|\s-w[ \t]|\s-pw[ \t]"
+                r"|(?i:config(?:ure)?)(?::set|[ \t]+set)[ \t]|(?i:set[ \t]+password)|@(?:tcp|unix|udp)\("
+                r"|(?:\|\||\?\?|[ \t]or)[ \t]*\\*[\"']"
+                r"|\|[ \t]*[\w .\-]*" + _GATE_KW + r"[\w .\-]*[ \t]*\|[^\n]*\r?\n[ \t]*\|?[ \t]*:?-{3,}"
+                r"|(?i:\buse)[ \t]+[^\s]{6,}[ \t]+(?i:as)[ \t]"
+                r"|(?i:パスワード|暗証番号|密码|密碼|비밀번호|passwort|kennwort|senha|contraseña|contrasena"
+                r"|mot de passe|пароль|wachtwoord|lösenord|hasło|salasana|adgangskode|passord|şifre)"
                 r"|machine\s|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
-                r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate)[ \t]*\("
+                r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate|pdo"
+                r"|mysqli(?:_connect)?)[ \t]*\("
                 r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
-                r"|,[ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*[\r\n,]|(?m:^)[ \t\"]*[\w.\-]*" + _GATE_KW
-                + r"[\w.\-]*[ \t\"]*,"
-                r"|\b(?i:password|passphrase|passcode|secret|token|api key|credentials?)\b[^.:\n]{0,60}:[ \t]*[^\s]")
+                # a CSV/TSV header naming a secret column; a sentence naming a secret, then ": V" or "is/was/to/as V"
+                r"|[,;\t][ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*(?:[\r\n,;\t]|\\+[nrt])"
+                r"|(?m:^)[ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*[,;\t]"
+                r"|(?:\b|_)(?i:password|passphrase|passcode|passwd|secret|token|api[ _\-]?key|credentials?)\b"
+                r"[^.:\n\\=(){}]{0,60}(?::[ \t]*[^\s]|(?i:\bis|\bwas|\bto|\bas)[ \t])")
 # Where a token starts (as the shapes' own lookbehind has it), or after an escape that decodes to a line end
 # or a tab: the shapes below with counted repeats only start there, so the DFA does not follow them from
 # every character.
@@ -236,6 +254,12 @@ _B64_GROUP = r"[CDI-Za-f][AC-HQS-Xgi-nwy-z0-3][ABEFIJMNQRUVYZcdghklopstwx014589]
 _GATE_B64 = _GATE_TOKEN_START + "(?:" + _B64_GROUP + "){6}"  # where a run starts, as the rule reads it
 
 
+# What can hide a name or a separator from the patterns above: an ANSI escape, a zero-width character, a \uXXXX
+# escape (JSON inside JSON), a Cyrillic or Greek letter (a look-alike inside a Latin name). A text the rules
+# cannot match otherwise is looked at again without them (HIDDEN is never among the kinds gate() returns).
+_GATE_HIDDEN = r"\x1b|[\x{200b}-\x{200d}\x{2060}\x{feff}]|\\u[0-9a-fA-F]{4}|[\x{370}-\x{3ff}\x{400}-\x{52f}]"
+
+
 def _compile_gate() -> Any:
     """RE2's set matcher: it only says whether anything matches, which its DFA answers alone (a
     search for where would cost a second pass). Patterns with long counted repeats that can start
@@ -246,15 +270,15 @@ def _compile_gate() -> Any:
     options = re2.Options()
     options.max_mem = 64 << 20
     gate = re2.Set.SearchSet(options)
-    for pattern in ("|".join((_GATE_NAME, _GATE_PAIR, _GATE_CLI)), _GATE_SHAPES, _GATE_PLACES, _GATE_B64):
-        gate.Add(pattern.encode())  # indices NAMES, SHAPES, PLACES, BASE64: which rules can match
+    for pattern in ("|".join((_GATE_NAME, _GATE_PAIR, _GATE_CLI)), _GATE_SHAPES, _GATE_PLACES, _GATE_B64, _GATE_HIDDEN):
+        gate.Add(pattern.encode())  # indices NAMES, SHAPES, PLACES, BASE64: which rules can match; HIDDEN
     gate.Compile()
     # the binding's own Set (a list of hits, empty for none): its Python wrapper cost as much as the
     # DFA's whole pass over a typical message
     return getattr(gate, "_set", gate).Match
 
 
-NAMES, SHAPES, PLACES, BASE64 = 0, 1, 2, 3
+NAMES, SHAPES, PLACES, BASE64, HIDDEN = 0, 1, 2, 3, 4
 _SET_MATCH = _compile_gate()
 # A keyword argument passing on a variable of its own name (OpenAI(api_key=api_key), f(token=token, …)):
 # code, which the name rules skip (a value equal to its name is no value), and the commonest reason the
@@ -268,6 +292,10 @@ def _gate(data: bytes) -> Any:
     the text; empty when none can. A text that only a name could be found in takes a second look
     with its same-name keyword arguments set aside (their "=" made NUL, which no rule takes)."""
     hits = _SET_MATCH(data)
+    if HIDDEN in hits:
+        hits.remove(HIDDEN)
+        if not hits:
+            return _unhidden(data)
     if hits == [NAMES]:
         spared = None
         for m in _KWARG_VALUE.finditer(data):
@@ -280,8 +308,37 @@ def _gate(data: bytes) -> Any:
                 spared = spared or bytearray(data)
                 spared[m.start()] = 0
         if spared is not None:
-            return _SET_MATCH(bytes(spared))
+            hits = _SET_MATCH(bytes(spared))
+            if HIDDEN in hits:
+                hits.remove(HIDDEN)
     return hits
+
+
+def _unhidden(data: bytes) -> Any:
+    """The gate's kinds for a text read without what hides a name from it: ANSI escapes and zero-width
+    characters left out, \\uXXXX escapes (JSON inside JSON: contrase\\u00f1a, \\uff1a, \\u001b[36m) read as the
+    characters they stand for, Cyrillic and Greek look-alikes inside a Latin word read as Latin."""
+    plain = data
+    if b"\\u" in plain:
+        plain = _U_ESCAPE.sub(_u_char, plain)
+    plain = _INVISIBLE_BYTES.sub(b"", plain)
+    if b"\xd0" in plain or b"\xd1" in plain or b"\xce" in plain or b"\xcf" in plain or b"\xd4" in plain:
+        text = plain.decode("utf-8", "surrogatepass")
+        if _MIXED_SCRIPT.search(text):  # pаssword with a Cyrillic а
+            plain = _latin(text).encode("utf-8", "surrogatepass")
+    if plain == data:
+        return []
+    hits = _SET_MATCH(plain)
+    if HIDDEN in hits:
+        hits.remove(HIDDEN)
+    return hits
+
+
+_U_ESCAPE = re.compile(rb"\\+u([0-9a-fA-F]{4})")
+
+
+def _u_char(m: re.Match) -> bytes:
+    return chr(int(m.group(1), 16)).encode("utf-8", "surrogatepass")
 
 
 _GATE = gate = _gate
@@ -320,15 +377,17 @@ def _random_body(token: str) -> bool:
 # -- names ----------------------------------------------------------------------------------------
 # A name is found at a keyword inside it; the regex is only run on text whose lower-cased form holds
 # one of _NAME_TRIGGERS.
-_NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pw", "dsn", "cookie", "jwt", "bearer")
+_NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pw", "dsn", "cookie", "jwt", "bearer",
+                  "mnemonic")
 # Bounded repeats: a keyword inside a long run ("keykeykey...") costs at most ~100 steps, never the run.
-_TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"'])?(?P<sub>\])?"
+_TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"']|`)?(?P<sub>\])?"
              # "AWS Secret Access Key [None]: …" (aws configure) puts a bracket before the colon
              r"(?:(?P<sep>(?:[ \t]+\[[^\]\n]{0,20}\])?[ \t]*"
              # a type between the name and "=": api_key: str = …, apiKey: string = …, TOKEN: &str = …
              r"(?::[ \t]*[&*]?[\w.]{1,40}(?:<[^<>\n]{0,40}>|\[[^\[\]\n]{0,40}\])?\??[ \t]*(?==[^=]))?"
              # NAME=, NAME:, NAME:=, NAME =>, NAME <-; "NAME", value (define, setenv); <NAME>value; NAME("value")
-             r"(?::=|=>|<<<|<-|[?+]=|=(?!=)|:(?![/:=])|(?P<comma>,)|(?P<xml>>)|(?P<call>\()(?=[ \t]*\\*[\"'])"
+             r"(?::=|=>|<<<|<-|[?+]=|(?:\|\||\?\?|&&)=|=(?!=)|:(?![/:=])|(?P<comma>,)|(?P<xml>>)"
+             r"|(?P<call>\()(?=[ \t]*\\*[\"'])"
              # | NAME | value | (a Markdown table row)
              r"|(?P<cell>\|)(?=[ \t]*[^\s|]+[ \t]*\|)))[ \t]*"
              r"|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?)"
@@ -346,18 +405,21 @@ _NAME_BACK = re.compile(r"[A-Za-z0-9_.\-]*")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
 _VALUE = re.compile(
-    r"(?P<esc>\\+)(?P<eqq>[\"'])(?P<eq>.*?)(?P=esc)(?P=eqq)"  # \"value\" inside JSON-encoded strings, any level
+    r"(?:[bBrRuU]{1,2}(?=[\"']))?"  # b'…', r"…" (Python, Rust)
+    r"(?:(?P<esc>\\+)(?P<eqq>[\"'])(?P<eq>.*?)(?P=esc)(?P=eqq)"  # \"value\" inside JSON-encoded strings, any level
     r"|\"\"\"(?P<tq>.*?)\"\"\"|'''(?P<tsq>.*?)'''"  # """value""" (TOML, Python)
     r"|\"(?P<dq>(?:[^\"\\\n]|\\.|\\\n)*)\""     # "value" (a shell continuation, backslash-newline, too)
     r"|'(?P<sq>[^'\n]*)'"                        # 'value'
     r"|(?:`|\$\()echo[ \t]+(?P<echo>[^`)\s]+)"      # `echo value`, $(echo value)
-    r"|(?P<uq>(?:[^\s\"'`\\;&,<>(){}\[\]|]|\\u[0-9a-fA-F]{4})+)")      # bare value (\u escapes too)
+    r"|`(?P<bq>[^`\n]+)`"                          # `value` (Markdown inline code)
+    r"|\{(?P<br>[^{}\s]+)\}(?=[;\s\"']|$)"              # {value} (ODBC's PWD={…};)
+    r"|(?P<uq>(?:[^\s\"'`\\;&,<>(){}\[\]|]|\\u[0-9a-fA-F]{4})+))")      # bare value (\u escapes too)
 _LINE_VALUE = re.compile(r"[^\n\"'\\]*")
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 _PASSWORD_WORDS = {"password", "passwd", "pass", "pwd", "pw", "passphrase", "secret", "secrets", "credential",
                    "credentials", "creds", "privatekey", "secretkey", "requirepass", "masterauth", "passcode",
-                   "passkey", "pincode"}
+                   "passkey", "pincode", "sshpass", "mnemonic"}
 _TOKEN_WORDS = {"token", "apikey", "accesskey", "authtoken", "accesstoken", "refreshtoken", "signature", "sig",
                 "dsn", "bearer", "jwt", "sas", "pat"}
 _FUSED = ("password", "passwd", "secret", "token", "apikey", "credential", "credentials")
@@ -453,6 +515,8 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
     v = value.strip()
     if not v or MASK in v or len(v) < 3:
         return False
+    if v.endswith(("...", "…")) and len(v.rstrip(".…")) <= 10:
+        return False  # sk-..., ghp_…: a prefix shown as a placeholder
     low = v.lower()
     if low in _NOT_VALUES or low.strip("*.x…") == "":
         return False
@@ -482,7 +546,8 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
 
 
 # -- places ---------------------------------------------------------------------------------------
-_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]{1,20}://(?P<user>[^\s/?#@:\"'\\<>]*)(?::(?P<pw>[^\s/?#\"'\\<>]*))?@")
+_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]{1,20}://(?P<user>[^\s/?#@:\"'\\<>]*(?:@[^\s/?#@:\"'\\<>]*)?)"
+                       r"(?::(?P<pw>[^\s/?#\"'\\<>]*))?@")
 _PEM_BEGIN = re.compile(r"-----BEGIN (?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----")
 _PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=\s:,.\-]|\\[nrt])*")
 _BEARER = re.compile(r"(?i)\bbearer[ \t]+(?P<v>[A-Za-z0-9._~+/=\-]{16,})")
@@ -579,6 +644,8 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         form = "cli" if cli else _form(m)
         if start and text[start - 1] == "$" and form != "assign":
             continue  # $API_KEY: a variable, not an assignment ($password = '…' is one)
+        if start and text[start - 1] == "!" and form == "space":
+            continue  # !secret db_password: a YAML tag and its argument
         if form == "prose":
             v = _PROSE_VALUE.match(text, pos)
             if v and kind in ("password", "token") and _value_is_secret(v.group(), kind, False, name) \
@@ -589,7 +656,7 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             _xml_span(text, start, pos, name, kind, spans)
             continue
         if kind in ("auth", "line"):
-            if form in ("assign", "cli"):
+            if form in ("assign", "cli") or form == "space" and text[pos:pos + 1] in ("\"", "'"):
                 _header_span(text, pos, kind, spans)
             continue
         if text[pos] in "|>\r\n" and form == "assign" and text[m.end("n"):pos].strip(" \t\"'\\]").startswith(":"):
@@ -608,14 +675,16 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         value = v.group(group)
         if group == "uq" and (text[v.end():v.end() + 1] in ("(", "[") or cli and value.startswith("-")):
             continue  # a call or subscript: code, not a value; or the next flag
+        if group == "uq" and value.startswith("!") and _YAML_TAG.fullmatch(value) and _TAGGED.match(text, v.end()):
+            continue  # password: !vault | (Ansible), password: !secret db_password (Home Assistant)
         if form != "assign" and form != "cli":
             # weaker evidence (a comma, a call, a space): only a value that looks like a credential
             if form in ("comma", "call") and (group == "uq" or not m.group("q") and form == "comma"):
                 continue
             if form == "call" and (name.lower().startswith(_GETTERS) or not _CALL_END.match(text, v.end())):
                 continue
-            if not _strong(value):
-                continue
+            if not _strong(value.rstrip(".,;:!?)") if form == "space" else value):
+                continue  # "the X-Api-Key header.": a word ending a sentence
         if kind in ("token", "random") and group != "uq" and " " in value \
                 and value.split(" ", 1)[0].lower() in _SCHEMES:
             # "Authorization"-like value under another name: keep the scheme word
@@ -711,6 +780,11 @@ def _yaml_block_span(text: str, start: int, pos: int, name: str, kind: str, span
         spans.append((lo, hi))
 
 
+_YAML_TAG = re.compile(r"!!?[A-Za-z][A-Za-z_.:/\-]*")  # !vault, !secret, !Ref, !!binary (a password has digits)
+_XML_KEY_PAIR = re.compile(r"(?i)<key>[ \t]*(?P<n>[\w.\- ]{1,100}?)[ \t]*</key>\s*"
+                           r"<(?:string|value|data)\b[^>\n]{0,80}>[ \t]*"
+                           r"(?P<v>[^<\s][^<\n]{0,400}?)[ \t]*</")
+_TAGGED = re.compile(r"[ \t]+[^\s#]")  # a tag is followed by what it tags
 _YAML_KEY = re.compile(r"[\w.\-\"']+[ \t]*:(?:[ \t]|$)")
 
 
@@ -776,7 +850,7 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         _cred_call_spans(text, spans)
     if "\n" in text or text.count(":") >= 4:
         spans.extend(m.span("v") for m in _PGPASS.finditer(text) if _value_is_secret(m.group("v"), "password", True))
-    if "," in text and words:
+    if words and ("," in text or ";" in text or "\t" in text):
         _csv_spans(text, spans)
     if words:
         spans.extend(m.span("v") for m in _PROSE_COLON.finditer(text)
@@ -785,9 +859,32 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
     if "securestring" in low:
         spans.extend(m.span("v") for m in _SECURE_STRING.finditer(text))
     if "echo" in text and "|" in text:
-        spans.extend(m.span("v") for m in _ECHO_PIPE.finditer(text) if _value_is_secret(m.group("v"), "password", True))
+        for m in _ECHO_PIPE.finditer(text):
+            if _value_is_secret(m.group("v"), "password", True):
+                spans.append(m.span("v"))
+                at = m.end("v")  # echo -e "pw\npw" | passwd: the password typed twice
+                for again in m.group("more").split("\\n")[1:]:
+                    spans.append((at + 2, at + 2 + len(again)))
+                    at += 2 + len(again)
     if "webhookb2" in text:
         spans.extend(m.span("v") for m in _TEAMS.finditer(text))
+    _command_spans(text, low, spans)
+    if "|" in text and "---" in text and words:
+        _table_spans(text, spans)
+    if words:
+        for m in _PROSE_IS.finditer(text):
+            g = "v" if m.group("v") is not None else "v2"
+            v = m.group(g).rstrip(".,;:!?)")
+            if _strong(v) and _value_is_secret(v, "password", False) and (
+                    _looks_random(v) or any(c in "!#$%^&*_-+=~.@?" for c in v[1:])):
+                spans.append((m.start(g), m.start(g) + len(v)))
+    if not text.isascii() or _LOCAL_ASCII.search(low):
+        for m in _LOCAL_PASSWORD.finditer(text):
+            v = m.group("v").rstrip(".,;:!?)。、")
+            if _strong(v) and _value_is_secret(v, "password", False):
+                spans.append((m.start("v"), m.start("v") + len(v)))
+    if "insert" in low and "values" in low:
+        _insert_spans(text, spans)
     if "identified" in low:
         spans.extend(m.span(m.lastgroup) for m in _SQL_IDENTIFIED.finditer(text)
                      if _value_is_secret(m.group(m.lastgroup), "password", m.lastgroup == "v"))
@@ -813,11 +910,11 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
 # "pw"), client.login("user", "pw"): the arguments that look like a password (not the first of several, not an
 # address or a host name)
 _CRED_CALL_HINT = re.compile(r"(?:credential|passwordauthentication|plainauth|basicauth|set_?password|login"
-                             r"|authenticate)[ \t]*\(")
+                             r"|authenticate|pdo|mysqli(?:_connect)?)[ \t]*\(")
 _CRED_CALL = re.compile(r"(?i)(?:credentials?|passwordauthentication|plainauth|basicauth|set_?password|login"
-                        r"|authenticate)[ \t]*\((?P<args>[^()\n]{0,400})\)")
+                        r"|authenticate|pdo|mysqli(?:_connect)?)[ \t]*\((?P<args>[^()\n]{0,400})\)")
 _QUOTED_ARG = re.compile(r"(\\*[\"'])(?P<v>[^\"'\n\\]*)\1")
-_HOST = re.compile(r"[\w\-]+(?:\.[\w\-]+)+")
+_HOST = re.compile(r"[\w\-]+(?:\.[\w\-]+)*\.[a-z]{2,24}")
 
 
 def _cred_call_spans(text: str, spans: list[tuple[int, int]]) -> None:
@@ -831,19 +928,153 @@ def _cred_call_spans(text: str, spans: list[tuple[int, int]]) -> None:
                 spans.append(a.span("v"))
 
 
+# Command lines that take a password by position or by a flag of their own: plink/pscp -pw, ldapsearch -w,
+# mongosh -p, smbclient -U user%pw, sqlplus user/pw@db, rabbitmqctl add_user NAME PW, Go's user:pw@tcp(host),
+# MySQL's SET PASSWORD FOR … = '…', and "config set NAME VALUE" (aws, npm, yarn, pip, git …) under a secret name
+_COMMANDS = re.compile(
+    r"\b(?:plink|pscp|psftp)\b[^\n]*?\s-pw[ \t]+(?P<q1>[\"']?)(?P<v1>[^\s\"']+)(?P=q1)"
+    r"|\bldap[a-z]{3,10}\b[^\n]*?\s-w[ \t]+(?P<q2>[\"']?)(?P<v2>[^\s\"']+)(?P=q2)"
+    r"|\bmongo(?:sh|dump|restore|export|import|stat|top)?\b[^\n]*?\s-p[ \t]+(?P<q3>[\"']?)"
+    r"(?P<v3>[^\s\"'-][^\s\"']*)(?P=q3)"
+    r"|\b(?:smbclient|rpcclient|smbmap|smbget)\b[^\n]*?\s(?:-U|--user(?:=|[ \t]))[ \t]*(?P<q4>[\"']?)[^\s%\"']+%"
+    r"(?P<v4>[^\s\"']+)(?P=q4)"
+    r"|\b(?:sqlplus|rman|expdp|impdp|sqlldr)\b(?:[ \t]+-\S+)*[ \t]+[\"']?[\w$#]+/(?P<v5>[^\s@/\"']+)"
+    r"(?=@|[\"']?(?:\s|$))"
+    r"|\brabbitmqctl[ \t]+(?:add_user|change_password)[ \t]+\S+[ \t]+(?P<q6>[\"']?)(?P<v6>[^\s\"']+)(?P=q6)"
+    r"|(?<![\w/])[\w.\-]+:(?P<v7>[^\s@\"'/:]+)@(?:tcp|unix|udp)\("
+    r"|(?m:(?:^|>[ \t]?)AUTH[ \t]+(?:\S+[ \t]+)?(?P<v9>\S+)[ \t]*$)"  # redis: AUTH [user] password
+    r"|\b(?:zip|zipcloak|unzip)\b[^\n]*?\s-P[ \t]+(?P<q10>[\"']?)(?P<v10>[^\s\"']+)(?P=q10)"
+    r"|\b7z[ar]?\b[^\n]*?\s-p(?P<q11>[\"']?)(?P<v11>[^\s\"']+)(?P=q11)"
+    r"|(?i:\bnet[ \t]+use\b)[^\n]*?[ \t](?P<v12>[^\s/\"'*][^\s/\"']*)[ \t]+/(?i:user|u):"
+    r"|(?i:\bnet[ \t]+user[ \t]+)[^\s/\"']+[ \t]+(?P<q13>[\"']?)(?P<v13>[^\s/\"'*][^\s\"']*)(?P=q13)(?=[ \t]+/|[ \t]*$)"
+    r"|\bexpect[ \t]+(?:-\S+[ \t]+)?[\"'{][^\"'}\n]*(?i:assword|passphrase|passcode|pin)[^\"'}\n]*[\"'}][ \t]*\r?\n"
+    r"[ \t]*send[ \t]+(?:--[ \t]+)?[\"'{](?P<v14>[^\"'}\n\\]+)"
+    r"|(?i:\bset[ \t]+password[ \t]+for[ \t]+\S+[ \t]*=[ \t]*(?:password[ \t]*\([ \t]*)?)"
+    r"(?P<q8>[\"'])(?P<v8>[^\"'\n]+)(?P=q8)")
+_CONFIG_SET = re.compile(r"(?i)\bconfig(?:ure)?(?::set|[ \t]+set)[ \t]+(?:-{1,2}[\w\-]+[ \t]+)*(?P<n>[\w.:/@\-]+)[ \t]+"
+                         r"(?P<q>[\"']?)(?P<v>[^\s\"']+)(?P=q)")
+_HTTPIE_QUERY = re.compile(r"\b(?:https?|xhs?)[ \t][^\n]*?(?<=[ \t])(?P<n>[\w\-]+)==(?P<v>[^\s\"'=][^\s\"']*)")
+# a literal after || ?? or on a line that assigns a secret name: process.env.JWT_SECRET || 'dev-secret'
+_FALLBACK = re.compile(r"(?:\|\||\?\?|[ \t]or)[ \t]*(\\*[\"'])(?P<v>[^\"'\n\\]+)\1")
+_ASSIGNED = re.compile(r"([A-Za-z_][\w]*)[\"'\]]*[ \t]*(?::[^=\n]{1,40})?(?:=|:)(?!=)")
+_COMMAND_VALUES = tuple(f"v{i}" for i in range(1, 15))
+_CMD_HINT = re.compile(r"-pw|ldap|mongo|smb|rpcclient|sqlplus|rman|expdp|impdp|sqlldr|rabbitmqctl|@(?:tcp|unix|udp)\("
+                       r"|zip|7z|net use|net user|send |set password")
+
+
+def _command_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
+    if _CMD_HINT.search(low) or "AUTH " in text:
+        for m in _COMMANDS.finditer(text):
+            g = next(k for k in _COMMAND_VALUES if m.group(k) is not None)
+            if _value_is_secret(m.group(g), "password", True):
+                spans.append(m.span(g))
+    if "==" in text and ("http" in low or "xh " in low):
+        for m in _HTTPIE_QUERY.finditer(text):  # http GET host/path api_key==VALUE (HTTPie's query item)
+            kind = name_kind(m.group("n"))
+            if kind is not None and _value_is_secret(m.group("v"), kind, False, m.group("n")):
+                spans.append(m.span("v"))
+    if "config" in low and "set" in low:
+        for m in _CONFIG_SET.finditer(text):
+            kind = name_kind(m.group("n").rsplit(":", 1)[-1].rsplit("/", 1)[-1]) or name_kind(m.group("n"))
+            if kind is not None and _value_is_secret(m.group("v"), kind, bool(m.group("q")), m.group("n")):
+                spans.append(m.span("v"))
+    if "||" in text or "??" in text or " or " in text:
+        for m in _FALLBACK.finditer(text):
+            line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+            lhs = _ASSIGNED.match(line.strip().removeprefix("const ").removeprefix("let ").removeprefix("var ")
+                                  .removeprefix("export "))
+            if lhs and name_kind(lhs.group(1)) is not None and _value_is_secret(m.group("v"), "password", True):
+                spans.append(m.span("v"))
+
+
+# INSERT INTO users (email, password) VALUES ('…', '…'): the values of the secret columns
+_INSERT = re.compile(r"(?i)\binsert[ \t]+into[ \t]+[\w.\"`\[\]]+[ \t]*\((?P<cols>[^()\n]{1,400})\)\s*values\s*"
+                     r"(?P<rows>\((?:[^()\n]|\([^()\n]*\)){1,2000}\)(?:\s*,\s*\((?:[^()\n]|\([^()\n]*\)){1,2000}\)){0,100})")
+_SQL_ROW = re.compile(r"\((?P<vals>(?:[^()\n]|\([^()\n]*\)){1,2000})\)")
+_SQL_VALUE = re.compile(r"\s*(?:'(?P<s>(?:[^'\\\n]|''|\\.)*)'|\"(?P<d>(?:[^\"\\\n]|\\.)*)\"|(?P<b>[^,]*))\s*(?:,|$)")
+
+
+def _insert_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    for m in _INSERT.finditer(text):
+        cols = [c.strip(" \t\"`[]") for c in m.group("cols").split(",")]
+        secret = {i: name_kind(c) for i, c in enumerate(cols) if name_kind(c) is not None}
+        if not secret:
+            continue
+        for row in _SQL_ROW.finditer(text, m.start("rows"), m.end("rows")):
+            pos, end, i = row.start("vals"), row.end("vals"), 0
+            while pos < end:
+                v = _SQL_VALUE.match(text, pos, end)
+                if v is None or v.end() == pos:
+                    break
+                g = v.lastgroup if v.lastgroup in ("s", "d") else None
+                if i in secret and g is not None and _value_is_secret(v.group(g), secret[i], True, cols[i]):
+                    spans.append(v.span(g))
+                pos, i = v.end(), i + 1
+
+
+# A Markdown table whose header names a secret column: that column's cells
+_TABLE_HEAD = re.compile(r"(?m)^[ \t]*\|(?P<head>[^\n]*)\|[ \t]*\r?\n[ \t]*\|(?P<rule>[ \t:|\-]*)\|?[ \t]*\r?$")
+
+
+def _table_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    for head in _TABLE_HEAD.finditer(text):
+        names = [c.strip(" \t*`") for c in head.group("head").split("|")]
+        secret = {i: name_kind(n) for i, n in enumerate(names) if n and name_kind(n) is not None}
+        if not secret or "---" not in head.group("rule"):
+            continue
+        pos = head.end() + 1
+        while pos < len(text):
+            end = text.find("\n", pos)
+            end = len(text) if end < 0 else end
+            line = text[pos:end].rstrip("\r")
+            if not line.lstrip().startswith("|"):
+                break
+            at = pos + line.index("|") + 1
+            for i, cell in enumerate(line.strip()[1:].split("|")):
+                value = cell.strip(" \t`")
+                if i in secret and value and _value_is_secret(value, secret[i], True, names[i]):
+                    lo = at + cell.index(value)
+                    spans.append((lo, lo + len(value)))
+                at += len(cell) + 1
+            pos = end + 1
+
+
+# Prose: "the root password on the NAS is V", "changed my password to V", "use V as the admin password"
+_PROSE_IS = re.compile(r"(?i)(?<![a-z])(?:password|passphrase|passcode|passwd|api[ _\-]?key|secret|token)(?![a-rt-z])"
+                       r"(?:\*\*|`)?[^.:\n`\\=(){}]{0,40}?\b(?:is|was|to|as)[ \t]+(?:now[ \t]+)?[`\"']?"
+                       r"(?P<v>[^\s\"'`]+)"
+                       r"|(?i:\buse)[ \t]+[`\"']?(?P<v2>[^\s\"'`]{6,})[`\"']?[ \t]+(?i:as)[ \t]+(?:[\w\-]+[ \t]+){0,3}"
+                       r"(?i:password|passphrase|token|secret|api key)\b")
+_LOCAL_ASCII = re.compile("passwort|kennwort|senha|contrase|mot de passe|wachtwoord|salasana|adgangskode|passord")
+# The word password in other languages, then a separator (or Japanese は) and the value
+_LOCAL_PASSWORD = re.compile(r"(?i)(?:パスワード|暗証番号|密码|密碼|비밀번호|passwort|kennwort|senha"
+                             r"|contraseña|contrasena"
+                             r"|mot de passe|пароль|wachtwoord|lösenord|hasło|salasana|adgangskode|passord|şifre)"
+                             r"[^\n:=：＝]{0,12}?(?:[ \t]*[:=：＝]|は|[ \t]+(?:ist|é|es|est|är|on|er))"
+                             r"[ \t\u3000]*[「`\"']?"
+                             r"(?P<v>[^\s\"'`」]+)")
+
+
 # host:port:database:user:password (.pgpass)
 _PGPASS = re.compile(r"(?m)^(?=[^:\s]*[A-Za-z*])[^:\s#]+:(?:\d{2,5}|\*):(?=[^:\s]*[A-Za-z*])[^:\s]+:"
                      r"(?=[^:\s]*[A-Za-z*])[^:\s]+:(?P<v>\S+)$")  # host, port, database and user have letters
 # A CSV header naming a secret column, then its rows: that column's values
-_CSV_HEAD = re.compile(r"(?m)^(?P<head>[ \t\"]*[\w .\-]+[ \t\"]*(?:,[ \t\"]*[\w .\-]+[ \t\"]*)+)\r?$")
+_CSV_HEADS = {d: re.compile(r"(?m)^(?P<head>[ \"]*[\w .\-]+[ \"]*(?:" + d + r"[ \"]*[\w .\-]+[ \"]*)+)\r?$")
+              for d in (",", ";", "\t")}
 # "use this secret for the staging box: VALUE" (a strong value after a colon in a sentence naming a secret)
 _PROSE_COLON = re.compile(r"(?i)\b(?:password|passphrase|passcode|secret|token|api key|credentials?)\b[^.:\n]{0,60}?:"
                           r"[ \t]*(?P<v>[^\s\"'`]+)")
 
 
 def _csv_spans(text: str, spans: list[tuple[int, int]]) -> None:
-    for head in _CSV_HEAD.finditer(text):
-        names = [c.strip(" \t\"") for c in head.group("head").split(",")]
+    for delim, regex in _CSV_HEADS.items():
+        if delim in text:
+            _delimited_spans(text, delim, regex, spans)
+
+
+def _delimited_spans(text: str, delim: str, regex: re.Pattern, spans: list[tuple[int, int]]) -> None:
+    for head in regex.finditer(text):
+        names = [c.strip(" \t\"") for c in head.group("head").split(delim)]
         secret = {i: name_kind(n) for i, n in enumerate(names) if name_kind(n) is not None}
         if not secret:
             continue
@@ -851,7 +1082,7 @@ def _csv_spans(text: str, spans: list[tuple[int, int]]) -> None:
         while pos < len(text):
             end = text.find("\n", pos)
             end = len(text) if end < 0 else end
-            fields = text[pos:end].rstrip("\r").split(",")
+            fields = text[pos:end].rstrip("\r").split(delim)
             if len(fields) != len(names):
                 break
             at = pos
@@ -866,7 +1097,8 @@ def _csv_spans(text: str, spans: list[tuple[int, int]]) -> None:
 
 # ConvertTo-SecureString "pw" -AsPlainText; echo "pw" | docker login --password-stdin (or secret create, chpasswd)
 _SECURE_STRING = re.compile(r"(?i)ConvertTo-SecureString[ \t]+(?:-String[ \t]+)?(\\*[\"'])(?P<v>[^\"'\n\\]+)\1")
-_ECHO_PIPE = re.compile(r"\becho[ \t]+(?:-[ne][ \t]+)?(\\*[\"']?)(?P<v>[^\s\"'|\\]+)\1[ \t]*\|[^\n|]*"
+_ECHO_PIPE = re.compile(r"\becho[ \t]+(?:-[ne][ \t]+)?(\\*[\"']?)(?P<v>[^\s\"'|\\]+)(?P<more>(?:\\n[^\s\"'|\\]+)*)\1"
+                        r"[ \t]*\|[^\n|]*"
                         r"(?:--password-stdin|secret[ \t]+create|--stdin|chpasswd|passwd)")
 _TEAMS = re.compile(r"\.webhook\.office\.com/webhookb2/(?P<v>[\w\-@/]{20,})")
 # CREATE USER … IDENTIFIED BY 'pw', ALTER USER scott IDENTIFIED BY tiger, GRANT … IDENTIFIED WITH x BY 'pw'
@@ -875,8 +1107,9 @@ _SQL_IDENTIFIED = re.compile(r"(?i)\bidentified[ \t]+(?:with[ \t]+\S+[ \t]+)?by[
 # A name and its value given apart: <add key="ApiKey" value="…"/>, <entry key="db.password">…</entry>,
 # {"name": "DB_PASSWORD", "value": "…"} in text, and Kubernetes' "- name: DB_PASSWORD\n  value: …".
 _PAIR = re.compile(r"\b(?:[Nn]ame|[Kk]ey|ParameterKey|OptionName|Variable)\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?"
-                   r"(?P<n>[A-Za-z_][\w.\-]{0,100})\\*[\"']?"
-                   r"(?:(?P<mid>[^<>{}\n]{0,120}?(?:\r?\n[ \t-]{0,40})?)\b(?:[Vv]alue|ParameterValue|VALUE)\\*[\"']?"
+                   r"(?P<n>/?[A-Za-z_][\w./\-]{0,100})\\*[\"']?"
+                   r"(?:(?P<mid>[^<>{}\n]{0,120}?(?:\r?\n[^<>{}\n]{0,120}?){0,3})"
+                   r"\b(?:[Vv]alue|ParameterValue|VALUE)\\*[\"']?"
                    r"[ \t]*[:=][ \t]*|(?P<el>[^<>\n]{0,120}?>)(?=[^<]))")
 # variable "db_password" { default = "…" } (Terraform)
 _HCL_DEFAULT = re.compile(r"\bvariable[ \t]+\\*[\"'](?P<n>[\w.\-]{1,100})\\*[\"'][ \t]*\{(?P<mid>[^{}]{0,300}?)"
@@ -933,9 +1166,16 @@ def _words(low: str) -> list[str]:
 def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLACES, BASE64)) -> list[tuple[int, int]]:
     """The spans the rules the gate let through (*hits*) find."""
     spans: list[tuple[int, int]] = []
+    if "\x1b" in text or not text.isascii() and _INVISIBLE.search(text):
+        return _find_visible(text)
     if not text.isascii() and _UNICODE_SPACE.search(text):
         text = text.translate(_UNICODE_SPACES)  # one character for one: every offset holds
         low = text.lower()
+    if not text.isascii() and _MIXED_SCRIPT.search(text):
+        text = _latin(text)  # pаssword with a Cyrillic а: one character for one
+        low = text.lower()
+        words = _words(low)
+        hits = (NAMES, SHAPES, PLACES, BASE64)  # the gate saw the text as it is stored
     if NAMES in hits and words:
         _name_spans(text, low, words, spans)
         if "variable" in low:
@@ -946,6 +1186,11 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
         if "auth" in words:
             spans.extend(m.span("v") for m in _AUTH_TUPLE.finditer(text)
                          if _value_is_secret(m.group("v"), "password", True))
+        if "</key>" in low:  # <key>APIToken</key><string>…</string> (plist), <Key>Password</Key><Value>…</Value>
+            for m in _XML_KEY_PAIR.finditer(text):
+                kind = name_kind(m.group("n"))
+                if kind is not None and _value_is_secret(m.group("v"), kind, True, m.group("n")):
+                    spans.append(m.span("v"))
         if "value" in low or "</" in text:  # key="NAME" value="…", <entry key="NAME">…</entry>
             for m in _PAIR.finditer(text):
                 kind = name_kind(m.group("n"))
@@ -977,7 +1222,48 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
 # Spaces other than " " and tab that people (and word processors) put around "=" and ":"; the rules
 # read them as " ".
 _UNICODE_SPACES = {c: " " for c in (0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000)}
+_UNICODE_SPACES.update({0xFF1A: ":", 0xFF1D: "="})  # full-width separators (Japanese and Chinese input)
 _UNICODE_SPACE = re.compile("[" + "".join(map(chr, _UNICODE_SPACES)) + "]")
+
+# Cyrillic and Greek letters that look like Latin ones, inside a word of Latin letters (pаssword, tоken): read
+# as the Latin letter. A word all in Cyrillic or Greek (пароль) is left as it is.
+_CONFUSABLES = {"а": "a", "е": "e", "о": "o", "р": "p", "с": "c", "у": "y", "х": "x", "і": "i", "ѕ": "s", "ј": "j",
+                "ԁ": "d", "А": "A", "В": "B", "Е": "E", "К": "K", "М": "M", "Н": "H", "О": "O", "Р": "P", "С": "C",
+                "Т": "T", "Х": "X", "ο": "o", "α": "a", "ρ": "p", "Ο": "O", "Α": "A", "ε": "e", "κ": "k", "τ": "t"}
+_CONFUSABLE_CLASS = "[" + "".join(_CONFUSABLES) + "]"
+_MIXED_SCRIPT = re.compile("(?<=[A-Za-z])" + _CONFUSABLE_CLASS + "+|" + _CONFUSABLE_CLASS + "+(?=[A-Za-z])")
+_CONFUSABLE_TABLE = str.maketrans(_CONFUSABLES)
+
+
+def _latin(text: str) -> str:
+    return _MIXED_SCRIPT.sub(lambda m: m.group().translate(_CONFUSABLE_TABLE), text)
+
+
+# Characters a reader does not see: ANSI escapes (a terminal's colours: grep --color, jq, ls) and zero-width
+# characters. The rules read the text without them; the spans found are mapped back to the text as stored.
+_INVISIBLE = re.compile("\x1b\\[[0-?]*[ -/]*[@-~]|\x1b\\][^\x07\x1b]{0,200}(?:\x07|\x1b\\\\)|\x1b[@-Z\\\\-_]"
+                        "|[\u200b-\u200d\u2060\ufeff]")
+_INVISIBLE_BYTES = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]{0,200}(?:\x07|\x1b\\)|\x1b[@-Z\\-_]"
+                              rb"|\xe2\x80[\x8b-\x8d]|\xe2\x81\xa0|\xef\xbb\xbf")
+
+
+def _find_visible(text: str) -> list[tuple[int, int]]:
+    """:func:`_find` of *text* read without its invisible characters, in the offsets of *text*."""
+    keep: list[int] = []  # the offset in text of each character kept
+    parts = []
+    pos = 0
+    for m in _INVISIBLE.finditer(text):
+        parts.append(text[pos:m.start()])
+        keep.extend(range(pos, m.start()))
+        pos = m.end()
+    parts.append(text[pos:])
+    keep.extend(range(pos, len(text)))
+    visible = "".join(parts)
+    if len(visible) == len(text):  # a lone ESC: nothing to set aside
+        low = text.lower()
+        return _find(text.replace("\x1b", " "), low, _words(low))
+    low = visible.lower()
+    return [(keep[a], keep[b - 1] + 1) for a, b in _find(visible, low, _words(low)) if b > a]
 
 
 # -- secrets split across lines -------------------------------------------------------------------
@@ -1202,6 +1488,8 @@ def _walk(root: Any, name: str | None, level: int) -> Any:
                         while key in dst or key in src:
                             key += "'"  # two masked keys stay two keys
                 vname = k if k.__class__ is str else None
+                if vname is not None and len(vname) == 20 and _AWS_KEY_ID.fullmatch(vname):
+                    vname = "aws_secret_access_key"  # {"AKIA…": "secret"}
                 if pair is not None and vname in _PAIR_VALUES:
                     vname = pair
                 elif pair is not None and vname in _PAIR_NAMES:
@@ -1228,9 +1516,33 @@ def _walk(root: Any, name: str | None, level: int) -> Any:
                     flag = v.lstrip("-") if is_flag and name_kind(v.lstrip("-")) is not None else None
                     changed |= new is not v
                     dst.append(new)
+            if len(src) >= 3 and _argv_spans(src, dst):
+                changed = True
     return out_root if changed else root
 
 
+def _argv_spans(src: list, dst: list) -> bool:
+    """An argument list read as the command line it spells (["docker", "login", "-p", "PW", …]): the parts of
+    its words that the rules find, masked in the words no other rule changed. True when one is."""
+    if not all(v.__class__ is str and "\n" not in v and len(v) <= 4096 for v in src):
+        return False
+    joined = " ".join(src)
+    found = find_secrets(joined) if len(joined) >= 8 else []
+    if not found:
+        return False
+    masked = False
+    start = 0
+    for i, word in enumerate(src):
+        end = start + len(word)
+        parts = [(max(lo, start) - start, min(hi, end) - start) for lo, hi in found if lo < end and hi > start]
+        if parts and dst[i] is word:
+            dst[i] = _masked(word, parts)
+            masked = True
+        start = end + 1
+    return masked
+
+
+_AWS_KEY_ID = re.compile(r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}")
 _PAIR_NAMES = ("name", "Name", "key", "Key", "ParameterKey", "OptionName")
 _PAIR_VALUES = frozenset({"value", "Value", "ParameterValue", "OptionValue", "SecretString"})
 
