@@ -382,5 +382,10 @@ def test_salvage_never_rolls_a_planted_journal_into_its_new_file(broken, tmp_pat
     monkeypatch.setattr(files.Folder, "temporary", temporary)
     new = tmp_path / "salvaged.db"
     r = cli("recover", "--db", db, "--salvage", new, "--json")
-    assert r.exit_code != 0 and "was not empty when opened" in r.stderr, r.output
-    assert not new.exists()
+    # SQLite rolls the journal in when it judges it hot (it may also judge a journal beside an empty file cold
+    # and delete it): either way, what is kept never holds the planted database.
+    if r.exit_code == 0:
+        assert query(new, "SELECT COUNT(*) FROM sessions WHERE id = 'MALLORY_INJECTED'") == [(0,)]
+        assert json.loads(r.stdout)["sessions"] == query(new, "SELECT COUNT(*) FROM sessions")[0][0]
+    else:
+        assert "was not empty when opened" in r.stderr and not new.exists(), r.output
