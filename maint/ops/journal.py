@@ -73,27 +73,26 @@ def stdlib_wal_warning() -> str | None:
     return None
 
 
-def store_schema_version(path: Path) -> int | None:
-    """The Hermes schema version of the store at *path* (None for another SQLite store)."""
+def _stored_schema_version(path: Path) -> object:
+    """MAX(version) of the store's schema_version table as stored (None for another SQLite store)."""
     conn = connect(str(path), apsw.SQLITE_OPEN_READONLY)
     try:
         has = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_version'").fetchone()
-        version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] if has else None
+        return conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] if has else None
     finally:
         conn.close()
+
+
+def store_schema_version(path: Path) -> int | None:
+    """The Hermes schema version of the store at *path* (None for another SQLite store)."""
+    version = _stored_schema_version(path)
     return version if isinstance(version, int) else None
 
 
 def _refuse_newer_schema(path: Path) -> None:
     """Any SQLite store may be switched, but not a Hermes store newer than we know (nor one whose version is
     not a whole number)."""
-    conn = connect(str(path), apsw.SQLITE_OPEN_READONLY)
-    try:
-        has = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_version'").fetchone()
-        version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] if has else None
-    finally:
-        conn.close()
-    problem = schema_problem(version)
+    problem = schema_problem(_stored_schema_version(path))
     if problem:
         raise StoreError(f"{path}: {problem}; refusing to switch its journal mode")
 
