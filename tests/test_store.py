@@ -432,3 +432,68 @@ def test_a_schema_version_that_is_not_a_whole_number_is_a_schema_we_do_not_know(
     assert found["schema"]["severity"] == "warning" and "not a whole number" in found["schema"]["what"]
     assert run_subprocess("set-journal-mode", "delete", "--db", store).returncode == 1
     assert file_hash(store) == before
+
+
+
+def _swap_folder_during_open(monkeypatch, home, other, *, swap_back):
+    """Around SQLite's first open of the store, its folder becomes a link to *other* (as a store's owner may do to
+    her own profile folder between our checks and the open); with *swap_back* it is put back right after."""
+    import maint.store.connection as connection
+
+    real = connection.connect
+    kept = home.parent / "kept"
+    done = []
+
+    def swapping(target, *args, **kwargs):
+        if done or str(home / "state.db") not in str(target):
+            return real(target, *args, **kwargs)
+        done.append(target)
+        home.rename(kept)
+        home.symlink_to(other)
+        try:
+            conn = real(target, *args, **kwargs)
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # SQLite opens the -wal now
+            return conn
+        finally:
+            if swap_back:
+                home.unlink()
+                kept.rename(home)
+
+    monkeypatch.setattr(connection, "connect", swapping)
+    return done
+
+
+def _put_back(home):
+    if home.is_symlink():
+        home.unlink()
+        (home.parent / "kept").rename(home)
+
+
+@pytest.mark.parametrize("swap_back", [False, True])
+@pytest.mark.parametrize("command", ["prune", "export", "restore", "set-journal-mode", "backup"])
+def test_folder_swapped_for_a_link_during_the_open_is_refused(tmp_path, cli, monkeypatch, swap_back, command):
+    # hostile try 5, H1: a profile folder swapped for a link to another user's folder between the checks and
+    # SQLite's open made root's prune delete the other user's sessions. Swapped back right after the open, the
+    # path's stat matches again: only what SQLite holds open tells. Every open that may write is checked.
+    home, other = tmp_path / "evil", tmp_path / "other"
+    home.mkdir()
+    other.mkdir()
+    small_store(home / "state.db", 6)
+    small_store(other / "state.db", 6)
+    snapshot = tmp_path / "snap.db"
+    if command == "restore":
+        assert cli("backup", str(tmp_path / "snaps"), "--db", home / "state.db").exit_code == 0
+        (next((tmp_path / "snaps").glob("*.db"))).rename(snapshot)
+    victim = file_hash(other / "state.db")
+    ids = session_ids(other / "state.db")
+    args = {"prune": ["prune", "--older-than", "1d", "--yes"], "export": ["export", str(tmp_path / "out.jsonl")],
+            "restore": ["restore", str(snapshot), "--yes"], "set-journal-mode": ["set-journal-mode", "delete"],
+            "backup": ["backup", str(tmp_path / "out")]}
+    done = _swap_folder_during_open(monkeypatch, home, other, swap_back=swap_back)
+    result = cli(*args[command], "--db", home / "state.db")
+    _put_back(home)
+    assert done, "the swap never ran"
+    assert result.exit_code == 1, result.output
+    assert "swapped" in result.stderr or "replaced while being opened" in result.stderr
+    assert session_ids(other / "state.db") == ids and file_hash(other / "state.db") == victim
+    assert not (tmp_path / "out.jsonl").exists() and not list(tmp_path.glob("out/*.db"))

@@ -55,8 +55,8 @@ from maint.errors import MaintError, StoreError, UsageError
 from maint import json_text
 from maint.export.files import safe_name
 from maint.store.batching import Batcher, pacer_for
-from maint.store.connection import (READ_CACHE_KB, REQUIRED_TABLES, Store, as_found, connect, flat_memory_pragmas,
-                                    open_store)
+from maint.store.connection import (READ_CACHE_KB, REQUIRED_TABLES, Store, as_found, check_regular_file, connect,
+                                    connect_checked, flat_memory_pragmas, open_store)
 from maint.store.snapshots import default_folder, prepare_folder
 from maint.store.targets import StoreTarget, hermes_home
 from maint.ops.vacuum import DiskUsage, file_size_limit, with_margin, write_limit_reached
@@ -420,7 +420,7 @@ def _write_sidecar(folder: files.Folder, name: str, meta: dict[str, Any]) -> Non
 def _open_source(path: Path, damaged_ok: bool) -> Store:
     if not damaged_ok:
         return open_store(path, readonly=True)
-    conn = connect(str(path), apsw.SQLITE_OPEN_READONLY)
+    conn = connect_checked(Path(path), check_regular_file(Path(path)), apsw.SQLITE_OPEN_READONLY)
     for pragma in flat_memory_pragmas(VERIFY_CACHE_KB):
         conn.execute(pragma).fetchall()
     return Store(Path(path), conn)

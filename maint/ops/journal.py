@@ -24,7 +24,7 @@ from maint.flow import target_config
 from maint.store.holders import HeldStore, find_holders, refuse_if_held
 from maint.store.runlock import run_lock
 from maint.store.connection import (schema_problem, WAL_RESET_FIXED, _check_header, check_writable, connect,
-                                    has_wal_reset_bug, header_bytes, header_journal_mode)
+                                    connect_checked, has_wal_reset_bug, header_bytes, header_journal_mode)
 
 if TYPE_CHECKING:
     from maint.store.targets import StoreTarget
@@ -105,7 +105,7 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
     if not path.exists():
         raise StoreError(f"{path}: no such store (expected an existing SQLite database)")
     _check_header(path)
-    check_writable(path)
+    checked = check_writable(path)
     _refuse_newer_schema(path)
     warnings: list[str] = []
     if mode == "wal":
@@ -119,7 +119,7 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
     refuse_if_held(path, force=force, doing="switch", advice="stop them first", holders=holders)
     before = header_journal_mode(path)
     lock = run_lock(path)  # no other hermes-maint works on the store meanwhile
-    conn = connect(str(path), apsw.SQLITE_OPEN_READWRITE, busy_timeout_ms=2000)
+    conn = connect_checked(path, checked, apsw.SQLITE_OPEN_READWRITE, busy_timeout_ms=2000)
     try:
         if mode == "delete" and before == "wal":
             # Keep every commit a killed writer left in the WAL: copy it all into the database first.

@@ -37,7 +37,7 @@ from maint.errors import MaintError, StoreError, UsageError
 from maint.ops.backup import MADE_BY, Snapshot, check_file, counts, open_readonly, take_snapshot
 from maint.ops.vacuum import DiskUsage, with_margin
 from maint.store.connection import (schema_problem, _check_header, _persist_wal, as_found, check_writable,
-                                    connect, header_journal_mode)
+                                    connect_checked, header_journal_mode)
 from maint.store.holders import STOP_HERMES, HolderReport, refuse_if_held
 from maint.store.runlock import run_lock
 from maint.store.targets import StoreTarget
@@ -83,8 +83,7 @@ def open_live(path: Path) -> apsw.Connection:
     if not os.path.lexists(path):
         raise StoreError(f"{path}: no such store (restore copies into an existing state.db; start Hermes once "
                          "to create it)")
-    check_writable(path)
-    conn = connect(str(path), apsw.SQLITE_OPEN_READWRITE)
+    conn = connect_checked(path, check_writable(path), apsw.SQLITE_OPEN_READWRITE)
     _persist_wal(conn)
     try:
         conn.execute("PRAGMA schema_version").fetchall()

@@ -142,6 +142,71 @@ def _refuse_foreign_journals(path: Path, st: os.stat_result) -> None:
                              "store; refusing to open the store (remove it if it is not yours)")
 
 
+def _open_fds() -> set[int] | None:
+    """The descriptors this process has open (None where /proc/self/fd cannot tell)."""
+    try:
+        return {int(name) for name in os.listdir("/proc/self/fd")}
+    except (OSError, ValueError):
+        return None
+
+
+def _fd_file(fd: int) -> tuple[os.stat_result, str] | None:
+    try:
+        return os.fstat(fd), os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None  # closed meanwhile (another thread's), or not a file
+
+
+def opened_elsewhere(path: Path, checked: tuple[int, int], fds_before: set[int] | None) -> str | None:
+    """Why the files SQLite holds open for *path* are not the store we checked, or None.
+
+    Every check runs on the path, and SQLite then opens the store, its -wal and its -shm by that name:
+    a folder on the path swapped for a link in between (the store's owner may do that to her own
+    profile folder) would send a root run's writes to another user's store, or its WAL into ours. So
+    we look at what was actually opened: a descriptor of the file we checked, and the -wal/-shm opened
+    since in the folder that file really is in (the kernel's name for an open file is where it is).
+    """
+    now = _open_fds()
+    if now is None or fds_before is None:
+        return None  # no /proc: the path's stat before and after the open is all there is
+    held = [info for info in map(_fd_file, sorted(now)) if info is not None]
+    stores = [name for st, name in held if (st.st_dev, st.st_ino) == checked]
+    if not stores:
+        return "the file SQLite opened is not the one that was checked (a folder on the path was swapped)"
+    folder = os.path.dirname(stores[0])
+    for fd in sorted(now - fds_before):
+        info = _fd_file(fd)
+        if info is None:
+            continue
+        name = info[1]
+        if os.path.basename(name) in (f"{path.name}-wal", f"{path.name}-shm") and os.path.dirname(name) != folder:
+            return f"SQLite opened {name}, which is not beside the store it checked (a folder was swapped)"
+    return None
+
+
+def connect_checked(path: Path, checked: os.stat_result | tuple[int, int], flags: int, *,
+                    busy_timeout_ms: int | None = None) -> apsw.Connection:
+    """:func:`connect` to the store *checked* (its stat, or (st_dev, st_ino)) by *path*, refused when what SQLite
+    opened is another file (:func:`opened_elsewhere`): for the opens that write outside :func:`open_store`."""
+    file_id = (checked.st_dev, checked.st_ino) if isinstance(checked, os.stat_result) else checked
+    fds_before = _open_fds()
+    conn = connect(str(path), flags, busy_timeout_ms=busy_timeout_ms)
+    with contextlib.suppress(apsw.Error):
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the -wal and -shm too
+    swapped = opened_elsewhere(path, file_id, fds_before)
+    if swapped is None:
+        try:
+            now = os.stat(path)
+        except OSError:
+            swapped = "the store's name went away while it was being opened"
+        else:
+            swapped = None if (now.st_dev, now.st_ino) == file_id else "the store was replaced while being opened"
+    if swapped:
+        conn.close()
+        raise StoreError(f"{path}: {swapped}; refusing, nothing was read or written")
+    return conn
+
+
 def check_writable(path: Path) -> os.stat_result:
     """The preflight of every open that may write a store (prune, restore, import, the repairs ...).
 
@@ -431,7 +496,9 @@ class Store:
     def sibling_connection(self) -> apsw.Connection:
         """A second connection to the same file, for work beside ours (its PASSIVE checkpoints never wait; the
         busy handler only lets its first read of the schema wait out a writer's commit)."""
-        conn = connect(str(self.path), apsw.SQLITE_OPEN_READWRITE)
+        if self.file_id is None:
+            raise StoreError(f"{self.path}: the store was replaced while being opened; refusing")
+        conn = connect_checked(self.path, self.file_id, apsw.SQLITE_OPEN_READWRITE)
         _persist_wal(conn)
         return conn
 
@@ -668,6 +735,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
     before = os.stat(path) if readonly else check_writable(path)
     at_rest = readonly and not any(os.path.lexists(f"{path}{s}") for s in ("-wal", "-shm"))
     lock = None if readonly else run_lock(path)
+    fds_before = _open_fds()
     try:
         conn, note = _connect(path, readonly, busy_timeout_ms)
     except apsw.Error as exc:
@@ -682,6 +750,11 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
             store.file_id = (after.st_dev, after.st_ino)
     store.note = note
     store.run_lock = lock
+    swapped = opened_elsewhere(path, (before.st_dev, before.st_ino), fds_before)
+    if swapped or store.file_id is None:
+        store.close()
+        raise StoreError(f"{path}: {swapped or 'the store was replaced while being opened'}; refusing, nothing was "
+                         "read or written")
     store.tidy_on_close = at_rest and note is None and header_journal_mode(path) == "wal"
     try:
         _persist_wal(conn)
