@@ -313,10 +313,10 @@ def loose_folder(st: os.stat_result) -> str | None:
     return None
 
 
-def untrusted_folder(path: Path | str) -> str | None:
+def untrusted_folder(path: Path | str, also_trusted: int | None = None) -> str | None:
     """Why the folder *path* may not steer a run, as OpenSSH's StrictModes judges the folders of its keys, or
-    None: it and every folder above it (its real path) must be owned by us or root and be writable by no one
-    else (a sticky folder, such as /tmp, may be writable by all)."""
+    None: it and every folder above it (its real path) must be owned by us, root or *also_trusted* (the store's
+    owner) and be writable by no one else (a sticky folder, such as /tmp, may be writable by all)."""
     me = os.geteuid() if hasattr(os, "geteuid") else None
     real = Path(os.path.realpath(path))
     for folder in (real, *real.parents):
@@ -325,12 +325,28 @@ def untrusted_folder(path: Path | str) -> str | None:
         except OSError as exc:
             return f"cannot be checked ({folder}: {exc.strerror})"
         where = "" if folder == real else f"lies in {folder}, which "
-        if me is not None and st.st_uid not in (me, 0):
+        if me is not None and st.st_uid not in (me, 0, also_trusted):
             return f"{where}is owned by another user (uid {st.st_uid})"
         why = loose_folder(st)
         if why:
             return f"{where}{why}"
     return None
+
+
+def refuse_untrusted_keeper(path: Path | str, store_owner: int | None, what: str = "folder") -> None:
+    """Refuse *path* (a folder, made when missing) as the place the ONLY copy of a store's content is left in
+    (``export --delete-after-verified``): another user who owns it or a folder above it, or anyone when one is
+    writable by others without the sticky bit, could remove or replace that copy the moment after it was
+    verified. The rule is :func:`untrusted_folder`'s (config and job folders), judged on the nearest folder
+    that exists (a missing one is made inside it), with the store's owner trusted as we and root are."""
+    folder = Path(os.path.abspath(Path(path).expanduser()))
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    why = untrusted_folder(folder, also_trusted=store_owner)
+    if why:
+        raise FileRefused(f"{folder}: {why}; the {what} would hold the only copy once the sessions are "
+                          "deleted, and another user could remove it (choose a folder only you, root or the "
+                          "store's owner can write)")
 
 
 class Folder:

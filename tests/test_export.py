@@ -296,6 +296,35 @@ def test_verified_delete_removes_session_and_children(store, tmp_path):
     assert len(rec["messages"]) == 3
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another user here")
+@pytest.mark.parametrize("owner, mode, inside, refused", [
+    (1002, 0o755, "", "is owned by another user (uid 1002)"),  # mallory's folder
+    (0, 0o777, "", "is writable by every user without the sticky bit"),
+    (0, 0o777, "new/", "is writable by every user without the sticky bit"),  # made inside such a folder
+    (0, 0o770, "", None),  # root's private group: its own group only
+    (0, 0o1777, "", None),  # sticky, like /tmp: only we may remove what we made
+    (4321, 0o700, "", None),  # the store's owner's folder
+])
+def test_verified_delete_refuses_a_folder_another_user_could_empty(store, tmp_path, owner, mode, inside, refused):
+    """Hostile try 4, G12: the verified copy is the only one once the session is deleted; left in mallory's
+    folder (or one writable by all without the sticky bit) she could remove it the moment after. Refused in
+    one line before anything is written, as config and job folders are."""
+    os.chown(store, 4321, 4321)
+    out = tmp_path / "out"
+    out.mkdir()
+    os.chown(out, owner, owner)
+    os.chmod(out, mode)
+    before = file_hash(store)
+    r = run_export(f"{out}/{inside}", "--db", store, "--session-id", "old_cli", "--delete-after-verified", "--yes")
+    if refused:
+        assert r.returncode == 1 and refused in r.stderr and str(out) in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "nothing was exported or deleted" in r.stderr
+        assert list(out.iterdir()) == [] and file_hash(store) == before
+    else:
+        assert r.returncode == 0, r.stderr
+        assert "old_cli" not in session_ids(store) and list(out.rglob("hermes_session_old_cli.jsonl"))
+
+
 def test_verified_delete_needs_session_id_and_yes(store, tmp_path):
     assert run_export(tmp_path / "x", "--db", store, "--delete-after-verified", "--source", "cli",
                       "--yes").returncode == 2

@@ -151,6 +151,13 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
     single = bool(req.session_id) or req.latest_trace
     entries, folder = _entries(store, chosen, req, single)
     paths = [e["path"] for e in entries if e["path"] not in (None, STDOUT)]
+    if req.delete_after_verified:  # the files are the only copy once the sessions go: a folder others can't touch
+        try:
+            for where in sorted({str(Path(p).parent) for p in paths}):
+                files.refuse_untrusted_keeper(where, store_owner=(files.owner_of(store.path) or (None,))[0],
+                                              what="OUTPUT folder")
+        except files.FileRefused as exc:
+            raise OutputError(f"{exc}; nothing was exported or deleted") from None
     if len(set(paths)) != len(paths):  # safe_name keeps ids apart; this is the last guard
         raise OutputError("two sessions would share one output file; nothing was written")
     for entry in entries:
