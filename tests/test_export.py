@@ -340,6 +340,56 @@ def test_verified_delete_md(store, tmp_path):
     assert json.loads((out / "manifest.jsonl").read_text().splitlines()[0])["path"] == "old_cli.md"
 
 
+def _pinned_family(path, pinned="sub"):
+    """A parent with a delegate child, *pinned* pinned (a layout with Hermes's pinned column)."""
+    with StoreBuilder(path, layout="v30") as b:
+        b.session("parent", age=20, messages=2, **({"pinned": 1} if pinned == "parent" else {}))
+        b.session("sub", source="subagent", age=20, parent="parent", model_config={"_delegate_from": "parent"},
+                  messages=3, **({"pinned": 1} if pinned == "sub" else {}))
+    return path
+
+
+def test_verified_delete_treats_a_pinned_member_of_the_family_as_delete_does(tmp_path):
+    """Hostile try 4, G17: one rule for a pinned member of the family in delete and the verified delete:
+    refused (named, with the way out) unless --include-pinned; --include-pinned alone is a usage error."""
+    store = _pinned_family(tmp_path / "pinned.db")
+    before = file_hash(store)
+    for cmd in (["export", tmp_path / "bk", "--session-id", "parent", "--delete-after-verified", "--yes"],
+                ["delete", "parent", "--yes"]):
+        r = run_subprocess(*cmd, "--db", store)
+        assert r.returncode == 1 and "refusing to delete parent: sub is in its family" in r.stderr, r.stderr
+        assert "--include-pinned" in r.stderr and file_hash(store) == before and not (tmp_path / "bk").exists()
+    usage = run_export(tmp_path / "bk", "--db", store, "--session-id", "parent", "--include-pinned")
+    assert usage.returncode == 2 and "--include-pinned only applies with --delete-after-verified" in usage.stderr
+    r = run_export(tmp_path / "bk", "--db", store, "--session-id", "parent", "--delete-after-verified", "--yes",
+                   "--include-pinned", "--json")
+    assert r.returncode == 0 and sorted(json.loads(r.stdout)["deleted"]) == ["parent", "sub"], r.stderr
+
+
+def test_verified_delete_refuses_a_pin_set_after_the_export(tmp_path, monkeypatch):
+    """The pin is checked again inside the delete's write transaction, as busy sessions are."""
+    store = _pinned_family(tmp_path / "pinned.db", pinned=None)
+    from click.testing import CliRunner
+
+    from maint.cli import app
+    from maint.export import verified_delete as export_delete
+
+    original = export_delete.delete_if_unchanged
+
+    def pin_then_check(st, ids, prints, **kw):
+        conn = sqlite3.connect(store)
+        conn.execute("UPDATE sessions SET pinned = 1 WHERE id = 'sub'")
+        conn.commit()
+        conn.close()
+        return original(st, ids, prints, **kw)
+
+    monkeypatch.setattr(export_delete, "delete_if_unchanged", pin_then_check)
+    result = CliRunner().invoke(app, ["export", str(tmp_path / "bk"), "--db", str(store), "--session-id",
+                                      "parent", "--delete-after-verified", "--yes"])
+    assert result.exit_code == 1 and "sub is in its family" in result.stderr and "files kept" in result.stderr
+    assert {"parent", "sub"} <= session_ids(store)
+
+
 def test_verified_delete_refuses_open_session(store, tmp_path):
     before = file_hash(store)
     r = run_export(tmp_path / "x", "--db", store, "--session-id", "open_one", "--delete-after-verified", "--yes")
@@ -352,12 +402,12 @@ def test_writer_appending_between_export_and_delete_refuses(store, tmp_path, mon
 
     original = export_delete.delete_if_unchanged
 
-    def append_then_check(st, ids, prints):
+    def append_then_check(st, ids, prints, **kw):
         code = ("import sys; from pathlib import Path; from hermes_state import SessionDB;"
                 "db = SessionDB(Path(sys.argv[1])); db.append_message('old_cli', 'user', 'late'); db.close()")
         st.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         subprocess.run([sys.executable, "-c", code, str(store)], check=True, cwd=REPO)
-        return original(st, ids, prints)
+        return original(st, ids, prints, **kw)
 
     monkeypatch.setattr(export_delete, "delete_if_unchanged", append_then_check)
     from click.testing import CliRunner
