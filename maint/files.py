@@ -129,19 +129,34 @@ def read_regular(path: Path | str, *, follow_links: bool = True, limit: int = RE
     return data, st
 
 
-def open_regular(path: Path | str, *, what: str = "file", follow_links: bool = True) -> IO[bytes]:
+def open_regular(path: Path | str, *, what: str = "file", follow_links: bool = True,
+                 store: Path | str | None = None) -> IO[bytes]:
     """A regular file opened for reading, never a FIFO or device (links followed unless *follow_links* is
-    false: a name the operator gave is theirs to point, a side file we derive from it is not)."""
+    false: a name the operator gave is theirs to point, a side file we derive from it is not).
+
+    *store*: the file is read into that store. A run as root then follows links only where root or the store's
+    owner owns them (:func:`refuse_foreign_links`, ``reading``), judged after the open on the file the path
+    names now, which must be the file opened."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW))
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise FileRefused(f"{path}: is a symbolic link; refusing to read the {what} through it") from None
         raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileRefused(f"{path}: is {kind_of(st.st_mode)}, not a regular file; refusing to read it as the "
+                              f"{what}")
+        if store is not None and follow_links and _as_root():
+            owner = owner_of(store)
+            refuse_foreign_links(path, owner[0] if owner else None, what, reading=True)
+            named = os.stat(path)
+            if (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
+                raise FileRefused(f"{path}: changed while it was being opened; refusing to read it as the {what}")
+    except BaseException:
         os.close(fd)
-        raise FileRefused(f"{path}: is {kind_of(st.st_mode)}, not a regular file; refusing to read it as the {what}")
+        raise
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
@@ -209,23 +224,35 @@ def links_on(path: Path | str) -> list[tuple[Path, os.stat_result, Path]]:
     return met
 
 
-def refuse_foreign_links(path: Path | str, store_owner: int | None, what: str = "folder") -> None:
+def refuse_foreign_links(path: Path | str, store_owner: int | None, what: str = "folder", *,
+                         reading: bool = False) -> None:
     """As root, refuse *path* when a symbolic link on the way to it is owned by anyone but root or the store's
     owner (``connection._refuse_foreign_links``' rule for stores, for the folders and files a store's content
-    is written to): a user's link planted at a backup or export path would hand the content to them."""
+    is written to): a user's link planted at a backup or export path would hand the content to them.
+
+    *reading*: *path* is a file read INTO the store (``import FILE``): another user's link would make root
+    copy a file only root may read (another store's export) into this one; the store's owner's own link is
+    followed only to a file that user could read."""
     if not _as_root():
         return
+    done = "read a file into a store" if reading else "write a store's content"
     theirs = None
     for link, st, _ in links_on(path):
         if st.st_uid not in (0, store_owner):
             raise FileRefused(f"{path}: reached through {link}, a symbolic link owned by uid {st.st_uid} (not root "
-                              f"nor the store's owner); a run as root does not write a store's content through it "
+                              f"nor the store's owner); a run as root does not {done} through it "
                               f"(name the real {what})")
         if st.st_uid != 0:
             theirs = link
+    if theirs is None or store_owner is None:
+        return
+    if reading and not user_may(store_owner, path, os.R_OK):
+        raise FileRefused(f"{path}: reached through {theirs}, a symbolic link of the store's owner (uid "
+                          f"{store_owner}) to a file that user may not read; a run as root reads into a store "
+                          f"only what its owner could (name the real {what})")
     # The store's owner's own link chooses where root writes: only where that user could write themselves
     # (hostile try 4, G14: her link to /etc/... made root create files there, their lines hers).
-    if theirs is not None and store_owner is not None and not user_may_create(store_owner, path):
+    if not reading and not user_may_create(store_owner, path):
         raise FileRefused(f"{path}: reached through {theirs}, a symbolic link of the store's owner (uid "
                           f"{store_owner}) to a folder that user may not write; a run as root writes a store's "
                           f"content only where its owner could (name the real {what})")
@@ -313,10 +340,10 @@ def loose_folder(st: os.stat_result) -> str | None:
     return None
 
 
-def untrusted_folder(path: Path | str) -> str | None:
+def untrusted_folder(path: Path | str, also_trusted: int | None = None) -> str | None:
     """Why the folder *path* may not steer a run, as OpenSSH's StrictModes judges the folders of its keys, or
-    None: it and every folder above it (its real path) must be owned by us or root and be writable by no one
-    else (a sticky folder, such as /tmp, may be writable by all)."""
+    None: it and every folder above it (its real path) must be owned by us, root or *also_trusted* (the store's
+    owner) and be writable by no one else (a sticky folder, such as /tmp, may be writable by all)."""
     me = os.geteuid() if hasattr(os, "geteuid") else None
     real = Path(os.path.realpath(path))
     for folder in (real, *real.parents):
@@ -325,12 +352,28 @@ def untrusted_folder(path: Path | str) -> str | None:
         except OSError as exc:
             return f"cannot be checked ({folder}: {exc.strerror})"
         where = "" if folder == real else f"lies in {folder}, which "
-        if me is not None and st.st_uid not in (me, 0):
+        if me is not None and st.st_uid not in (me, 0, also_trusted):
             return f"{where}is owned by another user (uid {st.st_uid})"
         why = loose_folder(st)
         if why:
             return f"{where}{why}"
     return None
+
+
+def refuse_untrusted_keeper(path: Path | str, store_owner: int | None, what: str = "folder") -> None:
+    """Refuse *path* (a folder, made when missing) as the place the ONLY copy of a store's content is left in
+    (``export --delete-after-verified``): another user who owns it or a folder above it, or anyone when one is
+    writable by others without the sticky bit, could remove or replace that copy the moment after it was
+    verified. The rule is :func:`untrusted_folder`'s (config and job folders), judged on the nearest folder
+    that exists (a missing one is made inside it), with the store's owner trusted as we and root are."""
+    folder = Path(os.path.abspath(Path(path).expanduser()))
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    why = untrusted_folder(folder, also_trusted=store_owner)
+    if why:
+        raise FileRefused(f"{folder}: {why}; the {what} would hold the only copy once the sessions are "
+                          "deleted, and another user could remove it (choose a folder only you, root or the "
+                          "store's owner can write)")
 
 
 class Folder:

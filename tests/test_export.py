@@ -296,6 +296,35 @@ def test_verified_delete_removes_session_and_children(store, tmp_path):
     assert len(rec["messages"]) == 3
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another user here")
+@pytest.mark.parametrize("owner, mode, inside, refused", [
+    (1002, 0o755, "", "is owned by another user (uid 1002)"),  # mallory's folder
+    (0, 0o777, "", "is writable by every user without the sticky bit"),
+    (0, 0o777, "new/", "is writable by every user without the sticky bit"),  # made inside such a folder
+    (0, 0o770, "", None),  # root's private group: its own group only
+    (0, 0o1777, "", None),  # sticky, like /tmp: only we may remove what we made
+    (4321, 0o700, "", None),  # the store's owner's folder
+])
+def test_verified_delete_refuses_a_folder_another_user_could_empty(store, tmp_path, owner, mode, inside, refused):
+    """Hostile try 4, G12: the verified copy is the only one once the session is deleted; left in mallory's
+    folder (or one writable by all without the sticky bit) she could remove it the moment after. Refused in
+    one line before anything is written, as config and job folders are."""
+    os.chown(store, 4321, 4321)
+    out = tmp_path / "out"
+    out.mkdir()
+    os.chown(out, owner, owner)
+    os.chmod(out, mode)
+    before = file_hash(store)
+    r = run_export(f"{out}/{inside}", "--db", store, "--session-id", "old_cli", "--delete-after-verified", "--yes")
+    if refused:
+        assert r.returncode == 1 and refused in r.stderr and str(out) in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "nothing was exported or deleted" in r.stderr
+        assert list(out.iterdir()) == [] and file_hash(store) == before
+    else:
+        assert r.returncode == 0, r.stderr
+        assert "old_cli" not in session_ids(store) and list(out.rglob("hermes_session_old_cli.jsonl"))
+
+
 def test_verified_delete_needs_session_id_and_yes(store, tmp_path):
     assert run_export(tmp_path / "x", "--db", store, "--delete-after-verified", "--source", "cli",
                       "--yes").returncode == 2
@@ -311,6 +340,56 @@ def test_verified_delete_md(store, tmp_path):
     assert json.loads((out / "manifest.jsonl").read_text().splitlines()[0])["path"] == "old_cli.md"
 
 
+def _pinned_family(path, pinned="sub"):
+    """A parent with a delegate child, *pinned* pinned (a layout with Hermes's pinned column)."""
+    with StoreBuilder(path, layout="v30") as b:
+        b.session("parent", age=20, messages=2, **({"pinned": 1} if pinned == "parent" else {}))
+        b.session("sub", source="subagent", age=20, parent="parent", model_config={"_delegate_from": "parent"},
+                  messages=3, **({"pinned": 1} if pinned == "sub" else {}))
+    return path
+
+
+def test_verified_delete_treats_a_pinned_member_of_the_family_as_delete_does(tmp_path):
+    """Hostile try 4, G17: one rule for a pinned member of the family in delete and the verified delete:
+    refused (named, with the way out) unless --include-pinned; --include-pinned alone is a usage error."""
+    store = _pinned_family(tmp_path / "pinned.db")
+    before = file_hash(store)
+    for cmd in (["export", tmp_path / "bk", "--session-id", "parent", "--delete-after-verified", "--yes"],
+                ["delete", "parent", "--yes"]):
+        r = run_subprocess(*cmd, "--db", store)
+        assert r.returncode == 1 and "refusing to delete parent: sub is in its family" in r.stderr, r.stderr
+        assert "--include-pinned" in r.stderr and file_hash(store) == before and not (tmp_path / "bk").exists()
+    usage = run_export(tmp_path / "bk", "--db", store, "--session-id", "parent", "--include-pinned")
+    assert usage.returncode == 2 and "--include-pinned only applies with --delete-after-verified" in usage.stderr
+    r = run_export(tmp_path / "bk", "--db", store, "--session-id", "parent", "--delete-after-verified", "--yes",
+                   "--include-pinned", "--json")
+    assert r.returncode == 0 and sorted(json.loads(r.stdout)["deleted"]) == ["parent", "sub"], r.stderr
+
+
+def test_verified_delete_refuses_a_pin_set_after_the_export(tmp_path, monkeypatch):
+    """The pin is checked again inside the delete's write transaction, as busy sessions are."""
+    store = _pinned_family(tmp_path / "pinned.db", pinned=None)
+    from click.testing import CliRunner
+
+    from maint.cli import app
+    from maint.export import verified_delete as export_delete
+
+    original = export_delete.delete_if_unchanged
+
+    def pin_then_check(st, ids, prints, **kw):
+        conn = sqlite3.connect(store)
+        conn.execute("UPDATE sessions SET pinned = 1 WHERE id = 'sub'")
+        conn.commit()
+        conn.close()
+        return original(st, ids, prints, **kw)
+
+    monkeypatch.setattr(export_delete, "delete_if_unchanged", pin_then_check)
+    result = CliRunner().invoke(app, ["export", str(tmp_path / "bk"), "--db", str(store), "--session-id",
+                                      "parent", "--delete-after-verified", "--yes"])
+    assert result.exit_code == 1 and "sub is in its family" in result.stderr and "files kept" in result.stderr
+    assert {"parent", "sub"} <= session_ids(store)
+
+
 def test_verified_delete_refuses_open_session(store, tmp_path):
     before = file_hash(store)
     r = run_export(tmp_path / "x", "--db", store, "--session-id", "open_one", "--delete-after-verified", "--yes")
@@ -323,12 +402,12 @@ def test_writer_appending_between_export_and_delete_refuses(store, tmp_path, mon
 
     original = export_delete.delete_if_unchanged
 
-    def append_then_check(st, ids, prints):
+    def append_then_check(st, ids, prints, **kw):
         code = ("import sys; from pathlib import Path; from hermes_state import SessionDB;"
                 "db = SessionDB(Path(sys.argv[1])); db.append_message('old_cli', 'user', 'late'); db.close()")
         st.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         subprocess.run([sys.executable, "-c", code, str(store)], check=True, cwd=REPO)
-        return original(st, ids, prints)
+        return original(st, ids, prints, **kw)
 
     monkeypatch.setattr(export_delete, "delete_if_unchanged", append_then_check)
     from click.testing import CliRunner

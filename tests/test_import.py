@@ -2,6 +2,7 @@
 
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -536,7 +537,7 @@ def test_out_of_memory_is_one_line_not_a_traceback(tmp_path, monkeypatch, cli):
     f = tmp_path / "all.jsonl"
     f.write_text(export_all(db))
 
-    def exhausted(path):
+    def exhausted(path, store=None):
         raise MemoryError()
 
     monkeypatch.setattr(importer, "read_export", exhausted)
@@ -577,8 +578,8 @@ def test_a_fifo_swapped_in_after_the_check_is_refused_not_waited_on(tmp_path, mo
     conn.close()
     checked = importer.read_export
 
-    def swap(path):
-        read = checked(path)
+    def swap(path, store=None):
+        read = checked(path, store)
         os.unlink(f)
         os.mkfifo(f)  # renamed over it by whoever owns the folder
         return read
@@ -600,3 +601,49 @@ def test_a_fifo_swapped_in_after_the_check_is_refused_not_waited_on(tmp_path, mo
         timer.cancel()
     assert result.exit_code != 0 and "is a FIFO, not a regular file" in result.stderr, result.output
     assert query(target, "SELECT COUNT(*) FROM sessions") == [(0,)]
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="only root can give links to other users here")
+def test_a_root_import_reads_no_file_through_another_users_link(tmp_path):
+    """Hostile try 4, G13: root's `import FILE` followed mallory's link to a root-only file: its field names were
+    echoed in the error, and a real export behind it (another user's sessions) would have gone into the store.
+    As for outputs and stores: only links of root or the store's owner, and the owner's only to a file that
+    user could read; nothing of the file is read or shown."""
+    import os
+    import tempfile
+
+    db = _store(tmp_path / "store" / "state.db", "v22")
+    os.chown(db, 1001, 1001)  # alice's store, maintained by root
+    secret = tmp_path / "vault" / "bob.jsonl"
+    secret.parent.mkdir()
+    secret.write_text(export_all(db).replace('"source"', '"aws_secret_key_AKIA1234SECRET": "v", "source"', 1))
+    os.chmod(secret, 0o600)
+    before = file_hash(db)
+    planted = tmp_path / "drop.jsonl"
+    for uid, needle in ((1002, "a symbolic link owned by uid 1002"),  # mallory's link
+                        (1001, "to a file that user may not read")):  # alice's own link to root's file
+        planted.unlink(missing_ok=True)
+        planted.symlink_to(secret)
+        os.lchown(planted, uid, uid)
+        for extra in (["--dry-run"], ["--yes"]):
+            r = run("import", planted, "--db", db, *extra)
+            assert r.returncode == 2 and needle in r.stderr, r.stderr
+            assert "AKIA1234SECRET" not in r.stderr + r.stdout and len(r.stderr.strip().splitlines()) == 1
+    assert file_hash(db) == before
+    os.lchown(planted, 0, 0)  # root's own link is followed
+    assert run("import", planted, "--db", db, "--dry-run").returncode == 1  # read: the unknown column is named
+    shared = Path(tempfile.mkdtemp(dir="/tmp"))  # a file alice may read, through her own link
+    try:
+        os.chmod(shared, 0o755)
+        mine = shared / "mine.jsonl"
+        mine.write_text(export_all(db))
+        os.chmod(mine, 0o644)
+        planted.unlink()
+        planted.symlink_to(mine)
+        os.lchown(planted, 1001, 1001)
+        r = run("import", planted, "--db", db, "--dry-run", "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["sessions_in_file"] == len(ALL), r.stderr
+    finally:
+        for p in shared.iterdir():
+            p.unlink()
+        shared.rmdir()

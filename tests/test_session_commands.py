@@ -57,6 +57,49 @@ def test_delete_refused_while_a_child_is_busy(family, cli):
     assert file_hash(family.path) == before
 
 
+def test_delete_refuses_a_pinned_member_of_the_family_unless_included(make_store, cli, monkeypatch):
+    """Hostile try 4, G17: `delete PARENT --yes` deleted a pinned delegate child the script never named, with
+    only a warning, while export --delete-after-verified refused the same family. Now both refuse a pinned
+    member (the named session or a child) unless --include-pinned, when planning and again in the write."""
+    import sqlite3
+
+    from maint.errors import MaintError
+    from maint.ops import sessions
+    from maint.store.connection import open_store
+
+    b = make_store("v30")
+    b.session(P, age=5, messages=4)
+    b.session(KIDS[0], source="subagent", age=5, parent=P, model_config={"_delegate_from": P})
+    b.session(KIDS[1], source="subagent", age=5, parent=KIDS[0], model_config={"_delegate_from": KIDS[0]})
+    b.close()
+    path = b.path
+
+    def pin(*ids):
+        conn = sqlite3.connect(path)
+        conn.execute("UPDATE sessions SET pinned = (id IN (SELECT value FROM json_each(?)))", (json.dumps(ids),))
+        conn.commit()
+        conn.close()
+
+    for pins, said in (([KIDS[1]], f"{KIDS[1]} is in its family"), ([P], "it is pinned")):
+        pin(*pins)
+        before = file_hash(path)
+        for extra in (["--yes"], ["--dry-run"]):
+            refused = cli("delete", P, "--db", path, *extra)
+            assert refused.exit_code == 1 and said in refused.stderr and "--include-pinned" in refused.stderr, \
+                refused.stderr
+            assert len(refused.stderr.strip().splitlines()) == 1 and file_hash(path) == before
+    pin()
+    with open_store(path) as store:  # pinned between the confirmation and the write (Desktop, another terminal)
+        plan = sessions.plan_delete(store, P)
+        pin(KIDS[0])
+        with pytest.raises(MaintError, match=f"refusing to delete {P}: {KIDS[0]} is in its family"):
+            sessions.execute_delete(store, plan)
+    assert session_ids(path) == {P, *KIDS}
+    report = cli.json("delete", P, "--db", path, "--yes", "--include-pinned")
+    assert report["deleted"] == [P, *KIDS] and session_ids(path) == set()
+    assert any("pinned" in w for w in report["warnings"])
+
+
 def test_delete_refused_under_a_turn_lease(make_store, cli):
     b = make_store("v30")
     b.session("busy", age=0.01, ended=False)

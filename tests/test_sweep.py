@@ -132,6 +132,83 @@ def test_lock_held_skips_even_with_force(home):
     assert sweep(home)["swept"]
 
 
+class FlockAs:
+    """A real process of user *uid* holding the store's auto-maintenance lock (opened read-only by root, then
+    handed to that user: what any user who can read the folder may do with a 0644 lock)."""
+
+    CODE = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX);"
+            "uid = int(sys.argv[2]); os.setgroups([]); os.setgid(uid); os.setuid(uid);"
+            "print('held', flush=True); sys.stdin.read()")
+
+    def __init__(self, path, uid):
+        self.child = subprocess.Popen([sys.executable, "-c", self.CODE, str(path), str(uid)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+        assert self.child.stdout.readline().strip() == "held"
+
+    def __enter__(self):
+        return self.child.pid
+
+    def __exit__(self, *exc):
+        self.child.stdin.close()
+        self.child.wait(timeout=30)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can start a process as another user here")
+def test_a_lock_another_user_holds_is_named_and_fails_the_sweep_and_doctor(home):
+    """Hostile try 4, G15: the lock we created was 0644 and flock works on a read-only descriptor, so any
+    user who could read the folder skipped every sweep, exit 0, holder unnamed. We create it 0600 now
+    (group read-write only beside a group-writable store, for a Hermes of that group), and a holder that is
+    not the store's owner, root or us is named: sweep exits 1, doctor reports a finding. A Hermes of the
+    store's owner holding it is a plain skip, exit 0, as before."""
+    db, lock = home / "state.db", lock_path(home / "state.db")
+    env = {"HERMES_HOME": str(home)}
+    assert run_subprocess("sweep", "--db", db, env=env).returncode == 0
+    assert (os.stat(lock).st_mode & 0o777) == 0o600
+    os.chmod(lock, 0o644)  # as Hermes makes it
+    with FlockAs(lock, 1002) as pid:  # mallory
+        r = run_subprocess("sweep", "--db", db, "--force", env=env)
+        assert r.returncode == 1 and f"pid {pid} (uid 1002)" in r.stderr, (r.stdout, r.stderr)
+        assert "another user holds the auto-maintenance lock" in r.stdout and "user mallory" in r.stdout
+        assert len(r.stderr.strip().splitlines()) == 1
+        doctor = run_subprocess("doctor", "--db", db, "--json", "--fail-on", "warning", env=env)
+        found = {f["kind"]: f for f in json.loads(doctor.stdout)["findings"]}
+        assert doctor.returncode == 1 and found["maintenance_lock"]["severity"] == "warning"
+        assert found["maintenance_lock"]["data"] == {"pids": [pid], "uids": [1002]}
+        assert session_ids(db) == {"young"}
+    os.chown(db, 1001, 1001)  # alice's store: her own Hermes holding the lock is a plain skip
+    with FlockAs(lock, 1001):
+        r = run_subprocess("sweep", "--db", db, "--force", env=env)
+        assert r.returncode == 0 and "another process is sweeping" in r.stdout and "uid 1001" in r.stdout, r.stderr
+        doctor = run_subprocess("doctor", "--db", db, "--json", env=env)
+        assert "maintenance_lock" not in {f["kind"] for f in json.loads(doctor.stdout)["findings"]}
+    os.unlink(lock)
+    os.chmod(db, 0o660)  # a store its group writes: the group's Hermes must still open the lock "a+b"
+    assert run_subprocess("sweep", "--db", db, "--force", env=env).returncode == 0
+    assert (os.stat(lock).st_mode & 0o777) == 0o660 and os.stat(lock).st_uid == 1001
+
+
+def test_lock_holders_are_read_from_proc_locks_holders_only(tmp_path):
+    """/proc/locks: a waiter (->) is no holder; another device number with the same inode counts only when no
+    line matches device and inode both (btrfs, overlay list the superblock's)."""
+    from maint.store.holders import flock_holders
+
+    f = tmp_path / "l"
+    f.write_text("")
+    st = os.stat(f)
+    here = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    other = f"{os.major(st.st_dev) + 1:02x}:00:{st.st_ino}"
+    mine = os.getpid()
+    locks = tmp_path / "locks"
+    locks.write_text(f"1: FLOCK  ADVISORY  WRITE {mine} {here} 0 EOF\n"
+                     f"1: -> FLOCK  ADVISORY  WRITE 999999 {here} 0 EOF\n"
+                     f"2: POSIX  ADVISORY  WRITE 999998 {here} 0 EOF\n"
+                     f"3: FLOCK  ADVISORY  WRITE 999997 {other} 0 EOF\n")
+    assert [(h.pid, h.uid) for h in flock_holders(st, str(locks))] == [(mine, os.geteuid())]
+    locks.write_text(f"3: FLOCK  ADVISORY  WRITE {mine} {other} 0 EOF\n")
+    assert [h.pid for h in flock_holders(st, str(locks))] == [mine]
+    assert flock_holders(st, str(tmp_path / "missing")) is None
+
+
 def test_reaping_by_source_and_guards(hermes_home):
     (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n  retention_days: 30\n")
     with StoreBuilder(hermes_home / "state.db", layout="v30") as b:

@@ -8,16 +8,19 @@ from maint.commands.output import Terminal, printable
 
 @command("delete")
 @click.argument("session_id", metavar="ID", help="Session id or a unique prefix of one.")
+@click.option("--include-pinned", is_flag=True,
+              help="Also delete the session or a delegate child that is pinned (a pin is a keep flag).")
 @dry_run_option
 @yes_option
 @store_options(all_profiles=False)
-def delete(session_id, dry_run, yes, stores) -> None:
+def delete(session_id, include_pinned, dry_run, yes, stores) -> None:
     """Delete one session and its delegate (subagent) children, in one transaction.
 
     The confirmation lists what goes. Refused (exit 1) while a turn or
-    compression is in progress on any of them. Branch and compression children
-    are kept (unlinked). An open session is deleted with a warning: a chat still
-    running it recreates it at its next save.
+    compression is in progress on any of them, or while any of them is pinned
+    (unless --include-pinned), as export --delete-after-verified. Branch and
+    compression children are kept (unlinked). An open session is deleted with a
+    warning: a chat still running it recreates it at its next save.
 
     \b
     Example:
@@ -26,7 +29,7 @@ def delete(session_id, dry_run, yes, stores) -> None:
     from maint.ops.sessions import delete_session
 
     op = Terminal(yes=yes, quiet=stores.as_json)
-    stores.run(lambda target: delete_session(target, session_id, dry_run, op), _render)
+    stores.run(lambda target: delete_session(target, session_id, dry_run, op, include_pinned=include_pinned), _render)
 
 
 def _render(r: dict) -> None:

@@ -26,12 +26,14 @@ FORMATS = ("jsonl", "md", "qmd", "html", "trace")  # maint.export.pipeline.FORMA
 @click.option("--public", is_flag=True, help="trace upload: allow a public dataset.")
 @click.option("--delete-after-verified", is_flag=True,
               help="With --session-id and --yes: delete the session once its export is proven.")
+@click.option("--include-pinned", is_flag=True,
+              help="With --delete-after-verified: also delete the session or a delegate child that is pinned.")
 @click.option("--yes", "-y", is_flag=True, help="Required with --delete-after-verified.")
 @dry_run_option
 @store_options(all_profiles=False)
 @filter_options
-def export(filters, output, fmt, session_id, only, lineage, redact, upload, public, delete_after_verified, yes,
-           dry_run, stores) -> None:
+def export(filters, output, fmt, session_id, only, lineage, redact, upload, public, delete_after_verified,
+           include_pinned, yes, dry_run, stores) -> None:
     """Export sessions: jsonl backups, md/qmd documents with a manifest, standalone html, or traces.
 
     Bulk filters take ended sessions (pinned and archived included); no filter exports everything.
@@ -47,6 +49,7 @@ def export(filters, output, fmt, session_id, only, lineage, redact, upload, publ
     req = ExportRequest(fmt=fmt, output=output, session_id=session_id, filters=filters, only=only,
                         lineage=lineage or "segment", lineage_given=lineage is not None,
                         redact=redact, upload=upload, public=public, delete_after_verified=delete_after_verified,
+                        include_pinned=include_pinned,
                         dry_run=dry_run)
     target = stores.targets()[0]
     with naming_store(target.path):

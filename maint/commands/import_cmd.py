@@ -28,7 +28,8 @@ def import_sessions(file, replace, drop_missing, dry_run, yes, stores) -> None:
     """
     from maint.ops.importer import ImportRequest, import_store
 
-    req = ImportRequest.of(file, replace=replace, drop_missing=drop_missing, dry_run=dry_run)
+    req = ImportRequest.of(file, replace=replace, drop_missing=drop_missing, dry_run=dry_run,
+                           store=stores.targets()[0].path)
     op = Terminal(yes=yes, quiet=stores.as_json)
     # A second import writes nothing at all, not even history.
     stores.run(lambda target: import_store(target, req, op), _render, job="import",

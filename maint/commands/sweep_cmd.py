@@ -5,6 +5,7 @@ import click
 from maint.commands.options import command, store_options
 from maint.commands.output import Terminal
 from maint.commands.runner import stopped_early
+from maint.errors import MaintError
 
 
 @command("sweep")
@@ -16,7 +17,9 @@ def sweep(force, stores) -> None:
     Runs only while sessions.auto_prune is true, at most once per
     sessions.min_interval_hours across every Hermes process sharing the store.
     With sessions.auto_archive: true it first archives conversations idle for
-    sessions.auto_archive_days (pinned and busy ones exempt).
+    sessions.auto_archive_days (pinned and busy ones exempt). Skipped (exit 0)
+    while another process holds Hermes's auto-maintenance lock; exit 1 when
+    that process belongs to another user than the store's owner or root.
 
     \b
     Example:
@@ -29,6 +32,12 @@ def sweep(force, stores) -> None:
     reports = stores.run(lambda target: sweep_store(target, req, op), _render, job="sweep", ran=lambda r: r["swept"])
     stopped_early(reports, lambda r: f"{r['store']}: the sweep was cancelled part-way (pruned "
                   f"{len(r['pruned_ids'])} sessions)" if r.get("swept") and r.get("cancelled") else None)
+    suppressed = [r for r in reports if r.get("lock_held_by_another_user")]
+    if suppressed:  # a skip another user forces, night after night, must show in monitoring: exit 1
+        who = "; ".join(f"{r['store']}: pid {h['pid']} (uid {h['uid']})" for r in suppressed
+                        for h in r["lock_held_by_another_user"])
+        raise MaintError(f"{len(suppressed)} of {len(reports)} store(s) not swept: another user than the store's "
+                         f"owner or root holds the auto-maintenance lock ({who})")
 
 
 def _render(r: dict) -> None:

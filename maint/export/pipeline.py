@@ -52,6 +52,7 @@ class ExportRequest:
     upload: bool = False
     public: bool = False
     delete_after_verified: bool = False
+    include_pinned: bool = False  # with delete_after_verified: a pinned member of the family goes too
     dry_run: bool = False  # plan only: what would be written, nothing created
 
     def __post_init__(self) -> None:
@@ -69,6 +70,9 @@ class ExportRequest:
             raise UsageError("--lineage only applies to --format md or qmd (one document per session or lineage)")
         if self.session_id is not None and not self.filters.is_empty:
             raise UsageError("--session-id cannot be combined with filters (use one or the other)")
+        if self.include_pinned and not self.delete_after_verified:
+            raise UsageError("--include-pinned only applies with --delete-after-verified (an export deletes nothing "
+                             "else)")
         if self.delete_after_verified:
             if not self.session_id:
                 raise UsageError("--delete-after-verified needs --session-id and --yes")
@@ -134,7 +138,7 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
         with store.snapshot():
             _refuse_splitting_a_lineage(store, chosen[0])
             chosen = family(store, chosen[0])  # the named session first, then its delegates
-            refuse_if_busy(store, chosen)
+            refuse_if_busy(store, chosen, include_pinned=req.include_pinned)
             bad = unreadable_sessions(store, "SELECT value FROM json_each(?)", (json.dumps(list(chosen)),))
         if bad:
             raise MaintError(f"{bad[0].describe()} (a delegate of {chosen[0]}); it cannot be exported as it is "
@@ -151,6 +155,13 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
     single = bool(req.session_id) or req.latest_trace
     entries, folder = _entries(store, chosen, req, single)
     paths = [e["path"] for e in entries if e["path"] not in (None, STDOUT)]
+    if req.delete_after_verified:  # the files are the only copy once the sessions go: a folder others can't touch
+        try:
+            for where in sorted({str(Path(p).parent) for p in paths}):
+                files.refuse_untrusted_keeper(where, store_owner=(files.owner_of(store.path) or (None,))[0],
+                                              what="OUTPUT folder")
+        except files.FileRefused as exc:
+            raise OutputError(f"{exc}; nothing was exported or deleted") from None
     if len(set(paths)) != len(paths):  # safe_name keeps ids apart; this is the last guard
         raise OutputError("two sessions would share one output file; nothing was written")
     for entry in entries:
@@ -465,7 +476,7 @@ def _verified_delete(store: Store, renderer: Renderer, written: list[dict]) -> t
     verify_files(written, renderer.rerender_digest)
     ids = [sid for w in written for sid in w["ids"]]
     prints = {sid: p for w in written for sid, p in w["fingerprints"].items()}
-    return ids, delete_if_unchanged(store, ids, prints)
+    return ids, delete_if_unchanged(store, ids, prints, include_pinned=renderer.req.include_pinned)
 
 
 def export_store(target: StoreTarget, req: ExportRequest, op: Operator) -> dict[str, Any]:

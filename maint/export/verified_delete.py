@@ -38,8 +38,9 @@ def fingerprint(store: Store, session_id: str) -> str:
     return h.hexdigest()
 
 
-def refuse_if_busy(store: Store, ids: list[str]) -> None:
-    """Only ended, idle, unpinned sessions are deleted after an export (the session-write guard, and more)."""
+def refuse_if_busy(store: Store, ids: list[str], *, include_pinned: bool = False) -> None:
+    """Only ended, idle sessions are deleted after an export, and pinned ones only with *include_pinned* (the
+    session-write guard, as ``delete`` asks it, and more)."""
     busy = guard.busy(store, ids)
     for sid in ids:
         if sid in busy:
@@ -47,8 +48,9 @@ def refuse_if_busy(store: Store, ids: list[str]) -> None:
         info = session_info(store, sid)
         if info.is_open:
             raise MaintError(f"session {sid} is still open; refusing to delete it (nothing was exported or deleted)")
-        if info.pinned:
-            raise MaintError(f"session {sid} is pinned; unpin it before deleting")
+    pins = guard.pinned(store, ids)
+    if pins and not include_pinned:
+        raise MaintError(guard.pinned_refusal(ids[0], pins, "nothing was exported or deleted"))
 
 
 def verify_files(entries: list[dict], rerender: Callable[[dict], str]) -> None:
@@ -65,8 +67,10 @@ def verify_files(entries: list[dict], rerender: Callable[[dict], str]) -> None:
                              "nothing deleted")
 
 
-def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str]) -> list[str]:
-    """Delete the exported sessions in one transaction if nothing changed; then Hermes's files of them (returned)."""
+def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str], *,
+                        include_pinned: bool = False) -> list[str]:
+    """Delete the exported sessions in one transaction if nothing changed (a pin set since the plan counts,
+    unless *include_pinned*); then Hermes's files of them (returned)."""
     store.refuse_unknown_references()
     with store.write() as conn:
         now_family = family(store, ids[0])
@@ -77,6 +81,9 @@ def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str]) ->
         if busy:
             sid = sorted(busy)[0]
             raise MaintError(f"session {sid}: {busy[sid]}; refusing to delete it (files kept, store untouched)")
+        pins = guard.pinned(store, ids)
+        if pins and not include_pinned:
+            raise MaintError(guard.pinned_refusal(ids[0], pins, "files kept, store untouched"))
         for sid in ids:
             if fingerprint(store, sid) != prints[sid]:
                 raise MaintError(f"session {sid} changed since it was exported (new, edited, rewound or compacted "

@@ -373,10 +373,21 @@ class Doctor:
         else:
             what = report.describe()
         self.add("holders", OK, what, pids=[h.pid for h in report.holders])
+        self.check_maintenance_lock()
         replica = detect_replication(self.path, configured=self.cfg.maint("replicated") is True, holders=report)
         self.add("replication", OK, f"{replica.describe()}: in-place VACUUM is refused, optimize --into writes a copy"
                  if replica else "no replicator detected (Litestream process, .state.db-litestream folder, "
                                  "or hermes_maint.replicated)")
+
+    def check_maintenance_lock(self) -> None:
+        """Another user holding Hermes's auto-maintenance lock skips every sweep (ours and Hermes's) quietly."""
+        from maint.store.locks import foreign_holders, held_message
+
+        path, foreign = foreign_holders(self.path)
+        if foreign:
+            self.add("maintenance_lock", WARNING, held_message(path, foreign, foreign),
+                     f"kill {' '.join(str(h.pid) for h in foreign)}  # then check who could open {path}",
+                     pids=[h.pid for h in foreign], uids=sorted({h.uid for h in foreign}))
 
     def check_journal(self) -> None:
         mode = header_journal_mode(self.path)

@@ -209,10 +209,13 @@ class ExportFile:
     nulls: dict[str, int]  # "table.column" -> the first line that sets it to null
 
 
-def read_export(path: Path) -> ExportFile:
+def read_export(path: Path, store: Path | None = None) -> ExportFile:
     """One pass over the file, every line checked before anything is written (types, ranges, parent
     links, depth): nothing kept but offsets, digests and what planning needs. Reads our own exports and
-    Hermes's (``hermes sessions export``: tool_calls and multimodal content as JSON, ``last_active``)."""
+    Hermes's (``hermes sessions export``: tool_calls and multimodal content as JSON, ``last_active``).
+
+    *store*: the store it is read into; a run as root reads it through no link but root's or that store's
+    owner's (:func:`maint.files.open_regular`), so nothing of another user's file is read or echoed."""
     path = Path(path).expanduser()
     if not path.exists():
         raise UsageError(f"FILE: {path} is not a file ({EXPECTED})")
@@ -222,7 +225,7 @@ def read_export(path: Path) -> ExportFile:
     nulls: dict[str, int] = {}  # "table.column" -> first line that sets it to null (checked against the store)
     offset = 0
     try:
-        fh = files.open_regular(path, what="export to import")
+        fh = files.open_regular(path, what="export to import", store=store)
     except files.FileRefused as exc:
         raise UsageError(f"FILE: {exc} ({EXPECTED})") from None
     limit = record_limit()
@@ -378,7 +381,7 @@ def plan_import(store: Store, path: Path, read: ExportFile | None = None, *, rep
     not overwrite (:attr:`ImportPlan.busy`): busy ones (:mod:`maint.store.guard`), and ones whose stored copy
     holds messages the file lacks (written after the export: replacing would delete them).
     """
-    read = read or read_export(path)
+    read = read or read_export(path, store.path)
     records = read.records
     have_s, have_m = store.columns("sessions"), store.columns("messages")
     missing = {f"sessions.{c}": n for c, n in read.session_columns.items() if c not in have_s}
@@ -485,7 +488,7 @@ class _Writer:
         self.pending_ids: set[int] = set()
         # Opened again by name, as checked the first time: a FIFO swapped in since would block us for ever
         # (hostile try 4, G2); another regular file fails the per-record digest (record()).
-        self.fh = files.open_regular(plan.path, what="export to import")
+        self.fh = files.open_regular(plan.path, what="export to import", store=store.path)
 
     def close(self) -> None:
         self.fh.close()
@@ -688,8 +691,9 @@ class ImportRequest:
 
     @classmethod
     def of(cls, file: Path, *, replace: bool = False, drop_missing: bool = False,
-           dry_run: bool = False) -> ImportRequest:
-        return cls(file, read_export(file), replace=replace, drop_missing=drop_missing, dry_run=dry_run)
+           dry_run: bool = False, store: Path | None = None) -> ImportRequest:
+        """*store*: the store it goes into (its owner's links are followed by a root run, no one else's)."""
+        return cls(file, read_export(file, store), replace=replace, drop_missing=drop_missing, dry_run=dry_run)
 
 
 def import_store(target: StoreTarget, req: ImportRequest, op: Operator) -> dict[str, Any]:

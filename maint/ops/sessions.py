@@ -72,6 +72,7 @@ class DeletePlan:
     warnings: list[str]
     last_message_at: dict[str, float | None] = field(default_factory=dict)
     removed_files: list[str] = field(default_factory=list)  # Hermes's files of the deleted sessions, once gone
+    include_pinned: bool = False  # --include-pinned: a pinned member is deleted (warned), not refused
 
     @property
     def children(self) -> list[str]:
@@ -85,8 +86,10 @@ def _busy_refusal(session_id: str, busy: list[str]) -> MaintError:
                       "nothing was deleted")
 
 
-def plan_delete(store: Store, ref: str, now: float | None = None, *, exact: bool = False) -> DeletePlan:
-    """What ``delete`` removes, or a refusal (exit 1) while a turn lease or compression lock is live.
+def plan_delete(store: Store, ref: str, now: float | None = None, *, exact: bool = False,
+                include_pinned: bool = False) -> DeletePlan:
+    """What ``delete`` removes, or a refusal (exit 1) while a turn lease or compression lock is live, or while
+    any of the family is pinned (unless *include_pinned*: then a warning).
     *exact*: *ref* must be a whole id (see :func:`maint.store.catalog.resolve_session`)."""
     now = time.time() if now is None else now
     store.refuse_unknown_references()  # a table we do not know pointing at sessions: before the confirmation
@@ -96,8 +99,11 @@ def plan_delete(store: Store, ref: str, now: float | None = None, *, exact: bool
         sessions = {i: session_info(store, i, now) for i in ids}
         counts = message_counts(store, ids)
         busy = sorted(guard.busy(store, ids, now, active=False))  # an open chat is warned about, not refused
+        pins = guard.pinned(store, ids)
     if busy:
         raise _busy_refusal(sid, busy)
+    if pins and not include_pinned:
+        raise MaintError(guard.pinned_refusal(sid, pins, "nothing was deleted"))
     warnings = []
     for i in ids:
         s = sessions[i]
@@ -107,7 +113,8 @@ def plan_delete(store: Store, ref: str, now: float | None = None, *, exact: bool
         if s.pinned:
             warnings.append(f"{i} is pinned (a pin means keep)")
     return DeletePlan(session_id=sid, ids=ids, sessions=sessions, messages=sum(n for n, _ in counts.values()),
-                      warnings=warnings, last_message_at={i: sessions[i].last_message_at for i in ids})
+                      warnings=warnings, last_message_at={i: sessions[i].last_message_at for i in ids},
+                      include_pinned=include_pinned)
 
 
 def execute_delete(store: Store, plan: DeletePlan) -> list[str]:
@@ -119,6 +126,9 @@ def execute_delete(store: Store, plan: DeletePlan) -> list[str]:
         busy = sorted(guard.busy(store, ids, time.time(), active=False))
         if busy:
             raise _busy_refusal(plan.session_id, busy)
+        pins = guard.pinned(store, ids)  # pinned since it was shown (Hermes, Desktop, another terminal)
+        if pins and not plan.include_pinned:
+            raise MaintError(guard.pinned_refusal(plan.session_id, pins, "nothing was deleted"))
         last = dict(conn.execute(
             f"SELECT id, {NEWEST_MESSAGE_SQL} FROM sessions s "
             f"WHERE id IN ({ph(ids)})", ids))
@@ -278,10 +288,12 @@ def pinned_sessions(store: Store, now: float | None = None) -> list[dict[str, An
 
 # -- the commands, one store each -----------------------------------------------
 
-def delete_session(target: StoreTarget, ref: str, dry_run: bool, op: Operator) -> dict[str, Any]:
+def delete_session(target: StoreTarget, ref: str, dry_run: bool, op: Operator, *,
+                   include_pinned: bool = False) -> dict[str, Any]:
     """``hermes-maint delete``: plan, show what goes, ask, delete in one transaction; the report."""
     with open_store(target.path, readonly=dry_run) as store:  # a preview works on a read-only store
-        plan = plan_delete(store, ref, exact=not op.asks)  # no confirmation: a whole id, never a prefix
+        plan = plan_delete(store, ref, exact=not op.asks,  # no confirmation: a whole id, never a prefix
+                           include_pinned=include_pinned)
         s = plan.sessions[plan.session_id]
         report = {"store": str(target.path), "dry_run": dry_run, "session_id": plan.session_id,
                   "session_ids": plan.ids, "children": plan.children, "messages": plan.messages,

@@ -188,7 +188,8 @@ def empty_report(db: Path) -> dict[str, Any]:
             "pruned_messages": 0, "skipped_too_big": [], "bytes_before": None, "bytes_after": None, "bytes_freed": 0,
             "vacuumed": False, "vacuum_reason": None, "retention_days": None, "seconds": 0.0,
             "started_at": None, "completed": False, "cancelled": False, "resumed": False,
-            "auto_archived_ids": [], "auto_archive_skipped_reason": None, "ghost_pruned_ids": []}
+            "auto_archived_ids": [], "auto_archive_skipped_reason": None, "ghost_pruned_ids": [],
+            "lock_holders": [], "lock_held_by_another_user": []}
 
 
 def ghost_step(db: Path, now: float) -> list[str]:
@@ -304,6 +305,10 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
                 report["completed"] = not report["cancelled"]
                 record_finished(store, report)
         except LockHeld as exc:
+            report["lock_holders"] = [{"pid": h.pid, "uid": h.uid, "cmdline": h.cmdline} for h in exc.holders]
+            if exc.foreign:  # another user keeps every sweep away: said, and the command exits 1
+                report["lock_held_by_another_user"] = [{"pid": h.pid, "uid": h.uid} for h in exc.foreign]
+                return skip(f"another user holds the auto-maintenance lock ({exc})")
             return skip(f"another process is sweeping ({exc})")
     log.info("sweep of %s: reaped %d, pruned %d sessions (%d messages), vacuum: %s (%s), %.1fs",
              db, len(report["reaped_ids"]), len(report["pruned_ids"]), report["pruned_messages"],

@@ -8,6 +8,12 @@ import --replace, export --delete-after-verified), so a new command cannot forge
   a chat may still be writing to it, and what it writes after our read would be lost or orphaned.
 
 Each command decides what a reason means for it (refuse, skip and report, or warn), but asks here.
+
+A **pin** is the user's "keep" mark (Hermes's Sessions docs): a delete that takes a whole family (``delete``,
+``export --delete-after-verified``: the session and its delegate children) refuses while any member is
+pinned, the named session or a child the operator never named, unless the operator says so
+(``--include-pinned``, as prune's); both ask :func:`pinned` and word it with :func:`pinned_refusal`, when
+they plan and again inside their write transaction.
 """
 
 from __future__ import annotations
@@ -85,3 +91,27 @@ def changed_since_plan(store: Store, planned: dict[str, float | None], planned_a
         f"SELECT id, ended_at, {pinned}, {NEWEST_MESSAGE_SQL} FROM sessions s "
         "WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(ids),))
         if ended is None or (pin and not pinned_ok) or last != planned[sid] or sid in busy}
+
+
+def pinned(store: Store, ids: Iterable[str]) -> list[str]:
+    """The *ids* that are pinned now (none on a store without Hermes's ``pinned`` column), in the given order.
+    Reads in the caller's transaction, so a check inside a write sees a pin set since the plan."""
+    ids = list(ids)
+    if not ids or not store.has_column("sessions", "pinned"):
+        return []
+    found = {r[0] for r in store.conn.execute(
+        "SELECT id FROM sessions WHERE id IN (SELECT value FROM json_each(?)) AND COALESCE(pinned, 0) != 0",
+        (json.dumps(ids),))}
+    return [sid for sid in ids if sid in found]
+
+
+def pinned_refusal(named: str, pins: list[str], nothing: str) -> str:
+    """The one wording of a family delete refused for its pins; *nothing*: what was left undone."""
+    if pins == [named]:
+        what = "it is"
+    else:
+        what = (f"{', '.join(pins)} {'is' if len(pins) == 1 else 'are'} in its family (the session and its "
+                "delegate children go together) and")
+    them = "it" if len(pins) == 1 else "them"
+    return (f"refusing to delete {named}: {what} pinned (a pin means keep); unpin {them} (hermes-maint unpin "
+            f"{' '.join(pins)}) or pass --include-pinned; {nothing}")

@@ -146,6 +146,62 @@ def find_holders(db: Path) -> HolderReport:
     return report
 
 
+@dataclass
+class LockHolder:
+    """A process holding a ``flock`` on a file, as the kernel lists it in ``/proc/locks``."""
+
+    pid: int
+    uid: int | None  # None: the process is gone or cannot be inspected
+    cmdline: str = ""
+
+    def describe(self) -> str:
+        if self.uid is None:
+            return f"pid {self.pid} (its user cannot be read)"
+        try:
+            import pwd
+
+            user = f", user {pwd.getpwuid(self.uid).pw_name}"
+        except (ImportError, KeyError):
+            user = ""
+        return f"pid {self.pid} (uid {self.uid}{user}: {one_line(self.cmdline, 120) or '?'})"
+
+
+def flock_holders(st: os.stat_result, locks: str = "/proc/locks") -> list[LockHolder] | None:
+    """Who holds a ``flock`` on the file with status *st* (device and inode), from *locks*; None where the
+    kernel does not list locks there (not Linux). A waiter (``->``) is not a holder. Some file systems
+    (btrfs subvolumes, overlay) list another device number than stat gives: the inode alone then decides,
+    when it names one file only."""
+    try:
+        with open(locks) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    exact, by_inode = [], []
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or parts[1] == "->" or parts[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = parts[5].split(":")
+            pid, dev, ino = int(parts[4]), os.makedev(int(major, 16), int(minor, 16)), int(inode)
+        except ValueError:
+            continue
+        if ino == st.st_ino:
+            (exact if dev == st.st_dev else by_inode).append(pid)
+    pids = exact or by_inode
+    out = []
+    for pid in dict.fromkeys(pids):
+        if pid <= 0:
+            out.append(LockHolder(pid, None))
+            continue
+        try:
+            proc = psutil.Process(pid)
+            out.append(LockHolder(pid, proc.uids().effective, " ".join(proc.cmdline()) or proc.name()))
+        except (psutil.Error, OSError):
+            out.append(LockHolder(pid, None))
+    return out
+
+
 def other_connections(db: Path) -> int | None:
     """How many SQLite connections other processes have open on the store; None when the scan is incomplete."""
     report = find_holders(db)
