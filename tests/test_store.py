@@ -497,3 +497,39 @@ def test_folder_swapped_for_a_link_during_the_open_is_refused(tmp_path, cli, mon
     assert "swapped" in result.stderr or "replaced while being opened" in result.stderr
     assert session_ids(other / "state.db") == ids and file_hash(other / "state.db") == victim
     assert not (tmp_path / "out.jsonl").exists() and not list(tmp_path.glob("out/*.db"))
+
+
+@pytest.mark.parametrize("command", ["export", "backup", "stats"])
+def test_folder_swapped_right_after_the_checks_is_refused_for_readers(tmp_path, cli, monkeypatch, command):
+    # hostile try 5, H2: the swap right after the header check (before the open took its own look at the path)
+    # made root's export for alice write bob's whole store into alice's file. The file SQLite opens must be the
+    # one whose links were judged, for read-only commands too.
+    import maint.store.connection as connection
+
+    home, other = tmp_path / "evil", tmp_path / "other"
+    home.mkdir()
+    other.mkdir()
+    small_store(home / "state.db", 6)
+    small_store(other / "state.db", 6)
+    with sqlite3.connect(other / "state.db") as conn:
+        conn.execute("UPDATE sessions SET title = 'OTHER-PRIVATE-' || id")
+    conn.close()
+    real = connection._check_header
+    swapped = []
+
+    def check_then_swap(path):
+        st = real(path)
+        if not swapped and str(home) in str(path):
+            swapped.append(path)
+            home.rename(tmp_path / "kept")
+            home.symlink_to(other)
+        return st
+
+    monkeypatch.setattr(connection, "_check_header", check_then_swap)
+    args = {"export": ["export", str(tmp_path / "out.jsonl")], "backup": ["backup", str(tmp_path / "out")],
+            "stats": ["stats"]}[command]
+    result = cli(*args, "--db", home / "state.db")
+    assert swapped, "the swap never ran"
+    assert result.exit_code == 1, result.output
+    assert "swapped" in result.stderr and "OTHER-PRIVATE" not in result.output
+    assert not (tmp_path / "out.jsonl").exists() and not list(tmp_path.glob("out/*.db"))

@@ -229,14 +229,15 @@ def check_writable(path: Path) -> os.stat_result:
 CHECKPOINT_GRACE_S, CHECKPOINT_POLL_S = 3.0, 0.05
 
 
-def _check_header(path: Path) -> None:
-    """Refuse special, non-SQLite and truncated files without opening them through SQLite."""
-    check_regular_file(path)
+def _check_header(path: Path) -> os.stat_result:
+    """Refuse special, non-SQLite and truncated files without opening them through SQLite; the stat of the file
+    whose links were judged (what SQLite must then open: :func:`opened_elsewhere`)."""
+    st = check_regular_file(path)
     deadline = time.monotonic() + CHECKPOINT_GRACE_S
     while True:
         short = _check_header_once(path)
         if short is None:
-            return
+            return st
         wal = Path(str(path) + "-wal")
         if time.monotonic() >= deadline or not (wal.exists() and wal.stat().st_size > 0):
             raise CorruptStore(f"{path}: truncated or corrupt store ({short[0]} bytes, header says {short[1]}); "
@@ -731,8 +732,8 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
 
     busy_timeout_ms = busy_timeout_from_env() if busy_timeout_ms is None else busy_timeout_ms
     path = Path(path).expanduser()
-    _check_header(path)
-    before = os.stat(path) if readonly else check_writable(path)
+    checked = _check_header(path)
+    before = checked if readonly else check_writable(path)
     at_rest = readonly and not any(os.path.lexists(f"{path}{s}") for s in ("-wal", "-shm"))
     lock = None if readonly else run_lock(path)
     fds_before = _open_fds()
