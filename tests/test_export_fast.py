@@ -211,9 +211,9 @@ def test_rows_reaching_the_aggregate_out_of_id_order_are_caught(tmp_path, monkey
     from maint.export import fast_jsonl
 
     line_sql = fast_jsonl.line_sql
-    # Without the sort the rows come in the session index's order (by timestamp): "floats" goes back in time.
-    monkeypatch.setattr(fast_jsonl, "line_sql",
-                        lambda store, redact=False: line_sql(store, redact).replace("ORDER BY id) o", ") o"))
+    # Sorted by timestamp, the rows come out of id order: "floats" goes back in time.
+    monkeypatch.setattr(fast_jsonl, "line_sql", lambda store, redact=False: line_sql(store, redact).replace(
+        "ORDER BY id) o", "ORDER BY timestamp) o"))
     db = awkward_store(tmp_path / "state.db", "v31")
     ids = _all_ids(db)
     out, fell_back = [], []

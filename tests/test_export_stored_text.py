@@ -160,3 +160,100 @@ def test_a_role_stored_as_a_blob_is_counted_under_its_shown_bytes(tmp_path):
     lines = {(d := json.loads(line))["id"]: d for line in out.read_text().splitlines()}
     assert sorted(lines) == GOOD
     assert lines["g1"]["timings"]["role_counts"] == {"\\xff": 3}
+
+
+def _bad(b, sid, sql):
+    b.raw.execute(sql.replace("SID", f"'{sid}'"))
+
+
+FIRST = "(SELECT MIN(id) FROM messages WHERE session_id = SID)"
+
+
+def many_bad_store(path, layout):
+    """Bad bytes wherever the SQL-built jsonl line takes them in a way of its own; a clean session between."""
+    with StoreBuilder(path, layout=layout) as b:
+        b.session("clean_a", age=60, messages=3)
+        cases = {
+            "content": f"UPDATE messages SET content = CAST(x'41ff' AS TEXT) WHERE id = {FIRST}",
+            "role": f"UPDATE messages SET role = CAST(x'75ff' AS TEXT) WHERE id = {FIRST}",  # the role counts
+            "tool_name": f"UPDATE messages SET tool_name = CAST(x'c3' AS TEXT) WHERE id = {FIRST}",
+            # the JSON tool_calls is written as SQLite re-reads it
+            "calls": f"UPDATE messages SET role = 'assistant', tool_calls = CAST(x'5b7b2261223a2241ff227d5d' "
+                     f"AS TEXT) WHERE id = {FIRST}",
+            # a timestamp that is text: the line goes to the reference renderer
+            "text_ts": f"UPDATE messages SET content = CAST(x'ff' AS TEXT), timestamp = 'soon' WHERE id = {FIRST}",
+            "later_row": "UPDATE messages SET content = CAST(x'e282' AS TEXT) WHERE id = "
+                         "(SELECT MAX(id) FROM messages WHERE session_id = SID)",
+            "title_and_content": f"UPDATE messages SET content = CAST(x'ff' AS TEXT) WHERE id = {FIRST}; "
+                                 "UPDATE sessions SET title = CAST(x'ff' AS TEXT) WHERE id = SID",
+            "system_prompt": "UPDATE sessions SET system_prompt = CAST(x'ff' AS TEXT) WHERE id = SID",
+        }
+        for n, (sid, sql) in enumerate(cases.items()):
+            b.session(sid, age=50 - n, messages=4)
+            for part in sql.split("; "):
+                _bad(b, sid, part)
+        if layout == "v30":  # a prompt by hash: the session's own system_prompt column is not written
+            bad_prompt = b.prompt("p")
+            b.raw.execute("UPDATE system_prompts SET prompt = CAST(x'70ff' AS TEXT) WHERE hash = ?", (bad_prompt,))
+            b.session("by_hash", age=30, messages=2, system_prompt_hash=bad_prompt, tool_names="")
+            good_prompt = b.prompt("fine")
+            b.session("hidden_column", age=29, messages=2, system_prompt_hash=good_prompt, tool_names="")
+            b.raw.execute("UPDATE sessions SET system_prompt = CAST(x'ff' AS TEXT) WHERE id = 'hidden_column'")
+        b.session("clean_z", age=1, messages=3)
+    return path
+
+
+@pytest.mark.parametrize("layout", ["v22", "v30"])
+@pytest.mark.parametrize("redact", [False, True])
+@pytest.mark.parametrize("line_bytes", [None, 600])
+def test_the_bulk_jsonl_export_skips_what_its_plan_would(tmp_path, monkeypatch, layout, redact, line_bytes):
+    """The bulk jsonl export checks the messages' text in the lines it builds (not in a pass of its own before):
+    it skips and names exactly the sessions, with the fields, that the dry run (which reads every text first)
+    names, on every way a line is built: by SQLite, by the redactor, by the reference renderer (a line SQLite
+    gives back, or one too big to build whole)."""
+    if line_bytes is not None:
+        monkeypatch.setattr("maint.export.fast_jsonl.LINE_BYTES", line_bytes)
+    store = many_bad_store(tmp_path / "state.db", layout)
+    extra = ["--redact"] if redact else []
+    planned = Cli()("export", tmp_path / "all.jsonl", "--db", store, "--dry-run", "--json", *extra)
+    assert planned.exit_code == 1, planned.output
+    out = tmp_path / "all.jsonl"
+    ran = Cli()("export", out, "--db", store, "--json", *extra)
+    assert ran.exit_code == 1, ran.output
+    plan, report = json.loads(planned.stdout), json.loads(ran.stdout)
+    with open_store(store, readonly=True) as s:
+        full = [u.as_json() for u in unreadable_sessions(s)]
+    assert report["skipped"] == plan["skipped"] == full
+    assert len(full) == (10 if layout == "v30" else 8)
+    assert {"id": "title_and_content", "fields": ["sessions.title", "messages.content"]} in full
+    assert report["sessions"] == plan["sessions"] == ["clean_a", "clean_z"]
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["clean_a", "clean_z"]
+    assert report["messages"] == 6
+    plain = Cli()("export", out, "--db", store, *extra)
+    dry = Cli()("export", out, "--db", store, "--dry-run", *extra)
+    assert plain.exit_code == dry.exit_code == 1
+    named = [line for line in plain.stderr.splitlines() if "session(s)" in line or "warning" in line]
+    assert len(named) == len(full) + 1
+    assert "\n".join(named).replace("; skipped", "; would skip") in dry.stderr.replace("would not be", "not")
+
+
+def test_the_bulk_jsonl_plan_reads_no_message_text(tmp_path, monkeypatch):
+    """The plan of a bulk jsonl export checks the session rows and prompts only: the export reads every message's
+    text once, in the lines it builds. The dry run still reads every text (it writes no line)."""
+    from maint.export.pipeline import ExportRequest, plan_export
+    from maint.store import connection, text_check
+
+    store = tmp_path / "state.db"
+    with StoreBuilder(store) as b:
+        for n in range(5):
+            b.session(f"s{n}", age=10 + n, messages=20)
+    checked = []
+    real = connection.not_utf8
+    for module in (connection, text_check):
+        monkeypatch.setattr(module, "not_utf8", lambda raw: checked.append(raw) or real(raw))
+    with open_store(store, readonly=True) as s:
+        plan_export(s, ExportRequest(output=str(tmp_path / "all.jsonl")))
+        assert 0 < len(checked) <= 5  # one a session row
+        checked.clear()
+        plan_export(s, ExportRequest(output=str(tmp_path / "all.jsonl"), dry_run=True))
+        assert len(checked) >= 100  # and one a message

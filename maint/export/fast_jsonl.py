@@ -121,10 +121,15 @@ def _tenths(expr: str) -> str:
     tie (the fraction of x*10 more than 1e-6 from .5) its floor is the exact round-half-even of 10x,
     k; Python's round returns the double nearest k/10, whose shortest repr is k/10 in fixed notation
     (at most 9 digits). Anything else (a near tie, a huge gap) asks Python.
+
+    The floors are casts (x >= 0: a cast truncates to the floor) and ``abs(y) > c`` is ``y > c OR -y > c``:
+    opcodes, not function calls, as this runs once a message.
     """
-    return (f"iif({expr} < 1e8 AND abs({expr} * 10 - floor({expr} * 10) - 0.5) > 1e-6, "
-            f"concat(CAST(floor({expr} * 10 + 0.5) AS INTEGER) / 10, '.', "
-            f"CAST(floor({expr} * 10 + 0.5) AS INTEGER) % 10), maint_ms({expr}))")
+    tens = f"({expr}) * 10"
+    frac = f"({tens} - CAST({tens} AS INTEGER))"
+    k = f"CAST({tens} + 0.5 AS INTEGER)"
+    return (f"iif({expr} < 1e8 AND ({frac} - 0.5 > 1e-6 OR 0.5 - {frac} > 1e-6), "
+            f"concat({k} / 10, '.', {k} % 10), maint_ms({expr}))")
 
 
 def parsed_guard(expr: str) -> str:
@@ -249,18 +254,21 @@ _UNAVAILABLE = ('"available": false, "unavailable_reason": "no message has a tim
                 '"wall_clock_ms": null, "largest_gap_ms": null, "intervals": []}}')  # the block's } and the line's
 
 
-def _messages(columns: list[tuple[str, str]], prompts: str, redact: bool = False) -> str:
-    """One ordered pass over the session's rows: the messages, the prompts, the role counts (Python's
-    Counter over the roles, in order) and the tool calls; NUL for what the SQL cannot vouch for.
+def _messages(columns: list[tuple[str, str]], head: str, prompts: str, redact: bool = False) -> str:
+    """The line, in one ordered pass over the session's rows: *head* (the session row, which may use the
+    rows' aggregates: ``MAX(ts)``), the messages, the prompts, the role counts (Python's Counter over the
+    roles, in order), the tool calls and the timings (:func:`_intervals`); NUL for what the SQL cannot
+    vouch for.
 
-    The ids are sorted alone (from the session index) and the rows fetched in that order; the
-    aggregate takes them as they come, and their order is checked against a sorted copy of the ids,
-    so a plan that reorders them is caught, not trusted.
+    The ids are sorted alone, with each timestamp and the one before it (from the session index), and the
+    rows fetched in that order; the aggregate takes them as they come, and their order is checked against
+    a sorted copy of the ids, so a plan that reorders them is caught, not trusted.
     """
     has = {c for c, _ in columns}
     role = "m.role" if "role" in has else "NULL"
     calls = "m.tool_calls" if "tool_calls" in has else "NULL"
-    return f"""(SELECT concat(group_concat(js, ','), ']', {prompts}, ', "timings": {{"role_counts": ',
+    ts = "timestamp" if "timestamp" in has else "NULL"
+    return f"""(SELECT concat({head}, group_concat(js, ','), ']', {prompts}, ', "timings": {{"role_counts": ',
             maint_roles(json_group_array(iif(typeof(role) = 'blob', 'unknown', coalesce(nullif(role, ''), 'unknown')))),
             ', "tool_calls_emitted": ', coalesce(SUM(iif(role = 'assistant' AND calls <> '',
                 iif(json_valid(calls) AND json_type(calls) = 'array', json_array_length(calls), 1), 0)), 0),
@@ -271,28 +279,29 @@ def _messages(columns: list[tuple[str, str]], prompts: str, redact: bool = False
                              OR role = 'assistant' AND instr(calls, char(0)) > 0
                              OR role = 'assistant'
                               AND length(calls) - length(replace(replace(calls, '[', ''), '{{', '')) > {MAX_DEPTH}), 0)
-                OR group_concat(id) IS NOT group_concat(id, ',' ORDER BY id), char(0), ''))
-        FROM (SELECT m.id AS id, {_object('m', columns, '}', redact)} AS js, {role} AS role, {calls} AS calls
-              FROM (SELECT id FROM messages WHERE session_id = s.id ORDER BY id) o JOIN messages m ON m.id = o.id))"""
+                OR group_concat(id) IS NOT group_concat(id, ',' ORDER BY id), char(0), ''),
+            {_intervals()}, char(10))
+        FROM (SELECT m.id AS id, {_object('m', columns, '}', redact)} AS js, {role} AS role, {calls} AS calls,
+                     o.ts AS ts, o.prev AS prev
+              FROM (SELECT id, {ts} AS ts, LAG({ts}) OVER (ORDER BY id) AS prev FROM messages
+                    WHERE session_id = s.id ORDER BY id) o JOIN messages m ON m.id = o.id))"""
 
 
-def _intervals(columns: list[tuple[str, str]]) -> str:
-    """The rest of the timings block from the timestamps alone (the session index covers them).
+def _intervals() -> str:
+    """The rest of the timings block, from each row's timestamp (``ts``) and the one before it (``prev``), in
+    the aggregate of :func:`_messages` (which takes the rows in id order, or marks the line).
 
     NUL when a timestamp is not a finite float or only some messages have one.
     """
-    ts = "m.timestamp" if "timestamp" in {c for c, _ in columns} else "NULL"
     gap = "max((ts - prev) * 1000, 0.0)"
-    return f"""(SELECT CASE
+    return f"""CASE
             WHEN SUM(typeof(ts) NOT IN ('real', 'null') OR abs(ts) > 1.7976931348623157e308)
                  OR COUNT(ts) NOT IN (0, COUNT(*)) THEN char(0)
             WHEN COUNT(ts) = 0 THEN {_literal(_UNAVAILABLE)}
             ELSE concat('"available": true, "wall_clock_ms": ', maint_ms((MAX(ts) - MIN(ts)) * 1000),
                 ', "largest_gap_ms": ', maint_ms(max(coalesce(MAX((ts - prev) * 1000), 0.0), 0.0)),
                 ', "intervals": [', group_concat(concat('{{"id": ', json_quote(id), ', "since_previous_ms": ',
-                    iif(prev IS NULL, 'null', {_tenths(gap)}), '}}'), ', ' ORDER BY id), ']}}}}') END
-        FROM (SELECT m.id AS id, {ts} AS ts, LAG({ts}) OVER (ORDER BY m.id) AS prev
-              FROM messages m WHERE m.session_id = s.id))"""
+                    iif(prev IS NULL, 'null', {_tenths(gap)}), '}}'), ', '), ']}}}}') END"""
 
 
 def line_sql(store: Store, redact: bool = False) -> str:
@@ -307,7 +316,9 @@ def line_sql(store: Store, redact: bool = False) -> str:
     if session_cols:  # Hermes's export_all: last_active after the row, before the messages
         row = _object("s", session_cols, ', "last_active": ', redact, resolved_columns(store))
         messages = _literal(', "messages": [')
-        head = f"concat({row}, {_value(last_active_sql(store, 's.id'), redact=redact)}, {messages})"
+        # the newest timestamp is the aggregate's (of every row of the session, as last_active_sql reads them)
+        last_active = last_active_sql(store, "s.id", newest="MAX(ts)")
+        head = f"concat({row}, {_value(last_active, redact=redact)}, {messages})"
     else:
         head = _object("s", session_cols, "\"messages\": [", redact)
     prompts = "''"
@@ -323,15 +334,18 @@ def line_sql(store: Store, redact: bool = False) -> str:
                 iif(SUM(typeof(p.hash) <> 'text'), char(0), ''))
                 FROM system_prompts p WHERE {where})"""
     return f"""SELECT j.key, s.rowid IS NOT NULL, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id),
-        CAST(concat({head}, {_messages(message_cols, prompts, redact)}, {_intervals(message_cols)}, char(10)) AS BLOB)
+        CAST({_messages(message_cols, head, prompts, redact)} AS BLOB)
         FROM json_each(?) j LEFT JOIN sessions s ON s.id = j.value"""
 
 
-def last_active_sql(store: Store, session: str) -> str:
+def last_active_sql(store: Store, session: str, newest: str | None = None) -> str:
     """SQL for a session's ``last_active`` as Hermes's ``export_all`` writes it: its newest message
-    timestamp, else its ``started_at`` (*session*: the SQL naming its id)."""
-    newest = (f"(SELECT MAX(lm.timestamp) FROM messages lm WHERE lm.session_id = {session})"
-              if "timestamp" in store.columns("messages") else "NULL")
+    timestamp, else its ``started_at`` (*session*: the SQL naming its id; *newest*: SQL for that
+    timestamp where the caller has it at hand)."""
+    if "timestamp" not in store.columns("messages"):
+        newest = "NULL"
+    elif newest is None:
+        newest = f"(SELECT MAX(lm.timestamp) FROM messages lm WHERE lm.session_id = {session})"
     started = (f"(SELECT ls.started_at FROM sessions ls WHERE ls.id = {session})"
                if "started_at" in store.columns("sessions") else "NULL")
     return f"coalesce({newest}, {started})"

@@ -27,7 +27,7 @@ from maint.selection.filters import Filters
 from maint.store.connection import Store, open_store
 from maint.store.sqlutil import IdList
 from maint.store.targets import hermes_home
-from maint.store.text_check import Unreadable, unreadable_sessions
+from maint.store.text_check import Unreadable, unreadable_session, unreadable_sessions
 
 if TYPE_CHECKING:
     from maint.flow import Operator
@@ -110,15 +110,22 @@ class ExportPlan:
     manifest: Path | None
     manifest_lines: list[str]  # lines kept from an existing manifest
     skipped: list[Unreadable] = field(default_factory=list)  # left out: stored text not UTF-8
+    # The messages' text is checked by the export itself (bulk jsonl, see plan_export): sessions found there
+    # join skipped when the run ends.
+    messages_checked_in_run: bool = False
 
 
 def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = None) -> ExportPlan:
     """Read the store and the destination; create and write nothing.
 
     A session whose stored text is not UTF-8 is left out and listed in the plan's ``skipped``; the
-    rest are exported (the command names each one skipped and exits 1).
+    rest are exported (the command names each one skipped and exits 1). A bulk jsonl export (not a dry
+    run) does not read the messages here: the lines it builds hold every message's text, and a session
+    whose line is not UTF-8 is checked and skipped then (:meth:`Renderer.render`), named as here.
     """
     skipped: list[Unreadable] = []
+    in_run = (req.fmt == "jsonl" and not req.only and not req.delete_after_verified and req.session_id is None
+              and not req.dry_run)
     if req.latest_trace:
         with store.snapshot():
             latest = latest_session(store, raw=True)
@@ -128,7 +135,7 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
         chosen: Sequence[str] = [] if skipped else [latest.decode("utf-8")]
     else:
         chosen = select_sessions(store, req.session_id, req.filters, exact=req.delete_after_verified,
-                                 skipped=skipped)
+                                 skipped=skipped, messages=not in_run)
     if req.delete_after_verified and skipped:
         raise MaintError(f"{skipped[0].describe()}; it cannot be exported as it is stored, so nothing was "
                          "exported or deleted")
@@ -171,7 +178,7 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
     if req.fmt in ("md", "qmd") and folder is not None:
         manifest = folder / "manifest.jsonl"
         kept = _kept_manifest_lines(manifest, {Path(e["path"]).name for e in entries})
-    return ExportPlan(req, chosen, entries, folder, manifest, kept, skipped)
+    return ExportPlan(req, chosen, entries, folder, manifest, kept, skipped, in_run)
 
 
 def _refuse_splitting_a_lineage(store: Store, session_id: str) -> None:
@@ -318,6 +325,7 @@ class Renderer:
     def __init__(self, store: Store, plan: ExportPlan, started: float):
         self.store, self.plan, self.started = store, plan, started  # documents say when the export began
         self.req = plan.request
+        self.late: list[Unreadable] = []  # found by the jsonl lines (plan.messages_checked_in_run)
 
     def paced(self) -> bool:
         """The SQL-built jsonl lines: read in short transactions of their own (see :meth:`write`)."""
@@ -340,9 +348,17 @@ class Renderer:
             from maint.export.fast_jsonl import write_sessions
 
             text = reads.spool.write if reads is not None else write
-            return write_sessions(store, entry["ids"], write_bytes,
-                                  lambda sid: _reference_jsonl(store, sid, text, redact=redact), redact=redact,
-                                  reads=reads)
+
+            def reference(sid: str) -> int:
+                # Every line that is not UTF-8 comes here (and SQLite keeps each text's bytes in the line), so
+                # a session whose messages' text is not UTF-8 is found here, before a byte of it is written.
+                if self.plan.messages_checked_in_run:
+                    bad = unreadable_session(store, sid)
+                    if bad:
+                        self.late.extend(bad)
+                        return 0
+                return _reference_jsonl(store, sid, text, redact=redact)
+            return write_sessions(store, entry["ids"], write_bytes, reference, redact=redact, reads=reads)
         from maint.export import render as r  # jinja2 and the redaction patterns: imported when needed
 
         if self.req.fmt == "jsonl":
@@ -424,8 +440,13 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
                 path = os.path.join(scratch, safe_name(entry["ids"][0], ".trace.jsonl"))
             written.append({**renderer.write(entry, path), "temporary": entry["path"] is None})
             on_progress(1)
+        chosen: Sequence[str] = plan.chosen
+        if renderer.late:
+            late = {u.id for u in renderer.late}
+            chosen = IdList(sid for sid in plan.chosen if sid not in late)
+            plan.skipped = sorted([*plan.skipped, *renderer.late], key=lambda u: u.raw_id)
         report: dict[str, Any] = {
-            "dry_run": False, "format": req.fmt, "sessions": plan.chosen,
+            "dry_run": False, "format": req.fmt, "sessions": chosen,
             "files": [w["path"] for w in written if w["path"] != STDOUT and not w["temporary"]],
             "replaced": [w["path"] for w in written if w.get("replaces")],
             "messages": sum(w["messages"] for w in written),

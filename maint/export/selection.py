@@ -21,11 +21,12 @@ from maint.store.text_check import Unreadable, unreadable_sessions
 
 def select_sessions(store: Store, session_id: str | None, filters: Filters,
                     now: float | None = None, *, exact: bool = False,
-                    skipped: list[Unreadable] | None = None) -> Sequence[str]:
+                    skipped: list[Unreadable] | None = None, messages: bool = True) -> Sequence[str]:
     """Session ids in export order: started first, ties by id. *exact*: --session-id must be a whole id.
 
     Given a *skipped* list, the sessions whose stored text is not UTF-8 are left out and added to it
-    (:mod:`maint.store.text_check`): one such session never stops the export of the others.
+    (:mod:`maint.store.text_check`): one such session never stops the export of the others. Without
+    *messages*, a bulk selection leaves the messages' text to the export that reads it (the jsonl lines).
     """
     if session_id is not None and not filters.is_empty:
         raise UsageError("--session-id cannot be combined with filters (use one or the other)")
@@ -48,7 +49,8 @@ def select_sessions(store: Store, session_id: str | None, filters: Filters,
         conn.execute("DROP TABLE IF EXISTS temp.maint_export_bad")
         conn.execute(f"""CREATE TEMP TABLE maint_export_all AS SELECT c.id AS id, c.started_at AS started_at
             FROM ({catalog_sql(store, filters.columns)}) c WHERE {ended}({where})""", {"now": now, **params})
-        bad = unreadable_sessions(store, "SELECT id FROM temp.maint_export_all") if skipped is not None else []
+        bad = [] if skipped is None else unreadable_sessions(store, "SELECT id FROM temp.maint_export_all",
+                                                             messages=messages)
         conn.execute("CREATE TEMP TABLE maint_export_bad (raw BLOB PRIMARY KEY)")
         conn.executemany("INSERT INTO maint_export_bad VALUES (?)", [(b.raw_id,) for b in bad])
         conn.execute("""CREATE TEMP TABLE maint_export AS

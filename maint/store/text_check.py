@@ -3,7 +3,9 @@
 SQLite keeps whatever bytes a writer stored as TEXT; apsw decodes every text value it hands to
 Python as strict UTF-8, so one bad byte in one message used to stop a whole-store command (the
 error named no session). Commands that read every session's text (exports, doctor) ask
-:func:`unreadable_sessions` first and leave those sessions out, named; ids are read back as raw
+:func:`unreadable_sessions` first and leave those sessions out, named (the bulk jsonl export asks about the
+session rows and prompts only, and checks a session's messages when its line is not UTF-8: a line holds
+each message's text as stored, so no text is read twice); ids are read back as raw
 bytes (``CAST(id AS BLOB)``) and shown with :func:`shown_id`, never decoded strictly.
 
 Each row's texts are checked together by Python's own decoder, one call a row (0.2 s over 180,000
@@ -13,6 +15,7 @@ non-ASCII rows ten times).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -106,13 +109,14 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _rows(store: Store, scope: str, params: Any) -> Iterator[tuple[bytes, str]]:
+def _rows(store: Store, scope: str, params: Any, messages: bool = True) -> Iterator[tuple[bytes, str]]:
     yield from store.conn.execute(
         f"SELECT CAST(s.id AS BLOB), {_fields(store, 'sessions', 's')} FROM sessions s "
         f"WHERE s.id IN ({scope}) AND {_any_bad(store, 'sessions', 's')}", params)
-    yield from store.conn.execute(
-        f"SELECT CAST(m.session_id AS BLOB), {_fields(store, 'messages', 'm')} FROM messages m "
-        f"WHERE m.session_id IN ({scope}) AND {_any_bad(store, 'messages', 'm')}", params)
+    if messages:
+        yield from store.conn.execute(
+            f"SELECT CAST(m.session_id AS BLOB), {_fields(store, 'messages', 'm')} FROM messages m "
+            f"WHERE m.session_id IN ({scope}) AND {_any_bad(store, 'messages', 'm')}", params)
     yield from _prompt_rows(store, scope, params)
 
 
@@ -128,15 +132,34 @@ def _prompt_rows(store: Store, scope: str, params: Any) -> Iterator[tuple[bytes,
             f"WHERE s.id IN ({scope})", params)
 
 
-def unreadable_sessions(store: Store, scope: str = "SELECT id FROM sessions", params: Any = ()) -> list[Unreadable]:
+def unreadable_sessions(store: Store, scope: str = "SELECT id FROM sessions", params: Any = (), *,
+                        messages: bool = True) -> list[Unreadable]:
     """The sessions among *scope* (SQL selecting session ids) with stored text that is not UTF-8,
     in id byte order, each with every field where it was found. A session whose id itself is not
-    UTF-8 has ``sessions.id`` among its fields."""
+    UTF-8 has ``sessions.id`` among its fields.
+
+    Without *messages*, the messages are not read, except those of the sessions found (each is named
+    with every field a full check names): for a caller that reads every message anyway and checks
+    each session it finds unreadable there (:func:`unreadable_session`; the jsonl export)."""
     register(store)
+    return _unreadable(store, scope, params, messages)
+
+
+def unreadable_session(store: Store, session_id: str) -> list[Unreadable]:
+    """:func:`unreadable_sessions` of one session, on a :class:`Store`'s own connection (it has the function
+    already: SQLite refuses to register one again while a statement of the connection is running)."""
+    return _unreadable(store, "SELECT ?", (session_id,), True)
+
+
+def _unreadable(store: Store, scope: str, params: Any, messages: bool) -> list[Unreadable]:
     found: dict[bytes, list[str]] = {}
-    for raw, fields in _rows(store, scope, params):
+    for raw, fields in _rows(store, scope, params, messages):
         have = found.setdefault(raw, [])
         have.extend(f for f in fields.split(",") if f not in have)
+    if not messages and found:  # the sessions found, checked in full (ids as hex: they may not be UTF-8)
+        hexed = json.dumps([raw.hex().upper() for raw in found])
+        return _unreadable(store, "SELECT id FROM sessions WHERE hex(CAST(id AS BLOB)) IN "
+                                  "(SELECT value FROM json_each(?))", (hexed,), True)
     return [Unreadable(raw, tuple(found[raw])) for raw in sorted(found)]
 
 
