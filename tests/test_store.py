@@ -533,3 +533,17 @@ def test_folder_swapped_right_after_the_checks_is_refused_for_readers(tmp_path, 
     assert result.exit_code == 1, result.output
     assert "swapped" in result.stderr and "OTHER-PRIVATE" not in result.output
     assert not (tmp_path / "out.jsonl").exists() and not list(tmp_path.glob("out/*.db"))
+
+
+def test_a_view_in_place_of_a_hermes_table_is_not_a_store(tmp_path, cli):
+    # hostile try 5, H9: a recursive VIEW named sessions passed the Hermes-store check; stats/list/doctor then ran
+    # for ever. A view (or a virtual table) where Hermes keeps a table is refused at the open, in one line.
+    path = small_store(tmp_path / "state.db", 3)
+    with sqlite3.connect(path) as conn:
+        conn.executescript("ALTER TABLE sessions RENAME TO sessions_real; CREATE VIEW sessions AS WITH RECURSIVE "
+                           "r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT s.* FROM sessions_real s, r")
+    conn.close()
+    for args in (["stats"], ["list"], ["doctor"], ["prune", "--dry-run"]):
+        result = cli(*args, "--db", path)
+        assert result.exit_code == 1, (args, result.output)
+        assert "not a Hermes session store (missing table sessions (a view here))" in result.stderr, result.stderr

@@ -759,12 +759,14 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
     store.tidy_on_close = at_rest and note is None and header_journal_mode(path) == "wal"
     try:
         _persist_wal(conn)
-        tables = store.tables
+        # Real tables: a view in their place (a recursive one never ends) or a virtual table is not Hermes's.
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                             "AND sql NOT LIKE 'CREATE VIRTUAL%'")}
         missing = [t for t in REQUIRED_TABLES if t not in tables]
         if missing:
-            raise StoreError(
-                f"{path}: not a Hermes session store (missing table {', '.join(missing)}); refusing"
-            )
+            shapes = {r[0]: r[1] for r in conn.execute("SELECT name, type FROM sqlite_master")}
+            named = ", ".join(f"{t} (a {shapes[t]} here)" if t in shapes else t for t in missing)
+            raise StoreError(f"{path}: not a Hermes session store (missing table {named}); refusing")
         needed = {"id", "source", "started_at", "ended_at", "parent_session_id"}
         if not needed <= set(store.columns("sessions")):
             lacking = ", ".join(sorted(needed - set(store.columns("sessions"))))
