@@ -46,6 +46,7 @@ from maint.errors import MaintError, Terminated
 PARTIAL = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{16}\.partial$")
 READ_LIMIT = 64 << 20  # the largest sidecar, config or job file we read whole
 SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_SIDES = ("-journal", "-wal", "-shm")  # what SQLite keeps beside a database, by the suffix on its name
 
 
 class FileRefused(MaintError):
@@ -539,11 +540,27 @@ class Folder:
 
     def clear_leftovers(self, name: str | None = None, pattern: re.Pattern[str] = PARTIAL) -> list[str]:
         """Our temporary files (of *name*, or any matching *pattern*) that no live run holds: what killed
-        runs left. A FIFO or link with such a name is left alone, never opened for good."""
-        removed = []
-        for entry in self.names():
+        runs left, with the ``-journal``, ``-wal`` and ``-shm`` SQLite left beside them under the same name
+        (hostile try 4, G7: a killed ``backup --compact`` left ``.NAME.partial-journal`` for ever); such a
+        journal whose temporary file is already gone goes too. A FIFO or link with such a name is left alone,
+        never opened for good."""
+
+        def ours(entry: str) -> bool:
             m = pattern.match(entry)
-            if not m or (name is not None and m.groupdict().get("name") != name[:160]):
+            return m is not None and (name is None or m.groupdict().get("name") == name[:160])
+
+        def journals_of(entry: str) -> list[str]:
+            gone = []
+            for side in SQLITE_SIDES:
+                st = self.lstat(entry + side)
+                if st is not None and stat.S_ISREG(st.st_mode) and self.unlink(entry + side):
+                    gone.append(entry + side)
+            return gone
+
+        removed = []
+        entries = self.names()
+        for entry in entries:
+            if not ours(entry):
                 continue
             try:
                 fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.fd)
@@ -555,11 +572,16 @@ class Folder:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    continue  # a live run is writing it
+                    continue  # a live run is writing it (and its journal)
+                removed.extend(journals_of(entry))  # while the lock is ours: no run can be using them
                 if self.unlink(entry):
                     removed.append(entry)
             finally:
                 os.close(fd)
+        for entry in entries:  # a journal whose temporary file is gone: its run ended, or was killed between
+            base = next((entry[:-len(side)] for side in SQLITE_SIDES if entry.endswith(side)), None)
+            if base is not None and ours(base) and self.lstat(base) is None:
+                removed.extend(journals_of(base))
         return removed
 
     def check_target(self, name: str) -> os.stat_result | None:
