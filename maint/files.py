@@ -162,6 +162,23 @@ def untrusted_by(st: os.stat_result, also_trusted: int | None = None) -> str | N
     return None
 
 
+def foreign_second_name(st: os.stat_result, vouches: int | None) -> str | None:
+    """Why a file that steers us (config.yaml, a job file) and has more than one name is not *vouches*' (the
+    store's owner, or the owner of its folder) to give us, or None.
+
+    A hard link has no owner of its own: one planted in a user's folder names any file on the disk (with
+    ``fs.protected_hardlinks`` off, even one that user cannot read), and a root run would obey it and echo its
+    values (hostile try 4, G5). So a file with a second name is read only when it belongs to *vouches*, or to
+    us when we are not root (our own file, which we could read anyway).
+    """
+    me = os.geteuid() if hasattr(os, "geteuid") else st.st_uid
+    if st.st_nlink <= 1 or st.st_uid == vouches or (st.st_uid == me and me != 0):
+        return None
+    whose = "nobody known" if vouches is None else f"uid {vouches}"
+    return (f"has {st.st_nlink} names (a hard link to a file elsewhere) and belongs to uid {st.st_uid}, not to "
+            f"{whose}")
+
+
 def foreign_file(st: os.stat_result, owner_uid: int) -> str | None:
     """Why an existing file beside a store that we would use (a lock, a -wal) is not the store's, or None.
 
