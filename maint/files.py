@@ -34,8 +34,10 @@ import fcntl
 import os
 import re
 import secrets
+import shutil
 import signal
 import stat
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -664,6 +666,76 @@ class Folder:
             raise
         finally:
             os.close(fd)
+
+
+WORK_PREFIX = "hermes-maint-"
+
+
+@contextlib.contextmanager
+def private_workdir(kind: str) -> Iterator[Path]:
+    """A private folder (0700, ours) in $TMPDIR named ``hermes-maint-KIND-*`` for a run's working copy, locked
+    (``flock``) while the run holds it and removed when it ends. The folders of that kind a killed run left
+    (SIGKILL, OOM, power loss: ours, and no live run's lock on them) are removed first: each held a whole copy
+    of a store, in a $TMPDIR often small (hostile try 4, G6)."""
+    prefix = f"{WORK_PREFIX}{kind}-"
+    root = Path(tempfile.gettempdir())
+    clear_workdirs(root, prefix)
+    for _ in range(8):
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another run's clean-up took it between our mkdtemp and our lock
+            os.close(fd)
+            continue
+        if os.fstat(fd).st_nlink == 0:  # ... and already removed it
+            os.close(fd)
+            continue
+        break
+    else:
+        raise MaintError(f"{root}: no private working folder could be kept there")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def clear_workdirs(root: Path, prefix: str) -> list[str]:
+    """Our working folders named *prefix*... in *root* that no live run holds (see :func:`private_workdir`);
+    another user's, a link, or a file with such a name is left alone."""
+    removed: list[str] = []
+    me = os.geteuid() if hasattr(os, "geteuid") else None
+    try:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return removed
+    try:
+        for name in os.listdir(root_fd):
+            if not name.startswith(prefix):
+                continue
+            try:
+                st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+                if not stat.S_ISDIR(st.st_mode) or (me is not None and st.st_uid != me):
+                    continue
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+            except OSError:
+                continue
+            try:
+                opened = os.fstat(fd)
+                if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live run works in it
+                shutil.rmtree(name, ignore_errors=True, dir_fd=root_fd)  # never follows a link inside
+                removed.append(name)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(root_fd)
+    return removed
 
 
 def _identity(st: os.stat_result | None) -> tuple[int, int, int] | None:
