@@ -17,7 +17,7 @@ import click
 
 from maint import PROG
 from maint.errors import (EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Declined, Interrupted,
-                          MaintError, OutputError, Terminated, UsageError)
+                          MaintError, OutputError, StdoutFailed, Terminated, UsageError)
 from maint.store.targets import StoreTarget, resolve_targets
 
 
@@ -276,8 +276,8 @@ def _each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[[St
         try:
             with naming_store(target.path):
                 report = run_one(target)
-        except (UsageError, Interrupted, KeyboardInterrupt, Terminated, BrokenPipeError):
-            raise
+        except (UsageError, Interrupted, KeyboardInterrupt, Terminated, BrokenPipeError, StdoutFailed):
+            raise  # stops every store: stdout is the same for all
         except MaintError as exc:
             if len(targets) == 1:
                 raise
