@@ -20,6 +20,18 @@ from maint.store.sqlutil import write_json
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+# Text of ours that is meant to span lines (a help page): written with its line breaks as they are. Every
+# other write is one line at most: a line break inside it came from a value (a profile folder's name, a
+# title, an id, a path) and is shown escaped, so no value starts a line of its own in a job's log.
+_OWN_LINES: set[str] = set()
+
+
+def own_lines(text: str) -> str:
+    """*text*, our own (a help page), marked to be written with its line breaks (see :class:`SafeText`)."""
+    _OWN_LINES.add(text)
+    return text
+
+
 def escape_controls(text: str) -> str:
     """Every control character but tab and newline, and every bidi override or isolate, as ``\\u001b``:
     shown, never obeyed, and inside a JSON string the same character still (JSON's own escape;
@@ -82,16 +94,21 @@ class _GuardedBytes:
 
 
 class SafeText:
-    """A text stream (stdout, stderr) whose writes never carry a terminal control character.
+    """A text stream (stdout, stderr) whose writes never carry a terminal control character, and never a line
+    break but the one that ends the write.
 
     :func:`maint.commands.runner.run` puts one over sys.stdout and sys.stderr for the whole run, a
     terminal or not (a log or a piped listing is read on a terminal later): ids, titles, paths,
     lock-file bytes and error lines are stored or foreign text, escaped here once for every
-    command. JSON is unchanged in meaning (see :func:`escape_controls`). Documents written to
-    ``-`` go to the binary ``buffer`` beneath, byte for byte; the progress bar writes to
-    :func:`raw_stream`. A stdout that cannot take a write (closed at start, a full disk or device) raises
-    :class:`~maint.errors.StdoutFailed`, naming stdout (never the store: hostile try 4, G10); a reader gone
-    away stays a BrokenPipeError (exit 141, quiet).
+    command. Each write is one line (``click.echo`` writes a line and its break at once), so a line break
+    inside a write came from a value and is shown as ``\\u000a``, as CR is: a profile folder named
+    ``"evil\\nhermes-maint doctor ...: OK"`` cannot forge a line of a job's log (hostile try 4, G11). Our own
+    multi-line text (help pages) is marked with :func:`own_lines`. JSON is unchanged in meaning (see
+    :func:`escape_controls`; a JSON text holds no raw line break). Documents written to ``-`` go to the
+    binary ``buffer`` beneath, byte for byte; the progress bar writes to :func:`raw_stream`. A stdout that
+    cannot take a write (closed at start, a full disk or device) raises :class:`~maint.errors.StdoutFailed`,
+    naming stdout (never the store: hostile try 4, G10); a reader gone away stays a BrokenPipeError (exit
+    141, quiet).
     """
 
     def __init__(self, inner: Any, name: str | None = None):
@@ -99,9 +116,13 @@ class SafeText:
 
     def write(self, text: Any) -> int:
         try:
-            if isinstance(text, str) and _CONTROLS.search(text) is not None:
-                self._inner.write(escape_controls(text))
-                return len(text)
+            if isinstance(text, str):
+                body, end = (text[:-1], "\n") if text.endswith("\n") else (text, "")
+                breaks = "\n" in body and body not in _OWN_LINES
+                if breaks or _CONTROLS.search(body) is not None:
+                    shown = escape_controls(body)
+                    self._inner.write((shown.replace("\n", "\\u000a") if breaks else shown) + end)
+                    return len(text)
             return self._inner.write(text)
         except BrokenPipeError:
             raise

@@ -129,7 +129,12 @@ def _run(command: click.Command, args: Sequence[str] | None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
     except click.UsageError as exc:
-        click.echo(f"{PROG}: error: {usage_message(exc)}", err=True)
+        line = f"{PROG}: error: {usage_message(exc)}"
+        if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # the help page: our own lines
+            from maint.commands.output import own_lines
+
+            line = own_lines(line)
+        click.echo(line, err=True)
         return EXIT_USAGE
     except MaintError as exc:  # refused while the command line was read (a bad combination of flags)
         click.echo(f"{PROG}: error: {exc}", err=True)
