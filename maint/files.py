@@ -681,7 +681,11 @@ def private_workdir(kind: str) -> Iterator[Path]:
     root = Path(tempfile.gettempdir())
     clear_workdirs(root, prefix)
     for _ in range(8):
-        path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        try:
+            path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        except OSError as exc:
+            raise MaintError(f"{root}: cannot make a private working folder there ({exc.strerror or exc}); point "
+                             "TMPDIR at a folder with room; nothing was written") from None
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

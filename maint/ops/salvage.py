@@ -306,12 +306,12 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
     check_regular_file(store_path)  # the preflight of every open: no special or foreign side files, no foreign link
     new = None if dry_run or new_path is None else _check_new_path(Path(new_path), store_path)
     temp_root, size = Path(tempfile.gettempdir()), bundle_bytes(store_path)
-    problem = room_problem(temp_root, size)
-    if problem:
-        advice = "" if "ulimit" in problem else "; point TMPDIR at a folder with room"
-        raise MaintError(f"{temp_root}: cannot hold the private copy of the damaged store ({size} bytes): {problem}"
-                         f"{advice}; nothing was written")
-    with files.private_workdir("salvage") as work:
+    with files.private_workdir("salvage") as work:  # first: the copies killed runs left there go
+        problem = room_problem(temp_root, size)
+        if problem:
+            advice = "" if "ulimit" in problem else "; point TMPDIR at a folder with room"
+            raise MaintError(f"{temp_root}: cannot hold the private copy of the damaged store ({size} bytes): "
+                             f"{problem}{advice}; nothing was written")
         try:
             copy, fingerprint = copy_bundle(store_path, work)
         except OSError as exc:
