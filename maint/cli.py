@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from maint import PROG, __version__
+from maint.commands.options import OwnHelp
 from maint.commands.runner import run
 
 # name -> (module under maint.commands, the click command in it)
@@ -51,7 +52,7 @@ COMMANDS = {
 }
 
 
-class Root(click.Group):
+class Root(OwnHelp, click.Group):
     """The commands of :data:`COMMANDS`, each imported when first looked up; every run ends in :func:`run`."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:

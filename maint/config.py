@@ -122,7 +122,9 @@ def read_trusted(path: Path, what: str, *, store: Path | None = None,
     by the owner of its folder (who could replace it anyway); and writable by its owner alone. A file planted
     by another user beside a store in a shared folder, or a config in one user's folder steering another
     user's store through a link, is refused, never obeyed. The way to it is checked first (see
-    :func:`_check_way`): nothing is read through a link its owner could not have read through themselves."""
+    :func:`_check_way`): nothing is read through a link its owner could not have read through themselves; and a
+    file with a second name (a hard link) only when the store's owner (or the folder's) owns it
+    (:func:`maint.files.foreign_second_name`)."""
     _check_way(path, what, foreign_links)
     try:
         data, st = files.read_regular(path, what=what)
@@ -135,10 +137,14 @@ def read_trusted(path: Path, what: str, *, store: Path | None = None,
     else:
         vouches = files.owner_of(Path(os.path.realpath(path)).parent)
     why = files.untrusted_by(st, also_trusted=vouches[0] if vouches else None)
+    whose = "the store's owner" if store is not None else "the owner of its folder"
     if why:
-        whose = "the store's owner" if store is not None else "the owner of its folder"
         raise UsageError(f"{path}: {why}; refusing to obey it as the {what} (it must be owned by you, root or "
                          f"{whose}, and writable by its owner only: chown it, or chmod go-w it)")
+    why = files.foreign_second_name(st, vouches[0] if vouches else None)
+    if why:
+        raise UsageError(f"{path}: {why} ({whose}); refusing to read it as the {what} (a file with a second name "
+                         f"is read only when {whose} owns it: copy the file instead of linking it)")
     try:
         return data.decode("utf-8"), st.st_uid
     except UnicodeDecodeError as exc:

@@ -34,6 +34,16 @@ class OutputError(MaintError):
     """Where an export was asked to write cannot take it (a link, a device, the store itself, a full disk)."""
 
 
+class StdoutFailed(OutputError):
+    """Our stdout cannot take what we write (closed at start, a full disk or device): the error names stdout,
+    never the store (hostile try 4, G10). Raised by :class:`maint.commands.output.SafeText`, once for every
+    command; *reason* is what the write met."""
+
+    def __init__(self, reason: str, what: str = "the output", note: str = ""):
+        self.reason, self.what = reason, what
+        super().__init__(f"stdout: {reason} while writing {what}{note}")
+
+
 class CorruptStore(StoreError):
     """The file is a SQLite store whose pages are damaged or missing (truncated, malformed)."""
 

@@ -34,8 +34,10 @@ import fcntl
 import os
 import re
 import secrets
+import shutil
 import signal
 import stat
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +48,7 @@ from maint.errors import MaintError, Terminated
 PARTIAL = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{16}\.partial$")
 READ_LIMIT = 64 << 20  # the largest sidecar, config or job file we read whole
 SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_SIDES = ("-journal", "-wal", "-shm")  # what SQLite keeps beside a database, by the suffix on its name
 
 
 class FileRefused(MaintError):
@@ -174,6 +177,23 @@ def untrusted_by(st: os.stat_result, also_trusted: int | None = None) -> str | N
         who = "every user" if st.st_mode & 0o002 else "its group"
         return f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+def foreign_second_name(st: os.stat_result, vouches: int | None) -> str | None:
+    """Why a file that steers us (config.yaml, a job file) and has more than one name is not *vouches*' (the
+    store's owner, or the owner of its folder) to give us, or None.
+
+    A hard link has no owner of its own: one planted in a user's folder names any file on the disk (with
+    ``fs.protected_hardlinks`` off, even one that user cannot read), and a root run would obey it and echo its
+    values (hostile try 4, G5). So a file with a second name is read only when it belongs to *vouches*, or to
+    us when we are not root (our own file, which we could read anyway).
+    """
+    me = os.geteuid() if hasattr(os, "geteuid") else st.st_uid
+    if st.st_nlink <= 1 or st.st_uid == vouches or (st.st_uid == me and me != 0):
+        return None
+    whose = "nobody known" if vouches is None else f"uid {vouches}"
+    return (f"has {st.st_nlink} names (a hard link to a file elsewhere) and belongs to uid {st.st_uid}, not to "
+            f"{whose}")
 
 
 def foreign_file(st: os.stat_result, owner_uid: int) -> str | None:
@@ -582,11 +602,27 @@ class Folder:
 
     def clear_leftovers(self, name: str | None = None, pattern: re.Pattern[str] = PARTIAL) -> list[str]:
         """Our temporary files (of *name*, or any matching *pattern*) that no live run holds: what killed
-        runs left. A FIFO or link with such a name is left alone, never opened for good."""
-        removed = []
-        for entry in self.names():
+        runs left, with the ``-journal``, ``-wal`` and ``-shm`` SQLite left beside them under the same name
+        (hostile try 4, G7: a killed ``backup --compact`` left ``.NAME.partial-journal`` for ever); such a
+        journal whose temporary file is already gone goes too. A FIFO or link with such a name is left alone,
+        never opened for good."""
+
+        def ours(entry: str) -> bool:
             m = pattern.match(entry)
-            if not m or (name is not None and m.groupdict().get("name") != name[:160]):
+            return m is not None and (name is None or m.groupdict().get("name") == name[:160])
+
+        def journals_of(entry: str) -> list[str]:
+            gone = []
+            for side in SQLITE_SIDES:
+                st = self.lstat(entry + side)
+                if st is not None and stat.S_ISREG(st.st_mode) and self.unlink(entry + side):
+                    gone.append(entry + side)
+            return gone
+
+        removed = []
+        entries = self.names()
+        for entry in entries:
+            if not ours(entry):
                 continue
             try:
                 fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.fd)
@@ -598,11 +634,16 @@ class Folder:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    continue  # a live run is writing it
+                    continue  # a live run is writing it (and its journal)
+                removed.extend(journals_of(entry))  # while the lock is ours: no run can be using them
                 if self.unlink(entry):
                     removed.append(entry)
             finally:
                 os.close(fd)
+        for entry in entries:  # a journal whose temporary file is gone: its run ended, or was killed between
+            base = next((entry[:-len(side)] for side in SQLITE_SIDES if entry.endswith(side)), None)
+            if base is not None and ours(base) and self.lstat(base) is None:
+                removed.extend(journals_of(base))
         return removed
 
     def check_target(self, name: str) -> os.stat_result | None:
@@ -668,6 +709,80 @@ class Folder:
             raise
         finally:
             os.close(fd)
+
+
+WORK_PREFIX = "hermes-maint-"
+
+
+@contextlib.contextmanager
+def private_workdir(kind: str) -> Iterator[Path]:
+    """A private folder (0700, ours) in $TMPDIR named ``hermes-maint-KIND-*`` for a run's working copy, locked
+    (``flock``) while the run holds it and removed when it ends. The folders of that kind a killed run left
+    (SIGKILL, OOM, power loss: ours, and no live run's lock on them) are removed first: each held a whole copy
+    of a store, in a $TMPDIR often small (hostile try 4, G6)."""
+    prefix = f"{WORK_PREFIX}{kind}-"
+    root = Path(tempfile.gettempdir())
+    clear_workdirs(root, prefix)
+    for _ in range(8):
+        try:
+            path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        except OSError as exc:
+            raise MaintError(f"{root}: cannot make a private working folder there ({exc.strerror or exc}); point "
+                             "TMPDIR at a folder with room; nothing was written") from None
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another run's clean-up took it between our mkdtemp and our lock
+            os.close(fd)
+            continue
+        if os.fstat(fd).st_nlink == 0:  # ... and already removed it
+            os.close(fd)
+            continue
+        break
+    else:
+        raise MaintError(f"{root}: no private working folder could be kept there")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def clear_workdirs(root: Path, prefix: str) -> list[str]:
+    """Our working folders named *prefix*... in *root* that no live run holds (see :func:`private_workdir`);
+    another user's, a link, or a file with such a name is left alone."""
+    removed: list[str] = []
+    me = os.geteuid() if hasattr(os, "geteuid") else None
+    try:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return removed
+    try:
+        for name in os.listdir(root_fd):
+            if not name.startswith(prefix):
+                continue
+            try:
+                st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+                if not stat.S_ISDIR(st.st_mode) or (me is not None and st.st_uid != me):
+                    continue
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+            except OSError:
+                continue
+            try:
+                opened = os.fstat(fd)
+                if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live run works in it
+                shutil.rmtree(name, ignore_errors=True, dir_fd=root_fd)  # never follows a link inside
+                removed.append(name)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(root_fd)
+    return removed
 
 
 def _identity(st: os.stat_result | None) -> tuple[int, int, int] | None:

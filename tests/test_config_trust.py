@@ -258,3 +258,58 @@ def test_a_config_in_a_folder_others_may_write_to_without_the_sticky_bit_is_refu
     monkeypatch.setattr(files, "_private_group", lambda st: False)
     with pytest.raises(UsageError, match="writable by its group without the sticky bit"):
         load_config(config)
+
+
+def _read_as_owned_by(monkeypatch, path, uid):
+    """files.read_regular reporting *uid* as the owner of the file at *path* (root's file, without root)."""
+    real = files.read_regular
+
+    def fake(p, *args, **kwargs):
+        data, st = real(p, *args, **kwargs)
+        if str(p) == str(path):
+            st = os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, uid, uid, *st[6:]))
+        return data, st
+
+    monkeypatch.setattr(files, "read_regular", fake)
+
+
+def test_a_hard_linked_config_not_the_stores_owners_is_refused_and_never_echoed(tmp_path, monkeypatch, cli):
+    """Hostile try 4, G5: alice hard-linked her config.yaml to a root-only file (fs.protected_hardlinks off);
+    a hard link has no owner of its own, the file is root's, so root's doctor obeyed it and echoed its values
+    ("sessions.retention_days is 'SECRET-TOKEN-hardlink'"). A file with a second name is read only when the
+    store's owner owns it."""
+    home = tmp_path / "alice"
+    home.mkdir()
+    db = _store(home / "state.db")
+    secret = tmp_path / "secret.yaml"
+    secret.write_text('sessions:\n  retention_days: "SECRET-TOKEN-hardlink"\n')
+    os.chmod(secret, 0o600)
+    config = home / "config.yaml"
+    os.link(secret, config)  # as root: a real second name of root's file
+    _store_owned_by(monkeypatch, db, 4321)  # alice's store
+    if os.geteuid() != 0:
+        _read_as_owned_by(monkeypatch, config, 0)  # the file root's, as in the finding
+    for command in (["doctor"], ["sweep"], ["autoprune", "status"]):
+        result = cli(*command, "--db", db)
+        assert result.exit_code == (0 if command == ["doctor"] else 2), result.output  # doctor: a finding
+        assert "has 2 names (a hard link to a file elsewhere)" in result.output and str(config) in result.output
+        assert "SECRET" not in result.output
+    _read_as_owned_by(monkeypatch, config, 4321)  # alice's own file with a second name: hers to give
+    result = cli("autoprune", "status", "--db", db)
+    assert result.exit_code == 0 and "has 2 names" not in result.output, result.output
+
+
+def test_a_second_name_is_trusted_only_from_the_one_who_vouches():
+    me, alice = os.geteuid(), 4321
+
+    def st(uid, links):
+        return os.stat_result((0o100600, 0, 0, links, uid, uid, 0, 0, 0, 0))
+
+    assert files.foreign_second_name(st(0, 1), alice) is None  # one name: the owner rule alone decides
+    assert files.foreign_second_name(st(alice, 2), alice) is None
+    assert "belongs to uid 4322, not to uid 4321" in files.foreign_second_name(st(alice + 1, 2), alice)
+    assert "has 3 names" in files.foreign_second_name(st(alice + 1, 3), None)
+    if me == 0:  # root's own file, linked into another user's folder: exactly what G5 planted
+        assert "belongs to uid 0" in files.foreign_second_name(st(0, 2), alice)
+    else:  # our own file: we could read it anyway
+        assert files.foreign_second_name(st(me, 2), alice) is None

@@ -72,6 +72,28 @@ def test_closed_stdout_exits_quietly(tmp_path):
         assert stderr == ""
 
 
+@pytest.mark.parametrize("stdout", ["closed", "full"])
+def test_a_stdout_that_cannot_take_the_output_is_named_never_the_store(tmp_path, stdout):
+    """Hostile try 4, G10: `export - >&-` died with a traceback (AttributeError on None), and `export - >/dev/full`
+    said "error: <the store>: No space left on device", blaming a store whose disk was fine. Every command's
+    stdout goes through one stream that names stdout; the export adds that nothing else was changed."""
+    path = tmp_path / "state.db"
+    with StoreBuilder(path) as b:
+        for i in range(50):
+            b.session(f"s{i:03d}", age=i + 1, messages=3)
+    reason = "closed" if stdout == "closed" else "No space left on device"
+    export = "the export; nothing else was changed"
+    for args, what in ((["export", "-"], export), (["export", "-", "--format", "md", "--session-id", "s001"], export),
+                       (["list", "--limit", "0"], "the output"), (["list", "--json"], "the output"),
+                       (["stats"], "the output"), (["doctor"], "the output")):
+        with open(os.devnull if stdout == "closed" else "/dev/full", "wb") as sink:
+            proc = subprocess.run([sys.executable, "-m", "maint", *args, "--db", str(path)], stdout=sink,
+                                  stderr=subprocess.PIPE, cwd=REPO, timeout=60, text=True,
+                                  preexec_fn=(lambda: os.close(1)) if stdout == "closed" else None)
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert proc.stderr == f"hermes-maint: error: stdout: {reason} while writing {what}\n", (args, proc.stderr)
+
+
 def _pty_answer(args, keys: bytes):
     import pty
     import select

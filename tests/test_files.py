@@ -129,6 +129,42 @@ def test_leftovers_of_a_killed_run_are_cleared_by_the_next_write_but_a_live_writ
     assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "out.txt"]
 
 
+def test_leftovers_go_with_the_journals_sqlite_left_beside_them(tmp_path):
+    """Hostile try 4, G7: a killed `backup --compact` left `.NAME.partial-journal`; the next run removed the
+    `.partial` and never the journal. One function clears both, for every command's temporary names."""
+    dead = ".out.txt.0123456789abcdef.partial"
+    live = ".out.txt.fedcba9876543210.partial"
+    orphan = ".out.txt.00000000000000aa.partial"  # its temporary file already gone
+    for name in (dead, f"{dead}-journal", f"{dead}-wal", f"{dead}-shm", live, f"{live}-journal",
+                 f"{orphan}-wal", ".other.txt.0123456789abcdef.partial-journal"):
+        (tmp_path / name).write_bytes(b"x")
+    os.mkfifo(tmp_path / f"{orphan}-shm")  # a special file with such a name is never touched
+    holder = os.open(tmp_path / live, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        with files.Folder.open(tmp_path) as folder:
+            removed = folder.clear_leftovers("out.txt")
+    finally:
+        os.close(holder)
+    assert sorted(removed) == sorted([dead, f"{dead}-journal", f"{dead}-wal", f"{dead}-shm", f"{orphan}-wal"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [live, f"{live}-journal", f"{orphan}-shm", ".other.txt.0123456789abcdef.partial-journal"])
+
+
+def test_a_killed_compact_backups_journal_goes_with_its_partial(hermes_home):
+    """The same through backup's own names (`.state-…Z.db.partial`), as `backup --compact` found them."""
+    from maint.ops.backup import remove_stale_partials
+
+    folder = hermes_home / "state-snapshots"
+    folder.mkdir(mode=0o700)
+    partial = folder / ".state-default-20200101T000000Z.db.partial"
+    for name in (partial.name, partial.name + "-journal", ".state-default-20200101T000001Z.db.partial-journal"):
+        (folder / name).write_bytes(b"half")
+    assert sorted(remove_stale_partials(folder)) == sorted(
+        [partial.name, partial.name + "-journal", ".state-default-20200101T000001Z.db.partial-journal"])
+    assert list(folder.iterdir()) == []
+
+
 def _wait_for(predicate, what, timeout=60):
     deadline = time.monotonic() + timeout
     while not predicate():

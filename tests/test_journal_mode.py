@@ -44,3 +44,13 @@ def test_wal_on_a_0_19_store_sticks(tmp_path, cli, hermes_home):
     cli("set-journal-mode", "delete", "--db", db)
     report = json.loads(cli("set-journal-mode", "wal", "--db", db, "--json").stdout)
     assert report["sticks"] is True and report["after"] == "wal"
+
+
+def test_the_setting_to_add_is_shown_as_yaml_lines(tmp_path, cli, hermes_home):
+    """The advice ends with the YAML to add, our own lines: each is written as a line of its own (every other
+    write is one line, a break inside it a value's: hostile try 4, G11)."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout="v30") as b:
+        b.session("s1", age=3, messages=2)
+    lines = cli("set-journal-mode", "delete", "--db", db).stdout.splitlines()
+    assert lines[-2:] == ["  database:", "    journal_mode: delete"] and lines[-3].endswith(" Set:"), lines

@@ -94,13 +94,13 @@ def test_documents_written_to_stdout_stay_byte_for_byte(home, tmp_path):
     assert "csi\x9b31m".encode() in data  # JSON leaves U+009B as it is: the document carries it
 
 
-def test_safe_text_escapes_c0_del_and_c1_but_tab_and_newline():
+def test_safe_text_escapes_c0_del_and_c1_but_tab_and_the_newline_ending_the_write():
     from io import StringIO
 
     inner = StringIO()
     stream = SafeText(inner)
-    assert stream.write("a\tb\nc\x1b[0m\x07\x7f\x85\x9fé\r") == 15
-    assert inner.getvalue() == "a\tb\nc\\u001b[0m\\u0007\\u007f\\u0085\\u009fé\\u000d"
+    assert stream.write("a\tb\nc\x1b[0m\x07\x7f\x85\x9fé\r\n") == 16
+    assert inner.getvalue() == "a\tb\\u000ac\\u001b[0m\\u0007\\u007f\\u0085\\u009fé\\u000d\n"
     assert json.loads(escape_controls(json.dumps("\x7f\x9b", ensure_ascii=False))) == "\x7f\x9b"
 
 
@@ -134,3 +134,55 @@ def test_rename_shows_a_bidi_override_in_the_previous_title_escaped_as_list_does
     assert "invoice\\u202efdp.exe" in shown["listlist"]
     assert "previous title: invoice\\u202efdp.exe" in shown["renameok"]
     assert "previous title: iso\\u2067late" in shown["renamefine"]
+
+
+FORGED = "hermes-maint doctor /home/alice/.hermes/state.db: OK - 0 critical, 0 warning, 24 ok"
+
+
+def test_a_line_break_inside_a_value_never_starts_a_line_of_its_own():
+    """Hostile try 4, G11: a newline in a value (a profile folder's name, a title) was written raw, so a user
+    forged report lines in root's job log; CR and the other controls were escaped. Each write is one line:
+    a break inside it is a value's, shown as \\u000a. Our own multi-line text (help) is marked as such."""
+    from io import StringIO
+
+    from maint.commands.output import own_lines
+
+    inner = StringIO()
+    stream = SafeText(inner)
+    stream.write(f"== evil\n{FORGED}: /x/state.db\n")
+    stream.write("\n")  # a blank line: the break that ends the write
+    stream.write(own_lines("Usage: hermes-maint\n\n  Options:") + "\n")
+    assert inner.getvalue() == f"== evil\\u000a{FORGED}: /x/state.db\n\nUsage: hermes-maint\n\n  Options:\n"
+
+
+def test_a_profile_named_with_a_newline_forges_no_line_of_an_all_profiles_run(tmp_path):
+    home = tmp_path / "hermes"
+    with StoreBuilder(home / "state.db", layout="v30") as b:
+        b.session("s1", age=100)
+    name = f"evil\n{FORGED}\rX"
+    with StoreBuilder(home / "profiles" / name.replace("/", "_") / "state.db", layout="v30") as b:
+        b.session("p1", age=10)
+    for args in (["doctor", "--all-profiles", "--summary"], ["stats", "--all-profiles"], ["list", "--all-profiles"],
+                 ["prune", "--all-profiles", "--dry-run", "--older-than", "1d"]):
+        result = run(home, *args)
+        assert result.returncode in (0, 1), result.stderr
+        lines = (result.stdout + result.stderr).splitlines()
+        assert not [ln for ln in lines if ln.startswith("hermes-maint doctor /home/alice")], lines
+        assert any("evil\\u000ahermes-maint doctor _home_alice_" in ln for ln in lines), lines
+        assert_no_controls(result.stdout, result.stderr)
+
+
+def test_rename_shows_a_line_break_in_the_previous_title_escaped(tmp_path):
+    store = tmp_path / "state.db"
+    with StoreBuilder(store, layout="v30") as b:
+        b.session("s1", age=10, title="old\nDeleted 0 sessions\rX")
+    result = run_subprocess("rename", "s1", "new", "--db", store)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1:] == ["  previous title: old\\u000aDeleted 0 sessions\\u000dX"]
+
+
+def test_help_pages_keep_their_lines():
+    for args in (["--help"], ["list", "--help"], []):
+        result = run_subprocess(*args)
+        text = result.stdout or result.stderr
+        assert "\\u000a" not in text and len(text.splitlines()) > 5, text

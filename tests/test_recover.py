@@ -231,6 +231,63 @@ def test_salvage_copies_every_readable_row_and_never_touches_the_damaged_file(br
         hermes.close()
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_killed_salvages_private_copy_is_removed_by_the_next_salvage_a_live_ones_kept(
+        broken, tmp_path, cli, monkeypatch, dry_run):
+    """Hostile try 4, G6: a salvage killed by SIGKILL (OOM, power loss) left $TMPDIR/hermes-maint-salvage-*/damaged.db,
+    a whole copy of the store, that no later run removed. The working folder is locked while its run lives; the
+    next salvage removes ours that no run holds, and leaves a live run's, another user's and a link alone."""
+    import fcntl
+    import stat
+    import tempfile
+
+    from maint.ops import salvage
+
+    db, _ = broken
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    dead, live, elsewhere = temp / "hermes-maint-salvage-k1ll3d", temp / "hermes-maint-salvage-l1v3", tmp_path / "x"
+    for folder in (dead, live, elsewhere):
+        folder.mkdir(mode=0o700)
+        (folder / "damaged.db").write_bytes(b"a whole copy of the store")
+    (temp / "hermes-maint-salvage-l1nk").symlink_to(elsewhere)
+    kept = {live.name, "hermes-maint-salvage-l1nk"}
+    if os.geteuid() == 0:  # another user's folder is theirs to clear
+        theirs = temp / "hermes-maint-salvage-th31rs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 4321, 4321)
+        kept.add(theirs.name)
+    seen = {}
+    real_copy = salvage.copy_bundle
+
+    def spy(path, work):
+        copy, fingerprint = real_copy(path, work)
+        seen.update(work=os.stat(work), copy=os.stat(copy), work_path=work)
+        probe = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(BlockingIOError):  # held by this run: the next run's clean-up leaves it
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(probe)
+        return copy, fingerprint
+
+    monkeypatch.setattr(salvage, "copy_bundle", spy)
+    # A dead copy filled a small $TMPDIR: it is gone before the room for the new one is judged.
+    monkeypatch.setattr(salvage, "room_problem", lambda root, size: "full of a dead copy" if dead.exists() else None)
+    holder = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # a salvage still running
+    try:
+        r = cli("recover", "--db", db, "--salvage", tmp_path / "new.db", *dry_run, "--json")
+    finally:
+        os.close(holder)
+    assert r.exit_code == 0, r.output
+    assert set(os.listdir(temp)) == kept  # the dead run's copy went, and this run's own
+    assert (live / "damaged.db").exists() and (elsewhere / "damaged.db").exists()
+    assert stat.S_IMODE(seen["work"].st_mode) == 0o700 and stat.S_IMODE(seen["copy"].st_mode) == 0o600
+    assert seen["work"].st_uid == seen["copy"].st_uid == os.geteuid() and seen["work_path"].parent == temp
+
+
 def test_salvage_dry_run_creates_nothing(broken, tmp_path, cli):
     db, _ = broken
     new = tmp_path / "salvaged.db"

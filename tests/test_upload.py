@@ -175,6 +175,34 @@ def test_trace_upload_without_output_goes_through_a_private_temporary_file(tmp_p
     assert not list(tmp_path.glob("**/*.trace.jsonl"))
 
 
+def test_a_killed_uploads_private_trace_is_removed_by_the_next_upload(tmp_path):
+    """As hostile try 4, G6 found for the salvage: a trace upload killed by SIGKILL left its private trace (a
+    session's whole transcript) in $TMPDIR for ever. The next upload removes the folders no live run holds."""
+    import fcntl
+    import os
+
+    from tests.hf_fake import Hub
+
+    store = small_store(tmp_path / "state.db")
+    temp = tmp_path / "tmp"
+    dead, live = temp / "hermes-maint-trace-k1ll3d", temp / "hermes-maint-trace-l1v3"
+    for folder in (dead, live):
+        folder.mkdir(parents=True, mode=0o700)
+        (folder / "old0.trace.jsonl").write_text('{"a transcript": "left by a killed run"}\n')
+    holder = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # an upload still running
+    try:
+        with Hub() as hub:
+            result = run_subprocess("export", "--format", "trace", "--session-id", "old0", "--upload", "--db", store,
+                                    "--json", env={"HF_TOKEN": "hf_test_token", "HF_ENDPOINT": hub.url,
+                                                   "TMPDIR": str(temp)})
+    finally:
+        os.close(holder)
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["uploaded"]) == 1
+    assert sorted(p.name for p in temp.iterdir()) == [live.name] and (live / "old0.trace.jsonl").exists()
+
+
 def test_upload_without_token_says_the_temporary_trace_was_removed(store, tmp_path):
     """Issue 25 item 6: --upload without OUTPUT writes a private temporary trace that is gone when the
     command ends; the refusal said it "was kept"."""

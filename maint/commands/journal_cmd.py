@@ -33,4 +33,7 @@ def _render(r: dict) -> None:
     for w in r["warnings"]:
         click.echo(f"warning: {w}", err=True)
     if r["config_advice"]:
-        click.echo(r["config_advice"])
+        said, _, snippet = r["config_advice"].partition(" Set:\n")  # the YAML to set: our own lines, one by one
+        click.echo(f"{said} Set:" if snippet else said)
+        for line in snippet.splitlines():
+            click.echo(line)

@@ -51,7 +51,16 @@ FILTER_FLAGS: dict[str, tuple[str, str]] = {
 Gather = tuple[tuple[str, ...], Callable[..., Any]]  # the options' names, and what builds their one value
 
 
-class Command(click.Command):
+class OwnHelp:
+    """A help page is our own text over several lines: written as it is (:func:`maint.commands.output.own_lines`)."""
+
+    def get_help(self, ctx: click.Context) -> str:
+        from maint.commands.output import own_lines
+
+        return own_lines(super().get_help(ctx))  # type: ignore[misc]
+
+
+class Command(OwnHelp, click.Command):
     """A hermes-maint command: gathered options, the one error boundary, and its filters in a section of their own."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -96,7 +105,7 @@ class Command(click.Command):
                 formatter.write_dl(records)
 
 
-class Group(click.Group):
+class Group(OwnHelp, click.Group):
     """A group of hermes-maint commands (``jobs``): its commands are :class:`Command`."""
 
     command_class = Command

@@ -1,5 +1,6 @@
 """How commands talk to the operator: JSON lines, safe terminal text, and :class:`Terminal` (a terminal)."""
 
+import errno
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -8,7 +9,7 @@ from typing import Any
 
 import click
 
-from maint.errors import Declined, Interrupted, NotATerminal
+from maint.errors import Declined, Interrupted, NotATerminal, StdoutFailed
 from maint.flow import Operator
 from maint.store.sqlutil import write_json
 
@@ -19,6 +20,18 @@ from maint.store.sqlutil import write_json
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+# Text of ours that is meant to span lines (a help page): written with its line breaks as they are. Every
+# other write is one line at most: a line break inside it came from a value (a profile folder's name, a
+# title, an id, a path) and is shown escaped, so no value starts a line of its own in a job's log.
+_OWN_LINES: set[str] = set()
+
+
+def own_lines(text: str) -> str:
+    """*text*, our own (a help page), marked to be written with its line breaks (see :class:`SafeText`)."""
+    _OWN_LINES.add(text)
+    return text
+
+
 def escape_controls(text: str) -> str:
     """Every control character but tab and newline, and every bidi override or isolate, as ``\\u001b``:
     shown, never obeyed, and inside a JSON string the same character still (JSON's own escape;
@@ -26,25 +39,111 @@ def escape_controls(text: str) -> str:
     return _CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-class SafeText:
-    """A text stream (stdout, stderr) whose writes never carry a terminal control character.
+class _Closed:
+    """sys.stdout of a process started with it closed (``>&-``, where Python sets it to None): every write
+    fails as the closed descriptor does, so the run reports it (see :class:`SafeText`) instead of dying on
+    ``None.write`` or dropping what it was asked to print."""
 
-    :func:`maint.commands.runner.run` puts one over sys.stdout and sys.stderr for the whole run, a
-    terminal or not (a log or a piped listing is read on a terminal later): ids, titles, paths,
-    lock-file bytes and error lines are stored or foreign text, escaped here once for every
-    command. JSON is unchanged in meaning (see :func:`escape_controls`). Documents written to
-    ``-`` go to the binary ``buffer`` beneath, byte for byte; the progress bar writes to
-    :func:`raw_stream`.
-    """
+    encoding, errors = "utf-8", "strict"
+
+    def write(self, data: Any) -> int:
+        raise OSError(errno.EBADF, "closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError(errno.EBADF, "closed")
+
+    @property
+    def buffer(self) -> "_Closed":
+        return self
+
+
+def _stdout_failed(exc: OSError) -> StdoutFailed:
+    return StdoutFailed("closed" if exc.errno == errno.EBADF else (exc.strerror or str(exc)))
+
+
+class _GuardedBytes:
+    """stdout's binary buffer (documents written to ``-``) whose failures name stdout (see :class:`SafeText`)."""
 
     def __init__(self, inner: Any):
         self._inner = inner
 
+    def write(self, data: Any) -> int:
+        try:
+            return self._inner.write(data)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _stdout_failed(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _stdout_failed(exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class SafeText:
+    """A text stream (stdout, stderr) whose writes never carry a terminal control character, and never a line
+    break but the one that ends the write.
+
+    :func:`maint.commands.runner.run` puts one over sys.stdout and sys.stderr for the whole run, a
+    terminal or not (a log or a piped listing is read on a terminal later): ids, titles, paths,
+    lock-file bytes and error lines are stored or foreign text, escaped here once for every
+    command. Each write is one line (``click.echo`` writes a line and its break at once), so a line break
+    inside a write came from a value and is shown as ``\\u000a``, as CR is: a profile folder named
+    ``"evil\\nhermes-maint doctor ...: OK"`` cannot forge a line of a job's log (hostile try 4, G11). Our own
+    multi-line text (help pages) is marked with :func:`own_lines`. JSON is unchanged in meaning (see
+    :func:`escape_controls`; a JSON text holds no raw line break). Documents written to ``-`` go to the
+    binary ``buffer`` beneath, byte for byte; the progress bar writes to :func:`raw_stream`. A stdout that
+    cannot take a write (closed at start, a full disk or device) raises :class:`~maint.errors.StdoutFailed`,
+    naming stdout (never the store: hostile try 4, G10); a reader gone away stays a BrokenPipeError (exit
+    141, quiet).
+    """
+
+    def __init__(self, inner: Any, name: str | None = None):
+        self._inner, self._name = inner, name
+
     def write(self, text: Any) -> int:
-        if isinstance(text, str) and _CONTROLS.search(text) is not None:
-            self._inner.write(escape_controls(text))
-            return len(text)
-        return self._inner.write(text)
+        try:
+            if isinstance(text, str):
+                body, end = (text[:-1], "\n") if text.endswith("\n") else (text, "")
+                breaks = "\n" in body and body not in _OWN_LINES
+                if breaks or _CONTROLS.search(body) is not None:
+                    shown = escape_controls(body)
+                    self._inner.write((shown.replace("\n", "\\u000a") if breaks else shown) + end)
+                    return len(text)
+            return self._inner.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            if self._name != "stdout":
+                raise
+            raise _stdout_failed(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            if self._name != "stdout":
+                raise
+            raise _stdout_failed(exc) from None
+
+    @property
+    def buffer(self) -> Any:
+        return _GuardedBytes(self._inner.buffer) if self._name == "stdout" else self._inner.buffer
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
@@ -66,8 +165,8 @@ def raw_stream(stream: Any) -> Any:
 def safe_streams() -> Iterator[None]:
     """sys.stdout and sys.stderr as :class:`SafeText` while the block runs (once: a nested run keeps them)."""
     saved = sys.stdout, sys.stderr
-    if not isinstance(sys.stdout, SafeText) and sys.stdout is not None:
-        sys.stdout = SafeText(sys.stdout)
+    if not isinstance(sys.stdout, SafeText):
+        sys.stdout = SafeText(_Closed() if sys.stdout is None else sys.stdout, "stdout")
     if not isinstance(sys.stderr, SafeText) and sys.stderr is not None:
         sys.stderr = SafeText(sys.stderr)
     try:

@@ -17,7 +17,7 @@ import click
 
 from maint import PROG
 from maint.errors import (EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Declined, Interrupted,
-                          MaintError, OutputError, Terminated, UsageError)
+                          MaintError, OutputError, StdoutFailed, Terminated, UsageError)
 from maint.store.targets import StoreTarget, resolve_targets
 
 
@@ -129,7 +129,12 @@ def _run(command: click.Command, args: Sequence[str] | None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
     except click.UsageError as exc:
-        click.echo(f"{PROG}: error: {usage_message(exc)}", err=True)
+        line = f"{PROG}: error: {usage_message(exc)}"
+        if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # the help page: our own lines
+            from maint.commands.output import own_lines
+
+            line = own_lines(line)
+        click.echo(line, err=True)
         return EXIT_USAGE
     except MaintError as exc:  # refused while the command line was read (a bad combination of flags)
         click.echo(f"{PROG}: error: {exc}", err=True)
@@ -276,8 +281,8 @@ def _each_store(targets: list[StoreTarget], as_json: bool, run_one: Callable[[St
         try:
             with naming_store(target.path):
                 report = run_one(target)
-        except (UsageError, Interrupted, KeyboardInterrupt, Terminated, BrokenPipeError):
-            raise
+        except (UsageError, Interrupted, KeyboardInterrupt, Terminated, BrokenPipeError, StdoutFailed):
+            raise  # stops every store: stdout is the same for all
         except MaintError as exc:
             if len(targets) == 1:
                 raise

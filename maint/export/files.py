@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 from maint import files
 from maint.crashpoints import crash_point
-from maint.errors import OutputError
+from maint.errors import OutputError, StdoutFailed
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 # Room for our temporary prefix and suffix within the usual 255-byte limit of a file name.
@@ -172,10 +172,13 @@ def atomic_text(path: Path | str, store: Path | None = None) -> Iterator[Sink]:
     its mode, narrowed to 0600 at most. *store*: whose content it is (links and owner as
     :meth:`maint.files.Folder.open` says)."""
     if str(path) == "-":
-        sink = Sink(sys.stdout.buffer, hashlib.sha256())
-        yield sink
-        sink.flush()
-        sys.stdout.flush()
+        try:
+            sink = Sink(sys.stdout.buffer, hashlib.sha256())
+            yield sink
+            sink.flush()
+            sys.stdout.flush()
+        except StdoutFailed as exc:  # stdout's failure, never the store's (hostile try 4, G10)
+            raise StdoutFailed(exc.reason, "the export", "; nothing else was changed") from None
         return
     path = Path(path)
     check_destination(path)

@@ -7,10 +7,10 @@ then the manifest, the upload and the verified delete follow in that order.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -431,12 +431,12 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
         except files.FileRefused as exc:
             raise OutputError(f"{exc}; nothing was written") from None
     renderer = Renderer(store, plan, time.time())
-    written, scratch = [], None
-    try:
+    written: list[dict] = []
+    with contextlib.ExitStack() as stack:  # a private temporary folder, if one is needed, goes at the end
         for entry in plan.entries:
             path = entry["path"]
             if path is None:  # trace --upload without OUTPUT: a private temporary file
-                scratch = tempfile.mkdtemp(prefix="hermes-maint-trace-")
+                scratch = stack.enter_context(files.private_workdir("trace"))  # one a killed run left goes
                 path = os.path.join(scratch, safe_name(entry["ids"][0], ".trace.jsonl"))
             written.append({**renderer.write(entry, path), "temporary": entry["path"] is None})
             on_progress(1)
@@ -458,7 +458,7 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
         if req.upload:
             from maint.export.hf_upload import KEPT, REMOVED, upload_traces
 
-            note = REMOVED if any(w["temporary"] for w in written) else KEPT  # the finally below removes it
+            note = REMOVED if any(w["temporary"] for w in written) else KEPT  # the stack above removes it at the end
             try:
                 report["uploaded"] = upload_traces([(safe_name(w["ids"][0], ""), Path(w["path"])) for w in written],
                                                    public=req.public, local_note=note)
@@ -471,11 +471,6 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
         if req.delete_after_verified:
             report["deleted"], report["removed_files"] = _verified_delete(store, renderer, written)
         return report
-    finally:
-        if scratch:
-            for name in os.listdir(scratch):
-                os.unlink(os.path.join(scratch, name))
-            os.rmdir(scratch)
 
 
 def _write_manifest(plan: ExportPlan, written: list[dict], store: Path | None = None) -> str | None:

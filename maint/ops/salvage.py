@@ -5,8 +5,9 @@ Upstream's ``hermes sessions recover --allow-partial`` (hermes_cli/session_recov
 
 * The damaged store is never opened in place: its file, its ``-wal`` and a hot ``-journal`` (rolled back
   on the copy, so a writer's uncommitted transaction is undone there) are copied into a private working
-  folder in $TMPDIR first (its room checked before), fingerprinted (SHA-256) before and after the copy; a
-  store that changed meanwhile (a Hermes process still writing) is refused. Nothing is ever written to it,
+  folder in $TMPDIR first (its room checked before; locked while the run lives, so the next salvage removes
+  one a killed run left: :func:`maint.files.private_workdir`), fingerprinted (SHA-256) before and after the
+  copy; a store that changed meanwhile (a Hermes process still writing) is refused. Nothing is ever written to it,
   and the result is never installed over it.
 * The new file gets the damaged store's own schema (its tables, full-text tables, views, triggers and
   indexes, read from the copy's ``sqlite_master``), so it is exactly the layout the Hermes that wrote the
@@ -305,14 +306,12 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
     check_regular_file(store_path)  # the preflight of every open: no special or foreign side files, no foreign link
     new = None if dry_run or new_path is None else _check_new_path(Path(new_path), store_path)
     temp_root, size = Path(tempfile.gettempdir()), bundle_bytes(store_path)
-    problem = room_problem(temp_root, size)
-    if problem:
-        advice = "" if "ulimit" in problem else "; point TMPDIR at a folder with room"
-        raise MaintError(f"{temp_root}: cannot hold the private copy of the damaged store ({size} bytes): {problem}"
-                         f"{advice}; nothing was written")
-    work = Path(tempfile.mkdtemp(prefix="hermes-maint-salvage-"))
-    fingerprint = None
-    try:
+    with files.private_workdir("salvage") as work:  # first: the copies killed runs left there go
+        problem = room_problem(temp_root, size)
+        if problem:
+            advice = "" if "ulimit" in problem else "; point TMPDIR at a folder with room"
+            raise MaintError(f"{temp_root}: cannot hold the private copy of the damaged store ({size} bytes): "
+                             f"{problem}{advice}; nothing was written")
         try:
             copy, fingerprint = copy_bundle(store_path, work)
         except OSError as exc:
@@ -321,31 +320,31 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
                 raise
             raise MaintError(f"{work}: {reason} while copying the damaged store there (its private copy needs "
                              f"{size} bytes); point TMPDIR at a folder with room; nothing was written") from None
-        src = connect(str(copy))
         try:
-            src.execute("PRAGMA query_only = ON")
-            schema = _schema(src, store_path)
-            if new is None:
-                return _fill(src, connect(":memory:"), schema, store_path, None, fingerprint, started)
-            with files.Folder.open(new.parent, follow_links=True, what="folder", store=store_path) as folder:
-                folder.clear_leftovers(new.name)
-                temp, fd = folder.temporary(new.name, owner=files.owner_of(store_path))
-                try:
-                    dst = connect(str(folder.path / temp))
-                    report = _fill(src, dst, schema, store_path, new, fingerprint, started)
-                    os.fsync(fd)
-                    os.link(temp, new.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
-                    folder.sync()
-                    return report
-                finally:
-                    os.close(fd)
-                    folder.unlink(temp)
+            src = connect(str(copy))
+            try:
+                src.execute("PRAGMA query_only = ON")
+                schema = _schema(src, store_path)
+                if new is None:
+                    return _fill(src, connect(":memory:"), schema, store_path, None, fingerprint, started)
+                with files.Folder.open(new.parent, follow_links=True, what="folder", store=store_path) as folder:
+                    folder.clear_leftovers(new.name)
+                    temp, fd = folder.temporary(new.name, owner=files.owner_of(store_path))
+                    try:
+                        dst = connect(str(folder.path / temp))
+                        report = _fill(src, dst, schema, store_path, new, fingerprint, started)
+                        os.fsync(fd)
+                        os.link(temp, new.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
+                        folder.sync()
+                        return report
+                    finally:
+                        os.close(fd)
+                        folder.unlink(temp)
+            finally:
+                src.close()
         finally:
-            src.close()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        if fingerprint is not None and _fingerprint(store_path) != fingerprint:  # never expected: we only read a copy
-            raise MaintError(f"{store_path}: changed during the salvage (a Hermes process is writing to it)")
+            if _fingerprint(store_path) != fingerprint:  # never expected: we only read a copy
+                raise MaintError(f"{store_path}: changed during the salvage (a Hermes process is writing to it)")
 
 
 def _fill(src: apsw.Connection, dst: apsw.Connection, schema: list, store_path: Path, new: Path | None,

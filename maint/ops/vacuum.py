@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import stat
 import time
@@ -272,16 +271,8 @@ def check_into(dest: Path) -> Path:
 
 def remove_stale_copies(folder: files.Folder, name: str) -> list[str]:
     """Temporary copies a killed ``--into`` run left for this same name (our temporary files no live run
-    holds), and the journal files SQLite left beside them."""
-    removed = folder.clear_leftovers(name)
-    for entry in folder.names():
-        m = _JOURNAL_OF_PARTIAL.match(entry)
-        if m and m.group("name") == name[:160] and folder.lstat(m.group("partial")) is None and folder.unlink(entry):
-            removed.append(entry)
-    return removed
-
-
-_JOURNAL_OF_PARTIAL = re.compile(r"^(?P<partial>\.(?P<name>.+)\.[0-9a-f]{16}\.partial)(-wal|-shm|-journal)$")
+    holds), and the journal files SQLite left beside them (:meth:`maint.files.Folder.clear_leftovers`)."""
+    return folder.clear_leftovers(name)
 
 
 def vacuum_into(store: Store, dest: Path, disk_usage: DiskUsage = shutil.disk_usage) -> CopyResult:
