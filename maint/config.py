@@ -132,6 +132,15 @@ def read_trusted(path: Path, what: str, *, store: Path | None = None,
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    # The check and the read are two lookups of the name: judge the way again, now that the file is read, and
+    # keep what was read only if the name still leads to that same file (a link flipped in between is refused).
+    _check_way(path, what, foreign_links)
+    try:
+        named = os.stat(path)
+    except OSError:
+        named = None
+    if named is None or (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
+        raise UsageError(f"{path}: changed while it was being read; refusing to obey it as the {what}")
     if store is not None:  # the store's owner, or (no store yet) the owner of the folder it will be made in
         vouches = files.owner_of(store) or files.owner_of(Path(os.path.realpath(store)).parent)
     else:

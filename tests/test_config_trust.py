@@ -313,3 +313,45 @@ def test_a_second_name_is_trusted_only_from_the_one_who_vouches():
         assert "belongs to uid 0" in files.foreign_second_name(st(0, 2), alice)
     else:  # our own file: we could read it anyway
         assert files.foreign_second_name(st(me, 2), alice) is None
+
+
+@pytest.mark.parametrize("flip_back", [False, True])
+def test_a_config_flipped_for_a_link_between_the_check_and_the_read_is_refused(tmp_path, monkeypatch, cli,
+                                                                                 flip_back):
+    """Hostile try 5, H5: the link check and the read were two lookups of the name; alice flipped her config.yaml
+    with a link to a root-only file between them, and root's doctor echoed that file's values. The way is judged
+    again after the read, and the name must still lead to the file read."""
+    from maint import config
+
+    home = tmp_path / "alice"
+    home.mkdir()
+    db = _store(home / "state.db")
+    secret = tmp_path / "secret.yaml"
+    secret.write_text('sessions:\n  retention_days: "SECRET-TOKEN-race"\n')
+    os.chmod(secret, 0o600)
+    cfg = home / "config.yaml"
+    cfg.write_text("sessions:\n  retention_days: 30\n")
+    os.chmod(cfg, 0o600)
+    _link_owned_by(monkeypatch, cfg, 4321)
+    real = files.read_regular
+    flips = []
+
+    def flip_then_read(path, **kwargs):
+        if str(path) == str(cfg) and not flips:
+            flips.append(path)
+            os.rename(cfg, home / "kept.yaml")
+            cfg.symlink_to(secret)
+            try:
+                return real(path, **kwargs)
+            finally:
+                if flip_back:
+                    cfg.unlink()
+                    os.rename(home / "kept.yaml", cfg)
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(config.files, "read_regular", flip_then_read)
+    result = cli("doctor", "--db", db)
+    assert flips, "the flip never ran"
+    assert "SECRET" not in result.output, result.output
+    assert ("changed while it was being read" in result.output if flip_back
+            else "to a file that user cannot read" in result.output), result.output
