@@ -89,7 +89,10 @@ def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
         ctx.exit(0)
 
 
-@click.group(PROG, cls=Root, no_args_is_help=True)
+# color=True: click never strips escape sequences from what we echo (it would, into a pipe or a log, after our
+# columns were measured on the raw text); SafeText escapes every control character, terminal or not, so a
+# stored value shows the same wherever it is read (hostile try 5, H4).
+@click.group(PROG, cls=Root, no_args_is_help=True, context_settings={"color": True})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
               help="Show the version and the SQLite in use.")
 def app() -> None:

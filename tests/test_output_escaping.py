@@ -186,3 +186,19 @@ def test_help_pages_keep_their_lines():
         result = run_subprocess(*args)
         text = result.stdout or result.stderr
         assert "\\u000a" not in text and len(text.splitlines()) > 5, text
+
+
+def test_piped_output_shows_escape_sequences_escaped_not_stripped(tmp_path):
+    """Hostile try 5, H4: into a pipe (a job's log), click stripped ANSI sequences from what we echo after the
+    columns were measured: `pinned` glued the source to a mangled id, `stats` printed two distinct sources alike.
+    Piped output shows them escaped, as a terminal does."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout="v30") as b:
+        b.session("kept_one", age=200, messages=1, title="T\x1b[31mRED", source="cli\x1b[2J", pinned=1)
+        b.session("other", age=1, messages=1, source="cli")
+    for args in (["pinned"], ["stats"]):
+        result = run_subprocess(*args, "--db", db)  # stdout is a pipe
+        assert result.returncode == 0, result.stderr
+        assert "\\u001b[2J" in result.stdout or "\\u001b[2" in result.stdout, result.stdout
+        assert_no_controls(result.stdout)
+    assert "kept_one" in run_subprocess("pinned", "--db", db).stdout
