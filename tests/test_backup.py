@@ -8,7 +8,6 @@ import sqlite3
 import stat
 import subprocess
 import sys
-import time
 from collections import namedtuple
 from pathlib import Path
 
@@ -335,10 +334,12 @@ def test_nightly_backup_job_ships_disabled_and_runs_before_the_sweep(hermes_home
     jobs = {j.name: j for j in load_catalogue()}
     job = jobs["nightly-backup"]
     assert not job.enabled and job.command == ["backup", "--keep", "7"]
-    after = time.time()
-    fire = job.trigger.get_next_fire_time(None, __import__("datetime").datetime.now().astimezone())
-    sweep = dict((j.name, w) for j, w in next_runs(list(jobs.values())))["nightly-sweep"]
-    assert (fire.hour, fire.minute) == (3, 0) and fire < sweep and fire.timestamp() > after
+    # From a fixed hour of the day, not the clock: run between 03:00 and 03:30 the next backup is tomorrow's
+    # and the next sweep today's, and the order would fail (a CI run saw it).
+    noon = __import__("datetime").datetime.now().astimezone().replace(hour=12, minute=0, second=0, microsecond=0)
+    fire = job.trigger.get_next_fire_time(None, noon)
+    sweep = dict((j.name, w) for j, w in next_runs(list(jobs.values()), now=noon))["nightly-sweep"]
+    assert (fire.hour, fire.minute) == (3, 0) and fire < sweep and fire > noon
     db = _store(hermes_home / "state.db")
     result = run_subprocess("jobs", "run-once", "nightly-backup", "--db", db, env={"HERMES_HOME": str(hermes_home)})
     assert result.returncode == 0, result.stderr
