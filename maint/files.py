@@ -23,7 +23,7 @@ The rules live here once, so a new command gets them by using it:
   :class:`~maint.errors.Terminated`, see :func:`raise_on_termination`); what a killed run left is
   removed by the next run that writes the same name (:meth:`Folder.clear_leftovers`).
 * **Bounded waits.** A lock another user could hold is only ever waited for with a deadline
-  (:func:`lock`).
+  (:func:`lock`; the locks themselves: :func:`maint.store.locks.lock_file`).
 """
 
 from __future__ import annotations

@@ -90,6 +90,27 @@ def run_subprocess(*args, input=None, env=None, timeout=120):
                           text=True, env=full_env, cwd=REPO, timeout=timeout)
 
 
+class FlockAs:
+    """A real process of user *uid* holding a ``flock`` on *path* (a file or a folder, opened read-only by root,
+    then handed to that user: what any user who can read it may do, e.g. with a 0644 lock)."""
+
+    CODE = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX);"
+            "uid = int(sys.argv[2]); os.setgroups([]); os.setgid(uid); os.setuid(uid);"
+            "print('held', flush=True); sys.stdin.read()")
+
+    def __init__(self, path, uid):
+        self.child = subprocess.Popen([sys.executable, "-c", self.CODE, str(path), str(uid)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+        assert self.child.stdout.readline().strip() == "held"
+
+    def __enter__(self):
+        return self.child.pid
+
+    def __exit__(self, *exc):
+        self.child.stdin.close()
+        self.child.wait(timeout=30)
+
+
 class LockHolder:
     """Another process holding the store's write lock (locks are per process, so it must be one)."""
 

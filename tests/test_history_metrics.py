@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from maint.ops import history
 from maint.ops.history import KEEP, LIST_CAP, PREFIX
 from maint.store.connection import open_store
-from tests.conftest import file_hash, query, run_subprocess
+from tests.conftest import FlockAs, file_hash, query, run_subprocess
 from tests.storegen import StoreBuilder
 
 
@@ -239,6 +239,46 @@ def test_a_metrics_failure_warns_and_never_undoes_the_job(tmp_path, capsys):
     write_metrics(prom, [StoreTarget(tmp_path / "gone" / "state.db", None)])
     err = capsys.readouterr().err
     assert "warning: metrics not written" in err and "no such store" in err and not prom.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can start a process as another user here")
+def test_a_metrics_lock_another_user_holds_is_named_and_fails_the_run(store, hermes_home, tmp_path):
+    """Hostile try 5, H3: the metrics lock was a flock on the textfile folder, which node_exporter needs
+    readable by all, so any user could hold it: every root run dropped its figures after the wait, warned,
+    exit 0. The lock is now a file of ours beside the metrics file (0600, owned as that file is), taken as the
+    auto-maintenance lock is: a holder of another user than the file's owner, root or us is named and the run
+    fails (exit 1, in the job loop too); the owner's own run holding it is the bounded wait and a warning."""
+    (hermes_home / "config.yaml").write_text("sessions:\n  auto_prune: true\n")
+    folder = tmp_path / "textfile"
+    folder.mkdir()
+    os.chmod(folder, 0o755)
+    os.chown(folder, 1001, 1001)  # alice's textfile folder: what we create there is hers
+    prom, lock = folder / "hermes.prom", folder / ".hermes.prom.lock"
+    env = {"HERMES_HOME": str(hermes_home)}
+    prune = ("prune", "--older-than", "9999d", "--yes", "--metrics-file", prom)
+    with FlockAs(folder, 1002):  # mallory holds the folder: no lock of ours any more
+        r = run_subprocess(*prune, env=env)
+        assert r.returncode == 0 and "metrics not written" not in r.stderr, r.stderr
+    assert value(parse(prom), "hermes_maint_sessions") == 7
+    st = os.lstat(lock)
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+    assert (st.st_uid, os.stat(prom).st_uid) == (1001, 1001)
+    before = file_hash(prom)
+    with FlockAs(lock, 1002) as pid:  # mallory with a descriptor of it (an older 0644 lock, say)
+        r = run_subprocess(*prune, env=env)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert f"error: metrics not written to {prom}" in r.stderr and f"pid {pid} (uid 1002, user mallory" in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+        job = run_subprocess("jobs", "run-once", "nightly-sweep", "--metrics-file", prom, env=env)
+        assert job.returncode == 1 and f"pid {pid} (uid 1002" in job.stderr, (job.stdout, job.stderr)
+    assert file_hash(prom) == before
+    with FlockAs(lock, 1001):  # alice, whose file it is: waited for, then a warning, the job's result stands
+        r = run_subprocess(*prune, env=env)
+        assert r.returncode == 0 and "warning: metrics not written" in r.stderr and "uid 1001" in r.stderr, r.stderr
+    assert file_hash(prom) == before
+    r = run_subprocess(*prune, env=env)  # the lock is kept (it is the lock) and used again
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert os.lstat(lock).st_ino == st.st_ino and sorted(p.name for p in folder.iterdir()) == [lock.name, prom.name]
 
 
 def test_job_loop_passes_the_metrics_file_to_jobs_and_runs_doctor(store, hermes_home, tmp_path):

@@ -16,7 +16,7 @@ from maint.store.holders import Holder, HolderReport
 from maint.store.locks import lock_path
 from maint.store.connection import open_store
 from maint.ops.sweep import MARKER_KEY, VACUUM_KEY, decide_vacuum, run_sweep
-from tests.conftest import REPO, query, run_subprocess, session_ids
+from tests.conftest import REPO, FlockAs, query, run_subprocess, session_ids
 from tests.storegen import StoreBuilder
 
 Usage = namedtuple("Usage", "total used free")
@@ -130,27 +130,6 @@ def test_lock_held_skips_even_with_force(home):
         child.wait(timeout=30)
         os.close(fd)
     assert sweep(home)["swept"]
-
-
-class FlockAs:
-    """A real process of user *uid* holding the store's auto-maintenance lock (opened read-only by root, then
-    handed to that user: what any user who can read the folder may do with a 0644 lock)."""
-
-    CODE = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX);"
-            "uid = int(sys.argv[2]); os.setgroups([]); os.setgid(uid); os.setuid(uid);"
-            "print('held', flush=True); sys.stdin.read()")
-
-    def __init__(self, path, uid):
-        self.child = subprocess.Popen([sys.executable, "-c", self.CODE, str(path), str(uid)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True)
-        assert self.child.stdout.readline().strip() == "held"
-
-    def __enter__(self):
-        return self.child.pid
-
-    def __exit__(self, *exc):
-        self.child.stdin.close()
-        self.child.wait(timeout=30)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can start a process as another user here")

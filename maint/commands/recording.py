@@ -2,10 +2,15 @@
 
 Called from :func:`maint.commands.runner.for_each_store` (and by the commands that span
 several stores at once), so no job records itself. A failure here is a warning on stderr:
-the job itself is done and its exit code stands.
+the job itself is done and its exit code stands. One exception: a metrics lock held by a
+process of another user (:class:`maint.ops.metrics.MetricsSuppressed`) would drop every run's
+figures quietly, so it fails the command (exit 1, see :func:`late_failures`) once its work is done.
 """
 
+import contextlib
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +23,30 @@ from maint.store.targets import StoreTarget, hermes_home
 
 def warn(message: str) -> None:
     click.echo(f"{PROG}: warning: {message}", err=True)
+
+
+_LATE = threading.local()  # per thread: the job loop runs jobs in worker threads
+
+
+@contextlib.contextmanager
+def late_failures() -> Iterator[list[str]]:
+    """Failures found after a command's work is done that must still fail it (exit 1 when nothing else did):
+    :func:`maint.commands.runner.guard` collects them around every command."""
+    outer = getattr(_LATE, "failures", None)
+    _LATE.failures = mine = []
+    try:
+        yield mine
+    finally:
+        _LATE.failures = outer
+
+
+def fail_late(message: str) -> None:
+    """*message* fails the running command once its work is done (outside a command: a warning)."""
+    failures = getattr(_LATE, "failures", None)
+    if failures is None:
+        warn(message)
+    else:
+        failures.append(message)
 
 
 def metrics_target(option: str | Path | None) -> Path | None:
@@ -89,6 +118,8 @@ def write_metrics(metrics_file: Path | None, targets: list[StoreTarget],
                 fresh += metrics.collect(store, profile_label(target), doctor=(doctor or {}).get(str(target.path)))
         metrics.write(metrics_file, fresh, [str(t.path) for t in targets], keep_doctor=doctor is None,
                       owner=_NAMED_BY.get(str(metrics_file)))
+    except metrics.MetricsSuppressed as exc:  # another user would silence every run's figures: a failure
+        fail_late(f"metrics not written to {metrics_file}: {exc}")
     except (MaintError, OSError, apsw.Error) as exc:
         warn(f"metrics not written to {metrics_file}: {exc}")
 

@@ -79,18 +79,38 @@ def guard(invoke: Callable[[], Any]) -> Any:
     CliRunner, the job loop and the console script all see the same outcome; Ctrl-C is caught
     here, before click would turn it into an abort. A closed stdout becomes :class:`StdoutClosed`
     for :func:`run` to end quietly.
+
+    A failure found after the work (:func:`maint.commands.recording.late_failures`: a metrics lock
+    another user holds) is said too, and makes exit 0 an exit 1; another exit code stands.
     """
-    try:
-        return invoke()
-    except BrokenPipeError:
-        raise StdoutClosed() from None
-    except (click.exceptions.Exit, click.Abort, click.ClickException, StdoutClosed):
-        raise
-    except (Exception, KeyboardInterrupt, Terminated) as exc:
-        message, code = describe(exc)
-        with contextlib.suppress(BrokenPipeError):
+    from maint.commands.recording import late_failures
+
+    with late_failures() as late:
+        try:
+            result = invoke()
+        except BrokenPipeError:
+            raise StdoutClosed() from None
+        except click.exceptions.Exit as exc:
+            if late:
+                _say(late)
+                raise click.exceptions.Exit(exc.exit_code or EXIT_FAILED) from None
+            raise
+        except (click.Abort, click.ClickException, StdoutClosed):
+            raise
+        except (Exception, KeyboardInterrupt, Terminated) as exc:
+            message, code = describe(exc)
+            _say([*late, message])
+            raise click.exceptions.Exit(code) from None
+        if late:
+            _say(late)
+            raise click.exceptions.Exit(EXIT_FAILED)
+        return result
+
+
+def _say(errors: list[str]) -> None:
+    with contextlib.suppress(BrokenPipeError):
+        for message in errors:
             click.echo(f"{PROG}: error: {message}", err=True)
-        raise click.exceptions.Exit(code) from None
 
 
 def usage_message(exc: click.UsageError) -> str:

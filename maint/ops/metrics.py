@@ -5,8 +5,15 @@ One file holds every store's figures, each sample labelled with ``profile`` and
 are read back from the file and kept, and a job keeps the last ``doctor``'s
 findings (doctor never writes the store, so the file is where they live).
 
-Written atomically through :mod:`maint.files`, under a (bounded) flock on the
-folder so two runs never interleave their read-merge-write. The mode is 0644,
+Written atomically through :mod:`maint.files`, under a (bounded) flock on our
+lock file beside it, ``.NAME.lock`` (:func:`lock_name`), so two runs never
+interleave their read-merge-write. The lock is taken as every lock another user
+may take is (:func:`maint.store.locks.lock_file`, the auto-maintenance lock's
+rule): created 0600, never through a link, owned as the metrics file is; a
+holder that is not that owner, root or us is named (``/proc/locks``) and fails
+the run (:class:`MetricsSuppressed`, exit 1), since the folder must stay
+readable for node_exporter and a lock on it (as before) was anyone's to take.
+The mode is 0644,
 not our usual 0600: node_exporter runs as its own user and must read the file;
 it holds only counts, sizes, timestamps and store paths. The temporary name
 does not end in ``.prom``, so the collector never reads a half-written file.
@@ -29,6 +36,8 @@ from maint.errors import MaintError, UsageError
 from maint.ops import history
 from maint.ops.stats import store_stats
 from maint.store.connection import Store
+from maint.store.holders import LockHolder
+from maint.store.locks import LockHeld, lock_file
 
 FILE_MODE = 0o644
 LOCK_WAIT_S = 5.0
@@ -177,14 +186,34 @@ def check_path(path: Path) -> Path:
     return path
 
 
+class MetricsSuppressed(MaintError):
+    """The metrics lock is held past the wait by a process of another user than the file's owner, root or us."""
+
+
+def lock_name(name: str) -> str:
+    """Our lock beside metrics file *name*: hidden, and not ``*.prom`` (the collector never reads it), and not
+    a temporary name (:data:`files.PARTIAL`: the leftover clearing never removes it)."""
+    return f".{name[:160]}.lock"
+
+
+def _held(path: Path, holders: list[LockHolder] | None, foreign: list[LockHolder]) -> str:
+    if foreign:
+        return (f"{path}: held by {'; '.join(h.describe() for h in foreign)}, not the metrics file's owner, root "
+                f"or us, for {LOCK_WAIT_S:g} s: every run's figures are dropped while it holds the lock (stop that "
+                "process)")
+    who = f" ({'; '.join(h.describe() for h in holders)})" if holders else ""
+    return f"{path}: another process{who} has held the metrics lock for {LOCK_WAIT_S:g} s; figures not written this run"
+
+
 def write(path: Path, fresh: list[Sample], refreshed: Iterable[str], *, keep_doctor: bool,
           owner: int | None = None) -> None:
     """Replace the refreshed stores' samples in the file (keeping their doctor findings when asked), atomically.
 
-    The folder lock keeps two of our runs from interleaving their read-merge-write; anyone who can open
-    the folder can take it, so it is waited for :data:`LOCK_WAIT_S` at most, then this run's figures are
-    not written (a warning: the job's own result stands). *owner*: the path was named in that user's config,
-    so the folder opened (and the file there) must be theirs.
+    The lock (:func:`lock_name`) keeps two of our runs from interleaving their read-merge-write. It is
+    waited for :data:`LOCK_WAIT_S` at most, then this run's figures are not written: a :class:`MaintError`
+    (a warning: the job's own result stands), or :class:`MetricsSuppressed` when the holder is of another
+    user than the file's owner, root or us (the run fails). *owner*: the path was named in that user's
+    config, so the folder opened (and the file there) must be theirs.
     """
     path = check_path(path)
     refreshed = set(refreshed)
@@ -194,11 +223,15 @@ def write(path: Path, fresh: list[Sample], refreshed: Iterable[str], *, keep_doc
             if os.fstat(folder.fd).st_uid != owner or there is not None and there.st_uid != owner:
                 raise MaintError(f"{path}: the folder (or file) opened now is not uid {owner}'s, whose config named "
                                  "it; figures not written this run")
-        if not files.lock(folder.fd, LOCK_WAIT_S):
-            raise MaintError(f"{path.parent}: another process has held the metrics folder's lock for "
-                             f"{LOCK_WAIT_S:g} s; figures not written this run")
-        data = folder.read(path.name, what="metrics file") if folder.check_target(path.name) else None
-        kept = [s for s in parse((data or b"").decode("utf-8", "replace"))
-                if s.store not in refreshed or (keep_doctor and s.name in DOCTOR_FAMILIES)]
-        with folder.atomic(path.name, mode=FILE_MODE) as fh:
-            fh.write(render(kept + fresh).encode())
+        there = folder.check_target(path.name)
+        owned_as = (there.st_uid, there.st_gid) if there is not None else folder.owner  # as the file will be
+        try:
+            with lock_file(folder, lock_name(path.name), what="metrics lock", owner=owned_as, wait_s=LOCK_WAIT_S,
+                           message=_held):
+                data = folder.read(path.name, what="metrics file") if folder.check_target(path.name) else None
+                kept = [s for s in parse((data or b"").decode("utf-8", "replace"))
+                        if s.store not in refreshed or (keep_doctor and s.name in DOCTOR_FAMILIES)]
+                with folder.atomic(path.name, mode=FILE_MODE) as fh:
+                    fh.write(render(kept + fresh).encode())
+        except LockHeld as exc:
+            raise (MetricsSuppressed if exc.foreign else MaintError)(str(exc)) from None

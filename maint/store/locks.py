@@ -12,16 +12,18 @@ Hermes's own file is usually 0644. So a skip also names who holds the lock
 (``/proc/locks``), and a holder that is neither the store's owner, root nor us is
 :attr:`LockHeld.foreign`: the sweep command exits 1 and doctor reports it, so a
 sweep suppressed night after night shows up in monitoring.
+
+That rule is :func:`lock_file`, the one way we take a lock another user may take:
+the metrics file's lock (:mod:`maint.ops.metrics`) goes through it too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import stat
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from maint import files
 from maint.errors import MaintError
@@ -49,9 +51,38 @@ def _mode_for(db: Path) -> int:
         return 0o600
 
 
-def _foreign(holders: list[LockHolder], store_owner: int | None) -> list[LockHolder]:
-    trusted = {0, os.geteuid(), store_owner}
+def foreign(holders: list[LockHolder], owner: int | None) -> list[LockHolder]:
+    """The *holders* of another user than *owner* (whose file it is), root or us."""
+    trusted = {0, os.geteuid(), owner}
     return [h for h in holders if h.uid is not None and h.uid not in trusted]
+
+
+@contextlib.contextmanager
+def lock_file(folder: files.Folder, name: str, *, what: str, mode: int = 0o600,
+              owner: tuple[int, int] | None = None, wait_s: float = 0.0,
+              message: Callable[[Path, list[LockHolder] | None, list[LockHolder]], str]) -> Iterator[int]:
+    """A lock another user may take: ``flock`` on *name* in *folder*, a file of ours.
+
+    Opened (created *mode*, handed to *owner*, when missing) through :meth:`files.Folder.create`: never
+    through a link, only a regular file with one name and of *owner*, root or us. Waited for *wait_s* at
+    most (0: once); when still held, :class:`LockHeld` names the holders from ``/proc/locks`` and those of
+    another user than *owner*, root or us (*foreign*), with *message* (path, holders, foreign) as its text.
+    Yields the descriptor, locked; the lock goes with it."""
+    path = folder.path / name
+    try:
+        fd = folder.create(name, mode, exclusive=False, owner=owner)
+    except files.FileRefused as exc:
+        raise MaintError(f"cannot use the {what}: {exc}") from None
+    except OSError as exc:
+        raise MaintError(f"{path}: cannot open the {what} ({exc.strerror})") from None
+    try:
+        if not files.lock(fd, wait_s):
+            holders = flock_holders(os.fstat(fd))
+            others = foreign(holders or [], owner[0] if owner else None)
+            raise LockHeld(message(path, holders, others), holders, others)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def held_message(path: Path, holders: list[LockHolder] | None, foreign: list[LockHolder]) -> str:
@@ -74,32 +105,20 @@ def foreign_holders(db: Path) -> tuple[Path, list[LockHolder]]:
     if not stat.S_ISREG(st.st_mode):
         return path, []
     owner = files.owner_of(db)
-    return path, _foreign(flock_holders(st) or [], owner[0] if owner else None)
+    return path, foreign(flock_holders(st) or [], owner[0] if owner else None)
 
 
 @contextlib.contextmanager
 def maintenance_lock(db: Path) -> Iterator[Path]:
     path = lock_path(db)
-    owner = files.owner_of(db)
-    try:  # never through a link, and owned by the store's owner after a root run
-        with files.Folder.open(path.parent, follow_links=True, what="store's folder") as folder:
-            fd = folder.create(path.name, _mode_for(db), exclusive=False, owner=owner)
+    try:
+        folder = files.Folder.open(path.parent, follow_links=True, what="store's folder")
     except files.FileRefused as exc:
         raise MaintError(f"cannot use the auto-maintenance lock: {exc}") from None
-    except OSError as exc:
-        raise MaintError(f"{path}: cannot open the auto-maintenance lock ({exc.strerror})") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holders = flock_holders(os.fstat(fd))
-            foreign = _foreign(holders or [], owner[0] if owner else None)
-            raise LockHeld(held_message(path, holders, foreign), holders, foreign) from None
-        try:
+    # never through a link, and owned by the store's owner after a root run
+    with folder, lock_file(folder, path.name, what="auto-maintenance lock", mode=_mode_for(db),
+                           owner=files.owner_of(db), message=held_message) as fd:
+        with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError:
-            pass
         yield path
-    finally:
-        os.close(fd)
