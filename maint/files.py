@@ -380,19 +380,23 @@ def untrusted_folder(path: Path | str, also_trusted: int | None = None) -> str |
     return None
 
 
-def refuse_untrusted_keeper(path: Path | str, store_owner: int | None, what: str = "folder") -> None:
-    """Refuse *path* (a folder, made when missing) as the place the ONLY copy of a store's content is left in
-    (``export --delete-after-verified``): another user who owns it or a folder above it, or anyone when one is
-    writable by others without the sticky bit, could remove or replace that copy the moment after it was
-    verified. The rule is :func:`untrusted_folder`'s (config and job folders), judged on the nearest folder
-    that exists (a missing one is made inside it), with the store's owner trusted as we and root are."""
+KEEPS_ONLY_COPY = "would hold the only copy once the sessions are deleted, and another user could remove it"
+
+
+def refuse_untrusted_keeper(path: Path | str, store_owner: int | None, what: str = "folder",
+                            stake: str = KEEPS_ONLY_COPY) -> None:
+    """Refuse *path* (a folder, made when missing) as the place a copy of a store's content is kept in and
+    later relied on (``export --delete-after-verified``'s only copy, ``backup``'s snapshots that ``restore``
+    puts back): another user who owns it or a folder above it, or anyone when one is writable by others
+    without the sticky bit, could remove or replace that copy the moment after it was verified. The rule is
+    :func:`untrusted_folder`'s (config and job folders), judged on the nearest folder that exists (a missing
+    one is made inside it), with the store's owner trusted as we and root are. *stake* says what is at risk."""
     folder = Path(os.path.abspath(Path(path).expanduser()))
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     why = untrusted_folder(folder, also_trusted=store_owner)
     if why:
-        raise FileRefused(f"{folder}: {why}; the {what} would hold the only copy once the sessions are "
-                          "deleted, and another user could remove it (choose a folder only you, root or the "
+        raise FileRefused(f"{folder}: {why}; the {what} {stake} (choose a folder only you, root or the "
                           "store's owner can write)")
 
 

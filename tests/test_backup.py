@@ -370,3 +370,53 @@ def test_runs_go_into_the_store_run_history(hermes_home, tmp_path):
     assert run_subprocess("import", export, "--db", db, "--yes").returncode == 0
     assert run_subprocess("import", export, "--db", db, "--yes").returncode == 0
     assert runs("import") == 1  # the second import changed nothing and wrote nothing
+
+
+def _uid(name):
+    import pwd
+
+    return pwd.getpwnam(name).pw_uid
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another user here")
+@pytest.mark.parametrize("where, owner, mode, refused", [
+    ("dest", "mallory", 0o755, "is owned by another user"),  # a shared DEST in mallory's folder
+    ("dest", "root", 0o777, "is writable by every user without the sticky bit"),
+    ("inside", "mallory", 0o755, "is owned by another user"),  # DEST made inside mallory's folder
+    ("default", "mallory", 0o700, "is owned by another user"),  # $HERMES_HOME/state-snapshots given to mallory
+    ("dest", "root", 0o1777, None),  # sticky, like /tmp: only we may remove what we made
+    ("dest", "alice", 0o700, None),  # the store's owner's folder
+    ("default", "alice", 0o700, None),
+])
+def test_backup_refuses_a_snapshot_folder_another_user_controls(hermes_home, tmp_path, where, owner, mode, refused):
+    """Hostile try 5, H11: backup wrote alice's snapshot into mallory's folder (rc 0, "verified"); she then put
+    her own database under the snapshot's name, and restore put it into alice's store. The snapshot folder gets
+    export --delete-after-verified's OUTPUT rule: one line, before anything is written, dry run included."""
+    db = _store(hermes_home / "state.db")
+    os.chown(db, _uid("alice"), _uid("alice"))
+    folder = hermes_home / "state-snapshots" if where == "default" else tmp_path / "shared"
+    folder.mkdir()
+    os.chown(folder, _uid(owner), _uid(owner))
+    os.chmod(folder, mode)
+    args = [] if where == "default" else [folder / "new" if where == "inside" else folder]
+    before = rows(db)
+    for extra in (["--dry-run"], []):
+        r = backup(hermes_home, *args, *extra, expect=1 if refused else 0)
+        if refused:
+            assert refused in r.stderr and str(folder) in r.stderr and "no snapshot was made" in r.stderr, r.stderr
+            assert len(r.stderr.strip().splitlines()) == 1
+    if refused:
+        assert list(folder.iterdir()) == [] and rows(db) == before
+    else:
+        (snap,) = [s for s in list_snapshots(folder, _uid("alice")) if s.verified]
+        assert counts(snap.path) == counts(db) and len(snap.meta["sha256"]) == 64
+
+
+def test_the_sidecar_records_the_snapshots_sha256(hermes_home):
+    import hashlib
+
+    _store(hermes_home / "state.db")
+    (report,) = backup(hermes_home)
+    snap = Path(report["snapshot"]["path"])
+    meta = json.loads(Path(f"{snap}.json").read_text())
+    assert meta["version"] == 2 and meta["sha256"] == hashlib.sha256(snap.read_bytes()).hexdigest()

@@ -340,6 +340,49 @@ def test_verified_delete_md(store, tmp_path):
     assert json.loads((out / "manifest.jsonl").read_text().splitlines()[0])["path"] == "old_cli.md"
 
 
+@pytest.mark.parametrize("fmt", ["md", "qmd"])
+def test_verified_delete_of_a_document_keeps_the_importable_record_beside_it(tmp_path, fmt):
+    """Hostile try 5, H10: md/qmd with --delete-after-verified deleted the session keeping only the document:
+    the command a tool call ran, the reasoning and the model config were gone, and `import` cannot read a
+    document. The Sessions docs name md for this flag, so the full jsonl record is written and verified beside
+    the document; importing it gives the session back, row for row."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.db.create_session("sess1", "cli", model="gpt-5", model_config={"temperature": 0.2})
+        b.db.append_message("sess1", "user", "clear the cache please")
+        b.db.append_message("sess1", "assistant", "ok", reasoning="QUIRK-42 reasoning", tool_calls=[
+            {"id": "c1", "type": "function",
+             "function": {"name": "terminal", "arguments": '{"command": "rm -rf /srv/app/cache"}'}}])
+        b.db.append_message("sess1", "tool", "done", tool_call_id="c1", tool_name="terminal")
+        b.db.end_session("sess1", "done")
+        b.session("parent", age=20, messages=2)
+        b.session("sub", source="subagent", age=20, parent="parent", model_config={"_delegate_from": "parent"},
+                  messages=3)
+    stored = {sid: (query(db, "SELECT * FROM sessions WHERE id = ?", sid),
+                    query(db, "SELECT * FROM messages WHERE session_id = ? ORDER BY id", sid))
+              for sid in ("sess1", "parent", "sub")}
+    out = tmp_path / "out"
+    for sid in ("sess1", "parent"):
+        r = run_export(f"{out}/", "--db", db, "--format", fmt, "--session-id", sid, "--delete-after-verified",
+                       "--yes", "--json")
+        assert r.returncode == 0, r.stderr
+        report = json.loads(r.stdout)
+    assert "rm -rf" not in (out / f"sess1.{fmt}").read_text()  # the document alone is lossy
+    assert sorted(report["deleted"]) == ["parent", "sub"] and not session_ids(db) & set(stored)
+    records = {f"hermes_session_{sid}.jsonl" for sid in stored}
+    assert records <= {p.name for p in out.iterdir()} and {f"{sid}.{fmt}" for sid in stored} <= set(os.listdir(out))
+    manifest = {e["path"]: e for e in jsonl((out / "manifest.jsonl").read_text())}
+    assert records <= set(manifest)  # each record's SHA-256 is in the manifest, as its document's
+    text = (out / "hermes_session_sess1.jsonl").read_text()
+    assert "rm -rf /srv/app/cache" in text and "QUIRK-42" in text and "temperature" in text
+    for sid in ("sess1", "parent", "sub"):
+        r = run_subprocess("import", out / f"hermes_session_{sid}.jsonl", "--db", db, "--yes")
+        assert r.returncode == 0, r.stderr
+    for sid, (row, msgs) in stored.items():
+        assert query(db, "SELECT * FROM sessions WHERE id = ?", sid) == row
+        assert query(db, "SELECT * FROM messages WHERE session_id = ? ORDER BY id", sid) == msgs
+
+
 def _pinned_family(path, pinned="sub"):
     """A parent with a delegate child, *pinned* pinned (a layout with Hermes's pinned column)."""
     with StoreBuilder(path, layout="v30") as b:

@@ -254,3 +254,94 @@ def test_a_process_writing_after_the_copy_leaves_the_restore_done_and_said_so(he
     assert "the snapshot is in place, and another process wrote to the store after the copy" in result.stderr
     assert "now reads 8 sessions" in result.stderr and "the snapshot holds 7" in result.stderr
     assert session_ids(db) == {f"s{i}" for i in range(6)} | {"old", "live"}
+
+
+def _uid(name):
+    import pwd
+
+    return pwd.getpwnam(name).pw_uid
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user here")
+@pytest.mark.parametrize("how, refused", [
+    ("file", "is owned by another user (uid {mallory}), not you, root nor the store's owner"),
+    ("writable", "is writable by its group (mode 660)"),
+    ("folder", "its folder {folder} is owned by another user (uid {mallory})"),
+    ("link", "a symbolic link owned by uid {mallory}"),  # refused before too (the store link rule)
+    ("owners", None),  # the store's owner's snapshot in her own folder
+])
+def test_restore_refuses_a_snapshot_another_user_could_have_chosen(hermes_home, tmp_path, how, refused):
+    """Hostile try 5, H11: mallory replaced a snapshot in a folder she owned with her own database, and root's
+    restore put it into alice's store (rc 0). A SNAPSHOT must be ours, root's or the store's owner's, in
+    folders only they control, reached through no other user's link: else one line, nothing changed."""
+    db = _store(hermes_home / "state.db")
+    os.chown(db, _uid("alice"), _uid("alice"))
+    snap = Path(_snapshot(hermes_home))
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    for p in (snap, Path(f"{snap}.json")):
+        p.rename(folder / p.name)
+    snap = folder / snap.name
+    target = snap
+    if how == "file":
+        os.chown(snap, _uid("mallory"), _uid("mallory"))
+    elif how == "writable":
+        os.chmod(snap, 0o660)
+    elif how == "folder":
+        os.chown(folder, _uid("mallory"), _uid("mallory"))
+    elif how == "link":
+        target = tmp_path / "snap.db"
+        os.symlink(snap, target)
+        os.lchown(target, _uid("mallory"), _uid("mallory"))
+    else:
+        for p in (folder, snap, Path(f"{snap}.json")):
+            os.chown(p, _uid("alice"), _uid("alice"))
+    with StoreBuilder(db) as b:
+        b.session("after_the_snapshot", age=1, messages=2)
+    before = file_hash(db)
+    if refused is None:
+        assert "after_the_snapshot" not in session_ids(restore(hermes_home, target, "--yes")["store"])
+        return
+    refused = refused.format(mallory=_uid("mallory"), folder=folder)
+    for args in (("--dry-run",), ("--yes",)):
+        r = restore(hermes_home, target, *args, expect=1)
+        assert refused in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert file_hash(db) == before and not list((hermes_home / "state-snapshots").glob("*.pre-restore*"))
+
+
+@pytest.mark.parametrize("how", ["other_store", "same_counts", "old_sidecar_other_store", "old_sidecar"])
+def test_restore_refuses_a_file_its_sidecar_does_not_describe(hermes_home, tmp_path, how):
+    """Hostile try 5, H11: the sidecar recorded 5 sessions, 25 messages and the size, and restore put back a
+    2-session database found under the snapshot's name without a word. What the sidecar recorded is compared
+    (its sha256 since sidecar version 2; counts and size for older sidecars, which keep working)."""
+    db = _store(hermes_home / "state.db")
+    snap = Path(_snapshot(hermes_home))
+    side = Path(f"{snap}.json")
+    if how.startswith("old_sidecar"):
+        meta = json.loads(side.read_text())
+        del meta["sha256"]
+        meta["version"] = 1
+        side.write_text(json.dumps(meta))
+    if how.endswith("other_store"):
+        other = _store(tmp_path / "other.db", n=2)
+        conn = sqlite3.connect(other)
+        conn.execute("PRAGMA journal_mode=DELETE")
+        conn.close()
+        snap.write_bytes(other.read_bytes())
+    elif how == "same_counts":  # one byte of one message: counts and size as recorded
+        conn = sqlite3.connect(snap)
+        conn.execute("UPDATE messages SET content = replace(content, 'message', 'MESSAGE') WHERE id = "
+                     "(SELECT MIN(id) FROM messages)")
+        conn.commit()
+        conn.close()
+        assert snap.stat().st_size == json.loads(side.read_text())["bytes"]
+    before = file_hash(db)
+    if how == "old_sidecar":
+        assert restore(hermes_home, snap, "--yes")["after"]["sessions"] == 7
+        return
+    for args in (("--dry-run",), ("--yes",)):
+        r = restore(hermes_home, snap, *args, expect=1)
+        assert "this is not the snapshot hermes-maint made" in r.stderr and "nothing was changed" in r.stderr
+        assert ("sha256" if how == "same_counts" else "sessions 7 (the file: 3)") in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+    assert file_hash(db) == before and not list((hermes_home / "state-snapshots").glob("*.pre-restore*"))

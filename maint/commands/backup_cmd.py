@@ -23,7 +23,8 @@ def backup(dest, keep, compact, dry_run, stores) -> None:
     against the store's session and message counts before it counts. --keep N
     removes only snapshots this tool made and verified for the same store,
     never the one just made. Refuses, with both figures, when the folder's
-    filesystem lacks room for the snapshot plus a margin.
+    filesystem lacks room for the snapshot plus a margin, and refuses a
+    folder another user controls (theirs, or writable by others unless sticky).
     """
     from maint.ops.backup import BackupRequest, backup_store
 

@@ -25,7 +25,8 @@ FORMATS = ("jsonl", "md", "qmd", "html", "trace")  # maint.export.pipeline.FORMA
 @click.option("--upload", is_flag=True, help="trace: upload to your private HF dataset.")
 @click.option("--public", is_flag=True, help="trace upload: allow a public dataset.")
 @click.option("--delete-after-verified", is_flag=True,
-              help="With --session-id and --yes: delete the session once its export is proven.")
+              help="With --session-id and --yes: delete the session once its export is proven (md/qmd: "
+                   "its jsonl record is written and proven beside the document too, for import).")
 @click.option("--include-pinned", is_flag=True,
               help="With --delete-after-verified: also delete the session or a delegate child that is pinned.")
 @click.option("--yes", "-y", is_flag=True, help="Required with --delete-after-verified.")

@@ -19,8 +19,10 @@ def restore(snapshot, force, dry_run, yes, stores) -> None:
     """Copy a snapshot back into the store, in place (same file, same inode), after a safety snapshot.
 
     Stop Hermes first: refused while any process holds the store. The
-    snapshot must pass PRAGMA quick_check; the store is checked again after
-    the copy. A kill at any moment leaves the old or the new store, whole.
+    snapshot must pass PRAGMA quick_check, be yours, root's or the store's
+    owner's in a folder only they control, and match what its sidecar
+    recorded (counts, size, sha256); the store is checked again after the
+    copy. A kill at any moment leaves the old or the new store, whole.
     """
     from maint.ops.restore import RestoreRequest, restore_store
 

@@ -161,6 +161,8 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
                                  "(0 = no cap) or export it as md/qmd")
     single = bool(req.session_id) or req.latest_trace
     entries, folder = _entries(store, chosen, req, single)
+    if req.delete_after_verified and req.fmt in ("md", "qmd"):
+        entries += _records_beside(entries, chosen)
     paths = [e["path"] for e in entries if e["path"] not in (None, STDOUT)]
     if req.delete_after_verified:  # the files are the only copy once the sessions go: a folder others can't touch
         try:
@@ -277,6 +279,16 @@ def _entries(store: Store, chosen: Sequence[str], req: ExportRequest,
     return out, folder
 
 
+def _records_beside(entries: list[dict[str, Any]], chosen: Sequence[str]) -> list[dict[str, Any]]:
+    """md/qmd with --delete-after-verified: a document is for reading (no tool-call arguments, reasoning, model
+    config, token figures) and ``import`` cannot read it, so each deleted session's full jsonl record is written
+    and verified beside its document too, named as the jsonl verified delete names it: the undo is
+    ``import hermes_session_<id>.jsonl`` (hostile try 5, H10)."""
+    folder = Path(entries[0]["path"]).parent
+    return [{"path": str(inside(folder, f"hermes_session_{safe_name(sid, '')}.jsonl")), "ids": [sid],
+             "fmt": "jsonl", "record": True} for sid in chosen]
+
+
 def _groups(store: Store, chosen: Sequence[str], lineage: str) -> list[list[str]]:
     """One document per session, or per compression chain (``logical``: its segments, first started first)."""
     if lineage != "logical":
@@ -337,7 +349,7 @@ class Renderer:
         With *reads* (:class:`maint.export.fast_jsonl.ReadPacing`, jsonl lines only) the render opens its
         own read transactions; otherwise the caller holds one."""
         store, redact = self.store, self.req.redacting
-        if self.req.fmt == "jsonl" and self.req.delete_after_verified:
+        if entry.get("fmt", self.req.fmt) == "jsonl" and self.req.delete_after_verified:
             from maint.export import render as r
 
             family = set(self.plan.chosen)
@@ -449,7 +461,7 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
             "dry_run": False, "format": req.fmt, "sessions": chosen,
             "files": [w["path"] for w in written if w["path"] != STDOUT and not w["temporary"]],
             "replaced": [w["path"] for w in written if w.get("replaces")],
-            "messages": sum(w["messages"] for w in written),
+            "messages": sum(w["messages"] for w in written if not w.get("record")),  # a record repeats its document
             "written": [{"path": w["path"], "messages": w["messages"], "sha256": w["sha256"]} for w in written],
             "manifest": _write_manifest(plan, written, store.path), "uploaded": [], "deleted": [],
             "removed_files": [],
@@ -490,7 +502,7 @@ def _verified_delete(store: Store, renderer: Renderer, written: list[dict]) -> t
     from maint.export.verified_delete import delete_if_unchanged, verify_files
 
     verify_files(written, renderer.rerender_digest)
-    ids = [sid for w in written for sid in w["ids"]]
+    ids = list(dict.fromkeys(sid for w in written for sid in w["ids"]))  # md/qmd: a document and its record
     prints = {sid: p for w in written for sid, p in w["fingerprints"].items()}
     return ids, delete_if_unchanged(store, ids, prints, include_pinned=renderer.req.include_pinned)
 

@@ -25,7 +25,8 @@ The snapshot is one self-contained file (rollback-journal header, no -wal or
 a 0700 folder, checked (``PRAGMA quick_check``, Hermes's tables, counts equal to
 the source's at the snapshot's moment), fsynced, then linked to its final name
 (never over an existing file). A sidecar ``<name>.json`` records the
-verification and the file's inode and size; rotation removes only files with
+verification, the counts and the file's inode, size and SHA-256 (restore compares
+them: :func:`maint.ops.restore.vouch_for`); rotation removes only files with
 such a sidecar that still describes them, so it never touches a file it did
 not make.
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -57,12 +59,12 @@ from maint.export.files import safe_name
 from maint.store.batching import Batcher, pacer_for
 from maint.store.connection import (READ_CACHE_KB, REQUIRED_TABLES, Store, as_found, check_regular_file, connect,
                                     connect_checked, flat_memory_pragmas, open_store)
-from maint.store.snapshots import default_folder, prepare_folder
+from maint.store.snapshots import default_folder, prepare_folder, refuse_untrusted_folder
 from maint.store.targets import StoreTarget, hermes_home
 from maint.ops.vacuum import DiskUsage, file_size_limit, with_margin, write_limit_reached
 
 MADE_BY = "hermes-maint"
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = 2  # 2: the snapshot's sha256 (restore compares it; a version 1 sidecar has counts and size)
 # state-<label>-<UTC time>[.pre-restore][-n].db
 SNAPSHOT_RE = re.compile(r"^state-(?P<label>[A-Za-z0-9._-]+?)-(?P<stamp>\d{8}T\d{6}Z)"
                          r"(?P<kind>\.pre-restore)?(?:-(?P<n>\d+))?\.db$")
@@ -145,6 +147,22 @@ def _check_file(path: Path) -> dict[str, Any]:
         raise StoreError(f"{path}: corrupt ({exc}); refusing") from None
     finally:
         conn.close()
+
+
+HASH_CHUNK = 1 << 20
+
+
+def sha256_fd(fd: int, size: int | None = None) -> str:
+    """The SHA-256 of the file open at *fd* (its first *size* bytes), read in 1 MiB chunks: memory stays flat."""
+    h = hashlib.sha256()
+    offset = 0
+    while size is None or offset < size:
+        chunk = os.pread(fd, HASH_CHUNK if size is None else min(HASH_CHUNK, size - offset), offset)
+        if not chunk:
+            break
+        h.update(chunk)
+        offset += len(chunk)
+    return h.hexdigest()
 
 
 def set_rollback_header(fd: int) -> None:
@@ -280,6 +298,7 @@ class Snapshot:
     problem: str = ""
     copy_seconds: float = 0.0  # the backup API (and VACUUM INTO) part
     verify_seconds: float = 0.0  # quick_check and counts of the new file
+    hash_seconds: float = 0.0  # the sidecar's sha256 of the new file
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -498,11 +517,13 @@ def _take(store_path: Path, folder: files.Folder, label: str, kind: str, compact
         checked = time.monotonic()
         os.fsync(fd)
         st = os.fstat(fd)
+        digest = sha256_fd(fd, st.st_size)  # restore refuses a file under this name that is not this one
         meta = {"made_by": MADE_BY, "version": SIDECAR_VERSION, "file": name, "kind": kind,
                 "store": str(Path(store_path).expanduser().resolve()), "label": label,
                 "created_at": stamp, "created_ns": created_ns, "method": "vacuum-into" if compact else "backup-api",
                 "quick_check": problem or "ok", "sessions": got["sessions"], "messages": got["messages"],
-                "bytes": st.st_size, "inode": st.st_ino, "page_size": found["page_size"]}
+                "bytes": st.st_size, "inode": st.st_ino, "page_size": found["page_size"], "sha256": digest}
+        hashed = time.monotonic()
         _write_sidecar(folder, name, meta)
         made.append(name + ".json")
         crash_point("backup_sidecar")
@@ -523,7 +544,7 @@ def _take(store_path: Path, folder: files.Folder, label: str, kind: str, compact
                     seconds=round(time.monotonic() - started, 3), steps=stats.steps, restarts=stats.restarts,
                     source_journal_mode=stats.journal_mode, longest_step_ms=round(stats.longest_step_ms, 1),
                     verified=not problem, problem=problem, copy_seconds=round(copied - started, 3),
-                    verify_seconds=round(checked - copied, 3))
+                    verify_seconds=round(checked - copied, 3), hash_seconds=round(hashed - checked, 3))
 
 
 def _discard(folder: files.Folder, names: list[str], fd: int) -> None:
@@ -601,6 +622,7 @@ def backup_store(target: StoreTarget, req: BackupRequest) -> dict[str, Any]:
               "peak_extra_bytes": peak, "would_remove": [], "removed": [], "removed_partials": [],
               "unverified_kept": []}
     if req.dry_run:
+        refuse_untrusted_folder(req.folder, target.path)  # as the run would
         base = req.folder if req.folder is not None else default_folder()
         report["folder"] = str(base)
         report["would_remove"] = would_rotate(base, target.path, req.keep) if req.keep and base.is_dir() else []

@@ -34,7 +34,7 @@ from maint import files
 from maint.crashpoints import crash_point
 from maint import json_text
 from maint.errors import MaintError, StoreError, UsageError
-from maint.ops.backup import MADE_BY, Snapshot, check_file, counts, open_readonly, take_snapshot
+from maint.ops.backup import MADE_BY, Snapshot, check_file, counts, open_readonly, sha256_fd, take_snapshot
 from maint.ops.vacuum import DiskUsage, with_margin
 from maint.store.connection import (schema_problem, _check_header, _persist_wal, as_found, check_writable,
                                     connect_checked, header_journal_mode)
@@ -52,6 +52,7 @@ class SnapshotInfo:
     page_size: int
     bytes: int
     sidecar: dict[str, Any] | None = None
+    sidecar_stat: os.stat_result | None = None  # whose the sidecar is: only ours, root's or the owner's counts
 
 
 def inspect_snapshot(path: Path) -> SnapshotInfo:
@@ -67,14 +68,59 @@ def inspect_snapshot(path: Path) -> SnapshotInfo:
     problem = schema_problem(found["schema_version"])
     if problem:
         raise UsageError(f"SNAPSHOT: {path}: {problem}; refusing to restore it (upgrade hermes-maint)")
-    meta = None
+    meta = side = None
     with contextlib.suppress(MaintError, OSError, ValueError), \
             files.Folder.open(path.parent, follow_links=True) as folder:
         data = json_text.loads(folder.read(path.name + ".json", limit=1 << 20, what="snapshot sidecar") or b"null")
         if isinstance(data, dict) and data.get("made_by") == MADE_BY:
-            meta = data
+            meta, side = data, folder.lstat(path.name + ".json")
     return SnapshotInfo(path=path, sessions=found["sessions"], messages=found["messages"],
-                        page_size=found["page_size"], bytes=path.stat().st_size, sidecar=meta)
+                        page_size=found["page_size"], bytes=path.stat().st_size, sidecar=meta, sidecar_stat=side)
+
+
+NOT_OURS = "copy it somewhere only you control once you have checked it, and restore the copy"
+
+
+def vouch_for(snapshot: SnapshotInfo, store: Path) -> None:
+    """Refuse a SNAPSHOT someone else could have chosen, or one that is not the file its sidecar describes
+    (hostile try 5, H11: mallory replaced a snapshot in a folder she owned, and restore put her database into
+    alice's store). The file must be ours, root's or the store's owner's and writable by no one else
+    (:func:`maint.files.untrusted_by`), its folder and those above it trusted as a snapshot folder is
+    (:func:`maint.files.untrusted_folder`), and, as root, no other user's link on the way. When its sidecar is
+    hermes-maint's (and trusted too), what it recorded at backup time must match: counts and size (every
+    sidecar), and the SHA-256 (sidecars since version 2)."""
+    path = snapshot.path
+    owner = files.owner_of(Path(store).expanduser())
+    uid = owner[0] if owner else None
+    try:
+        files.refuse_foreign_links(path, uid, "snapshot", reading=True)
+    except files.FileRefused as exc:
+        raise files.FileRefused(f"SNAPSHOT: {exc}; nothing was changed") from None
+    real = Path(os.path.realpath(path))
+    why = files.untrusted_by(os.stat(real), uid)
+    if why:
+        raise files.FileRefused(f"SNAPSHOT: {path}: {why}, not you, root nor the store's owner; refusing to restore "
+                                f"it ({NOT_OURS}); nothing was changed")
+    why = files.untrusted_folder(real.parent, also_trusted=uid)
+    if why:
+        raise files.FileRefused(f"SNAPSHOT: {path}: its folder {real.parent} {why}, so another user may have put "
+                                f"any database under this name; refusing to restore it ({NOT_OURS}); nothing was "
+                                "changed")
+    meta = snapshot.sidecar
+    if meta is None or snapshot.sidecar_stat is None or files.untrusted_by(snapshot.sidecar_stat, uid):
+        return
+    differs = [f"{key} {meta[key]} (the file: {found})" for key, found in (
+        ("sessions", snapshot.sessions), ("messages", snapshot.messages), ("bytes", snapshot.bytes))
+        if type(meta.get(key)) is int and meta[key] != found]
+    if not differs and isinstance(meta.get("sha256"), str):
+        with files.open_regular(real, what="snapshot") as fh:
+            digest = sha256_fd(fh.fileno())
+        if digest != meta["sha256"]:
+            differs.append(f"sha256 {meta['sha256'][:12]}… (the file: {digest[:12]}…)")
+    if differs:
+        raise MaintError(f"SNAPSHOT: {path}: this is not the snapshot hermes-maint made: its sidecar "
+                         f"{path.name}.json records {', '.join(differs)}; refusing to restore it, nothing was "
+                         "changed")
 
 
 def open_live(path: Path) -> apsw.Connection:
@@ -236,11 +282,13 @@ def restore_store(target: StoreTarget, req: RestoreRequest, op: Operator) -> dic
     """``hermes-maint restore`` into one store: both sides counted, the operator asked, then :func:`restore`."""
     from maint.fmt import fmt_bytes
     from maint.ops.backup import remove_stale_partials, store_label
-    from maint.store.snapshots import prepare_folder
+    from maint.store.snapshots import prepare_folder, refuse_untrusted_folder
 
     info = req.snapshot
     if info.path.resolve() == Path(target.path).expanduser().resolve():
         raise UsageError(f"SNAPSHOT: {info.path} is the store itself (expected a snapshot of it)")
+    vouch_for(info, target.path)
+    refuse_untrusted_folder(None, target.path, "nothing was changed")  # the safety copy: the old store's only one
     with as_found(Path(target.path).expanduser()):  # a dry run leaves the store's folder as found
         conn = open_live(target.path)
         try:
@@ -262,7 +310,7 @@ def restore_store(target: StoreTarget, req: RestoreRequest, op: Operator) -> dic
         *[f"warning: {w}" for w in report["warnings"]],
         "a safety snapshot of the store is taken first",
     ])
-    folder = prepare_folder(None)
+    folder = prepare_folder(None, store=target.path)
     remove_stale_partials(folder)
     result = restore(target.path, info, label=store_label(target.path, target.profile), safety_folder=folder,
                      force=req.force)

@@ -25,6 +25,24 @@ def default_folder() -> Path:
     return hermes_home() / "state-snapshots"
 
 
+SNAPSHOTS_AT_STAKE = ("would hold the store's snapshots, and another user could remove one or put their own "
+                      "database under its name for a later restore")
+
+
+def refuse_untrusted_folder(folder: Path | None, store: Path, nothing: str = "no snapshot was made") -> None:
+    """The snapshot folder (None: the default) must be one only we, root or *store*'s owner control
+    (:func:`maint.files.refuse_untrusted_keeper`, the rule of export --delete-after-verified's OUTPUT folder):
+    one line, before anything is written (hostile try 5, H11: backup wrote into mallory's folder, and restore
+    then put back whatever she left under the snapshot's name)."""
+    owner = files.owner_of(store)
+    where = default_folder() if folder is None else Path(folder)
+    try:
+        files.refuse_untrusted_keeper(where, owner[0] if owner else None, what="snapshot folder",
+                                      stake=SNAPSHOTS_AT_STAKE)
+    except files.FileRefused as exc:
+        raise MaintError(f"{exc}; {nothing}") from None
+
+
 def prepare_folder(folder: Path | None, store: Path | None = None) -> Path:
     """The snapshot folder (its real path), created 0700 when missing; ours (the default) is kept 0700.
 
@@ -41,6 +59,8 @@ def prepare_folder(folder: Path | None, store: Path | None = None) -> Path:
                          "or a new folder inside one)")
     if not default and os.path.lexists(path) and not path.is_dir():
         raise UsageError(f"DEST: {path} is not a folder (expected a folder for the snapshots)")
+    if store is not None:
+        refuse_untrusted_folder(path, store)
     try:
         with files.Folder.open(path, create=True, parents=default, follow_links=not default,
                                what="snapshot folder", store=store) as opened:
