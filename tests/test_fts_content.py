@@ -100,3 +100,33 @@ def test_a_delete_through_it_names_the_index_and_its_fix_not_a_corrupt_store(out
     assert "out of step with its messages" in r.stderr and "repair-fts --apply" in r.stderr
     assert "corrupt" not in r.stderr
     assert query(out_of_step, "SELECT count(*) FROM messages") == before
+
+
+def test_a_prune_keeps_the_unit_the_index_refuses_names_it_and_deletes_the_rest(out_of_step):
+    db = out_of_step
+    want = run_subprocess("prune", "--older-than", "30d", "--dry-run", "--json", "--db", str(db))
+    planned = set(json.loads(want.stdout)["session_ids"])
+    assert "demo_old_cli" in planned and len(planned) > 10
+    r = run_subprocess("prune", "--older-than", "30d", "--yes", "--json", "--db", str(db))
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["skipped_out_of_step"] == ["demo_old_cli"] and "malformed" in report["out_of_step"]
+    assert set(report["session_ids"]) == planned - {"demo_old_cli"}
+    left = {sid for (sid,) in query(db, "SELECT id FROM sessions")}
+    assert "demo_old_cli" in left and not (planned - {"demo_old_cli"}) & left
+    assert query(db, "SELECT count(*) FROM messages WHERE session_id = 'demo_old_cli'")[0][0] > 0
+    assert content_ok(db, "messages_fts_trigram")  # the rolled-back unit left the healthy index whole
+    r = run_subprocess("prune", "--older-than", "30d", "--yes", "--db", str(db))
+    assert "repair-fts --apply" in r.stderr and "demo_old_cli" in r.stderr
+    assert run_subprocess("repair-fts", "--apply", "--yes", "--db", str(db)).returncode == 0
+    r = run_subprocess("prune", "--older-than", "30d", "--yes", "--json", "--db", str(db))
+    assert json.loads(r.stdout)["session_ids"] == ["demo_old_cli"]
+
+
+def test_a_sweep_names_the_unit_the_index_refuses_and_goes_on(out_of_step, tmp_path):
+    (tmp_path / "config.yaml").write_text("sessions:\n  auto_prune: true\n  retention_days: 30\n")
+    r = run_subprocess("sweep", "--db", str(out_of_step), "--force", "--json", env={"HERMES_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["skipped_out_of_step"] == ["demo_old_cli"] and len(report["pruned_ids"]) > 10
+    assert query(out_of_step, "SELECT id FROM sessions WHERE id = 'demo_old_cli'") == [("demo_old_cli",)]
