@@ -3,6 +3,7 @@ against the content (doctor --full, repair-fts), rebuilt by repair-fts --apply, 
 and the demo layout keeps its indexes through an update of a message, as upstream's triggers do."""
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -11,7 +12,7 @@ from maint.config import load_config
 from maint.demo import build_demo
 from maint.ops.doctor import run_doctor
 from maint.store.holders import Holder, HolderReport
-from tests.conftest import query, run_subprocess
+from tests.conftest import file_hash, query, run_subprocess
 
 TOOL_CALLS = json.dumps([{"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": "{}"}}])
 INDEXES = ("messages_fts", "messages_fts_trigram")
@@ -130,3 +131,20 @@ def test_a_sweep_names_the_unit_the_index_refuses_and_goes_on(out_of_step, tmp_p
     report = json.loads(r.stdout)
     assert report["skipped_out_of_step"] == ["demo_old_cli"] and len(report["pruned_ids"]) > 10
     assert query(out_of_step, "SELECT id FROM sessions WHERE id = 'demo_old_cli'") == [("demo_old_cli",)]
+
+
+def test_the_daily_doctor_leaves_the_check_out_and_the_reports_leave_no_wal_files(tmp_path):
+    """The check is a write (FTS5 takes it as an INSERT): the daily pass never opens the store for writing (its
+    folder stays as found: no run lock either); repair-fts and doctor --full, which run it on a store nobody
+    holds, leave no -wal or -shm beside a store at rest, only our run lock, and the store's bytes as they were."""
+    db = tmp_path / "state.db"
+    build_demo(db)
+    before = file_hash(db)
+    assert run_subprocess("doctor", "--db", str(db)).returncode == 0
+    assert sorted(os.listdir(tmp_path)) == ["state.db"]
+    for args in (["repair-fts"], ["doctor", "--full"]):
+        r = run_subprocess(*args, "--db", str(db), "--json")
+        assert r.returncode == 0, r.stderr
+        assert sorted(os.listdir(tmp_path)) == ["state.db", "state.db.hermes-maint.lock"]
+    assert json.loads(run_subprocess("repair-fts", "--db", str(db), "--json").stdout)["content_check"] == "ran"
+    assert file_hash(db) == before

@@ -25,7 +25,7 @@ from pathlib import Path
 import apsw
 
 from maint.errors import MaintError
-from maint.store.connection import Store, open_store
+from maint.store.connection import Store, as_found, open_store
 from maint.store.holders import HolderReport, find_holders
 from maint.store.fts_index import Fill, fill_of, is_inline  # noqa: F401 - used here and by doctor
 
@@ -128,7 +128,7 @@ def check_content_of(path: Path, holders: Callable[[Path], HolderReport] = find_
         return {}, (f"the search indexes' check against their messages was not run: {report.describe()} "
                     "(it holds the write lock while it reads every message); stop Hermes and run it again")
     try:
-        with open_store(path) as store:
+        with as_found(path), open_store(path) as store:  # a store at rest is left without a -wal and -shm
             return content_damaged(store), None
     except (apsw.BusyError, apsw.LockedError):
         return {}, ("the search indexes' check against their messages was not run: another process held the "
