@@ -2,7 +2,9 @@
 
 The layout is the current upstream one (v30: pinned/hidden flags, last_activity_at,
 content-addressed system prompts, tool-name pins, turn leases, external-content FTS5 indexes
-kept by triggers), reduced to what the maintenance commands read and write. The sessions show
+kept by insert, delete and update triggers), reduced to what the maintenance commands read and write
+(upstream's triggers without their gates for a chunked index rebuild in progress, and the trigram
+index without its cron/subagent exclusion). The sessions show
 every rule (compression lineages, delegate children, branches, open, pinned and archived
 sessions) and the skew of a real store: most conversations short, a few very long.
 """
@@ -77,6 +79,16 @@ CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
         CASE WHEN old.role = 'tool' THEN substr(COALESCE(old.content, ''), 1, 8192) ELSE old.content END,
         old.tool_name, old.tool_calls);
 END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE OF content, tool_name, tool_calls, role ON messages
+WHEN (old.content IS NOT new.content OR old.tool_name IS NOT new.tool_name OR old.tool_calls IS NOT new.tool_calls
+      OR old.role IS NOT new.role) BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content, tool_name, tool_calls) VALUES ('delete', old.id,
+        CASE WHEN old.role = 'tool' THEN substr(COALESCE(old.content, ''), 1, 8192) ELSE old.content END,
+        old.tool_name, old.tool_calls);
+    INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) VALUES (new.id,
+        CASE WHEN new.role = 'tool' THEN substr(COALESCE(new.content, ''), 1, 8192) ELSE new.content END,
+        new.tool_name, new.tool_calls);
+END;
 CREATE VIEW messages_fts_trigram_src AS
     SELECT m.id, m.content, m.tool_name FROM messages m WHERE m.role <> 'tool';
 CREATE VIRTUAL TABLE messages_fts_trigram USING fts5(content, tool_name,
@@ -87,6 +99,13 @@ END;
 CREATE TRIGGER messages_fts_trigram_delete AFTER DELETE ON messages WHEN old.role <> 'tool' BEGIN
     INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name)
     VALUES ('delete', old.id, old.content, old.tool_name);
+END;
+CREATE TRIGGER messages_fts_trigram_update AFTER UPDATE OF content, tool_name, role ON messages
+WHEN (old.content IS NOT new.content OR old.tool_name IS NOT new.tool_name OR old.role IS NOT new.role) BEGIN
+    INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name)
+    SELECT 'delete', old.id, old.content, old.tool_name WHERE old.role <> 'tool';
+    INSERT INTO messages_fts_trigram(rowid, content, tool_name)
+    SELECT new.id, new.content, new.tool_name WHERE new.role <> 'tool';
 END;
 INSERT INTO schema_version(version) VALUES (30);
 """

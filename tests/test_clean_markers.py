@@ -99,10 +99,12 @@ def test_no_backup_skips_the_snapshot(marked, cli, hermes_home):
 def test_a_trigger_text_the_pattern_cannot_split_is_refused_naming_it(tmp_path, hermes_home, cli, trigger):
     """Hostile try 3, F29: this gave "SQLite error (SQLError: syntax error)", naming no cause."""
     db = tmp_path / "state.db"
-    with StoreBuilder(db, layout="v30") as b:  # no FTS update trigger: clean-markers derives one
+    with StoreBuilder(db, layout="v30") as b:
         b.session("s1", age=3, messages=2)
         b.raw.execute("INSERT INTO messages (session_id, role, content, tool_calls, timestamp) VALUES "
                       "('s1', 'assistant', '[memory]', ?, ?)", (CALLS, b.now - 3 * 86400))
+        for name in ("messages_fts_update", "messages_fts_trigram_update"):  # no update trigger: one is derived
+            b.raw.execute(f"DROP TRIGGER {name}")
         b.raw.execute("DROP TRIGGER messages_fts_trigram_delete")
         b.raw.execute(trigger)
     before = query(db, "SELECT id, content FROM messages ORDER BY id")
@@ -112,3 +114,18 @@ def test_a_trigger_text_the_pattern_cannot_split_is_refused_naming_it(tmp_path, 
         in r.stderr
     assert "repair-fts" in r.stderr and "syntax error" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert query(db, "SELECT id, content FROM messages ORDER BY id") == before
+
+
+@pytest.mark.parametrize("layout", ["v30"])
+def test_an_index_without_an_update_trigger_is_kept_right_by_a_derived_one(marked, cli, layout):
+    """A layout reduced to insert and delete triggers (an older build, a hand-made store): clean-markers makes
+    an update trigger of them for its transaction, so the index follows the new text."""
+    conn = sqlite3.connect(marked)
+    for name in ("messages_fts_update", "messages_fts_trigram_update"):
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.commit()
+    conn.close()
+    report = json.loads(cli("clean-markers", "--db", marked, "--yes", "--json", "--no-backup").stdout)
+    assert len(report["cleared"]) == 2
+    _fts_ok(marked)
+    assert query(marked, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'skill_manage'") == []

@@ -10,10 +10,12 @@ from maint.errors import EXIT_FAILED, UsageError
 
 @command("doctor")
 @click.option("--full", is_flag=True, help="The complete pass: integrity_check of the whole file, FTS5's own check of "
-                                           "each search index, the page accounting and the UTF-8 check of every "
-                                           "stored text (slower: the default pass checks every table and index, "
-                                           "and the text that can have changed since the last clean recorded "
-                                           "--full, and says what it left out).")
+                                           "each search index (against its messages too, when no other process "
+                                           "holds the store: it takes the write lock while it reads them), the page "
+                                           "accounting and the UTF-8 check of every stored text (slower: the "
+                                           "default pass checks every table and index, and the text that can have "
+                                           "changed since the last clean recorded --full, and says what it left "
+                                           "out).")
 @click.option("--record", is_flag=True, help="With --full: note when it ran and what it found in the store's "
                                              "state_meta (one row of hermes-maint's own), which the default pass "
                                              "reports, and when clean, where its UTF-8 check stood; the "

@@ -34,6 +34,8 @@ def _render(r: dict) -> None:
     for what in r["interrupted"]:
         click.echo(f"  left by a prune stopped midway: {what}"
                    + ("; put back" if r["recovered"] else "; the next prune or sweep puts it back (or --apply)"))
+    if r.get("content_check", "ran") != "ran":
+        click.echo(f"  note: {r['content_check']}")
     if not r["damaged"]:
         click.echo(f"Search indexes ok ({', '.join(r['checked']) or 'none present'}).")
         return

@@ -4,6 +4,7 @@
 import click
 
 from maint.commands.options import command, dry_run_option, filter_options, store_options, yes_option
+from maint import PROG
 from maint.commands.output import Terminal, printable
 from maint.commands.runner import stopped_early
 from maint.errors import UsageError
@@ -82,6 +83,11 @@ def _render(r: dict) -> None:
         click.echo(f"  kept {sid}: its id is not UTF-8 text (never pruned; fix or delete it with SQL)")
     if r.get("skipped_changed"):
         click.echo(f"  skipped {len(r['skipped_changed'])} sessions that changed while pruning")
+    if r.get("skipped_out_of_step"):
+        click.echo(f"  kept {len(r['skipped_out_of_step'])} sessions whose delete a search index out of step with "
+                   f"their messages refused ({r['out_of_step']}): run `{PROG} repair-fts --apply`, then prune again: "
+                   + ", ".join(printable(s) for s in r["skipped_out_of_step"][:10])
+                   + (" …" if len(r["skipped_out_of_step"]) > 10 else ""), err=True)
     if r.get("skipped_too_big"):
         click.echo(f"  kept {len(r['skipped_too_big'])} sessions in conversations too big to delete while other "
                    "processes have the store open (their delete would hold the lock past HERMES_MAINT_MAX_UNIT_S); "

@@ -53,6 +53,11 @@ def describe(exc: BaseException) -> tuple[str, int]:
         if isinstance(exc, (apsw.BusyError, apsw.LockedError)):
             return ("the store stayed locked by another process past the busy timeout; the transaction "
                     "was rolled back, try again later", EXIT_FAILED)
+        if isinstance(exc, apsw.CorruptError) and getattr(exc, "extendedresult", None) == apsw.SQLITE_CORRUPT_VTAB:
+            # FTS5 through Hermes's triggers: an index out of step with its messages (hostile try 5, H6), which a
+            # rebuild from the messages repairs; the messages themselves are intact
+            return (f"a search index is out of step with its messages ({detail}); the transaction was rolled back: "
+                    f"run `{PROG} repair-fts --apply`", EXIT_FAILED)
         if isinstance(exc, (apsw.CorruptError, apsw.NotADBError)):
             return f"the store is corrupt ({detail}); refusing to go on", EXIT_FAILED
         if isinstance(exc, (apsw.ReadOnlyError, apsw.CantOpenError)):

@@ -3,7 +3,8 @@
 import click
 
 from maint.commands.options import command, store_options
-from maint.commands.output import Terminal
+from maint import PROG
+from maint.commands.output import Terminal, printable
 from maint.commands.runner import stopped_early
 from maint.errors import MaintError
 
@@ -51,6 +52,11 @@ def _render(r: dict) -> None:
     how = "Resumed an unfinished sweep" if r.get("resumed") else "Swept"
     click.echo(f"{how}: reaped {len(r['reaped_ids'])} open orphan(s), pruned {len(r['pruned_ids'])} sessions "
                f"({r['pruned_messages']} messages) past {r['retention_days']} days")
+    if r.get("skipped_out_of_step"):
+        click.echo(f"  kept {len(r['skipped_out_of_step'])} sessions whose delete a search index out of step with "
+                   f"their messages refused ({r['out_of_step']}): run `{PROG} repair-fts --apply`: "
+                   + ", ".join(printable(s) for s in r["skipped_out_of_step"][:10])
+                   + (" …" if len(r["skipped_out_of_step"]) > 10 else ""), err=True)
     if r.get("cancelled"):
         click.echo("  cancelled part-way: the next run inside the interval resumes it")
     click.echo(f"  VACUUM: {'done' if r['vacuumed'] else 'not run'} ({r['vacuum_reason']}); "

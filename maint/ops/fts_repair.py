@@ -27,9 +27,14 @@ def repair_store(target: StoreTarget, op: Operator, *, apply: bool = False, forc
     with open_store(target.path, readonly=True) as store:
         damaged = fts.damaged(store)
         checked = store.fts_tables
+        external = [t for t in checked if not fts.is_inline(store, t) and t not in damaged]
         left = interrupted(store)
+    content_note = None
+    if external:
+        found, content_note = fts.check_content_of(target.path)
+        damaged.update({t: lines for t, lines in found.items() if t not in damaged})
     report = {"apply": apply, "dry_run": not apply, "checked": checked, "damaged": damaged, "rebuilt": [],
-              "how": {}, "interrupted": left, "recovered": False}
+              "how": {}, "interrupted": left, "recovered": False, "content_check": content_note or "ran"}
     if not apply or not (damaged or left):
         return report
     refuse_if_held(target.path, force=force, doing="rebuild its search index", advice=STOP_HERMES)
@@ -42,12 +47,12 @@ def repair_store(target: StoreTarget, op: Operator, *, apply: bool = False, forc
         if left:
             recover_interrupted(store)  # the messages it took out go back, so the index may be whole again
             report["recovered"] = True
-            damaged = fts.damaged(store)
+            damaged = fts.damaged(store, content=True)
             report["damaged"] = damaged
         for table in damaged:
             report["how"][table] = fts.rebuild(store, table)
             report["rebuilt"].append(table)
-        still = fts.damaged(store)
+        still = fts.damaged(store, content=True)
     if still:
         raise MaintError(f"{target.path}: rebuilt {', '.join(report['rebuilt'])} but the check still fails "
                          f"({next(iter(still.values()))[0]}); restore a backup")

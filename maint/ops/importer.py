@@ -22,7 +22,10 @@ is not a session record refuses the import (nothing written). Then:
   bytes); otherwise that session's messages get fresh ids, in order, reported;
 * messages go in as ordinary inserts, so Hermes's own triggers index them for
   search;
-* the prompts the export carries go back into ``system_prompts``; a store
+* the prompts the export carries go back into ``system_prompts``, only those
+  its sessions reference, and only under their own SHA-256 (a text under
+  another hash refuses the file: the store is content-addressed, its first
+  writer of a hash wins for ever); a store
   without that table (v22) gets the text in the row's ``system_prompt``; a
   prompt the export lacks (written before prompts travelled with it) leaves
   the row's reference empty, reported (Hermes rebuilds it on the next turn);
@@ -82,6 +85,21 @@ INT64 = (-(2**63), 2**63 - 1)
 EXPECTED = ("expected one session per line as written by `hermes-maint export` or `hermes sessions export` (jsonl): "
             "a JSON object with "
             "id, source, started_at and messages")
+# The session columns that hold a hash into the content-addressed system_prompts table (upstream's
+# _delete_unreferenced_system_prompts keeps a prompt either references).
+PROMPT_REFS = ("system_prompt_hash", "tool_names")
+
+
+def prompt_hash(text: str) -> str | None:
+    """The key upstream Hermes stores a prompt under (``SessionDB._store_system_prompt``:
+    ``hashlib.sha256(prompt.encode("utf-8")).hexdigest()``); None for text UTF-8 cannot encode (a lone
+    surrogate from a JSON escape), which Hermes could never have stored."""
+    try:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    except UnicodeEncodeError:
+        return None
+
+
 _LITERAL = re.compile(r"-?[0-9]+(\.[0-9]+)?|'[^']*'|NULL", re.IGNORECASE)  # a column default we take as a value
 MAX_VARIABLES = 30000  # below SQLite's 32766 bound-parameter limit
 
@@ -277,6 +295,12 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
             if prompts is not None and not (isinstance(prompts, dict) and all(
                     isinstance(v, str) and _value_problem(v) is None for v in prompts.values())):
                 raise _bad(path, n, f"session {sid!r}: system_prompts is not a map of hash to text")
+            for h, ptext in (prompts or {}).items():
+                if prompt_hash(ptext) != h:
+                    # the store is content-addressed and its first writer of a hash wins for ever: a text under
+                    # another text's hash would become every later session's prompt of that hash (hostile try 5, H7)
+                    raise _bad(path, n, f"session {sid!r}: system_prompts entry {h[:80]!r} is not the SHA-256 of "
+                                        "its text (a prompt is stored under sha256(text), hex); refusing the file")
             kept = obj.get("kept_children") or []
             if not isinstance(kept, list) or not all(isinstance(c, str) and c and c != sid for c in kept):
                 raise _bad(path, n, f"session {sid!r}: kept_children is not a list of session ids")
@@ -542,13 +566,16 @@ class _Writer:
         text, ref = obj.get("system_prompt"), obj.get("system_prompt_hash")
         if self.has_prompt_table and isinstance(text, str) and isinstance(ref, str) and (
                 prompts.get(ref) == text if "system_prompts" in obj
-                else hashlib.sha256(text.encode("utf-8")).hexdigest() == ref):
+                else prompt_hash(text) == ref):
             # Upstream's get_session (and our export since issue 25) writes the prompt the hash names in
             # system_prompt: it goes back into system_prompts, the row keeping only the hash, as upstream's
             # import stores it. Hermes's export carries no system_prompts: the text is taken when it hashes to ref.
             prompts = {**prompts, ref: text}
             if "system_prompt" in row:
                 row["system_prompt"] = None
+        # only what the session references: an entry it does not point at is no business of this import
+        refs = {v for c in PROMPT_REFS if isinstance(v := obj.get(c), str)}
+        prompts = {h: t for h, t in prompts.items() if h in refs}
         if self.has_prompt_table:
             for h, text in prompts.items():
                 conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)", (h, text))

@@ -10,10 +10,13 @@ deleted).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import apsw
 
 from maint.fmt import fmt_bytes, fmt_time
 from maint.store import batching, lineage
@@ -227,6 +230,10 @@ class PruneResult:
     # Stopped early by the job loop's signal: (units reached, units planned); None when it ran to the end.
     stopped: tuple[int, int] | None = None
     removed_files: list[str] = field(default_factory=list)  # Hermes's files of the deleted sessions
+    # Units a search index out of step with their messages refused (SQLITE_CORRUPT_VTAB from FTS5 through
+    # Hermes's delete trigger): kept whole, named, and the run goes on; the first error's text.
+    skipped_out_of_step: list[str] = field(default_factory=list)
+    out_of_step: str | None = None
 
 
 # A unit is deleted in one transaction, so the lock is held for all of its messages. Hermes's
@@ -281,6 +288,33 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
             return None
         return detacher.start(unit.session_ids)
 
+    out_of_step: list[str] = []
+    out_of_step_reason: list[str] = []
+
+    def deletable(units: list[Unit]) -> list[Unit]:
+        """Delete *units* in the transaction in flight; the ones deleted. A unit whose delete a search index out
+        of step with its messages refuses is left whole (its own savepoint rolled back) and named, and the
+        others go on (hostile try 5, H6): one bad unit never blocks the rest of a store."""
+        try:
+            with savepoint(store.conn):
+                delete_sessions(store, store.conn, [sid for u in units for sid in u.session_ids])
+            return units
+        except apsw.CorruptError as exc:
+            if exc.extendedresult != apsw.SQLITE_CORRUPT_VTAB:
+                raise
+        done = []
+        for u in units:  # one at a time, only after a refusal: the healthy ones still go
+            try:
+                with savepoint(store.conn):
+                    delete_sessions(store, store.conn, list(u.session_ids))
+                done.append(u)
+            except apsw.CorruptError as exc:
+                if exc.extendedresult != apsw.SQLITE_CORRUPT_VTAB:
+                    raise
+                out_of_step.extend(u.session_ids)
+                out_of_step_reason[:] = out_of_step_reason or [str(exc).split(": ", 1)[-1]]
+        return done
+
     in_flight: list[str] = []  # deleted by the transaction in flight: counted, and their files go, once it commits
     removed_files: list[str] = []
     reached = [0]  # units handed to apply: fewer than planned only when the run was cancelled
@@ -296,10 +330,9 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
                                          pinned_ok=plan.include_pinned)
         ok = [u for u in chunk if moved.isdisjoint(u.session_ids)]
         changed.extend(sid for u in chunk if not moved.isdisjoint(u.session_ids) for sid in u.session_ids)
+        ok = deletable(ok)
         ids = [sid for u in ok for sid in u.session_ids]
-        if ids:
-            delete_sessions(store, store.conn, ids)
-            in_flight.extend(ids)
+        in_flight.extend(ids)
         if detacher is not None and detacher.out([sid for u in chunk for sid in u.session_ids]):
             detacher.settle(store.conn, deleted=detacher.out(ids))
         msgs[0] += sum(u.messages for u in ok)
@@ -328,7 +361,23 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
     return PruneResult(deleted_ids=deleted, messages=msgs[0], skipped_changed=changed,
                        transactions=transactions[0],
                        longest_lock_s=store.write_stats.longest_hold_s, skipped_too_big=too_big,
-                       removed_files=removed_files, stopped=stopped)
+                       removed_files=removed_files, stopped=stopped, skipped_out_of_step=out_of_step,
+                       out_of_step=out_of_step_reason[0] if out_of_step_reason else None)
+
+
+@contextlib.contextmanager
+def savepoint(conn, name: str = "hermes_maint_unit") -> Iterator[None]:
+    """A savepoint inside the transaction in flight: released on success, rolled back (and released) when the
+    body raises, so the transaction goes on without what the body did."""
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(apsw.Error):  # an error that ended the whole transaction took the savepoint too
+            conn.execute(f"ROLLBACK TO {name}")
+            conn.execute(f"RELEASE {name}")
+        raise
+    conn.execute(f"RELEASE {name}")
 
 
 @dataclass(frozen=True)
@@ -363,7 +412,7 @@ def prune_store(target: StoreTarget, req: PruneRequest, op: Operator) -> dict[st
                 # Nothing to delete, but what a killed run left goes back (the delete itself does this first).
                 recover_interrupted(store)
             report.update(deleted=0, transactions=0, longest_lock_ms=0.0, skipped_changed=[], skipped_too_big=[],
-                          removed_files=[])
+                          removed_files=[], skipped_out_of_step=[], out_of_step=None)
             if req.dry_run:
                 report["session_ids"] = plan.session_ids
                 report["session_files"] = session_files(target.path, plan.session_ids)
@@ -381,6 +430,7 @@ def prune_store(target: StoreTarget, req: PruneRequest, op: Operator) -> dict[st
             deleted=len(result.deleted_ids), transactions=result.transactions,
             longest_lock_ms=round(result.longest_lock_s * 1000, 1), skipped_changed=result.skipped_changed,
             skipped_too_big=result.skipped_too_big, removed_files=result.removed_files,
+            skipped_out_of_step=result.skipped_out_of_step, out_of_step=result.out_of_step,
         )
         if result.stopped is not None:  # the job loop's SIGTERM/SIGINT: the history row says so too
             report.update(status="stopped", planned=count, stopped_by=batching.cancel_signal(),

@@ -40,6 +40,7 @@ import apsw
 
 from maint import files
 from maint.errors import MaintError, UsageError
+from maint.ops import fts
 from maint.ops.vacuum import room_problem, write_limit_reached
 from maint.store.connection import Store, check_regular_file, connect
 
@@ -272,10 +273,8 @@ def verify(dst: apsw.Connection) -> list[str]:
         problems.append("foreign key violations remain")
     for (name,) in dst.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND "
                                "sql LIKE 'CREATE VIRTUAL TABLE%fts5%'").fetchall():
-        try:
-            dst.execute(f"INSERT INTO {_q(name)}({_q(name)}, rank) VALUES ('integrity-check', 1)")
-        except apsw.Error as exc:
-            problems.append(f"search index {name}: {exc}")
+        if problem := fts.content_check(dst, name):
+            problems.append(f"search index {problem}")
     return problems
 
 

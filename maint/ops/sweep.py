@@ -185,7 +185,8 @@ def decide_vacuum(store: Store, *, deleted: int, enabled: bool, min_interval_day
 
 def empty_report(db: Path) -> dict[str, Any]:
     return {"store": str(db), "swept": False, "skipped_reason": None, "reaped_ids": [], "pruned_ids": [],
-            "pruned_messages": 0, "skipped_too_big": [], "bytes_before": None, "bytes_after": None, "bytes_freed": 0,
+            "pruned_messages": 0, "skipped_too_big": [], "skipped_out_of_step": [], "out_of_step": None,
+            "bytes_before": None, "bytes_after": None, "bytes_freed": 0,
             "vacuumed": False, "vacuum_reason": None, "retention_days": None, "seconds": 0.0,
             "started_at": None, "completed": False, "cancelled": False, "resumed": False,
             "auto_archived_ids": [], "auto_archive_skipped_reason": None, "ghost_pruned_ids": [],
@@ -288,6 +289,8 @@ def run_sweep(db: Path, cfg: Config, *, force: bool = False, now: float | None =
                 report["pruned_ids"] = result.deleted_ids
                 report["pruned_messages"] = result.messages
                 report["skipped_too_big"] = result.skipped_too_big
+                report["skipped_out_of_step"] = result.skipped_out_of_step
+                report["out_of_step"] = result.out_of_step
                 report["removed_files"] = result.removed_files
                 report["cancelled"] = batching.CANCEL.is_set()
                 decision = VacuumDecision(False, "the sweep was cancelled") if report["cancelled"] else decide_vacuum(

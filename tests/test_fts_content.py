@@ -1,0 +1,150 @@
+"""An external-content search index out of step with its messages (hostile try 5, H6): found by FTS5's check
+against the content (doctor --full, repair-fts), rebuilt by repair-fts --apply, named when a delete runs into it;
+and the demo layout keeps its indexes through an update of a message, as upstream's triggers do."""
+
+import json
+import os
+import sqlite3
+
+import pytest
+
+from maint.config import load_config
+from maint.demo import build_demo
+from maint.ops.doctor import run_doctor
+from maint.store.holders import Holder, HolderReport
+from tests.conftest import file_hash, query, run_subprocess
+
+TOOL_CALLS = json.dumps([{"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": "{}"}}])
+INDEXES = ("messages_fts", "messages_fts_trigram")
+
+
+def content_ok(db, table):
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+        return True
+    except sqlite3.DatabaseError:
+        return False
+    finally:
+        conn.close()
+
+
+def update_messages(db, *, drop_trigger=False):
+    """What an older tool or a hand fix-up does: an UPDATE of indexed columns, with no update trigger to follow."""
+    conn = sqlite3.connect(db)
+    if drop_trigger:
+        conn.execute("DROP TRIGGER IF EXISTS messages_fts_update")
+    conn.execute("UPDATE messages SET tool_calls = ?, content = content || ' zzyzx' "
+                 "WHERE session_id = 'demo_old_cli' AND role = 'assistant'", (TOOL_CALLS,))
+    conn.commit()
+    conn.close()
+
+
+@pytest.fixture
+def out_of_step(tmp_path):
+    db = tmp_path / "state.db"
+    build_demo(db)
+    update_messages(db, drop_trigger=True)
+    assert not content_ok(db, "messages_fts")
+    return db
+
+
+def test_the_demo_layout_keeps_both_indexes_through_an_update_of_a_message(tmp_path):
+    db = tmp_path / "state.db"
+    build_demo(db)
+    update_messages(db)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE messages SET role = 'tool' WHERE id = (SELECT MIN(id) FROM messages WHERE "
+                 "session_id = 'demo_old_cli' AND role = 'assistant')")  # leaves the trigram index, as upstream's
+    conn.commit()
+    conn.close()
+    assert all(content_ok(db, t) for t in INDEXES)
+    hits = query(db, "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'zzyzx'")[0][0]
+    assert hits == query(db, "SELECT count(*) FROM messages WHERE content LIKE '%zzyzx'")[0][0] > 0
+    r = run_subprocess("delete", "demo_old_cli", "--yes", "--db", str(db))
+    assert r.returncode == 0, r.stderr
+    assert all(content_ok(db, t) for t in INDEXES)
+
+
+def test_doctor_full_and_repair_fts_find_it_and_apply_rebuilds_it(out_of_step):
+    db = out_of_step
+    report = run_doctor(db, load_config(), full=True, holders=lambda p: HolderReport())
+    bad = [f for f in report["findings"] if f["kind"] == "fts_index" and f["severity"] == "critical"]
+    assert [f["data"]["table"] for f in bad] == ["messages_fts"] and "out of step" in bad[0]["what"]
+    assert "repair-fts --apply" in bad[0]["fix"]
+    r = run_subprocess("repair-fts", "--db", str(db), "--json")
+    assert r.returncode == 0, r.stderr
+    assert list(json.loads(r.stdout)["damaged"]) == ["messages_fts"]
+    r = run_subprocess("repair-fts", "--apply", "--yes", "--db", str(db), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["rebuilt"] == ["messages_fts"]
+    assert all(content_ok(db, t) for t in INDEXES)
+    r = run_subprocess("delete", "demo_old_cli", "--yes", "--db", str(db))
+    assert r.returncode == 0, r.stderr
+
+
+def test_doctor_full_leaves_the_check_to_a_store_nobody_holds(out_of_step):
+    """FTS5 runs its content check as a write: it would hold a live Hermes writer up for its whole read."""
+    db = out_of_step
+    held = HolderReport(holders=[Holder(pid=4242, cmdline="hermes gateway", files=[str(db)], connections=1)])
+    report = run_doctor(db, load_config(), full=True, holders=lambda p: held)
+    fts = {f["data"]["table"]: f for f in report["findings"] if f["kind"] == "fts_index"}
+    assert fts["messages_fts"]["severity"] == "ok" and "not run" in fts["messages_fts"]["what"]
+    assert "pid 4242" in fts["messages_fts"]["what"]
+
+
+def test_a_delete_through_it_names_the_index_and_its_fix_not_a_corrupt_store(out_of_step):
+    before = query(out_of_step, "SELECT count(*) FROM messages")
+    r = run_subprocess("delete", "demo_old_cli", "--yes", "--db", str(out_of_step))
+    assert r.returncode == 1
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert "out of step with its messages" in r.stderr and "repair-fts --apply" in r.stderr
+    assert "corrupt" not in r.stderr
+    assert query(out_of_step, "SELECT count(*) FROM messages") == before
+
+
+def test_a_prune_keeps_the_unit_the_index_refuses_names_it_and_deletes_the_rest(out_of_step):
+    db = out_of_step
+    want = run_subprocess("prune", "--older-than", "30d", "--dry-run", "--json", "--db", str(db))
+    planned = set(json.loads(want.stdout)["session_ids"])
+    assert "demo_old_cli" in planned and len(planned) > 10
+    r = run_subprocess("prune", "--older-than", "30d", "--yes", "--json", "--db", str(db))
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["skipped_out_of_step"] == ["demo_old_cli"] and "malformed" in report["out_of_step"]
+    assert set(report["session_ids"]) == planned - {"demo_old_cli"}
+    left = {sid for (sid,) in query(db, "SELECT id FROM sessions")}
+    assert "demo_old_cli" in left and not (planned - {"demo_old_cli"}) & left
+    assert query(db, "SELECT count(*) FROM messages WHERE session_id = 'demo_old_cli'")[0][0] > 0
+    assert content_ok(db, "messages_fts_trigram")  # the rolled-back unit left the healthy index whole
+    r = run_subprocess("prune", "--older-than", "30d", "--yes", "--db", str(db))
+    assert "repair-fts --apply" in r.stderr and "demo_old_cli" in r.stderr
+    assert run_subprocess("repair-fts", "--apply", "--yes", "--db", str(db)).returncode == 0
+    r = run_subprocess("prune", "--older-than", "30d", "--yes", "--json", "--db", str(db))
+    assert json.loads(r.stdout)["session_ids"] == ["demo_old_cli"]
+
+
+def test_a_sweep_names_the_unit_the_index_refuses_and_goes_on(out_of_step, tmp_path):
+    (tmp_path / "config.yaml").write_text("sessions:\n  auto_prune: true\n  retention_days: 30\n")
+    r = run_subprocess("sweep", "--db", str(out_of_step), "--force", "--json", env={"HERMES_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["skipped_out_of_step"] == ["demo_old_cli"] and len(report["pruned_ids"]) > 10
+    assert query(out_of_step, "SELECT id FROM sessions WHERE id = 'demo_old_cli'") == [("demo_old_cli",)]
+
+
+def test_the_daily_doctor_leaves_the_check_out_and_the_reports_leave_no_wal_files(tmp_path):
+    """The check is a write (FTS5 takes it as an INSERT): the daily pass never opens the store for writing (its
+    folder stays as found: no run lock either); repair-fts and doctor --full, which run it on a store nobody
+    holds, leave no -wal or -shm beside a store at rest, only our run lock, and the store's bytes as they were."""
+    db = tmp_path / "state.db"
+    build_demo(db)
+    before = file_hash(db)
+    assert run_subprocess("doctor", "--db", str(db)).returncode == 0
+    assert sorted(os.listdir(tmp_path)) == ["state.db"]
+    for args in (["repair-fts"], ["doctor", "--full"]):
+        r = run_subprocess(*args, "--db", str(db), "--json")
+        assert r.returncode == 0, r.stderr
+        assert sorted(os.listdir(tmp_path)) == ["state.db", "state.db.hermes-maint.lock"]
+    assert json.loads(run_subprocess("repair-fts", "--db", str(db), "--json").stdout)["content_check"] == "ran"
+    assert file_hash(db) == before
