@@ -10,8 +10,8 @@ from maint.errors import EXIT_FAILED, UsageError
 
 @command("doctor")
 @click.option("--full", is_flag=True, help="The complete pass: integrity_check of the whole file, FTS5's own check of "
-                                           "each search index (against its messages too, when no other process "
-                                           "holds the store: it takes the write lock while it reads them), the page "
+                                           "each search index (its check against the messages is a write: "
+                                           "repair-fts runs it), the page "
                                            "accounting and the UTF-8 check of every stored text (slower: the "
                                            "default pass checks every table and index, and the text that can have "
                                            "changed since the last clean recorded --full, and says what it left "
