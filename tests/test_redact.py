@@ -463,6 +463,27 @@ def test_the_gate_sets_aside_keyword_arguments_that_pass_on_their_own_name():
     assert redact_text("f(apikey=my_key)") == "f(apikey=[REDACTED])"
 
 
+def test_a_tool_call_id_that_holds_a_keyword_is_no_name_and_does_not_pass_the_gate():
+    """call_…Pw…", "type": a tool call id is on every tool call and its result, and one in 40 spells a keyword
+    by chance (the gate's "NAME", value). No rule reads it as a name, and the gate's second look sets it
+    aside; a name beside it, or an id that is part of a longer name, still counts."""
+    from maint.export.redact import gate
+
+    ids = ("call_abcPwXyz0123456789abcd", "toolu_01AbCdEfGhTokenIjKlMn9P")
+    for call_id in ids:
+        stored = json.dumps([{"id": call_id, "type": "function",
+                              "function": {"name": "terminal", "arguments": "{\"command\": \"ls\"}"}}])
+        assert not gate(stored.encode()), call_id
+        assert name_kind(call_id) is None
+        assert redact_text(f'"{call_id}", "Xk3!dLq9zz"') == f'"{call_id}", "Xk3!dLq9zz"'
+    assert redact_text(f'{{"id": "{ids[0]}", "db_password": "Xk3!dLq9zz"}}') == \
+        f'{{"id": "{ids[0]}", "db_password": "{MASK}"}}'
+    for text in (f'"my.{ids[0]}", "Xk3!dLq9zz"', f'"{ids[0]}_pw", "Xk3!dLq9zz"', '"call_password", "Xk3!dLq9zz"',
+                 '"call_abcdefghijklmnopqrstPw", "Xk3!dLq9zz"'):  # a longer name; no digit: not an id
+        assert gate(text.encode()), text
+        assert MASK in redact_text(text), text
+
+
 def test_the_gate_takes_escapes_that_spell_ascii_or_a_unicode_space_only():
     from maint.export.redact import gate
 

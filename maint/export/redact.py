@@ -212,7 +212,7 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|(?i:\buse)[ \t]+[^\s]{6,}[ \t]+(?i:as)[ \t]"
                 r"|(?i:パスワード|暗証番号|密码|密碼|비밀번호|passwort|kennwort|senha|contraseña|contrasena"
                 r"|mot de passe|пароль|wachtwoord|lösenord|hasło|salasana|adgangskode|passord|şifre)"
-                r"|machine\s|\+[1-9]\d{6}|=[^&\s]*&[A-Za-z_]|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
+                r"|machine\s|\+[1-9]\d{6}|&[A-Za-z_][\w.\-]*=|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
                 r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate|pdo"
                 r"|mysqli(?:_connect)?)[ \t]*\("
@@ -221,7 +221,7 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|[,;\t][ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*(?:[\r\n,;\t]|\\+[nrt])"
                 r"|(?m:^)[ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*[,;\t]"
                 r"|(?:\b|_)(?i:password|passphrase|passcode|passwd|secret|token|api[ _\-]?key|credentials?)\b"
-                r"[^.:\n\\=(){}]{0,60}(?::[ \t]*[^\s]|(?i:\bis|\bwas|\bto|\bas)[ \t])")
+                r"[^.:\n\\=(){}]*(?::[ \t]*[^\s]|(?i:\bis|\bwas|\bto|\bas)[ \t])")
 # Where a token starts (as the shapes' own lookbehind has it), or after an escape that decodes to a line end
 # or a tab: the shapes below with counted repeats only start there, so the DFA does not follow them from
 # every character.
@@ -232,7 +232,7 @@ _GATE_SHAPES = (
     r"|AKIA|ASIA|ABIA|ACCA|A3T|\dQ~|gh[pousr]_|github_pat_|gl(?:pat|dt|rtr|rt|ptt|cbt|ft|soat|oas|imt|agent|ffct|wt)-"
     r"|GR1348941|AT(?:ATT|CTT|OAT)3|ATBB|npm_|pypi-|rubygems_|dckr_|do[opr]_v1_|HRKU-|v1\.0-|vc[piakr]_"
     r"|nf[pcoa]_|shp(?:at|ca|pa|ss)_|[rp]k_(?:live|test)_|whsec_|SG\."
-    r"|key-[0-9a-f]|xox|xapp-|\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27}"
+    r"|key-[0-9a-f]|[0-9a-f]-(?:[0-9a-f]{8}-|us\d)|xox|xapp-|\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{8}"
     r"|lin_|secret_|ntn_|sntry[su]_|eyJ|PMAK-|\.atlasv1\.|hv[sbr]\."
     r"|gl(?:c|sa)_|NRAK-|pscale_|sbp_|dp\.(?:pt|st|sa|ct|scim|audit)\.|AGE-SECRET-KEY-1"
     r"|figd_|sq0(?:atp|csp|idp)-|EAAA|dapi|AKCp|pul-[a-f0-9]|pnu_|CFPAT-"
@@ -241,7 +241,7 @@ _GATE_SHAPES = (
     r"|FLW(?:SECK|PUBK)_TEST-|fo1_|fm1[ar]_|fm2_|fio-u-|pat\.|sat\.|ico-|s-s4t2|_mmk"
     r"|API-|sha256~|rdme_|tk-us-|xkeysib-|sm_[aps]at_|shippo_|sgp_|tfp_|AQVN"
     r"|NRJS-|NRII-|sq[upa]_|AAAAAAAAAAAAAAAAAAAAAA|_gitlab_session=|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/"
-    r"|" + _GATE_TOKEN_START + r"(?:SK[0-9a-fA-F]{8}|AC[0-9a-f]{8}|[0-9a-f]{32}-(?:[0-9a-f]{8}-|us)"
+    r"|" + _GATE_TOKEN_START + r"(?:SK[0-9a-fA-F]{8}|AC[0-9a-f]{8}"
     r"|(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30}|s\.[A-Za-z0-9]{24}|age1[02-9ac-hj-np-z]{8}|AAAA[A-Za-z0-9_\-]{7}:"
     r"|pat[A-Za-z0-9]{14}\.|t1\.[A-Za-z0-9_\-])")
 
@@ -285,12 +285,20 @@ _SET_MATCH = _compile_gate()
 # gate lets a clean text through (in the benchmark's transcripts, 3 of 4 such texts held nothing else).
 _KWARG_VALUE = re.compile(rb"=[ \t]*([A-Za-z_]\w{0,100})[ \t]*[,)]")
 _NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.$-")
+# A tool call's id (OpenAI's call_ and Anthropic's toolu_, then 20 or more random letters and digits) is on
+# every tool call and its result, and one in 40 holds a keyword by chance (call_…Pw…", "type": the gate's
+# "NAME", value): no rule takes it for a name (name_kind), so the second look sets its body aside too (as
+# x's: no keyword). The borders are those of the name the rules would read (nothing of a name before it,
+# not a longer name after it: a letter, digit, _, -, a dotted part or a non-ASCII letter).
+_TOOL_CALL_ID_BYTES = re.compile(rb"(?<![A-Za-z0-9_.$\-])(?:call|toolu)_([A-Za-z0-9]{20,64})"
+                                 rb"(?![A-Za-z0-9_\-\x80-\xff]|\.[A-Za-z0-9_\-\x80-\xff])")
 
 
 def _gate(data: bytes) -> Any:
     """gate(utf8_bytes): which kinds of rule (NAMES, SHAPES, PLACES, BASE64) could find something in
     the text; empty when none can. A text that only a name could be found in takes a second look
-    with its same-name keyword arguments set aside (their "=" made NUL, which no rule takes)."""
+    with its same-name keyword arguments set aside (their "=" made NUL, which no rule takes) and the
+    bodies of its tool call ids (which no rule takes for a name)."""
     hits = _SET_MATCH(data)
     if HIDDEN in hits:
         hits.remove(HIDDEN)
@@ -307,11 +315,21 @@ def _gate(data: bytes) -> Any:
             if start >= 0 and data[start:end] == value and (start == 0 or data[start - 1] not in _NAME_BYTES):
                 spared = spared or bytearray(data)
                 spared[m.start()] = 0
+        if b"call_" in data or b"toolu_" in data:
+            for m in _TOOL_CALL_ID_BYTES.finditer(data):
+                if _random_id(m.group(1)):
+                    spared = spared or bytearray(data)
+                    spared[m.start(1):m.end(1)] = b"x" * (m.end(1) - m.start(1))
         if spared is not None:
             hits = _SET_MATCH(bytes(spared))
             if HIDDEN in hits:
                 hits.remove(HIDDEN)
     return hits
+
+
+def _random_id(body: Any) -> bool:
+    """A tool call id's body (str or bytes of ASCII letters and digits): a digit, a capital and a small letter."""
+    return not body.isalpha() and body.upper() != body and body.lower() != body
 
 
 def _unhidden(data: bytes) -> Any:
@@ -476,10 +494,17 @@ _IDENT = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
 _PATH = re.compile(r"(?:~|\.\.?)?(?:/[\w.\-@]+)+/?")
 
 
+_TOOL_CALL_ID = re.compile(r"(?:call|toolu)_([A-Za-z0-9]{20,64})")
+
+
 @lru_cache(maxsize=4096)
 def name_kind(name: str) -> str | None:
     """How a name that says secret is treated: "password" (any value), "token", "random" (only a
     random-looking value), "auth"/"line" (HTTP headers), or None for a harmless name."""
+    if name.startswith(("call_", "toolu_")):
+        m = _TOOL_CALL_ID.fullmatch(name)
+        if m is not None and _random_id(m.group(1)):
+            return None  # a tool call's id (call_…Pw…): the gate sets these aside (_TOOL_CALL_ID_BYTES)
     low = name.lower().lstrip("-_@$")
     if low in _AUTH_HEADERS:
         return "auth"
