@@ -1,6 +1,7 @@
 """clean-markers as upstream's purge_stale_tool_call_markers (issue 25 item 7)."""
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -129,3 +130,20 @@ def test_an_index_without_an_update_trigger_is_kept_right_by_a_derived_one(marke
     assert len(report["cleared"]) == 2
     _fts_ok(marked)
     assert query(marked, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'skill_manage'") == []
+
+
+@pytest.mark.parametrize("layout", ["v30"])
+def test_the_snapshot_folder_rule_holds_for_clean_markers_too(marked, cli, hermes_home):
+    """Hostile try 5, H11's rule (a snapshot folder another user controls is refused) lives in the snapshot
+    folder itself, for every command that takes a snapshot: clean-markers' pre-change snapshot gets it too."""
+    import pwd
+
+    folder = hermes_home / "state-snapshots"
+    folder.mkdir()
+    mallory = pwd.getpwnam("mallory").pw_uid
+    os.chown(folder, mallory, mallory)
+    before = query(marked, "SELECT id, content FROM messages ORDER BY id")
+    result = cli("clean-markers", "--db", marked, "--yes")
+    assert result.exit_code == 1 and "is owned by another user" in result.stderr, result.output
+    assert query(marked, "SELECT id, content FROM messages ORDER BY id") == before
+    assert list(folder.iterdir()) == []

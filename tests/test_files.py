@@ -259,7 +259,7 @@ def test_a_root_run_leaves_the_run_lock_and_snapshot_folder_to_the_stores_owner(
     monkeypatch.setattr(files.Folder, "__init__", _owner_from_stat(files.Folder.__init__, owned_by_user))
     with open_store(db):
         pass
-    folder = prepare_folder(None)
+    folder = prepare_folder(None, store=db)
     snap = take_snapshot(db, folder, label="default")
     assert chowns.owners(f"{db}.hermes-maint.lock") == [(1000, 1000)]
     assert chowns.owners(folder) == [(1000, 1000)]

@@ -77,7 +77,7 @@ def test_backup_connections_map_nothing_and_cap_their_cache(tmp_path, hermes_hom
     """The snapshot's verification once ran with a 1 GiB memory map and a 256 MiB cache (1.3 GB RSS at 9 GB)."""
     db = _store(hermes_home / "state.db")
     with Connections() as seen:
-        snap = take_snapshot(db, prepare_folder(tmp_path / "snaps"), label="default")
+        snap = take_snapshot(db, prepare_folder(tmp_path / "snaps", store=db), label="default")
     assert snap.path.exists()
     seen.assert_flat()
     assert len(seen.statements) >= 3  # the store, the new file being written, its verification

@@ -148,8 +148,8 @@ def clean_markers_store(target: StoreTarget, op: Operator, *, dry_run: bool = Fa
         if backup:
             from maint.ops.backup import prepare_folder, store_label, take_snapshot
 
-            snap = take_snapshot(target.path, prepare_folder(None), label=store_label(target.path, target.profile),
-                                 kind="pre-clean-markers")
+            snap = take_snapshot(target.path, prepare_folder(None, store=target.path),
+                                 label=store_label(target.path, target.profile), kind="pre-clean-markers")
             report["backup"] = str(snap.path)
         started = time.monotonic()
         report["cleared"] = clear_markers(store, [r["id"] for r in found])

@@ -17,7 +17,7 @@ import apsw
 
 from maint import files
 from maint.errors import MaintError, UsageError
-from maint.store.connection import connect
+from maint.store.connection import check_regular_file, connect, connect_checked
 from maint.store.targets import hermes_home
 
 
@@ -43,7 +43,7 @@ def refuse_untrusted_folder(folder: Path | None, store: Path, nothing: str = "no
         raise MaintError(f"{exc}; {nothing}") from None
 
 
-def prepare_folder(folder: Path | None, store: Path | None = None) -> Path:
+def prepare_folder(folder: Path | None, store: Path) -> Path:
     """The snapshot folder (its real path), created 0700 when missing; ours (the default) is kept 0700.
 
     The default folder is ours by name, so a symlink or anything but a folder at
@@ -59,8 +59,7 @@ def prepare_folder(folder: Path | None, store: Path | None = None) -> Path:
                          "or a new folder inside one)")
     if not default and os.path.lexists(path) and not path.is_dir():
         raise UsageError(f"DEST: {path} is not a folder (expected a folder for the snapshots)")
-    if store is not None:
-        refuse_untrusted_folder(path, store)
+    refuse_untrusted_folder(path, store)  # every snapshot folder, whoever asks (backup, restore, the repairs)
     try:
         with files.Folder.open(path, create=True, parents=default, follow_links=not default,
                                what="snapshot folder", store=store) as opened:
@@ -75,7 +74,7 @@ def prepare_folder(folder: Path | None, store: Path | None = None) -> Path:
 def copy_stores(stores: dict[str, Path], label: str) -> Path:
     """Copies of every store through SQLite's backup API, in a timestamped folder named for *label*
     inside the snapshot folder (made and opened as backup does: no link followed, 0700, owned as its home)."""
-    parent = prepare_folder(None)
+    parent = prepare_folder(None, store=next(iter(stores.values())))
     base = time.strftime(f"{label}-%Y%m%d-%H%M%S")
     with files.Folder.open(parent) as snapshots:
         name, n = base, 1
@@ -85,7 +84,8 @@ def copy_stores(stores: dict[str, Path], label: str) -> Path:
         with snapshots.subfolder(name, create=True) as folder:
             for profile, path in stores.items():
                 os.close(folder.create(f"{profile}.state.db"))
-                src = connect(str(path), apsw.SQLITE_OPEN_READONLY)
+                # the store whose links were judged, not whatever its name leads to by now (hostile try 5, H1)
+                src = connect_checked(path, check_regular_file(path), apsw.SQLITE_OPEN_READONLY)
                 dst = connect(str(folder.path / f"{profile}.state.db"))
                 with dst.backup("main", src, "main") as backup:
                     backup.step()
