@@ -241,8 +241,8 @@ def test_a_process_writing_after_the_copy_leaves_the_restore_done_and_said_so(he
         b.session("after_the_snapshot", age=1, messages=2)  # the restore takes this one away
     copy = restore_mod.copy_into
 
-    def copy_then_a_writer(conn, snapshot):
-        copy(conn, snapshot)
+    def copy_then_a_writer(conn, snapshot, vouched=None):
+        copy(conn, snapshot, vouched)
         writer = sqlite3.connect(db, timeout=10)  # a Hermes process that started meanwhile
         with writer:
             writer.execute("INSERT INTO sessions (id, source, started_at) VALUES ('live', 'cli', 1800000000)")
@@ -345,3 +345,33 @@ def test_restore_refuses_a_file_its_sidecar_does_not_describe(hermes_home, tmp_p
         assert ("sha256" if how == "same_counts" else "sessions 7 (the file: 3)") in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
     assert file_hash(db) == before and not list((hermes_home / "state-snapshots").glob("*.pre-restore*"))
+
+
+def test_restore_copies_the_snapshot_it_vouched_for_not_what_its_name_leads_to_later(hermes_home, tmp_path, cli,
+                                                                                      monkeypatch):
+    """Hostile try 6, I4: restore judged SNAPSHOT by one lookup and copied from it by another: alice swapped her
+    snapshot folder for a link to bob's home after the checks, and her store then held bob's whole store."""
+    from maint.ops import restore as restore_mod
+
+    db = _store(hermes_home / "state.db")
+    mine, other = tmp_path / "snaps", tmp_path / "other"
+    mine.mkdir()
+    other.mkdir()
+    _store(mine / "state.db", n=3)
+    _store(other / "state.db", n=9)
+    before = session_ids(db)
+    vouch = restore_mod.vouch_for
+    swapped = []
+
+    def vouch_then_swap(snapshot, store):
+        vouch(snapshot, store)
+        mine.rename(tmp_path / "kept")
+        mine.symlink_to(other)
+        swapped.append(snapshot.path)
+
+    monkeypatch.setattr(restore_mod, "vouch_for", vouch_then_swap)
+    result = cli("restore", mine / "state.db", "--yes")
+    assert swapped, "the swap never ran"
+    assert result.exit_code == 1, result.output
+    assert "swapped" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert session_ids(db) == before

@@ -34,10 +34,11 @@ from maint import files
 from maint.crashpoints import crash_point
 from maint import json_text
 from maint.errors import MaintError, StoreError, UsageError
-from maint.ops.backup import MADE_BY, Snapshot, check_file, counts, open_readonly, sha256_fd, take_snapshot
+from maint.ops.backup import MADE_BY, Snapshot, check_file, counts, sha256_fd, take_snapshot
 from maint.ops.vacuum import DiskUsage, with_margin
-from maint.store.connection import (schema_problem, _check_header, _persist_wal, as_found, check_writable,
-                                    connect_checked, header_journal_mode)
+from maint.store.connection import (READ_CACHE_KB, schema_problem, _check_header, _persist_wal, as_found,
+                                    check_regular_file, check_writable, connect_checked, flat_memory_pragmas,
+                                    header_journal_mode)
 from maint.store.holders import STOP_HERMES, HolderReport, refuse_if_held
 from maint.store.runlock import run_lock
 from maint.store.targets import StoreTarget
@@ -53,6 +54,7 @@ class SnapshotInfo:
     bytes: int
     sidecar: dict[str, Any] | None = None
     sidecar_stat: os.stat_result | None = None  # whose the sidecar is: only ours, root's or the owner's counts
+    vouched: tuple[int, int] | None = None  # (st_dev, st_ino) of the file vouch_for judged: the one copied
 
 
 def inspect_snapshot(path: Path) -> SnapshotInfo:
@@ -97,7 +99,9 @@ def vouch_for(snapshot: SnapshotInfo, store: Path) -> None:
     except files.FileRefused as exc:
         raise files.FileRefused(f"SNAPSHOT: {exc}; nothing was changed") from None
     real = Path(os.path.realpath(path))
-    why = files.untrusted_by(os.stat(real), uid)
+    judged = os.stat(real)
+    snapshot.vouched = (judged.st_dev, judged.st_ino)  # copy_into copies this file, not what the name leads to later
+    why = files.untrusted_by(judged, uid)
     if why:
         raise files.FileRefused(f"SNAPSHOT: {path}: {why}, not you, root nor the store's owner; refusing to restore "
                                 f"it ({NOT_OURS}); nothing was changed")
@@ -114,6 +118,10 @@ def vouch_for(snapshot: SnapshotInfo, store: Path) -> None:
         if type(meta.get(key)) is int and meta[key] != found]
     if not differs and isinstance(meta.get("sha256"), str):
         with files.open_regular(real, what="snapshot") as fh:
+            held = os.fstat(fh.fileno())
+            if (held.st_dev, held.st_ino) != snapshot.vouched:
+                raise MaintError(f"SNAPSHOT: {path}: changed while it was being checked; refusing to restore it, "
+                                 "nothing was changed")
             digest = sha256_fd(fh.fileno())
         if digest != meta["sha256"]:
             differs.append(f"sha256 {meta['sha256'][:12]}… (the file: {digest[:12]}…)")
@@ -176,10 +184,14 @@ def check_room(live: Path, snapshot: SnapshotInfo, live_bytes: int, safety_folde
                          "nothing was changed")
 
 
-def copy_into(conn: apsw.Connection, snapshot: Path) -> None:
-    """The backup API from *snapshot* into the open live store: one step, so one lock and one commit."""
-    src = open_readonly(snapshot)
+def copy_into(conn: apsw.Connection, snapshot: Path, vouched: tuple[int, int] | None = None) -> None:
+    """The backup API from *snapshot* into the open live store: one step, so one lock and one commit. The file
+    copied is the one that was vouched for (*vouched*, else the one whose links are judged now), not whatever its
+    name leads to by then (hostile try 6, I4: a folder swapped for a link to another user's home)."""
+    src = connect_checked(snapshot, vouched or check_regular_file(snapshot), apsw.SQLITE_OPEN_READONLY)
     try:
+        for pragma in flat_memory_pragmas(READ_CACHE_KB):
+            src.execute(pragma).fetchall()
         crash_point("restore_copy")
         with conn.backup("main", src, "main") as backup:
             backup.step(-1)
@@ -233,7 +245,7 @@ def restore(live: Path, snapshot: SnapshotInfo, *, label: str, safety_folder: Pa
         # A Hermes process may have started while the safety snapshot was taken.
         refuse_if_held(live, force=force, doing="restore into it", advice=STOP_HERMES, holders=holders)
         at_copy = _data_version(conn)  # our own copy does not move it; another process's commit does
-        copy_into(conn, snapshot.path)
+        copy_into(conn, snapshot.path, snapshot.vouched)
         if header_journal_mode(live) != mode and mode in ("wal", "delete"):
             conn.execute(f"PRAGMA journal_mode={mode}")  # a foreign snapshot may carry another mode
         # Read before our checkpoint: once it has read the WAL's header, a commit before it goes unseen.
