@@ -261,8 +261,8 @@ def test_a_killed_salvages_private_copy_is_removed_by_the_next_salvage_a_live_on
     seen = {}
     real_copy = salvage.copy_bundle
 
-    def spy(path, work):
-        copy, fingerprint = real_copy(path, work)
+    def spy(path, work, checked=None):
+        copy, fingerprint = real_copy(path, work, checked)
         seen.update(work=os.stat(work), copy=os.stat(copy), work_path=work)
         probe = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -446,3 +446,32 @@ def test_salvage_never_rolls_a_planted_journal_into_its_new_file(broken, tmp_pat
         assert json.loads(r.stdout)["sessions"] == query(new, "SELECT COUNT(*) FROM sessions")[0][0]
     else:
         assert "was not empty when opened" in r.stderr and not new.exists(), r.output
+
+
+@pytest.mark.parametrize("layout", ["v22"])
+def test_salvage_copies_the_store_it_checked_not_what_its_name_leads_to_later(tmp_path, cli, monkeypatch, layout):
+    """Hostile try 6, I3: the salvage checked the store's path and then copied it by name: alice swapped her
+    profile folder for a link to bob's home in between and got bob's whole store in a file she owns."""
+    from maint.ops import salvage
+
+    home, other = tmp_path / "evil", tmp_path / "other"
+    for folder, n in ((home, 3), (other, 9)):
+        folder.mkdir()
+        with StoreBuilder(folder / "state.db", layout=layout) as b:
+            for i in range(n):
+                b.session(f"{folder.name}{i}", age=5, messages=2)
+    real = salvage.bundle_bytes
+
+    def swap_after_the_checks(path):
+        size = real(path)
+        home.rename(tmp_path / "kept")
+        home.symlink_to(other)
+        return size
+
+    monkeypatch.setattr(salvage, "bundle_bytes", swap_after_the_checks)
+    new = tmp_path / "out" / "salvaged.db"
+    new.parent.mkdir()
+    r = cli("recover", "--db", home / "state.db", "--salvage", new)
+    assert (tmp_path / "kept").exists(), "the swap never ran"
+    assert r.exit_code == 1, r.output
+    assert "swapped" in r.stderr and not new.exists() and list(new.parent.iterdir()) == []

@@ -103,10 +103,14 @@ def bundle_bytes(path: Path) -> int:
     return total
 
 
-def copy_bundle(path: Path, work: Path) -> tuple[Path, dict[str, str | None]]:
-    """The store and its WAL copied into *work*; refused when either changed while copied."""
+def copy_bundle(path: Path, work: Path, checked: os.stat_result | None = None) -> tuple[Path, dict[str, str | None]]:
+    """The store and its WAL copied into *work*; refused when either changed while copied. The store copied is
+    the file *checked* (whose links were judged), and its side files the ones beside it, not whatever the name
+    leads to by then (hostile try 6, I3: a folder swapped for a link to another user's home)."""
+    checked = checked or check_regular_file(path)
     before = _fingerprint(path)
     copy = work / "damaged.db"
+    store_folder = None
     with files.Folder.open(work) as folder:
         for suffix in ("", *SIDE_FILES):
             src = Path(f"{path}{suffix}")
@@ -114,6 +118,15 @@ def copy_bundle(path: Path, work: Path) -> tuple[Path, dict[str, str | None]]:
                 continue
             with files.open_regular(src, what="store", follow_links=not suffix) as fh, \
                     os.fdopen(folder.create(f"{copy.name}{suffix}"), "wb") as out:
+                held = os.fstat(fh.fileno())
+                where = os.path.dirname(os.readlink(f"/proc/self/fd/{fh.fileno()}")) \
+                    if os.path.isdir("/proc/self/fd") else None
+                if not suffix:
+                    store_folder = where
+                if (not suffix and (held.st_dev, held.st_ino) != (checked.st_dev, checked.st_ino)) or \
+                        (suffix and where != store_folder):
+                    raise MaintError(f"{path}: changed while it was being opened (a folder on its path was swapped); "
+                                     "refusing, nothing was written")
                 shutil.copyfileobj(fh, out, 1 << 20)
     after = _fingerprint(path)
     if before != after:
@@ -302,7 +315,8 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
     store_path = Path(store_path).expanduser()
     if not os.path.isfile(store_path):
         raise UsageError(f"{store_path}: no such store (expected the damaged state.db)")
-    check_regular_file(store_path)  # the preflight of every open: no special or foreign side files, no foreign link
+    checked = check_regular_file(store_path)  # the preflight of every open: no special or foreign side files, no
+    # foreign link; what is copied must be this file
     new = None if dry_run or new_path is None else _check_new_path(Path(new_path), store_path)
     temp_root, size = Path(tempfile.gettempdir()), bundle_bytes(store_path)
     with files.private_workdir("salvage") as work:  # first: the copies killed runs left there go
@@ -312,7 +326,7 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
             raise MaintError(f"{temp_root}: cannot hold the private copy of the damaged store ({size} bytes): "
                              f"{problem}{advice}; nothing was written")
         try:
-            copy, fingerprint = copy_bundle(store_path, work)
+            copy, fingerprint = copy_bundle(store_path, work, checked)
         except OSError as exc:
             reason = write_limit_reached(None, exc)
             if reason is None:
@@ -328,11 +342,12 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
                     return _fill(src, connect(":memory:"), schema, store_path, None, fingerprint, started)
                 with files.Folder.open(new.parent, follow_links=True, what="folder", store=store_path) as folder:
                     folder.clear_leftovers(new.name)
-                    temp, fd = folder.temporary(new.name, owner=files.owner_of(store_path))
+                    temp, fd = folder.temporary(new.name, owner=(checked.st_uid, checked.st_gid))
                     try:
                         dst = connect(str(folder.path / temp))
                         report = _fill(src, dst, schema, store_path, new, fingerprint, started)
                         os.fsync(fd)
+                        _refuse_changed(store_path, fingerprint)  # before the new file gets its name, not after
                         os.link(temp, new.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
                         folder.sync()
                         return report
@@ -342,8 +357,13 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
             finally:
                 src.close()
         finally:
-            if _fingerprint(store_path) != fingerprint:  # never expected: we only read a copy
-                raise MaintError(f"{store_path}: changed during the salvage (a Hermes process is writing to it)")
+            _refuse_changed(store_path, fingerprint)
+
+
+def _refuse_changed(store_path: Path, fingerprint: dict[str, str | None]) -> None:
+    if _fingerprint(store_path) != fingerprint:  # never expected: we only read a copy
+        raise MaintError(f"{store_path}: changed during the salvage (a Hermes process is writing to it); no new "
+                         "file was kept")
 
 
 def _fill(src: apsw.Connection, dst: apsw.Connection, schema: list, store_path: Path, new: Path | None,
