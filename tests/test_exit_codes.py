@@ -163,3 +163,43 @@ def test_no_module_imports_the_cli_back():
                  if p.name != "__main__.py" and re.search(r"^\s*(from maint\.cli |import maint\.cli)",
                                                           p.read_text(), re.M)]
     assert offenders == []
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_export_to_a_reader_that_goes_away_is_never_reported_written(tmp_path, unbuffered):
+    """Hostile try 6, I1: under PYTHONUNBUFFERED stdout's buffer is a raw file whose write returns what the pipe
+    took: a reader gone after 10 bytes left a cut export and "wrote stdout (N messages, sha256 ...)", exit 0."""
+    db = tmp_path / "s.db"
+    assert run_subprocess("demo", db).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    proc = subprocess.Popen([sys.executable, "-m", "maint", "export", "-", "--db", str(db)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=REPO)
+    assert len(proc.stdout.read(10)) == 10
+    proc.stdout.close()  # the reader goes away mid-export
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) != 0, err
+    assert "wrote" not in err
+
+
+def test_export_to_a_non_blocking_stdout_writes_it_all(tmp_path):
+    """The same under a non-blocking stdout (a parent's O_NONBLOCK on a shared pipe) and a slow reader: the
+    export waits for room, as on a blocking one, and every line arrives."""
+    import time
+
+    db = tmp_path / "s.db"
+    assert run_subprocess("demo", db).returncode == 0
+    expected = run_subprocess("export", "-", "--db", db).stdout.encode()
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETFL, fcntl.fcntl(w, fcntl.F_GETFL) | os.O_NONBLOCK)
+    proc = subprocess.Popen([sys.executable, "-m", "maint", "export", "-", "--db", str(db)], stdout=w,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=REPO)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 1 << 16):
+        data += chunk
+        time.sleep(0.001)
+    os.close(r)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    assert data == expected and len(data) > 1 << 17

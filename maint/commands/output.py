@@ -1,6 +1,7 @@
 """How commands talk to the operator: JSON lines, safe terminal text, and :class:`Terminal` (a terminal)."""
 
 import errno
+import select
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -74,8 +75,19 @@ class _GuardedBytes:
         self._inner = inner
 
     def write(self, data: Any) -> int:
+        """All of *data*, or an error. Under PYTHONUNBUFFERED (``python -u``) the buffer is a raw file whose
+        write takes what the pipe takes and returns the count (None when a non-blocking stdout is full): a
+        document was cut short while the run said it was written (hostile try 6, I1)."""
+        view = memoryview(data).cast("B")
+        total = len(view)
         try:
-            return self._inner.write(data)
+            while view:
+                done = self._inner.write(view)
+                if done is None:  # a non-blocking stdout with no room: wait for the reader, as a blocking one would
+                    select.select([], [self._inner], [])
+                    continue
+                view = view[done:]
+            return total
         except BrokenPipeError:
             raise
         except OSError as exc:
