@@ -285,3 +285,30 @@ def test_stored_bytes_that_are_not_utf8_are_shown_escaped_or_named(tmp_path, cli
     assert prompts.exit_code == 0, prompts.output
     routing = cli("repair-routing", "--db", store)  # no gateway row lost its routing: nothing to read past
     assert routing.exit_code == 0, routing.output
+
+
+def test_deleting_the_first_half_of_a_pinned_compressed_conversation_is_refused(tmp_path, cli):
+    """Hostile try 6, I2: the pin check covered the session and its delegate children, not the compression lineage
+    a pin keeps whole: `delete` of the ancestor of a pinned tip went through with no refusal. (The verified delete
+    refuses to split a lineage at all.)"""
+    from maint.demo import build_demo
+
+    db = tmp_path / "s.db"
+    build_demo(db)
+    assert query(db, "SELECT end_reason FROM sessions WHERE id = 'demo_chain_1'") == [("compression",)]
+    assert query(db, "SELECT parent_session_id FROM sessions WHERE id = 'demo_chain_2'") == [("demo_chain_1",)]
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE sessions SET pinned = CASE id WHEN 'demo_chain_2' THEN 1 ELSE 0 END "
+                     "WHERE id IN ('demo_chain_1', 'demo_chain_2')")
+    conn.close()
+    before = file_hash(db)
+    args = ["delete", "demo_chain_1"]
+    refused = cli(*args, "--db", db, "--yes")
+    assert refused.exit_code == 1, refused.output
+    assert "demo_chain_2" in refused.stderr and "--include-pinned" in refused.stderr, refused.stderr
+    assert file_hash(db) == before and "demo_chain_1" in session_ids(db)
+    done = cli(*args, "--db", db, "--yes", "--include-pinned")
+    assert done.exit_code == 0, done.output
+    assert "demo_chain_1" not in session_ids(db) and "demo_chain_2" in session_ids(db)

@@ -48,7 +48,7 @@ def refuse_if_busy(store: Store, ids: list[str], *, include_pinned: bool = False
         info = session_info(store, sid)
         if info.is_open:
             raise MaintError(f"session {sid} is still open; refusing to delete it (nothing was exported or deleted)")
-    pins = guard.pinned(store, ids)
+    pins = guard.pinned_covering(store, ids[0], ids)
     if pins and not include_pinned:
         raise MaintError(guard.pinned_refusal(ids[0], pins, "nothing was exported or deleted"))
 
@@ -81,7 +81,7 @@ def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str], *,
         if busy:
             sid = sorted(busy)[0]
             raise MaintError(f"session {sid}: {busy[sid]}; refusing to delete it (files kept, store untouched)")
-        pins = guard.pinned(store, ids)
+        pins = guard.pinned_covering(store, ids[0], ids)
         if pins and not include_pinned:
             raise MaintError(guard.pinned_refusal(ids[0], pins, "files kept, store untouched"))
         for sid in ids:

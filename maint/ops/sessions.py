@@ -99,7 +99,7 @@ def plan_delete(store: Store, ref: str, now: float | None = None, *, exact: bool
         sessions = {i: session_info(store, i, now) for i in ids}
         counts = message_counts(store, ids)
         busy = sorted(guard.busy(store, ids, now, active=False))  # an open chat is warned about, not refused
-        pins = guard.pinned(store, ids)
+        pins = guard.pinned_covering(store, sid, ids)
     if busy:
         raise _busy_refusal(sid, busy)
     if pins and not include_pinned:
@@ -126,7 +126,7 @@ def execute_delete(store: Store, plan: DeletePlan) -> list[str]:
         busy = sorted(guard.busy(store, ids, time.time(), active=False))
         if busy:
             raise _busy_refusal(plan.session_id, busy)
-        pins = guard.pinned(store, ids)  # pinned since it was shown (Hermes, Desktop, another terminal)
+        pins = guard.pinned_covering(store, plan.session_id, ids)  # pinned since it was shown (Hermes, Desktop, ...)
         if pins and not plan.include_pinned:
             raise MaintError(guard.pinned_refusal(plan.session_id, pins, "nothing was deleted"))
         last = dict(conn.execute(
@@ -211,20 +211,6 @@ def require_pins(store: Store) -> None:
                          f"(version {store.schema_version}) does not have; upgrade Hermes first; nothing was changed")
 
 
-# A session's compression lineage, as upstream's _LINEAGE_CTE_SQL: ancestors through compression-ended
-# parents and every continuation after it. Bound twice: (id, id).
-_LINEAGE_CTE = """
-WITH RECURSIVE
-  ancestors(id) AS (
-    SELECT ? UNION
-    SELECT parent.id FROM ancestors a JOIN sessions child ON child.id = a.id
-    JOIN sessions parent ON parent.id = child.parent_session_id WHERE parent.end_reason = 'compression'),
-  descendants(id) AS (
-    SELECT ? UNION
-    SELECT child.id FROM descendants d JOIN sessions parent ON parent.id = d.id
-    JOIN sessions child ON child.parent_session_id = parent.id WHERE parent.end_reason = 'compression'),
-  lineage(id) AS (SELECT id FROM ancestors UNION SELECT id FROM descendants)
-"""
 
 
 def set_pinned(store: Store, refs: list[str], pinned: bool, op: Operator | None = None) -> list[dict[str, Any]]:
@@ -249,7 +235,7 @@ def set_pinned(store: Store, refs: list[str], pinned: bool, op: Operator | None 
     out = []
     with store.write() as conn:
         for sid in ids:
-            lineage = [r[0] for r in conn.execute(_LINEAGE_CTE + "SELECT id FROM lineage ORDER BY id", (sid, sid))]
+            lineage = [r[0] for r in conn.execute(guard.LINEAGE_CTE + "SELECT id FROM lineage ORDER BY id", (sid, sid))]
             conn.execute(f"UPDATE sessions SET pinned = ? WHERE id IN ({ph(lineage)})", [int(pinned), *lineage])
             title, is_hidden = conn.execute(
                 f"SELECT title, {'COALESCE(hidden, 0)' if hidden else '0'} FROM sessions WHERE id = ?",

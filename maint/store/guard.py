@@ -105,13 +105,38 @@ def pinned(store: Store, ids: Iterable[str]) -> list[str]:
     return [sid for sid in ids if sid in found]
 
 
+# A session's compression lineage, as upstream's _LINEAGE_CTE_SQL: ancestors through compression-ended
+# parents and every continuation after it. Bound twice: (id, id).
+LINEAGE_CTE = """
+WITH RECURSIVE
+  ancestors(id) AS (
+    SELECT ? UNION
+    SELECT parent.id FROM ancestors a JOIN sessions child ON child.id = a.id
+    JOIN sessions parent ON parent.id = child.parent_session_id WHERE parent.end_reason = 'compression'),
+  descendants(id) AS (
+    SELECT ? UNION
+    SELECT child.id FROM descendants d JOIN sessions parent ON parent.id = d.id
+    JOIN sessions child ON child.parent_session_id = parent.id WHERE parent.end_reason = 'compression'),
+  lineage(id) AS (SELECT id FROM ancestors UNION SELECT id FROM descendants)
+"""
+
+
+def pinned_covering(store: Store, sid: str, ids: Iterable[str]) -> list[str]:
+    """The pinned sessions among *ids* (the session and its delegate children) and in *sid*'s compression
+    lineage, which a pin covers whole (``pin`` sets it on every member, prune keeps a lineage with a pinned
+    member): deleting the first half of a pinned conversation deletes a pinned conversation (hostile try 6, I2)."""
+    ids = list(ids)
+    lineage = [r[0] for r in store.conn.execute(LINEAGE_CTE + "SELECT id FROM lineage ORDER BY id", (sid, sid))]
+    return pinned(store, [*ids, *(i for i in lineage if i not in ids)])
+
+
 def pinned_refusal(named: str, pins: list[str], nothing: str) -> str:
     """The one wording of a family delete refused for its pins; *nothing*: what was left undone."""
     if pins == [named]:
         what = "it is"
     else:
         what = (f"{', '.join(pins)} {'is' if len(pins) == 1 else 'are'} in its family (the session and its "
-                "delegate children go together) and")
+                "delegate children go together; a pin keeps a compressed conversation whole) and")
     them = "it" if len(pins) == 1 else "them"
     return (f"refusing to delete {named}: {what} pinned (a pin means keep); unpin {them} (hermes-maint unpin "
             f"{' '.join(pins)}) or pass --include-pinned; {nothing}")
