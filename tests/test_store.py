@@ -547,3 +547,30 @@ def test_a_view_in_place_of_a_hermes_table_is_not_a_store(tmp_path, cli):
         result = cli(*args, "--db", path)
         assert result.exit_code == 1, (args, result.output)
         assert "not a Hermes session store (missing table sessions (a view here))" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", ["stats", "doctor", "export"])
+def test_a_store_swapped_for_a_fifo_after_the_checks_never_hangs_the_open(tmp_path, cli, monkeypatch, command):
+    # hostile try 6, I6: the store swapped for a FIFO between the header check and SQLite's read-only open blocked
+    # that open for ever (SIGTERM could not end it: the open is retried when interrupted). The open returns, and
+    # the store is refused in one line.
+    import maint.store.connection as connection
+
+    db = small_store(tmp_path / "state.db", 3)
+    real = connection._check_header
+    swapped = []
+
+    def check_then_swap(path):
+        st = real(path)
+        if not swapped and str(path) == str(db):
+            swapped.append(path)
+            db.rename(tmp_path / "kept.db")
+            os.mkfifo(db)
+        return st
+
+    monkeypatch.setattr(connection, "_check_header", check_then_swap)
+    args = {"stats": ["stats"], "doctor": ["doctor"], "export": ["export", str(tmp_path / "out.jsonl")]}[command]
+    result = cli(*args, "--db", db)
+    assert swapped, "the swap never ran"
+    assert result.exit_code == 1, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr

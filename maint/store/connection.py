@@ -19,6 +19,7 @@ import math
 import os
 import stat
 import struct
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -637,7 +638,8 @@ def connect(target: str, flags: int = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_O
     the first statement. Even a PRAGMA reads the schema, which needs a shared lock: a rollback-journal store's
     writer holds its exclusive lock for each commit, so a first statement without the handler fails at random
     with "database is locked" instead of waiting (*busy_timeout_ms*, default HERMES_MAINT_BUSY_MS)."""
-    conn = apsw.Connection(target, flags=flags)
+    with _fifo_open_released(target):
+        conn = apsw.Connection(target, flags=flags)
     timeout = busy_timeout_from_env() if busy_timeout_ms is None else busy_timeout_ms
     conn.set_busy_handler(polling_busy_handler(timeout))
     # Python runs a signal's handler only between its own steps: a statement that runs on (a trigger the
@@ -645,6 +647,49 @@ def connect(target: str, flags: int = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_O
     # Calling back into Python now and then lets the handler run there and interrupt the statement.
     conn.set_progress_handler(_let_signals_in, PROGRESS_STEPS)
     return conn
+
+
+@contextlib.contextmanager
+def _fifo_open_released(target: str) -> Iterator[None]:
+    """SQLite opens a file by name, read-only with a plain blocking open(): a store swapped for a FIFO after our
+    checks would block that open for ever, and SIGTERM cannot end it (the open is retried when interrupted:
+    hostile try 6, I6). While the open runs, a watcher opens the FIFO's other end if one appears at the name and
+    closes it, so the open returns (on an empty file, which every later check refuses)."""
+    path = _file_of(target)
+    if path is None:
+        yield
+        return
+    done = threading.Event()
+
+    def release() -> None:
+        while not done.wait(FIFO_WATCH_S):
+            try:
+                if not stat.S_ISFIFO(os.stat(path).st_mode):
+                    continue
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # ENXIO while nobody reads
+            except OSError:
+                continue
+            os.close(fd)
+
+    watcher = threading.Thread(target=release, name="fifo-open-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+
+
+FIFO_WATCH_S = 0.2
+
+
+def _file_of(target: str) -> str | None:
+    """The file a connect target names (a path or a ``file:`` URI), None for an in-memory or temporary one."""
+    if target in ("", ":memory:") or "mode=memory" in target:
+        return None
+    if target.startswith("file:"):
+        return urllib.parse.unquote(urllib.parse.urlsplit(target).path) or None
+    return target
 
 
 PROGRESS_STEPS = 100_000  # SQLite VM steps between two calls: microseconds apart, a negligible cost
