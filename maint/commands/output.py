@@ -1,8 +1,9 @@
 """How commands talk to the operator: JSON lines, safe terminal text, and :class:`Terminal` (a terminal)."""
 
+import contextlib
 import errno
-import select
 import re
+import select
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -64,8 +65,19 @@ class _Closed:
         return self
 
 
-def _stdout_failed(exc: OSError) -> StdoutFailed:
-    return StdoutFailed("closed" if exc.errno == errno.EBADF else (exc.strerror or str(exc)))
+@contextlib.contextmanager
+def _naming_stdout(is_stdout: bool = True) -> Iterator[None]:
+    """A failed write or flush of stdout raised as :class:`~maint.errors.StdoutFailed`, naming stdout (never the
+    store: hostile try 4, G10); a reader gone away stays a BrokenPipeError (exit 141, quiet); another stream's
+    error as it is."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        if not is_stdout:
+            raise
+        raise StdoutFailed("closed" if exc.errno == errno.EBADF else (exc.strerror or str(exc))) from None
 
 
 class _GuardedBytes:
@@ -80,26 +92,18 @@ class _GuardedBytes:
         document was cut short while the run said it was written (hostile try 6, I1)."""
         view = memoryview(data).cast("B")
         total = len(view)
-        try:
+        with _naming_stdout():
             while view:
                 done = self._inner.write(view)
                 if done is None:  # a non-blocking stdout with no room: wait for the reader, as a blocking one would
                     select.select([], [self._inner], [])
                     continue
                 view = view[done:]
-            return total
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise _stdout_failed(exc) from None
+        return total
 
     def flush(self) -> None:
-        try:
+        with _naming_stdout():
             self._inner.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise _stdout_failed(exc) from None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -127,7 +131,7 @@ class SafeText:
         self._inner, self._name = inner, name
 
     def write(self, text: Any) -> int:
-        try:
+        with _naming_stdout(self._name == "stdout"):
             if isinstance(text, str):
                 body, end = (text[:-1], "\n") if text.endswith("\n") else (text, "")
                 breaks = "\n" in body and body not in _OWN_LINES
@@ -136,22 +140,10 @@ class SafeText:
                     self._inner.write((shown.replace("\n", "\\u000a") if breaks else shown) + end)
                     return len(text)
             return self._inner.write(text)
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            if self._name != "stdout":
-                raise
-            raise _stdout_failed(exc) from None
 
     def flush(self) -> None:
-        try:
+        with _naming_stdout(self._name == "stdout"):
             self._inner.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            if self._name != "stdout":
-                raise
-            raise _stdout_failed(exc) from None
 
     @property
     def buffer(self) -> Any:
