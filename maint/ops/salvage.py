@@ -42,7 +42,7 @@ from maint import files
 from maint.errors import MaintError, UsageError
 from maint.ops import fts
 from maint.ops.vacuum import room_problem, write_limit_reached
-from maint.store.connection import Store, check_regular_file, connect
+from maint.store.connection import Store, check_regular_file, connect, held_file
 
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 QUERY_BUDGET = 200_000  # range queries per table before the rest of a damaged span is reported unread
@@ -119,8 +119,7 @@ def copy_bundle(path: Path, work: Path, checked: os.stat_result | None = None) -
             with files.open_regular(src, what="store", follow_links=not suffix) as fh, \
                     os.fdopen(folder.create(f"{copy.name}{suffix}"), "wb") as out:
                 held = os.fstat(fh.fileno())
-                where = os.path.dirname(os.readlink(f"/proc/self/fd/{fh.fileno()}")) \
-                    if os.path.isdir("/proc/self/fd") else None
+                where = os.path.dirname(info[1]) if (info := held_file(fh.fileno())) else None
                 if not suffix:
                     store_folder = where
                 if (not suffix and (held.st_dev, held.st_ino) != (checked.st_dev, checked.st_ino)) or \

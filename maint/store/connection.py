@@ -151,11 +151,13 @@ def _open_fds() -> set[int] | None:
         return None
 
 
-def _fd_file(fd: int) -> tuple[os.stat_result, str] | None:
+def held_file(fd: int) -> tuple[os.stat_result, str] | None:
+    """The file *fd* holds and the kernel's name for it: where it is now, whatever name opened it (None when
+    the descriptor is gone, another thread's, or /proc cannot tell)."""
     try:
         return os.fstat(fd), os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
-        return None  # closed meanwhile (another thread's), or not a file
+        return None
 
 
 def opened_elsewhere(path: Path, checked: tuple[int, int], fds_before: set[int] | None) -> str | None:
@@ -170,19 +172,33 @@ def opened_elsewhere(path: Path, checked: tuple[int, int], fds_before: set[int] 
     now = _open_fds()
     if now is None or fds_before is None:
         return None  # no /proc: the path's stat before and after the open is all there is
-    held = [info for info in map(_fd_file, sorted(now)) if info is not None]
-    stores = [name for st, name in held if (st.st_dev, st.st_ino) == checked]
+    held = {fd: info for fd in sorted(now) if (info := held_file(fd)) is not None}
+    stores = [name for st, name in held.values() if (st.st_dev, st.st_ino) == checked]
     if not stores:
         return "the file SQLite opened is not the one that was checked (a folder on the path was swapped)"
     folder = os.path.dirname(stores[0])
     for fd in sorted(now - fds_before):
-        info = _fd_file(fd)
-        if info is None:
-            continue
-        name = info[1]
-        if os.path.basename(name) in (f"{path.name}-wal", f"{path.name}-shm") and os.path.dirname(name) != folder:
+        name = held[fd][1] if fd in held else None
+        if name and os.path.basename(name) in (f"{path.name}-wal", f"{path.name}-shm") and \
+                os.path.dirname(name) != folder:
             return f"SQLite opened {name}, which is not beside the store it checked (a folder was swapped)"
     return None
+
+
+def _refuse_opened_elsewhere(path: Path, file_id: tuple[int, int], fds_before: set[int] | None) -> None:
+    """After SQLite's open of *path*: refused (:class:`StoreError`) unless it holds the file *file_id* that was
+    checked (:func:`opened_elsewhere`) and the name still leads there; the one check of open_store and
+    connect_checked."""
+    swapped = opened_elsewhere(path, file_id, fds_before)
+    if swapped is None:
+        try:
+            now = os.stat(path)
+        except OSError:
+            swapped = "the store's name went away while it was being opened"
+        else:
+            swapped = None if (now.st_dev, now.st_ino) == file_id else "the store was replaced while being opened"
+    if swapped:
+        raise StoreError(f"{path}: {swapped}; refusing, nothing was read or written")
 
 
 def connect_checked(path: Path, checked: os.stat_result | tuple[int, int], flags: int, *,
@@ -194,17 +210,11 @@ def connect_checked(path: Path, checked: os.stat_result | tuple[int, int], flags
     conn = connect(str(path), flags, busy_timeout_ms=busy_timeout_ms)
     with contextlib.suppress(apsw.Error):
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the -wal and -shm too
-    swapped = opened_elsewhere(path, file_id, fds_before)
-    if swapped is None:
-        try:
-            now = os.stat(path)
-        except OSError:
-            swapped = "the store's name went away while it was being opened"
-        else:
-            swapped = None if (now.st_dev, now.st_ino) == file_id else "the store was replaced while being opened"
-    if swapped:
+    try:
+        _refuse_opened_elsewhere(path, file_id, fds_before)
+    except StoreError:
         conn.close()
-        raise StoreError(f"{path}: {swapped}; refusing, nothing was read or written")
+        raise
     return conn
 
 
@@ -790,17 +800,14 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
         raise StoreError(f"{path}: cannot open store ({exc})") from None
     register_functions(conn)
     store = Store(path, conn)
-    with contextlib.suppress(OSError):
-        after = os.stat(path)
-        if (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino):
-            store.file_id = (after.st_dev, after.st_ino)
     store.note = note
     store.run_lock = lock
-    swapped = opened_elsewhere(path, (before.st_dev, before.st_ino), fds_before)
-    if swapped or store.file_id is None:
+    try:
+        _refuse_opened_elsewhere(path, (before.st_dev, before.st_ino), fds_before)
+    except StoreError:
         store.close()
-        raise StoreError(f"{path}: {swapped or 'the store was replaced while being opened'}; refusing, nothing was "
-                         "read or written")
+        raise
+    store.file_id = (before.st_dev, before.st_ino)
     store.tidy_on_close = at_rest and note is None and header_journal_mode(path) == "wal"
     try:
         _persist_wal(conn)
