@@ -22,6 +22,17 @@ def _store(path, n=6):
     return path
 
 
+def _alice_and_a_root_secret(tmp_path, token):
+    """alice's home with her store, and beside it a root-only (0600, ours) config naming *token*."""
+    home = tmp_path / "alice"
+    home.mkdir()
+    db = _store(home / "state.db")
+    secret = tmp_path / "secret.yaml"
+    secret.write_text(f'sessions:\n  retention_days: "{token}"\n')
+    os.chmod(secret, 0o600)  # ours (root's, run as root): uid 4321 cannot read it
+    return home, db, secret
+
+
 def _st(uid, mode=0o100600):
     return os.stat_result((mode, 0, 0, 1, uid, uid, 0, 0, 0, 0))
 
@@ -194,12 +205,7 @@ def test_a_root_run_never_writes_the_config_through_a_link_into_a_file_the_store
 def test_a_root_run_reads_a_config_through_a_users_link_only_if_that_user_could(tmp_path, monkeypatch, cli):
     """Hostile try 3, F10 (read side): alice's config.yaml linked to a root-only file made root's doctor read it
     and echo its values ("retention_days is 'SECRET-TOKEN-abc123'")."""
-    home = tmp_path / "alice"
-    home.mkdir()
-    db = _store(home / "state.db")
-    secret = tmp_path / "secret.yaml"
-    secret.write_text('sessions:\n  retention_days: "SECRET-TOKEN-abc123"\n')
-    os.chmod(secret, 0o600)  # ours (root's, run as root): uid 4321 cannot read it
+    home, db, secret = _alice_and_a_root_secret(tmp_path, "SECRET-TOKEN-abc123")
     link = home / "config.yaml"
     link.symlink_to(secret)
     _link_owned_by(monkeypatch, link, 4321)
@@ -278,12 +284,7 @@ def test_a_hard_linked_config_not_the_stores_owners_is_refused_and_never_echoed(
     a hard link has no owner of its own, the file is root's, so root's doctor obeyed it and echoed its values
     ("sessions.retention_days is 'SECRET-TOKEN-hardlink'"). A file with a second name is read only when the
     store's owner owns it."""
-    home = tmp_path / "alice"
-    home.mkdir()
-    db = _store(home / "state.db")
-    secret = tmp_path / "secret.yaml"
-    secret.write_text('sessions:\n  retention_days: "SECRET-TOKEN-hardlink"\n')
-    os.chmod(secret, 0o600)
+    home, db, secret = _alice_and_a_root_secret(tmp_path, "SECRET-TOKEN-hardlink")
     config = home / "config.yaml"
     os.link(secret, config)  # as root: a real second name of root's file
     _store_owned_by(monkeypatch, db, 4321)  # alice's store
@@ -323,12 +324,7 @@ def test_a_config_flipped_for_a_link_between_the_check_and_the_read_is_refused(t
     again after the read, and the name must still lead to the file read."""
     from maint import config
 
-    home = tmp_path / "alice"
-    home.mkdir()
-    db = _store(home / "state.db")
-    secret = tmp_path / "secret.yaml"
-    secret.write_text('sessions:\n  retention_days: "SECRET-TOKEN-race"\n')
-    os.chmod(secret, 0o600)
+    home, db, secret = _alice_and_a_root_secret(tmp_path, "SECRET-TOKEN-race")
     cfg = home / "config.yaml"
     cfg.write_text("sessions:\n  retention_days: 30\n")
     os.chmod(cfg, 0o600)

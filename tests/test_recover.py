@@ -419,16 +419,10 @@ def test_salvage_never_rolls_a_planted_journal_into_its_new_file(broken, tmp_pat
     """Hostile try 4, G8 (salvage): the new file, opened read-write by name in NEW_PATH's folder, had a -journal
     another user planted beside our temporary name rolled into it before the salvage filled it. Refused now."""
     from maint import files
-    from tests.test_replication import _hot_journal
+    from tests.test_replication import planted_journal
 
     db, _ = broken
-    theirs = tmp_path / "theirs.db"
-    with StoreBuilder(theirs) as b:
-        b.session("MALLORY_INJECTED", age=1)
-    conn = sqlite3.connect(theirs)
-    conn.execute("PRAGMA journal_mode=delete")
-    conn.close()
-    journal = _hot_journal(theirs)
+    journal = planted_journal(tmp_path)
     made = files.Folder.temporary
 
     def temporary(self, name, **kwargs):

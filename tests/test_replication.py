@@ -184,17 +184,23 @@ def _hot_journal(db) -> bytes:
     return bytes(out)
 
 
-def test_optimize_into_never_rolls_a_planted_journal_into_its_copy(sparse, tmp_path, cli, monkeypatch):
-    """Hostile try 4, G8: after VACUUM INTO, the copy was opened read-write by name to set its journal mode and
-    verify it; a -journal another user planted beside our temporary name was rolled back into it, and the
-    "verified" copy handed to the operator was their database. The copy is now read back exactly as written."""
+def planted_journal(tmp_path) -> bytes:
+    """The hot journal another user would plant: rolled back over any file, it makes it their database (one
+    session, MALLORY_INJECTED)."""
     theirs = tmp_path / "theirs.db"
     with StoreBuilder(theirs) as b:
         b.session("MALLORY_INJECTED", age=1)
     conn = sqlite3.connect(theirs)
     conn.execute("PRAGMA journal_mode=delete")
     conn.close()
-    journal = _hot_journal(theirs)
+    return _hot_journal(theirs)
+
+
+def test_optimize_into_never_rolls_a_planted_journal_into_its_copy(sparse, tmp_path, cli, monkeypatch):
+    """Hostile try 4, G8: after VACUUM INTO, the copy was opened read-write by name to set its journal mode and
+    verify it; a -journal another user planted beside our temporary name was rolled back into it, and the
+    "verified" copy handed to the operator was their database. The copy is now read back exactly as written."""
+    journal = planted_journal(tmp_path)
     share = tmp_path / "share"
     share.mkdir()
     real_lstat = os.lstat
