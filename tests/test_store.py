@@ -535,6 +535,48 @@ def test_folder_swapped_right_after_the_checks_is_refused_for_readers(tmp_path, 
     assert not (tmp_path / "out.jsonl").exists() and not list(tmp_path.glob("out/*.db"))
 
 
+@pytest.mark.parametrize("opener", ["open_store", "as_found"])
+def test_the_tidy_up_after_a_read_leaves_a_folder_swapped_meanwhile_alone(tmp_path, opener):
+    # A read of a store at rest removes the -wal and -shm its read-only open made, through a read-write open by
+    # name. A profile folder swapped for a link to another user's folder before that tidy-up made us open the
+    # other store read-write (its last connection: SQLite checkpointed it and removed its files). The tidy-up
+    # opens only the file that was read.
+    from maint.store.connection import as_found, connect
+
+    home, other = tmp_path / "evil", tmp_path / "other"
+    home.mkdir()
+    other.mkdir()
+    small_store(home / "state.db", 3)
+    small_store(other / "state.db", 3)
+    for folder in (home, other):
+        for suffix in ("-wal", "-shm"):
+            (folder / f"state.db{suffix}").unlink(missing_ok=True)
+    reader = sqlite3.connect(f"file:{other / 'state.db'}?mode=ro", uri=True)  # the other store: an empty -wal
+    reader.execute("SELECT COUNT(*) FROM sessions").fetchone()
+    reader.close()
+    assert (other / "state.db-wal").stat().st_size == 0 and (other / "state.db-shm").exists()
+
+    def swap():
+        home.rename(tmp_path / "kept")
+        home.symlink_to(other)
+
+    if opener == "open_store":
+        store = open_store(home / "state.db", readonly=True)
+        assert store.tidy_on_close, "the read-only open does not tidy up: the test proves nothing"
+        store.scalar("SELECT COUNT(*) FROM sessions")
+        swap()
+        store.close()
+    else:
+        with as_found(home / "state.db"):
+            conn = connect(str(home / "state.db"), __import__("apsw").SQLITE_OPEN_READONLY)
+            conn.execute("SELECT COUNT(*) FROM sessions").fetchone()
+            conn.close()
+            assert (tmp_path / "evil" / "state.db-wal").exists()
+            swap()
+    assert (other / "state.db-wal").exists() and (other / "state.db-shm").exists()
+    assert (tmp_path / "kept" / "state.db-wal").exists()  # not tidied either: the path no longer names it
+
+
 def test_a_view_in_place_of_a_hermes_table_is_not_a_store(tmp_path, cli):
     # hostile try 5, H9: a recursive VIEW named sessions passed the Hermes-store check; stats/list/doctor then ran
     # for ever. A view (or a virtual table) where Hermes keeps a table is refused at the open, in one line.

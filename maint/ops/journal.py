@@ -23,7 +23,7 @@ from maint.errors import MaintError, StoreError
 from maint.flow import target_config
 from maint.store.holders import HeldStore, find_holders, refuse_if_held
 from maint.store.runlock import run_lock
-from maint.store.connection import (schema_problem, WAL_RESET_FIXED, _check_header, check_writable, connect,
+from maint.store.connection import (schema_problem, WAL_RESET_FIXED, _check_header, check_writable,
                                     connect_checked, has_wal_reset_bug, header_bytes, header_journal_mode)
 
 if TYPE_CHECKING:
@@ -62,6 +62,7 @@ class SwitchResult:
     after: str
     header: tuple[int, int]
     warnings: list[str]
+    schema_version: int | None = None
 
 
 def stdlib_wal_warning() -> str | None:
@@ -73,9 +74,10 @@ def stdlib_wal_warning() -> str | None:
     return None
 
 
-def _stored_schema_version(path: Path) -> object:
-    """MAX(version) of the store's schema_version table as stored (None for another SQLite store)."""
-    conn = connect(str(path), apsw.SQLITE_OPEN_READONLY)
+def _stored_schema_version(path: Path, checked: os.stat_result) -> object:
+    """MAX(version) of the store's schema_version table as stored (None for another SQLite store), read from
+    the file *checked* (a path swapped since is refused)."""
+    conn = connect_checked(path, checked, apsw.SQLITE_OPEN_READONLY)
     try:
         has = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_version'").fetchone()
         return conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] if has else None
@@ -83,18 +85,14 @@ def _stored_schema_version(path: Path) -> object:
         conn.close()
 
 
-def store_schema_version(path: Path) -> int | None:
-    """The Hermes schema version of the store at *path* (None for another SQLite store)."""
-    version = _stored_schema_version(path)
-    return version if isinstance(version, int) else None
-
-
-def _refuse_newer_schema(path: Path) -> None:
+def _refuse_newer_schema(path: Path, checked: os.stat_result) -> int | None:
     """Any SQLite store may be switched, but not a Hermes store newer than we know (nor one whose version is
-    not a whole number)."""
-    problem = schema_problem(_stored_schema_version(path))
+    not a whole number). The store's Hermes schema version (None for another SQLite store)."""
+    version = _stored_schema_version(path, checked)
+    problem = schema_problem(version)
     if problem:
         raise StoreError(f"{path}: {problem}; refusing to switch its journal mode")
+    return version if isinstance(version, int) else None
 
 
 def set_journal_mode(path: Path, mode: str, *, force: bool = False,
@@ -106,7 +104,7 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
         raise StoreError(f"{path}: no such store (expected an existing SQLite database)")
     _check_header(path)
     checked = check_writable(path)
-    _refuse_newer_schema(path)
+    schema_version = _refuse_newer_schema(path, checked)
     warnings: list[str] = []
     if mode == "wal":
         fs = filesystem_type(path.parent)
@@ -140,7 +138,8 @@ def set_journal_mode(path: Path, mode: str, *, force: bool = False,
     if answer != mode or after != mode:
         raise MaintError(f"{path}: switch to {mode} did not take (PRAGMA says {answer}, header says {after}); "
                          "another process may have opened the store")
-    return SwitchResult(path=str(path), before=before, after=after, header=header, warnings=warnings)
+    return SwitchResult(path=str(path), before=before, after=after, header=header, warnings=warnings,
+                        schema_version=schema_version)
 
 
 # What Hermes applies on open when config.yaml has no database.journal_mode.
@@ -180,7 +179,7 @@ def switch_store(target: StoreTarget, mode: str, *, force: bool = False) -> dict
     """``hermes-maint set-journal-mode`` on one store: the switch, its warnings, and what config.yaml should say."""
     cfg = target_config(target)
     result = set_journal_mode(target.path, mode, force=force)
-    reverts = reverts_on_open(store_schema_version(Path(result.path)), mode)
+    reverts = reverts_on_open(result.schema_version, mode)
     return {"store": result.path, "before": result.before, "after": result.after, "header": list(result.header),
             "warnings": result.warnings, "sticks": reverts is None, "reverts_on_open": reverts,
             "config_advice": config_advice(cfg, mode)}

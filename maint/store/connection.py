@@ -213,9 +213,18 @@ def connect_checked(path: Path, checked: os.stat_result | tuple[int, int], flags
     try:
         _refuse_opened_elsewhere(path, file_id, fds_before)
     except StoreError:
-        conn.close()
+        close_untouched(conn)
         raise
     return conn
+
+
+def close_untouched(conn: apsw.Connection) -> None:
+    """Close a connection to a file we must not write (another store than the one checked): SQLite's last
+    connection would checkpoint that store's WAL on close and remove its ``-wal`` and ``-shm``."""
+    with contextlib.suppress(apsw.Error):
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+    with contextlib.suppress(apsw.Error):
+        conn.close()
 
 
 def check_writable(path: Path) -> os.stat_result:
@@ -519,7 +528,8 @@ class Store:
             self.conn.close()
         if self.tidy_on_close:
             self.tidy_on_close = False
-            _remove_our_wal_files(self.path)
+            if self.file_id is not None:
+                _remove_our_wal_files(self.path, self.file_id)
         if self.run_lock is not None:
             self.run_lock.release()
             self.run_lock = None
@@ -539,25 +549,31 @@ def as_found(path: Path | str) -> Iterator[None]:
     path = Path(path)
     at_rest = not any(os.path.lexists(f"{path}{s}") for s in ("-wal", "-shm"))
     try:
+        found = os.stat(path)
+    except OSError:
+        found = None
+    try:
         yield
     finally:
-        if at_rest:
-            _remove_our_wal_files(path)
+        if at_rest and found is not None:
+            _remove_our_wal_files(path, (found.st_dev, found.st_ino))
 
 
-def _remove_our_wal_files(path: Path) -> None:
+def _remove_our_wal_files(path: Path, file_id: tuple[int, int]) -> None:
     """Remove the empty ``-wal`` and the ``-shm`` a read-only open created (SQLite cannot remove them from a
     read-only connection), so a dry run or a report leaves a store at rest as it found it.
 
     SQLite does it itself: a read-write connection that closes as the store's last one checkpoints the
     (empty) WAL and removes both; when Hermes has the store open meanwhile it is not the last, and both stay.
+    The open is :func:`connect_checked` against *file_id*, the file that was read: a path swapped since then
+    is left alone.
     """
     wal = Path(f"{path}-wal")
     try:
         if os.lstat(wal).st_size != 0 or not os.access(path.parent, os.W_OK):
             return
-        conn = connect(str(path), apsw.SQLITE_OPEN_READWRITE, busy_timeout_ms=0)  # never waits: a tidy-up
-    except (OSError, apsw.Error):
+        conn = connect_checked(path, file_id, apsw.SQLITE_OPEN_READWRITE, busy_timeout_ms=0)  # never waits
+    except (OSError, apsw.Error, StoreError):
         return
     try:
         _flat_memory(conn, True)
@@ -805,6 +821,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
     try:
         _refuse_opened_elsewhere(path, (before.st_dev, before.st_ino), fds_before)
     except StoreError:
+        close_untouched(conn)
         store.close()
         raise
     store.file_id = (before.st_dev, before.st_ino)
