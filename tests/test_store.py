@@ -535,6 +535,92 @@ def test_folder_swapped_right_after_the_checks_is_refused_for_readers(tmp_path, 
     assert not (tmp_path / "out.jsonl").exists() and not list(tmp_path.glob("out/*.db"))
 
 
+def _run_bounded(cli, *args, limit_s=60.0):
+    """The command in a thread: a hang fails the test instead of holding the suite (the thread is left behind)."""
+    import threading
+
+    out = {}
+    worker = threading.Thread(target=lambda: out.update(result=cli(*args)), daemon=True)
+    worker.start()
+    worker.join(limit_s)
+    assert not worker.is_alive(), f"{args[0]} still waits after {limit_s:.0f} s"
+    return out["result"], worker
+
+
+@pytest.mark.parametrize("command", ["stats", "doctor", "export", "prune"])
+def test_a_fifo_at_the_journal_name_after_the_checks_never_hangs_a_read(tmp_path, cli, monkeypatch, command):
+    # hostile try 7, J1: SQLite's first read of any store opens NAME-journal (its hot-journal probe) with a blocking
+    # open; a FIFO made there after our checks held every command for ever, SIGTERM included. The open returns.
+    import maint.store.connection as connection
+
+    db = small_store(tmp_path / "state.db", 3)
+    real = connection._check_header
+    planted = []
+
+    def check_then_plant(path):
+        st = real(path)
+        if not planted and str(path) == str(db):
+            planted.append(path)
+            os.mkfifo(f"{db}-journal")
+        return st
+
+    monkeypatch.setattr(connection, "_check_header", check_then_plant)
+    args = {"stats": ["stats"], "doctor": ["doctor"], "export": ["export", str(tmp_path / "out.jsonl")],
+            "prune": ["prune", "--older-than", "1d", "--yes"]}[command]
+    result, _ = _run_bounded(cli, *args, "--db", db)
+    assert planted, "the FIFO was never planted"
+    assert result.exit_code in (0, 1), result.output
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 1, result.stderr
+
+
+def test_a_fifo_moved_away_while_the_open_waits_on_it_never_hangs_the_open(tmp_path, cli, monkeypatch):
+    # hostile try 7, J2: the store swapped for a FIFO after the checks; once SQLite's open waits on it, that FIFO is
+    # moved away and a second one, which nobody reads, is put at the name. Releasing what is at the name did
+    # not end the wait. The waiting open is interrupted, SQLite opens the name again, and that one is released.
+    import threading
+
+    import maint.store.connection as connection
+
+    db = small_store(tmp_path / "state.db", 3)
+    open_store(db, readonly=True).close()  # an open from the main thread, as the command's own would be
+    real = connection._check_header
+    swapped = []
+
+    def blocked_in_fifo_open(tid):
+        try:
+            with open(f"/proc/self/task/{tid}/wchan") as fh:
+                return fh.read().strip() == "wait_for_partner"
+        except OSError:
+            return False
+
+    def attacker(tid):
+        for _ in range(500):
+            if blocked_in_fifo_open(tid):
+                break
+            threading.Event().wait(0.002)
+        else:
+            return
+        swapped.append("moved")
+        db.rename(tmp_path / ".waited-on")
+        os.mkfifo(tmp_path / ".second")
+        os.rename(tmp_path / ".second", db)
+
+    def check_then_swap(path):
+        st = real(path)
+        if not swapped and str(path) == str(db):
+            swapped.append("fifo")
+            db.rename(tmp_path / "kept.db")
+            os.mkfifo(db)
+            threading.Thread(target=attacker, args=(threading.get_native_id(),), daemon=True).start()
+        return st
+
+    monkeypatch.setattr(connection, "_check_header", check_then_swap)
+    result, _ = _run_bounded(cli, "stats", "--db", db)
+    assert swapped == ["fifo", "moved"], swapped
+    assert result.exit_code == 1, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("opener", ["open_store", "as_found"])
 def test_the_tidy_up_after_a_read_leaves_a_folder_swapped_meanwhile_alone(tmp_path, opener):
     # A read of a store at rest removes the -wal and -shm its read-only open made, through a read-write open by

@@ -19,7 +19,6 @@ import math
 import os
 import stat
 import struct
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ import apsw
 from maint import files
 from maint.crashpoints import crash_point
 from maint.errors import CorruptStore, StoreError
+from maint.store import fifowatch
 
 log = logging.getLogger("hermes_maint.store")
 
@@ -209,6 +209,7 @@ def connect_checked(path: Path, checked: os.stat_result | tuple[int, int], flags
     fds_before = _open_fds()
     conn = connect(str(path), flags, busy_timeout_ms=busy_timeout_ms)
     with contextlib.suppress(apsw.Error):
+        _flat_memory(conn, not flags & apsw.SQLITE_OPEN_READWRITE)
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the -wal and -shm too
     try:
         _refuse_opened_elsewhere(path, file_id, fds_before)
@@ -575,14 +576,8 @@ def _remove_our_wal_files(path: Path, file_id: tuple[int, int]) -> None:
         conn = connect_checked(path, file_id, apsw.SQLITE_OPEN_READWRITE, busy_timeout_ms=0)  # never waits
     except (OSError, apsw.Error, StoreError):
         return
-    try:
-        _flat_memory(conn, True)
-        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-    except apsw.Error:
-        pass
-    finally:
-        with contextlib.suppress(apsw.Error):
-            conn.close()
+    with contextlib.suppress(apsw.Error):
+        conn.close()  # its open read the schema: closing as the last connection removes both files
 
 
 def _persist_wal(conn: apsw.Connection) -> None:
@@ -664,8 +659,10 @@ def connect(target: str, flags: int = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_O
     the first statement. Even a PRAGMA reads the schema, which needs a shared lock: a rollback-journal store's
     writer holds its exclusive lock for each commit, so a first statement without the handler fails at random
     with "database is locked" instead of waiting (*busy_timeout_ms*, default HERMES_MAINT_BUSY_MS)."""
-    with _fifo_open_released(target):
-        conn = apsw.Connection(target, flags=flags)
+    watched = _file_of(target)
+    if watched is not None:
+        fifowatch.watch(watched)  # a FIFO at one of its names never holds an open of ours
+    conn = apsw.Connection(target, flags=flags)
     timeout = busy_timeout_from_env() if busy_timeout_ms is None else busy_timeout_ms
     conn.set_busy_handler(polling_busy_handler(timeout))
     # Python runs a signal's handler only between its own steps: a statement that runs on (a trigger the
@@ -673,40 +670,6 @@ def connect(target: str, flags: int = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_O
     # Calling back into Python now and then lets the handler run there and interrupt the statement.
     conn.set_progress_handler(_let_signals_in, PROGRESS_STEPS)
     return conn
-
-
-@contextlib.contextmanager
-def _fifo_open_released(target: str) -> Iterator[None]:
-    """SQLite opens a file by name, read-only with a plain blocking open(): a store swapped for a FIFO after our
-    checks would block that open for ever, and SIGTERM cannot end it (the open is retried when interrupted:
-    hostile try 6, I6). While the open runs, a watcher opens the FIFO's other end if one appears at the name and
-    closes it, so the open returns (on an empty file, which every later check refuses)."""
-    path = _file_of(target)
-    if path is None:
-        yield
-        return
-    done = threading.Event()
-
-    def release() -> None:
-        while not done.wait(FIFO_WATCH_S):
-            try:
-                if not stat.S_ISFIFO(os.stat(path).st_mode):
-                    continue
-                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # ENXIO while nobody reads
-            except OSError:
-                continue
-            os.close(fd)
-
-    watcher = threading.Thread(target=release, name="fifo-open-watch", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        watcher.join()
-
-
-FIFO_WATCH_S = 0.2
 
 
 def _file_of(target: str) -> str | None:
