@@ -125,7 +125,12 @@ def read_trusted(path: Path, what: str, *, store: Path | None = None,
     :func:`_check_way`): nothing is read through a link its owner could not have read through themselves; and a
     file with a second name (a hard link) only when the store's owner (or the folder's) owns it
     (:func:`maint.files.foreign_second_name`)."""
-    _check_way(path, what, foreign_links)
+    if store is not None:  # the store's owner, or (no store yet) the owner of the folder it will be made in
+        vouches = files.owner_of(store) or files.owner_of(Path(os.path.realpath(store)).parent)
+    else:
+        vouches = files.owner_of(Path(os.path.realpath(path)).parent)
+    vouched = vouches[0] if vouches else None
+    _check_way(path, what, foreign_links, vouched)
     try:
         data, st = files.read_regular(path, what=what)
     except files.FileRefused as exc:
@@ -134,23 +139,19 @@ def read_trusted(path: Path, what: str, *, store: Path | None = None,
         raise UsageError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     # The check and the read are two lookups of the name: judge the way again, now that the file is read, and
     # keep what was read only if the name still leads to that same file (a link flipped in between is refused).
-    _check_way(path, what, foreign_links)
+    _check_way(path, what, foreign_links, vouched)
     try:
         named = os.stat(path)
     except OSError:
         named = None
     if named is None or (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
         raise UsageError(f"{path}: changed while it was being read; refusing to obey it as the {what}")
-    if store is not None:  # the store's owner, or (no store yet) the owner of the folder it will be made in
-        vouches = files.owner_of(store) or files.owner_of(Path(os.path.realpath(store)).parent)
-    else:
-        vouches = files.owner_of(Path(os.path.realpath(path)).parent)
-    why = files.untrusted_by(st, also_trusted=vouches[0] if vouches else None)
+    why = files.untrusted_by(st, also_trusted=vouched)
     whose = "the store's owner" if store is not None else "the owner of its folder"
     if why:
         raise UsageError(f"{path}: {why}; refusing to obey it as the {what} (it must be owned by you, root or "
                          f"{whose}, and writable by its owner only: chown it, or chmod go-w it)")
-    why = files.foreign_second_name(st, vouches[0] if vouches else None)
+    why = files.foreign_second_name(st, vouched)
     if why:
         raise UsageError(f"{path}: {why} ({whose}); refusing to read it as the {what} (a file with a second name "
                          f"is read only when {whose} owns it: copy the file instead of linking it)")
@@ -160,21 +161,24 @@ def read_trusted(path: Path, what: str, *, store: Path | None = None,
         raise UsageError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}); refusing") from None
 
 
-def _check_way(path: Path, what: str, foreign_links: str) -> None:
+def _check_way(path: Path, what: str, foreign_links: str, vouched: int | None) -> None:
     """The links and folders on the way to a file that steers us.
 
-    A symbolic link owned by another user (not us, not root) is followed only if that user could read the
-    target themselves (*foreign_links* ``"readable"``: a user's config.yaml linked to a root-only file would
-    otherwise be read, and its values echoed, by a root run), or never (``"refuse"``: job files, which make a
-    run act). And each folder holding a name on the way must not be writable by others without the sticky
-    bit, as OpenSSH's StrictModes requires: anyone there could swap the file for their own.
+    A symbolic link owned by another user (not us, not root) is followed only if it is the store's owner's
+    (*vouched*: the one whose file may configure the store) and that user could read the target themselves
+    (*foreign_links* ``"readable"``: a user's config.yaml linked to a root-only file would otherwise be read,
+    and its values echoed, by a root run), or never (``"refuse"``: job files, which make a run act). A third
+    user's link in a shared sticky folder, pointing at some YAML file the store's owner owns, would choose
+    what configures the store (hostile try 7, J3). And each folder holding a name on the way must not be
+    writable by others without the sticky bit, as OpenSSH's StrictModes requires: anyone there could swap
+    the file for their own.
     """
     me = os.geteuid() if hasattr(os, "geteuid") else None
     links = files.links_on(path)
     for link, st, _ in links:
         if st.st_uid in (0, me):
             continue
-        if foreign_links == "refuse":
+        if foreign_links == "refuse" or st.st_uid != vouched:
             raise UsageError(f"{path}: reached through {link}, a symbolic link owned by another user (uid "
                              f"{st.st_uid}); refusing to obey it as the {what} (use the file itself, not a link)")
         if not files.user_may(st.st_uid, path, os.R_OK):

@@ -196,9 +196,9 @@ def test_a_root_run_never_writes_the_config_through_a_link_into_a_file_the_store
         result = cli("autoprune", choice, "--db", db)
         assert result.exit_code == 1 and "the store's owner (uid 4321) may not change" in result.stderr, result.output
         assert len(result.stderr.strip().splitlines()) == 1
-    _link_owned_by(monkeypatch, link, 4322)  # a third user's link
+    _link_owned_by(monkeypatch, link, 4322)  # a third user's link: not even read (hostile try 7, J3)
     result = cli("autoprune", "on", "--db", db)
-    assert result.exit_code == 1 and "a symbolic link owned by uid 4322" in result.stderr, result.output
+    assert result.exit_code == 2 and "a symbolic link owned by another user (uid 4322)" in result.stderr, result.output
     assert victim.read_text() == "# root's file\n" and link.is_symlink()
 
 
@@ -208,11 +208,40 @@ def test_a_root_run_reads_a_config_through_a_users_link_only_if_that_user_could(
     home, db, secret = _alice_and_a_root_secret(tmp_path, "SECRET-TOKEN-abc123")
     link = home / "config.yaml"
     link.symlink_to(secret)
-    _link_owned_by(monkeypatch, link, 4321)
+    _store_owned_by(monkeypatch, db, 4321)  # alice's store ...
+    _link_owned_by(monkeypatch, link, 4321)  # ... and her link
     for command in (["doctor"], ["sweep"], ["autoprune", "status"]):
         result = cli(*command, "--db", db)
         assert result.exit_code == (0 if command == ["doctor"] else 2), result.output  # doctor: a finding
         assert "to a file that user cannot read" in result.output and "SECRET" not in result.output
+
+
+def test_a_third_users_link_in_a_shared_folder_never_chooses_the_config(tmp_path, monkeypatch, cli):
+    """Hostile try 7, J3: mallory's symbolic link config.yaml beside alice's store in a sticky shared folder, to a
+    YAML file alice owns and anyone may read (`retention_days: 0`), made alice's sweep delete 160 of 162 sessions:
+    the link was followed because its owner could read the target. Only the store's owner (or we, or root) may
+    choose the config through a link."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    db = _store(shared / "state.db")
+    hers = tmp_path / "hers.yaml"
+    hers.write_text("sessions:\n  auto_prune: true\n  retention_days: 0\n")
+    os.chmod(hers, 0o644)
+    link = shared / "config.yaml"
+    link.symlink_to(hers)
+    _store_owned_by(monkeypatch, db, 4321)  # alice's store (hers.yaml: root's here, trusted as hers would be)
+    _link_owned_by(monkeypatch, link, 4322)  # mallory's link, to a file she may read
+    monkeypatch.setattr(files, "user_may", lambda uid, path, want: want == os.R_OK)
+    before = session_ids(db)
+    for command in (["sweep", "--force"], ["autoprune", "status"]):
+        result = cli(*command, "--db", db)
+        assert result.exit_code == 2, result.output
+        assert "a symbolic link owned by another user (uid 4322)" in result.stderr, result.output
+    assert session_ids(db) == before
+    _link_owned_by(monkeypatch, link, 4321)  # the same link, alice's: hers to choose
+    result = cli("autoprune", "status", "--db", db)
+    assert result.exit_code == 0 and "auto_prune: on" in result.output, result.output
 
 
 def test_a_foreign_links_owner_must_be_able_to_read_the_target(monkeypatch):
@@ -328,6 +357,7 @@ def test_a_config_flipped_for_a_link_between_the_check_and_the_read_is_refused(t
     cfg = home / "config.yaml"
     cfg.write_text("sessions:\n  retention_days: 30\n")
     os.chmod(cfg, 0o600)
+    _store_owned_by(monkeypatch, db, 4321)
     _link_owned_by(monkeypatch, cfg, 4321)
     real = files.read_regular
     flips = []
