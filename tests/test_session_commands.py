@@ -312,3 +312,26 @@ def test_deleting_the_first_half_of_a_pinned_compressed_conversation_is_refused(
     done = cli(*args, "--db", db, "--yes", "--include-pinned")
     assert done.exit_code == 0, done.output
     assert "demo_chain_1" not in session_ids(db) and "demo_chain_2" in session_ids(db)
+
+
+def test_deleting_a_parent_whose_delegate_child_starts_a_pinned_compressed_conversation_is_refused(tmp_path, cli):
+    """Hostile try 7, J4: the lineage walk ran from the named session only. A subagent run that was compressed,
+    its continuation pinned: `delete PARENT --yes` deleted the child (the first half of the pinned conversation)
+    with its parent. Each session the delete takes is walked."""
+    import sqlite3
+
+    from maint.demo import build_demo
+
+    db = tmp_path / "s.db"
+    build_demo(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE sessions SET parent_session_id = 'demo_parent', "
+                     "model_config = json_object('_delegate_from', 'demo_parent') WHERE id = 'demo_chain_1'")
+        conn.execute("UPDATE sessions SET pinned = CASE id WHEN 'demo_chain_2' THEN 1 ELSE 0 END "
+                     "WHERE id IN ('demo_chain_1', 'demo_chain_2', 'demo_parent')")
+    conn.close()
+    before = file_hash(db)
+    refused = cli("delete", "demo_parent", "--db", db, "--yes")
+    assert refused.exit_code == 1, refused.output
+    assert "demo_chain_2" in refused.stderr and "--include-pinned" in refused.stderr, refused.stderr
+    assert file_hash(db) == before and {"demo_parent", "demo_chain_1"} <= set(session_ids(db))

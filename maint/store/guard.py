@@ -122,12 +122,16 @@ WITH RECURSIVE
 
 
 def pinned_covering(store: Store, sid: str, ids: Iterable[str]) -> list[str]:
-    """The pinned sessions among *ids* (the session and its delegate children) and in *sid*'s compression
-    lineage, which a pin covers whole (``pin`` sets it on every member, prune keeps a lineage with a pinned
-    member): deleting the first half of a pinned conversation deletes a pinned conversation (hostile try 6, I2)."""
-    ids = list(ids)
-    lineage = [r[0] for r in store.conn.execute(LINEAGE_CTE + "SELECT id FROM lineage ORDER BY id", (sid, sid))]
-    return pinned(store, [*ids, *(i for i in lineage if i not in ids)])
+    """The pinned sessions among *ids* (the session *sid* and its delegate children) and in the compression
+    lineage of each, which a pin covers whole (``pin`` sets it on every member, prune keeps a lineage with a
+    pinned member): deleting the first half of a pinned conversation deletes a pinned conversation (hostile
+    try 6, I2), whether the named session is that half or one of its delegate children is (hostile try 7, J4)."""
+    ids = list(dict.fromkeys([sid, *ids]))
+    covered = dict.fromkeys(ids)
+    for member in ids:
+        for (other,) in store.conn.execute(LINEAGE_CTE + "SELECT id FROM lineage ORDER BY id", (member, member)):
+            covered.setdefault(other)
+    return pinned(store, list(covered))
 
 
 def pinned_refusal(named: str, pins: list[str], nothing: str) -> str:
