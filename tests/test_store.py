@@ -535,6 +535,37 @@ def test_folder_swapped_right_after_the_checks_is_refused_for_readers(tmp_path, 
     assert not (tmp_path / "out.jsonl").exists() and not list(tmp_path.glob("out/*.db"))
 
 
+def test_a_second_open_while_the_store_is_held_still_refuses_another_store(tmp_path, monkeypatch):
+    # hostile try 7, J5: the after-open check accepted any open while some descriptor of ours held the checked
+    # file. With a first connection held (restore's open of the live store while its safety copy opens the store
+    # again), a folder swapped around the second open landed on another user's rollback-journal store (no -wal or
+    # -shm to tell), and root's restore copied that store into alice's folder. What an open adds must not be
+    # another store.
+    import apsw
+
+    from maint.store.connection import connect_checked
+
+    home, other = tmp_path / "evil", tmp_path / "other"
+    home.mkdir()
+    other.mkdir()
+    small_store(home / "state.db", 3)
+    small_store(other / "state.db", 3)
+    with sqlite3.connect(other / "state.db") as conn:
+        conn.execute("PRAGMA journal_mode=delete")
+    conn.close()
+    db = home / "state.db"
+    checked = os.stat(db)
+    held = connect_checked(db, checked, apsw.SQLITE_OPEN_READWRITE)
+    done = _swap_folder_during_open(monkeypatch, home, other, swap_back=True)
+    try:
+        with pytest.raises(StoreError, match="not the store it checked"):
+            connect_checked(db, checked, apsw.SQLITE_OPEN_READONLY)
+    finally:
+        held.close()
+        _put_back(home)
+    assert done, "the swap never ran"
+
+
 def _run_bounded(cli, *args, limit_s=60.0):
     """The command in a thread: a hang fails the test instead of holding the suite (the thread is left behind)."""
     import threading

@@ -144,11 +144,22 @@ def _refuse_foreign_journals(path: Path, st: os.stat_result) -> None:
 
 
 def _open_fds() -> set[int] | None:
-    """The descriptors this process has open (None where /proc/self/fd cannot tell)."""
+    """The descriptors this process has open (None where /proc/self/fd cannot tell). The listing's own
+    descriptor is closed by the time it returns, and is left out: SQLite's next open may get its number,
+    which would then not count as new (hostile try 7, J5)."""
     try:
-        return {int(name) for name in os.listdir("/proc/self/fd")}
-    except (OSError, ValueError):
+        names = os.listdir("/proc/self/fd")
+    except OSError:
         return None
+    fds = set()
+    for name in names:
+        try:
+            fd = int(name)
+            os.fstat(fd)
+        except (OSError, ValueError):
+            continue
+        fds.add(fd)
+    return fds
 
 
 def held_file(fd: int) -> tuple[os.stat_result, str] | None:
@@ -178,11 +189,23 @@ def opened_elsewhere(path: Path, checked: tuple[int, int], fds_before: set[int] 
         return "the file SQLite opened is not the one that was checked (a folder on the path was swapped)"
     folder = os.path.dirname(stores[0])
     for fd in sorted(now - fds_before):
-        name = held[fd][1] if fd in held else None
-        if name and os.path.basename(name) in (f"{path.name}-wal", f"{path.name}-shm") and \
-                os.path.dirname(name) != folder:
+        if fd not in held:
+            continue
+        st, name = held[fd]
+        if os.path.basename(name) in (f"{path.name}-wal", f"{path.name}-shm") and os.path.dirname(name) != folder:
             return f"SQLite opened {name}, which is not beside the store it checked (a folder was swapped)"
+        # The checked file may be held already (a connection open since before): what this open added must
+        # not be another store (hostile try 7, J5).
+        if (st.st_dev, st.st_ino) != checked and stat.S_ISREG(st.st_mode) and _sqlite_header(fd):
+            return f"SQLite opened {name}, not the store it checked (a folder on the path was swapped)"
     return None
+
+
+def _sqlite_header(fd: int) -> bool:
+    try:
+        return os.pread(fd, 16, 0) == b"SQLite format 3\x00"
+    except OSError:
+        return False
 
 
 def _refuse_opened_elsewhere(path: Path, file_id: tuple[int, int], fds_before: set[int] | None) -> None:
