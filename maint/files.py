@@ -793,6 +793,32 @@ def _identity(st: os.stat_result | None) -> tuple[int, int, int] | None:
     return None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+@contextlib.contextmanager
+def name_held(path: Path | str) -> Iterator[str]:
+    """An empty file of ours at *path* while the block runs, so nobody else can make one there (in a sticky
+    folder nobody can take a name that exists): yields ``"held"``, ``"exists"`` (someone's file is there; judge
+    it) or ``"failed"`` (a folder we cannot write). Mode 0644, whoever runs: another user's process that opens
+    the name meanwhile (SQLite's hot-journal probe) reads an empty file. Removed after, if still ours and empty."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        yield "exists"
+        return
+    except OSError:
+        yield "failed"
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, 0o644)  # whatever the umask
+        yield "held"
+    finally:
+        with contextlib.suppress(OSError):
+            mine, now = os.fstat(fd), os.lstat(path)
+            if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino) and now.st_size == 0:
+                os.unlink(path)
+        os.close(fd)
+
+
 def owner_of(path: Path | str) -> tuple[int, int] | None:
     """(uid, gid) of *path*, or None when it cannot be read."""
     try:

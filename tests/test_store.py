@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 
+import apsw
 import pytest
 
 from maint.errors import StoreError
@@ -414,6 +415,21 @@ def test_a_restore_dry_run_leaves_the_store_and_the_snapshot_as_found(tmp_path):
             file_hash(snap)) == before
 
 
+def test_a_real_restore_leaves_the_snapshots_folder_as_found(tmp_path):
+    """Hostile try 7, J6: `restore SNAP --yes` left -wal and -shm beside a snapshot at rest (the dry run did not):
+    the copy's read of the snapshot was not tidied up."""
+    import shutil
+
+    store = small_store(tmp_path / "live" / "state.db")
+    snap = tmp_path / "snaps" / "copy.db"
+    snap.parent.mkdir()
+    shutil.copy(store, snap)
+    before = (sorted(os.listdir(snap.parent)), file_hash(snap))
+    result = run_subprocess("restore", snap, "--db", store, "--yes")
+    assert result.returncode == 0, result.stderr
+    assert (sorted(os.listdir(snap.parent)), file_hash(snap)) == before
+
+
 @pytest.mark.parametrize("version", ["'abc'", "x'16'", "32.5", "1e30"])
 def test_a_schema_version_that_is_not_a_whole_number_is_a_schema_we_do_not_know(tmp_path, version):
     """Hostile try 4, G9: a schema_version stored as text or bytes stopped doctor with a TypeError, and every
@@ -564,6 +580,48 @@ def test_a_second_open_while_the_store_is_held_still_refuses_another_store(tmp_p
         held.close()
         _put_back(home)
     assert done, "the swap never ran"
+
+
+@pytest.mark.parametrize("command", ["stats", "export", "prune", "rename"])
+def test_a_hot_journal_planted_after_the_checks_is_never_rolled_back_into_the_store(tmp_path, cli, monkeypatch,
+                                                                                    command):
+    # hostile try 7, J7: in a shared sticky folder another user made state.db-journal (a hot journal of her own
+    # database) once our checks were done: the tidy-up after root's read-only stats, and the writable open of
+    # prune or pin, rolled it back: alice's store became hers. While a read-write open makes its first read, the
+    # name is ours; she cannot take a name that exists (the sticky bit), so the plant fails.
+    import maint.store.connection as connection
+    from tests.test_replication import planted_journal
+
+    journal = planted_journal(tmp_path)
+    db = small_store(tmp_path / "state.db", 3)
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / f"state.db{suffix}").unlink(missing_ok=True)
+    assert header_journal_mode(db) == "wal"
+    before = session_ids(db)
+    real = connection.connect
+    tries = []
+
+    def plant_then_connect(target, flags=None, **kwargs):
+        if str(db) in str(target) and flags is not None and flags & apsw.SQLITE_OPEN_READWRITE:
+            try:
+                fd = os.open(f"{db}-journal", os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # no name taken over
+            except FileExistsError:
+                tries.append("name taken")
+            else:
+                os.write(fd, journal)
+                os.close(fd)
+                tries.append("planted")
+        return real(target, flags, **kwargs) if flags is not None else real(target, **kwargs)
+
+    monkeypatch.setattr(connection, "connect", plant_then_connect)
+    args = {"stats": ["stats"], "export": ["export", str(tmp_path / "out.jsonl")],
+            "prune": ["prune", "--older-than", "1d", "--yes"], "rename": ["rename", "recent", "new title"]}[command]
+    result = cli(*args, "--db", db)
+    assert tries, "no read-write open ran: nothing was tried"
+    assert "planted" not in tries, tries
+    assert "Traceback" not in result.output, result.output
+    ids = session_ids(db)
+    assert "MALLORY_INJECTED" not in ids and (ids == before or set(ids) < set(before)), ids
 
 
 def _run_bounded(cli, *args, limit_s=60.0):

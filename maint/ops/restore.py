@@ -36,9 +36,8 @@ from maint import json_text
 from maint.errors import MaintError, StoreError, UsageError
 from maint.ops.backup import MADE_BY, Snapshot, check_file, counts, sha256_fd, take_snapshot
 from maint.ops.vacuum import DiskUsage, with_margin
-from maint.store.connection import (READ_CACHE_KB, schema_problem, _check_header, _persist_wal, as_found,
-                                    check_regular_file, check_writable, connect_checked, flat_memory_pragmas,
-                                    header_journal_mode)
+from maint.store.connection import (schema_problem, _check_header, _persist_wal, as_found,
+                                    check_regular_file, check_writable, connect_checked, header_journal_mode)
 from maint.store.holders import STOP_HERMES, HolderReport, refuse_if_held
 from maint.store.runlock import run_lock
 from maint.store.targets import StoreTarget
@@ -188,10 +187,14 @@ def copy_into(conn: apsw.Connection, snapshot: Path, vouched: tuple[int, int] | 
     """The backup API from *snapshot* into the open live store: one step, so one lock and one commit. The file
     copied is the one that was vouched for (*vouched*, else the one whose links are judged now), not whatever its
     name leads to by then (hostile try 6, I4: a folder swapped for a link to another user's home)."""
-    src = connect_checked(snapshot, vouched or check_regular_file(snapshot), apsw.SQLITE_OPEN_READONLY)
+    with as_found(snapshot):  # a snapshot at rest keeps no -wal and -shm of our read (hostile try 7, J6)
+        _copy_from(conn, connect_checked(snapshot, vouched or check_regular_file(snapshot),
+                                         apsw.SQLITE_OPEN_READONLY))
+    crash_point("restore_copied")
+
+
+def _copy_from(conn: apsw.Connection, src: apsw.Connection) -> None:
     try:
-        for pragma in flat_memory_pragmas(READ_CACHE_KB):
-            src.execute(pragma).fetchall()
         crash_point("restore_copy")
         with conn.backup("main", src, "main") as backup:
             backup.step(-1)
@@ -204,7 +207,6 @@ def copy_into(conn: apsw.Connection, snapshot: Path, vouched: tuple[int, int] | 
         raise MaintError(f"SQLite refused to copy into the store ({exc}); the store is unchanged") from None
     finally:
         src.close()
-    crash_point("restore_copied")
 
 
 def _data_version(conn: apsw.Connection) -> int:

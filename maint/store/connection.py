@@ -143,6 +143,23 @@ def _refuse_foreign_journals(path: Path, st: os.stat_result) -> None:
                              "store; refusing to open the store (remove it if it is not yours)")
 
 
+@contextlib.contextmanager
+def journal_name_held(path: Path, writable: bool) -> Iterator[None]:
+    """While a read-write connection to a WAL store makes its first read: the store's ``-journal`` name is ours
+    (an empty file, :func:`maint.files.name_held`). SQLite looks for a hot journal before it finds the store is in WAL
+    mode, and rolls one back into the store: another user who can make names beside the store (a shared
+    sticky folder) and plants one after our checks would have her own pages written over the store (hostile
+    try 7, J7). A ``-journal`` already there is judged again, as before the open. Rollback-journal stores are
+    left as they are: their writers make and remove the ``-journal`` themselves."""
+    if not writable or header_journal_mode(path) != "wal":
+        yield
+        return
+    with files.name_held(f"{path}-journal") as claim:
+        if claim == "exists":
+            _refuse_foreign_journals(path, os.stat(path))
+        yield
+
+
 def _open_fds() -> set[int] | None:
     """The descriptors this process has open (None where /proc/self/fd cannot tell). The listing's own
     descriptor is closed by the time it returns, and is left out: SQLite's next open may get its number,
@@ -230,10 +247,11 @@ def connect_checked(path: Path, checked: os.stat_result | tuple[int, int], flags
     opened is another file (:func:`opened_elsewhere`): for the opens that write outside :func:`open_store`."""
     file_id = (checked.st_dev, checked.st_ino) if isinstance(checked, os.stat_result) else checked
     fds_before = _open_fds()
-    conn = connect(str(path), flags, busy_timeout_ms=busy_timeout_ms)
-    with contextlib.suppress(apsw.Error):
-        _flat_memory(conn, not flags & apsw.SQLITE_OPEN_READWRITE)
-        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the -wal and -shm too
+    with journal_name_held(path, bool(flags & apsw.SQLITE_OPEN_READWRITE)):
+        conn = connect(str(path), flags, busy_timeout_ms=busy_timeout_ms)
+        with contextlib.suppress(apsw.Error):
+            _flat_memory(conn, not flags & apsw.SQLITE_OPEN_READWRITE)
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the -wal and -shm too
     try:
         _refuse_opened_elsewhere(path, file_id, fds_before)
     except StoreError:
@@ -761,9 +779,10 @@ def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Con
         # The first statement waits like every later one (the handler comes with the connection): a
         # rollback-journal store's writer holds its lock for each commit, and refusing on the spot
         # ("database is locked") would fail at random.
-        conn = connect(str(path), flags, busy_timeout_ms=busy_timeout_ms)
-        _flat_memory(conn, readonly)
-        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        with journal_name_held(path, not readonly):
+            conn = connect(str(path), flags, busy_timeout_ms=busy_timeout_ms)
+            _flat_memory(conn, readonly)
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         return conn, None
     except (apsw.ReadOnlyError, apsw.CantOpenError):
         if not readonly or os.access(path.parent, os.W_OK):
@@ -796,9 +815,11 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
     fds_before = _open_fds()
     try:
         conn, note = _connect(path, readonly, busy_timeout_ms)
-    except apsw.Error as exc:
+    except (apsw.Error, StoreError) as exc:
         if lock is not None:
             lock.release()
+        if isinstance(exc, StoreError):
+            raise
         raise StoreError(f"{path}: cannot open store ({exc})") from None
     register_functions(conn)
     store = Store(path, conn)
