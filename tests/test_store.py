@@ -6,7 +6,6 @@ import sqlite3
 import subprocess
 import sys
 
-import apsw
 import pytest
 
 from maint.errors import StoreError
@@ -587,8 +586,8 @@ def test_a_hot_journal_planted_after_the_checks_is_never_rolled_back_into_the_st
                                                                                     command):
     # hostile try 7, J7: in a shared sticky folder another user made state.db-journal (a hot journal of her own
     # database) once our checks were done: the tidy-up after root's read-only stats, and the writable open of
-    # prune or pin, rolled it back: alice's store became hers. While a read-write open makes its first read, the
-    # name is ours; she cannot take a name that exists (the sticky bit), so the plant fails.
+    # prune or rename, rolled it back: alice's store became hers. While any open makes its first read, the name
+    # is ours; she cannot take a name that exists (the sticky bit), so the plant fails.
     import maint.store.connection as connection
     from tests.test_replication import planted_journal
 
@@ -602,7 +601,7 @@ def test_a_hot_journal_planted_after_the_checks_is_never_rolled_back_into_the_st
     tries = []
 
     def plant_then_connect(target, flags=None, **kwargs):
-        if str(db) in str(target) and flags is not None and flags & apsw.SQLITE_OPEN_READWRITE:
+        if str(db) in str(target):  # before any open's first read, read-only ones too (root's hand the name on)
             try:
                 fd = os.open(f"{db}-journal", os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # no name taken over
             except FileExistsError:

@@ -30,7 +30,7 @@ import apsw
 
 from maint import files
 from maint.crashpoints import crash_point
-from maint.errors import CorruptStore, StoreError
+from maint.errors import CorruptStore, MaintError, StoreError
 from maint.store import fifowatch
 
 log = logging.getLogger("hermes_maint.store")
@@ -144,14 +144,20 @@ def _refuse_foreign_journals(path: Path, st: os.stat_result) -> None:
 
 
 @contextlib.contextmanager
-def journal_name_held(path: Path, writable: bool) -> Iterator[None]:
-    """While a read-write connection to a WAL store makes its first read: the store's ``-journal`` name is ours
-    (an empty file, :func:`maint.files.name_held`). SQLite looks for a hot journal before it finds the store is in WAL
-    mode, and rolls one back into the store: another user who can make names beside the store (a shared
-    sticky folder) and plants one after our checks would have her own pages written over the store (hostile
-    try 7, J7). A ``-journal`` already there is judged again, as before the open. Rollback-journal stores are
-    left as they are: their writers make and remove the ``-journal`` themselves."""
-    if not writable or header_journal_mode(path) != "wal":
+def journal_name_held(path: Path) -> Iterator[None]:
+    """While a connection to a WAL store makes its first read, the store's ``-journal`` name is ours (an empty
+    file, :func:`maint.files.name_held`). SQLite looks for a hot journal before it finds the store is in WAL
+    mode: a read-write connection rolls one back into the store, and a root run's read-only one hands it to the
+    store's owner (SQLite gives a journal it opens as root to the store's owner), after which it passes for
+    the owner's own. Another user who can make names beside the store (a shared sticky folder) and plants one
+    after our checks would have her own pages written over the store (hostile try 7, J7). A ``-journal``
+    already there is judged again, as before the open. Rollback-journal stores are left as they are: their
+    writers make and remove the ``-journal`` themselves."""
+    try:
+        wal = header_journal_mode(path) == "wal"
+    except (OSError, MaintError, IndexError):
+        wal = False  # not a store SQLite will read as one: its open refuses it
+    if not wal:
         yield
         return
     with files.name_held(f"{path}-journal") as claim:
@@ -247,7 +253,7 @@ def connect_checked(path: Path, checked: os.stat_result | tuple[int, int], flags
     opened is another file (:func:`opened_elsewhere`): for the opens that write outside :func:`open_store`."""
     file_id = (checked.st_dev, checked.st_ino) if isinstance(checked, os.stat_result) else checked
     fds_before = _open_fds()
-    with journal_name_held(path, bool(flags & apsw.SQLITE_OPEN_READWRITE)):
+    with journal_name_held(path):
         conn = connect(str(path), flags, busy_timeout_ms=busy_timeout_ms)
         with contextlib.suppress(apsw.Error):
             _flat_memory(conn, not flags & apsw.SQLITE_OPEN_READWRITE)
@@ -779,7 +785,7 @@ def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Con
         # The first statement waits like every later one (the handler comes with the connection): a
         # rollback-journal store's writer holds its lock for each commit, and refusing on the spot
         # ("database is locked") would fail at random.
-        with journal_name_held(path, not readonly):
+        with journal_name_held(path):
             conn = connect(str(path), flags, busy_timeout_ms=busy_timeout_ms)
             _flat_memory(conn, readonly)
             conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
