@@ -10,8 +10,7 @@ import time
 import apsw
 import pytest
 
-from maint.store.batching import (BUSY_DELAYS_MS, DEFAULT_CHUNK_S, FILL, MARGIN_S, MAX_PAUSE_S, POLL_S, RECOUNT_S,
-                                  Batcher, PacedWrites, Pacer,
+from maint.store.batching import (BUSY_DELAYS_MS, MARGIN_S, MAX_PAUSE_S, POLL_S, RECOUNT_S, Batcher, PacedWrites, Pacer,
                                   busy_retry_within, pacer_for, run_batched)
 from maint.store.holders import other_connections
 from maint.ops.prune import execute_prune, plan_prune
@@ -326,57 +325,6 @@ def test_only_a_unit_that_alone_overruns_the_target_is_lightened():
     total = run_batched(units, lambda u: u, lambda batch: len(batch), contextlib.nullcontext, Pacer(lambda: 0),
                         batcher=FixedRate(target_s=1.0, chunk_s=0.001, rate=1000), lighten=lighten)
     assert total == 3 and asked == [2000]
-
-
-def test_a_chunk_takes_its_share_of_the_room_left_in_the_transaction(monkeypatch):
-    """Chunks of a fixed size left a transaction at 105-150 ms of its 150 ms target (a next 45 ms chunk did
-    not fit); sized to the room left, the first takes FILL of the target and each next one FILL of what is
-    left, so a transaction holds a few statements and ends near its target. A fake clock: each unit of work
-    takes 1 ms."""
-    import maint.store.batching as batching
-
-    class Clock:
-        now = 0.0
-
-        def monotonic(self):
-            return self.now
-
-    clock = Clock()
-    monkeypatch.setattr(batching, "time", clock)
-
-    class FixedRate(Batcher):
-        def observe(self, work, seconds):
-            pass
-
-    batcher = FixedRate(target_s=1.0, rate=1000)  # default chunk_s and fill
-    assert batcher.fill == FILL and batcher.chunk_s == DEFAULT_CHUNK_S
-    txs: list[list[int]] = []
-
-    class Tx:
-        def __enter__(self):
-            txs.append([])
-
-        def __exit__(self, *exc):
-            return False
-
-    def apply(batch):
-        txs[-1].append(len(batch))
-        clock.now += len(batch) / 1000
-        return len(batch)
-
-    def sleep(seconds):
-        clock.now += seconds
-
-    total = run_batched([1] * 3000, lambda u: u, apply, Tx, Pacer(lambda: 0, clock=clock.monotonic, sleep=sleep),
-                        batcher=batcher)
-    assert total == 3000
-    first = txs[0]
-    assert first[0] == 1000 * FILL and first[1] == int(1000 * FILL * (1 - FILL))  # 600, then 60 % of 400
-    assert all(c >= 1000 * DEFAULT_CHUNK_S for c in first[:-1])  # never less than a chunk
-    assert 1000 - 1000 * DEFAULT_CHUNK_S < sum(first) <= 1000  # ends within a chunk of its target
-    assert len(first) <= 5
-    # a fixed chunk_s keeps fixed chunks (the importer's): every chunk is chunk_s of work
-    assert Batcher(target_s=1.0, chunk_s=0.01, rate=1000).budget(1.0) == 10
 
 
 def test_paced_writes_ask_for_the_checkpoint_after_each_commit_before_the_jobs_own_after_commit():

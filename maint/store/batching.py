@@ -1,13 +1,12 @@
 """Splits bulk writes into short transactions bounded by the clock, and lets Hermes's writers in between.
 
 A transaction takes whole units (a lineage with its delegate children is never
-split) in chunks sized to a share (``fill``) of the room left before its
-``target_s``, never less than ``chunk_s`` of work, and commits once no chunk
-fits. Work per row is uneven (FTS5 flushes and merges its index in the middle
-of a statement), so the clock ends a transaction rather than a row count
-predicted from the last one. A unit is never split: one bigger than its chunk
-goes in a transaction of its own (atomicity beats the target), after whatever
-work can leave ahead of it has (``lighten``).
+split) in chunks of about ``chunk_s`` of work and commits once its lock time
+reaches ``target_s``. Work per row is uneven (FTS5 flushes and merges its index
+in the middle of a statement), so the clock ends a transaction rather than a
+row count predicted from the last one. A unit is never split: one bigger
+than a chunk goes in a transaction of its own (atomicity beats the target),
+after whatever work can leave ahead of it has (``lighten``).
 
 Between transactions :class:`Pacer` holds back long enough for every writer
 asleep in SQLite's busy handler to wake and take the lock, and
@@ -55,11 +54,7 @@ def reset_cancel() -> None:
     CANCEL.clear()
     _CANCEL_SIGNAL.clear()
 
-# A transaction's first chunk takes FILL of its target, each next one FILL of the room left, none less than
-# DEFAULT_CHUNK_S: about three statements fill it (each flushes an FTS5 segment), and a chunk that runs twice
-# as slow as the learnt rate overruns the target by a fraction of the room it was given.
-DEFAULT_CHUNK_S = 0.02
-FILL = 0.6
+DEFAULT_CHUNK_S = 0.045
 
 # SQLite's default busy handler, which every Hermes connection uses (Python's sqlite3 with
 # timeout=1.0), sleeps these milliseconds between tries and 100 ms from then on
@@ -266,32 +261,18 @@ class Batcher:
     rate: float = 6000.0  # before the first measurement
     min_load: int = 1
     max_load: int = 200_000
-    # A chunk may take this share of the room left in its transaction, when that is more than chunk_s
-    # (default with the default chunk_s: FILL; 0: every chunk is chunk_s).
-    fill: float | None = None
 
     def __post_init__(self) -> None:
-        if self.fill is None:
-            self.fill = FILL if self.chunk_s is None else 0.0
         if self.chunk_s is None:
             self.chunk_s = min(DEFAULT_CHUNK_S, self.target_s)
 
     @property
     def chunk_load(self) -> float:
-        return self.load_for(self.chunk_s)
+        return min(self.max_load, max(self.min_load, self.rate * self.chunk_s))
 
-    def load_for(self, seconds: float) -> float:
-        return min(self.max_load, max(self.min_load, self.rate * seconds))
-
-    def budget(self, room_s: float | None = None) -> float:
-        """The load of the next chunk, with *room_s* of the transaction's target left (None: a chunk)."""
-        return self.load_for(max(self.chunk_s, self.fill * room_s) if room_s is not None else self.chunk_s)
-
-    def take(self, units: Sequence[U], start: int, weight: Callable[[U], int],
-             budget: float | None = None) -> tuple[int, int]:
-        """End index and load of the next chunk from *start*: whole units, at least one, within *budget*
-        (default: a chunk's load)."""
-        end, load, budget = start, 0, self.chunk_load if budget is None else budget
+    def take(self, units: Sequence[U], start: int, weight: Callable[[U], int]) -> tuple[int, int]:
+        """End index and load of the next chunk from *start*: whole units, at least one, within budget."""
+        end, load, budget = start, 0, self.chunk_load
         while end < len(units):
             w = max(1, weight(units[end]))
             if end > start and load + w > budget:
@@ -359,9 +340,8 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
                     lightening = (pos, None)
                 pending = True
             while pos < len(units) and not pending:
-                budget = batcher.budget(batcher.target_s - (time.monotonic() - opened))
-                end, load = batcher.take(units, pos, weight, budget)
-                oversized = load > budget
+                end, load = batcher.take(units, pos, weight)
+                oversized = load > batcher.chunk_load
                 if oversized and worked:
                     break  # the big unit starts the next transaction
                 started = time.monotonic()
