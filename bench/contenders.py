@@ -56,6 +56,8 @@ def ours(db: Path) -> tuple[int, int]:
     EXTRA["big_unit_tx"] = sum(b >= BIG_UNIT for _, b in holds)
     EXTRA["biggest_unit_messages"] = max([b for _, b in holds] or [0])
     EXTRA["transactions"] = result.transactions
+    # the three longest transactions: (ms, the biggest unit's messages), to tell a unit's own lock from a chunk's
+    EXTRA["top_holds"] = [(round(h * 1000, 1), b) for h, b in sorted(holds, reverse=True)[:3]]
     EXTRA["skipped_too_big"] = len(result.skipped_too_big)
     return result.messages, len(result.deleted_ids)
 
