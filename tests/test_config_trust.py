@@ -22,6 +22,14 @@ def _store(path, n=6):
     return path
 
 
+def _store_in_a_sticky_folder(tmp_path):
+    """A shared folder anyone may create names in (mode 1777, as /tmp) and a store in it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    return shared, _store(shared / "state.db")
+
+
 def _alice_and_a_root_secret(tmp_path, token):
     """alice's home with her store, and beside it a root-only (0600, ours) config naming *token*."""
     home = tmp_path / "alice"
@@ -51,10 +59,7 @@ def test_only_our_roots_or_the_folder_owners_unwritable_files_are_trusted():
 def test_a_config_planted_beside_a_store_in_a_shared_folder_is_refused(tmp_path):
     """Finding 4: another user's config.yaml beside a --db store in a sticky shared folder was obeyed:
     `sessions: {auto_prune: true, retention_days: 0}` made the owner's sweep delete 160 of 162 sessions."""
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    os.chmod(shared, 0o1777)
-    db = _store(shared / "state.db")
+    shared, db = _store_in_a_sticky_folder(tmp_path)
     planted = shared / "config.yaml"
     planted.write_text("sessions: {auto_prune: true, retention_days: 0}\n")
     if os.geteuid() == 0:
@@ -221,10 +226,7 @@ def test_a_third_users_link_in_a_shared_folder_never_chooses_the_config(tmp_path
     YAML file alice owns and anyone may read (`retention_days: 0`), made alice's sweep delete 160 of 162 sessions:
     the link was followed because its owner could read the target. Only the store's owner (or we, or root) may
     choose the config through a link."""
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    os.chmod(shared, 0o1777)
-    db = _store(shared / "state.db")
+    shared, db = _store_in_a_sticky_folder(tmp_path)
     hers = tmp_path / "hers.yaml"
     hers.write_text("sessions:\n  auto_prune: true\n  retention_days: 0\n")
     os.chmod(hers, 0o644)
