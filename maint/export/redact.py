@@ -162,12 +162,21 @@ _HEX_SHAPES = re.compile(rb"fc-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}
 _ID_RUN = re.compile(rb"(?:call|toolu|msg|chatcmpl|run|req|resp|asst|thread|batch)[_\-][A-Za-z0-9_\-]+")
 
 
+# The word password (secret, key) in other languages (the gate and _LOCAL_PASSWORD read it).
+_LOCAL_WORDS = (
+    "パスワード|暗証番号|秘密鍵|合言葉|密码|密碼|口令|密钥|密鑰|秘钥|비밀번호|패스워드|암호"
+    "|passwort|kennwort|zugangsdaten|senha|palavra-passe|contraseña|contrasena|clave|mot de passe|mdp"
+    "|пароль|пароля|паролем|парол|wachtwoord|lösenord|lösenordet|hasło|hasła|hasło|heslo|hesla|jelszó|jelszava|jelszo"
+    "|salasana|adgangskode|passord|şifre|şifresi|parola|parolası|parolasi|kata sandi|kata laluan|sandi"
+    "|κωδικός|κωδικός πρόσβασης|συνθηματικό|סיסמה|סיסמא|كلمة المرور|كلمة السر|كلمة سر|पासवर्ड|कूटशब्द"
+    "|mật khẩu|mat khau|password|passphrase|passwd")
+
 # -- the gate ------------------------------------------------------------------------------------
 # One automaton over the whole text, compiled by RE2 (linear time, a DFA): it matches wherever any
 # rule below could (a keyword with a separator after it, a shape's prefix, a place's marker, an
 # escape), so a text it does not match is returned as it is without running them. It must stay a
 # superset of the rules: the corpus tests run through it.
-_GATE_KW = "(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer|mnemonic)"
+_GATE_KW = "(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer|mnemonic|psk|sessid|jsession)"
 # Space beside a separator: Unicode spaces (the rules see them as " "), and a tab or a Unicode space
 # escaped in JSON text (the rules see the decoded value; the gate sees the raw text, escapes and all).
 _GATE_SP = (r"(?:[ \t\x{a0}\x{1680}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]|\\+t"
@@ -195,7 +204,8 @@ _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
               r"|<(?:[\w.\-]*:)?[\w.\-]*" + _GATE_KW + _GATE_NAMECHARS + r"*(?:\\*[\"'])?\]?" + _GATE_SP + r"*>")
 _GATE_PAIR = (r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP
               + r"*\\*[\"']?[\w./\-]*" + _GATE_KW + r"|(?i:variable)" + _GATE_SP + r"+\\*[\"'][\w.\-]*" + _GATE_KW)
-_GATE_CLI = r"--[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP + r"+[^\s\-]"
+_GATE_CLI = (r"(?:--|(?:^|[\s\"'\[,])-)[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP
+             + r"+[^\s\-]")
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
                 r"|sshpass|htpasswd"
                 # round 6: command lines that take a password by position or by a short flag, "config set NAME
@@ -210,10 +220,16 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|(?:\|\||\?\?|[ \t]or)[ \t]*\\*[\"']"
                 r"|\|[ \t]*[\w .\-]*" + _GATE_KW + r"[\w .\-]*[ \t]*\|[^\n]*\r?\n[ \t]*\|?[ \t]*:?-{3,}"
                 r"|(?i:\buse)[ \t]+[^\s]{6,}[ \t]+(?i:as)[ \t]"
-                r"|(?i:パスワード|暗証番号|密码|密碼|비밀번호|passwort|kennwort|senha|contraseña|contrasena"
-                r"|mot de passe|пароль|wachtwoord|lösenord|hasło|salasana|adgangskode|passord|şifre)"
+                r"|(?i:" + _LOCAL_WORDS.removesuffix("|password|passphrase|passwd") + ")"
+                r"|(?i:pass(?:word|phrase|wd))(?:'s[ \t]|[ \t]*(?:->|=>|→)|[^\n:=.]{0,24}?[ \t]"
+                r"(?:è|é|es|est|ist|lautet|är|je|jest|là|adalah|ialah|είναι|это|c'est)[ \t])"
                 r"|machine\s|\+[1-9]\d{6}|&[A-Za-z_][\w.\-]*=|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
+                # round 7: commands with a secret in a place of their own (_ARG_RULES), echo into a secret file
+                r"|mosquitto_|openssl[ \t]|rar[ \t]|ssh-keygen|(?:cargo|vault|bao|wandb|auth)[ \t]+login[ \t]"
+                r"|poetry[ \t]+config|b2[ \t]|bundle[ \t]+config|BUNDLE_\w+__|oracle:(?:thin|oci):|community"
+                r"|azurewebsites\.net/api/|(?i:appid)=|<<<|printf[ \t][^\n]*\||<\([ \t]*(?:echo|printf)"
+                r"|echo[ \t][^\n>|]*>>?[ \t]*[^\s]*(?i:key|secret|token|pass|cred|pem)"
                 r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate|pdo"
                 r"|mysqli(?:_connect)?)[ \t]*\("
                 r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
@@ -396,7 +412,7 @@ def _random_body(token: str) -> bool:
 # A name is found at a keyword inside it; the regex is only run on text whose lower-cased form holds
 # one of _NAME_TRIGGERS.
 _NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pw", "dsn", "cookie", "jwt", "bearer",
-                  "mnemonic")
+                  "mnemonic", "psk", "sessid", "jsession")
 # Bounded repeats: a keyword inside a long run ("keykeykey...") costs at most ~100 steps, never the run.
 _TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"']|`)?(?P<sub>\])?"
              # "AWS Secret Access Key [None]: …" (aws configure) puts a bracket before the colon
@@ -419,6 +435,9 @@ _KW_SEP_ANYCASE = {word: re.compile(word + _TAIL_SEP, re.IGNORECASE) for word in
 # (starts with its literal, so SRE jumps from "--" to "--"; the character before is checked after)
 _CLI_NAME = re.compile(r"--(?P<n>(?=[a-z_])[\w\-]{0,64}?(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]{0,64})"
                        r"[ \t]+(?=[^\s\-])")
+# -storepass VALUE, -passin pass:VALUE (keytool, openssl: long names after one dash)
+_CLI_SHORT = re.compile(r"(?<=[\s\"'\[,])-(?P<n>[a-z]{0,30}?(?:pass|pwd|token|key|secret|auth|cred)[a-z]{0,30})"
+                        r"[ \t]+(?=[^\s\-])")
 _NAME_BACK = re.compile(r"[A-Za-z0-9_.\-]*")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
@@ -437,9 +456,13 @@ _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 _PASSWORD_WORDS = {"password", "passwd", "pass", "pwd", "pw", "passphrase", "secret", "secrets", "credential",
                    "credentials", "creds", "privatekey", "secretkey", "requirepass", "masterauth", "passcode",
-                   "passkey", "pincode", "sshpass", "mnemonic"}
+                   "passkey", "pincode", "sshpass", "mnemonic", "psk", "bindpw", "rootpw", "adminpw", "passin",
+                   "passout"}
+# keytool's -storepass, -keypass, -srcstorepass; not the words that end in "pass"
+_PASS_NOT = {"bypass", "compass", "encompass", "surpass", "overpass", "underpass", "trespass", "multipass",
+             "firstpass", "onepass", "secondpass", "lastpass"}
 _TOKEN_WORDS = {"token", "apikey", "accesskey", "authtoken", "accesstoken", "refreshtoken", "signature", "sig",
-                "dsn", "bearer", "jwt", "sas", "pat"}
+                "dsn", "bearer", "jwt", "sas", "pat", "jsessionid", "phpsessid", "aspsessionid"}
 _FUSED = ("password", "passwd", "secret", "token", "apikey", "credential", "credentials")
 _FUSED_NOT = {"tokens", "tokenizer", "tokenize", "secretary", "secrets"}
 # A last part that makes the whole name harmless: token_count, KEY_PATH, password_reset ...
@@ -518,7 +541,7 @@ def name_kind(name: str) -> str | None:
         return None
     kind = None
     for i, part in enumerate(parts):
-        if part in _PASSWORD_WORDS:
+        if part in _PASSWORD_WORDS or part.endswith("pass") and part not in _PASS_NOT:
             return "password"
         if part in _TOKEN_WORDS or (part not in _FUSED_NOT and part.endswith(_FUSED)):
             if part.endswith(("password", "passwd", "secret", "credential", "credentials")):
@@ -649,6 +672,8 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         found.extend((_KW_SEP if same else _KW_SEP_ANYCASE)[word].finditer(low if same else text))
     if "--" in text and same:
         found.extend(m for m in _CLI_NAME.finditer(low) if not m.start() or low[m.start() - 1] not in _NAME_CHARS)
+    if " -" in text and same:
+        found.extend(_CLI_SHORT.finditer(text))
     seen = set()
     for m in found:
         done = m.end("n")
@@ -656,7 +681,7 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             continue  # auth_token=: found from "auth" and from "token"
         seen.add(done)
         pos = m.end()
-        cli = m.re is _CLI_NAME
+        cli = m.re is _CLI_NAME or m.re is _CLI_SHORT
         start = m.start("n") if cli else m.start()
         # back to the start of the name (a reversed window, so the scan runs in C)
         start -= _NAME_BACK.match(text[max(0, start - 80):start][::-1]).end()
@@ -700,6 +725,12 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         value = v.group(group)
         if group == "uq" and (text[v.end():v.end() + 1] in ("(", "[") or cli and value.startswith("-")):
             continue  # a call or subscript: code, not a value; or the next flag
+        if cli and value.lower().startswith(("pass:", "env:", "file:", "fd:", "stdin")):
+            if not value.lower().startswith("pass:"):
+                continue  # openssl -passin env:VAR, file:path: where the password is, not the password
+            if _value_is_secret(value[5:], kind, True, name):
+                spans.append((v.start(group) + 5, v.end(group)))
+            continue
         if group == "uq" and value.startswith("!") and _YAML_TAG.fullmatch(value) and _TAGGED.match(text, v.end()):
             continue  # password: !vault | (Ansible), password: !secret db_password (Home Assistant)
         if form != "assign" and form != "cli":
@@ -894,6 +925,8 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
     if "webhookb2" in text:
         spans.extend(m.span("v") for m in _TEAMS.finditer(text))
     _command_spans(text, low, spans)
+    if _ARG_HINT.search(low):
+        _arg_spans(text, low, spans)
     if "|" in text and "---" in text and words:
         _table_spans(text, spans)
     if words:
@@ -906,6 +939,9 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
     if not text.isascii() or _LOCAL_ASCII.search(low):
         for m in _LOCAL_PASSWORD.finditer(text):
             v = m.group("v").rstrip(".,;:!?)。、")
+            if m.group("appo") is not None and (m.group().lower().startswith(("password", "passphrase", "passwd"))
+                                                or not _looks_random(v) or len(v) < 8):
+                continue  # "das Kennwort V genannt": a value beside the word alone must look generated
             if _strong(v) and _value_is_secret(v, "password", False):
                 spans.append((m.start("v"), m.start("v") + len(v)))
     if "insert" in low and "values" in low:
@@ -1012,6 +1048,73 @@ def _command_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
                 spans.append(m.span("v"))
 
 
+# Command lines and config lines that carry a secret in a place of their own, by command: a flag of the
+# command's own (mosquitto -P, openssl enc -k, rar -hp, ssh-keygen -N), a positional argument (cargo/vault/wandb
+# login TOKEN, poetry config http-basic.R USER PASS, b2 authorize-account ID KEY, bundle config HOST CREDS), a
+# value fed to a command that reads a password on stdin (echo/printf … | sudo -S, a here-string), a config
+# keyword (snmpd's rocommunity), a connect string (oracle thin user/PASS@), an env name Bundler derives from a
+# host (BUNDLE_GEMS__ACME__COM=user:pass), a query parameter of one service (Azure Functions' code=,
+# OpenWeatherMap's appid= with its 32-character key). (hint in the lower-cased text, pattern with group v,
+# positional: the value must look like a credential on its own)
+_Q = r"(?P<q>\\*[\"']?)"
+_STDIN_READERS = (r"(?:--password-stdin|--passphrase-fd|--pass(?:word)?-?stdin|secret[ \t]+create|--stdin|chpasswd"
+                  r"|\bpasswd\b|\bsudo\b[^\n|]*?[ \t]-[A-Za-z]*S\b|\bcryptsetup\b|\blogin\b)")
+_ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool], ...] = (
+    (("mosquitto",), r"\bmosquitto_(?:pub|sub|rr)\b[^\n]*?\s-P[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("openssl",), r"\bopenssl[ \t]+(?:enc|aes\S*|des\S*|bf\S*|camellia\S*|chacha\S*|rc4\S*)\b[^\n]*?\s-k[ \t]+" + _Q
+     + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("rar",), r"\b(?:rar|unrar|winrar)[ \t][^\n]*?\s-h?p(?P<v>[^\s\"'\-][^\s\"']*)", False),
+    (("ssh-keygen",), r"\bssh-keygen\b[^\n]*?\s-[NP][ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("login",), r"\b(?:cargo|vault|bao|wandb|doctl[ \t]+auth)[ \t]+login[ \t]+(?:-[\w\-]+(?:=\S*)?[ \t]+)*" + _Q
+     + r"(?P<v>[^\s\"'\-=][^\s\"'=]*)(?P=q)(?=[ \t]*(?:$|[\r\n;&|#\"]))", True),
+    (("poetry",), r"\bpoetry[ \t]+config[ \t]+(?:--\S+[ \t]+)*(?:http-basic\.\S+[ \t]+\S+|pypi-token\.\S+)[ \t]+" + _Q
+     + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("b2",), r"\bb2[ \t]+(?:account[ \t]+authorize|authorize[-_]account)[ \t]+(?:-\S+[ \t]+)*\S+[ \t]+" + _Q
+     + r"(?P<v>[^\s\"'\-][^\s\"']*)(?P=q)", False),
+    (("bundle",), r"\bbundle[ \t]+config[ \t]+(?:set[ \t]+)?(?:--(?:global|local)[ \t]+)?(?:https?://)?[\w\-]+"
+     r"(?:\.[\w\-]+)+/?[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", True),
+    (("bundle_",), r"\bBUNDLE_(?!BUILD__|MIRROR__)(?:[A-Z0-9\-]+__)+[A-Z0-9]+=" + _Q + r"(?P<v>[^\s\"']+)(?P=q)",
+     False),
+    (("oracle:",), r"jdbc:oracle:(?:thin|oci):[\w$#]+/(?P<v>[^@\s\"'/]+)@", False),
+    (("community",), r"(?m)^[ \t]*(?:ro|rw)community6?[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("azurewebsites",), r"\.azurewebsites\.net/api/[^\s?#\"']*\?(?:[^\s#\"']*?&)?code=(?P<v>[^&\s\"'#]+)", False),
+    (("appid=",), r"[?&](?i:appid)=(?P<v>[a-z0-9]{32})(?![A-Za-z0-9_\-])", True),
+    (("echo", "printf"), r"\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+)?" + _Q + r"(?P<v>[^\s\"'|\\]+)(?P=q)[ \t]*\|[^\n|]*?"
+     + _STDIN_READERS, False),
+    (("<<<",), r"(?m)^[^\n]*?" + _STDIN_READERS + r"[^\n]*?<<<[ \t]*" + _Q + r"(?P<v>[^\s\"'\\]+)(?P=q)", False),
+)
+_ARG_RULES = [(hints, re.compile(pattern), positional) for hints, pattern, positional in _ARG_TABLE]
+# NAME <(echo VALUE): a value given as a file by process substitution (wg set … private-key <(echo …))
+_PROCESS_SUBST = re.compile(r"(?P<n>[\w\-]+)[ \t]+<\([ \t]*(?:echo|printf)[ \t]+(?:-\w+[ \t]+)?" + _Q
+                            + r"(?P<v>[^\s\"')]+)(?P=q)")
+# echo VALUE > FILE, where the file's name says secret (config/master.key, .vault_pass, token.txt)
+_ECHO_FILE = re.compile(r"\becho[ \t]+(?:-n[ \t]+)?" + _Q + r"(?P<v>[^\s\"'|>]+)(?P=q)[ \t]*>>?[ \t]*"
+                        r"(?P<f>[^\s;&|]+)")
+
+
+def _arg_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
+    for hints, regex, positional in _ARG_RULES:
+        if any(h in low for h in hints):
+            for m in regex.finditer(text):
+                v = m.group("v")
+                if positional and not (_strong(v) and (_looks_random(v) or ":" in v)):
+                    continue
+                if _value_is_secret(v, "password", True):
+                    spans.append(m.span("v"))
+    if "<(" in text:
+        for m in _PROCESS_SUBST.finditer(text):
+            kind = name_kind(m.group("n"))
+            if kind is not None and _value_is_secret(m.group("v"), kind, True, m.group("n")):
+                spans.append(m.span("v"))
+    if "echo" in low and ">" in text:
+        for m in _ECHO_FILE.finditer(text):
+            base = m.group("f").rsplit("/", 1)[-1]
+            v = m.group("v")
+            if (name_kind(base) is not None or base.endswith((".key", ".pem"))) and _strong(v) \
+                    and _looks_random(v) and _value_is_secret(v, "password", True):
+                spans.append(m.span("v"))
+
+
 # INSERT INTO users (email, password) VALUES ('…', '…'): the values of the secret columns
 _INSERT = re.compile(r"(?i)\binsert[ \t]+into[ \t]+[\w.\"`\[\]]+[ \t]*\((?P<cols>[^()\n]{1,400})\)\s*values\s*"
                      r"(?P<rows>\((?:[^()\n]|\([^()\n]*\)){1,2000}\)(?:\s*,\s*\((?:[^()\n]|\([^()\n]*\)){1,2000}\)){0,100})")
@@ -1070,14 +1173,26 @@ _PROSE_IS = re.compile(r"(?i)(?<![a-z])(?:password|passphrase|passcode|passwd|ap
                        r"(?P<v>[^\s\"'`]+)"
                        r"|(?i:\buse)[ \t]+[`\"']?(?P<v2>[^\s\"'`]{6,})[`\"']?[ \t]+(?i:as)[ \t]+(?:[\w\-]+[ \t]+){0,3}"
                        r"(?i:password|passphrase|token|secret|api key)\b")
-_LOCAL_ASCII = re.compile("passwort|kennwort|senha|contrase|mot de passe|wachtwoord|salasana|adgangskode|passord")
-# The word password in other languages, then a separator (or Japanese は) and the value
-_LOCAL_PASSWORD = re.compile(r"(?i)(?:パスワード|暗証番号|密码|密碼|비밀번호|passwort|kennwort|senha"
-                             r"|contraseña|contrasena"
-                             r"|mot de passe|пароль|wachtwoord|lösenord|hasło|salasana|adgangskode|passord|şifre)"
-                             r"[^\n:=：＝]{0,12}?(?:[ \t]*[:=：＝]|は|[ \t]+(?:ist|é|es|est|är|on|er))"
-                             r"[ \t\u3000]*[「`\"']?"
-                             r"(?P<v>[^\s\"'`」]+)")
+# The word password (secret, key) in other languages, and how a sentence gives it its value: a separator
+# (":", "=", "->", full-width ones), a particle joined to the word (Japanese は, Korean 는/은, Chinese 是/为) or a
+# copula standing as a word of its own (ist, lautet, è, es, est, is, är, je, jest, là, adalah, είναι, هي, היא ...).
+# A copula is a whole word (a value "ESSBDM…" after "Kennwort" is no Spanish "es"); a few words (12-24
+# characters, no sentence end) may stand between the word and its separator ("la password del server è").
+_ARG_HINT = re.compile(r"mosquitto|openssl|rar[ \t]|ssh-keygen|login|poetry|b2[ \t]|bundle|oracle:|community"
+                       r"|azurewebsites|appid=|echo|printf|<<<|<\(")
+_LOCAL_ASCII = re.compile("passwort|kennwort|zugangsdaten|senha|palavra-passe|contrase|clave|mot de passe|mdp"
+                          "|wachtwoord|salasana|adgangskode|passord|heslo|hesla|jelszo|parola|kata sandi"
+                          "|kata laluan|sandi|mat khau|password's|passphrase[ \t]*(?:->|=>)")
+_LOCAL_PASSWORD = re.compile(
+    r"(?i)(?<![A-Za-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff])(?:" + _LOCAL_WORDS + r")(?:'s(?=[ \t]))?"
+    r"(?:[^\n:=：＝.,;!?。、]{0,24}?"
+    r"(?:[ \t]*(?:[:=：＝]|->|=>|→|—|–)"
+    r"|(?<=[^\x00-\x7f])(?:は|는|은|이|가|是|为|為|就是)"
+    r"|[ \t]+(?:ist|lautet|lauten|è|é|es|est|is|är|er|on|je|jest|to|là|adalah|ialah|είναι|هي|هو|היא|הוא|это"
+    r"|sind|era|was|c'est)(?![^\W\d_]))"
+    r"|'s|(?P<appo>[ \t]+(?=\S*\d)))"
+    r"[ \t\u3000]*[「『`\"'“]?"
+    r"(?P<v>[^\s\"'`」』”]+)")
 
 
 # host:port:database:user:password (.pgpass)
