@@ -57,7 +57,10 @@ _FAMILIES: list[tuple[str, str]] = [
     # clouds and platforms
     ("aws-access-key-id", r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Za-z0-9])"),
     # the secret beside its key id, as in credentials.csv or "AKIA…:secret"
-    ("aws-secret-beside-id", r"(?<=(?:AKIA|ASIA)[A-Z0-9]{16}[,:| \t])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"),
+    # (in the next cell of a table too: aws … --output table, "| AKIA… | secret |")
+    ("aws-secret-beside-id", r"(?:(?<=(?:AKIA|ASIA)[A-Z0-9]{16}[,:| \t])|(?<=(?:AKIA|ASIA)[A-Z0-9]{16}[ \t]\|[ \t])"
+                             r"|(?<=(?:AKIA|ASIA)[A-Z0-9]{16}\|[ \t]{2})|(?<=(?:AKIA|ASIA)[A-Z0-9]{16}[ \t]\|[ \t]{2}))"
+                             r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"),
     ("azure-ad-client-secret", r"[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}"),
     ("github", r"gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{50,}"),
     ("gitlab", r"gl(?:pat|dt|rtr|rt|ptt|cbt|ft|soat|oas|imt|agent|ffct|wt)-[A-Za-z0-9_\-]{16,}(?:\.[A-Za-z0-9_\-]+)*"
@@ -94,7 +97,7 @@ _FAMILIES: list[tuple[str, str]] = [
     ("planetscale", r"pscale_(?:tkn|pw|oauth)_[A-Za-z0-9_.\-]{30,}"),
     ("supabase", r"sbp_[a-f0-9]{40}"),
     ("doppler", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}"),
-    ("age", r"(?:AGE-SECRET-KEY-1|age1)[02-9AC-HJ-NP-Zac-hj-np-z]{58}"),
+    ("age", r"AGE-SECRET-KEY-1[02-9AC-HJ-NP-Zac-hj-np-z]{58}"),  # not age1…: a public recipient
     ("figma", r"figd_[A-Za-z0-9_\-]{40,}"),
     ("square", r"sq0(?:atp|csp|idp)-[A-Za-z0-9_\-]{22,}|EAAA[A-Za-z0-9_\-]{60,}"),
     ("databricks", r"dapi[a-f0-9]{32}(?:-\d)?"),
@@ -105,6 +108,8 @@ _FAMILIES: list[tuple[str, str]] = [
     ("openai-session", r"sess-[A-Za-z0-9]{40}"),
     ("firebase-fcm", r"AAAA[A-Za-z0-9_\-]{7}:[A-Za-z0-9_\-]{100,}"),
     ("dropbox", r"sl\.[A-Za-z0-9_\-]{100,}"),
+    ("launchdarkly", r"(?:sdk|mob)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?![A-Za-z0-9])"),
+    ("resend", r"re_[A-Za-z0-9]{8}_[A-Za-z0-9]{24}(?![A-Za-z0-9])"),
     # more families from gitleaks's public rule set (config/gitleaks.toml)
     ("1password-secret-key", r"A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})"
                              r"-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}"),
@@ -231,7 +236,9 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|azurewebsites\.net/api/|(?i:appid)=|<<<|printf[ \t][^\n]*\||<\([ \t]*(?:echo|printf)"
                 r"|echo[ \t][^\n>|]*>>?[ \t]*[^\s]*(?i:key|secret|token|pass|cred|pem)"
                 r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate|pdo"
-                r"|mysqli(?:_connect)?)[ \t]*\("
+                r"|mysqli(?:_connect)?|(?:change|update)user_?password|dbi->connect)[ \t]*\("
+                r"|(?:set|init);[ \t]*\}[ \t]*="
+                r"|(?:Client(?:V\d+)?|API|Api|algoliasearch)[ \t]*\([^)\n]{0,120}?\\*[\"'][A-Za-z0-9_\-]{20}"
                 r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
                 # a CSV/TSV header naming a secret column; a sentence naming a secret, then ": V" or "is/was/to/as V"
                 r"|[,;\t][ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*(?:[\r\n,;\t]|\\+[nrt])"
@@ -252,13 +259,13 @@ _GATE_SHAPES = (
     r"|lin_|secret_|ntn_|sntry[su]_|eyJ|PMAK-|\.atlasv1\.|hv[sbr]\."
     r"|gl(?:c|sa)_|NRAK-|pscale_|sbp_|dp\.(?:pt|st|sa|ct|scim|audit)\.|AGE-SECRET-KEY-1"
     r"|figd_|sq0(?:atp|csp|idp)-|EAAA|dapi|AKCp|pul-[a-f0-9]|pnu_|CFPAT-"
-    r"|sess-|sl\.|A3-|p8e-"
+    r"|sess-|sl\.|A3-|p8e-|sdk-[0-9a-f]|mob-[0-9a-f]|re_"
     r"|LTAI|cmVmd|ABSK|4b1d|CLOJARS_|dnkey-|duffel_|dt0c01\.|EZ[AT]K|EAA[MC]"
     r"|FLW(?:SECK|PUBK)_TEST-|fo1_|fm1[ar]_|fm2_|fio-u-|pat\.|sat\.|ico-|s-s4t2|_mmk"
     r"|API-|sha256~|rdme_|tk-us-|xkeysib-|sm_[aps]at_|shippo_|sgp_|tfp_|AQVN"
     r"|NRJS-|NRII-|sq[upa]_|AAAAAAAAAAAAAAAAAAAAAA|_gitlab_session=|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/"
     r"|" + _GATE_TOKEN_START + r"(?:SK[0-9a-fA-F]{8}|AC[0-9a-f]{8}"
-    r"|(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30}|s\.[A-Za-z0-9]{24}|age1[02-9ac-hj-np-z]{8}|AAAA[A-Za-z0-9_\-]{7}:"
+    r"|(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30}|s\.[A-Za-z0-9]{24}|AAAA[A-Za-z0-9_\-]{7}:"
     r"|pat[A-Za-z0-9]{14}\.|t1\.[A-Za-z0-9_\-])")
 
 # Base64 of ASCII text (printable, tabs and line ends): in each group of four characters, the first
@@ -273,7 +280,8 @@ _GATE_B64 = _GATE_TOKEN_START + "(?:" + _B64_GROUP + "){6}"  # where a run start
 # What can hide a name or a separator from the patterns above: an ANSI escape, a zero-width character, a \uXXXX
 # escape (JSON inside JSON), a Cyrillic or Greek letter (a look-alike inside a Latin name). A text the rules
 # cannot match otherwise is looked at again without them (HIDDEN is never among the kinds gate() returns).
-_GATE_HIDDEN = r"\x1b|[\x{200b}-\x{200d}\x{2060}\x{feff}]|\\u[0-9a-fA-F]{4}|[\x{370}-\x{3ff}\x{400}-\x{52f}]"
+_GATE_HIDDEN = (r"\x1b|[\x{200b}-\x{200d}\x{2060}\x{feff}]|\\u[0-9a-fA-F]{4}|[\x{370}-\x{3ff}\x{400}-\x{52f}]"
+                r"|%(?:3[dDaA]|2[27])|&(?:quot|lt|gt|apos|#3[49]|#x2[27]);")
 
 
 def _compile_gate() -> Any:
@@ -356,6 +364,8 @@ def _unhidden(data: bytes) -> Any:
     if b"\\u" in plain:
         plain = _U_ESCAPE.sub(_u_char, plain)
     plain = _INVISIBLE_BYTES.sub(b"", plain)
+    if b"%" in plain or b"&" in plain:
+        plain = _ENCODED_BYTES.sub(lambda m: _ENTITY_BYTES.get(m.group().lower(), m.group()), plain)
     if b"\xd0" in plain or b"\xd1" in plain or b"\xce" in plain or b"\xcf" in plain or b"\xd4" in plain:
         text = plain.decode("utf-8", "surrogatepass")
         if _MIXED_SCRIPT.search(text):  # pаssword with a Cyrillic а
@@ -369,6 +379,39 @@ def _unhidden(data: bytes) -> Any:
 
 
 _U_ESCAPE = re.compile(rb"\\+u([0-9a-fA-F]{4})")
+# A name percent-encoded (a query inside a query: ?next=%2Flogin%3Fpassword%3D…) or HTML-escaped (a web page a
+# tool fetched: &lt;password&gt;…, {&quot;api_key&quot;: …): read decoded, masked where it is stored
+_ENTITIES = {"%3d": "=", "%3a": ":", "%22": '"', "%27": "'", "%26": "&", "%3f": "?", "%2f": "/", "%20": " ",
+             "%40": "@", "%2b": "+", "%2c": ",", "%3b": ";", "%7b": "{", "%7d": "}", "%5b": "[", "%5d": "]",
+             "&quot;": '"', "&lt;": "<", "&gt;": ">", "&apos;": "'", "&#34;": '"', "&#39;": "'", "&#x22;": '"',
+             "&#x27;": "'", "&amp;": "&", "&#10;": "\n", "&nbsp;": " "}
+_ENTITY_BYTES = {k.encode(): v.encode() for k, v in _ENTITIES.items()}
+_ENCODED = re.compile("(?i)" + "|".join(re.escape(k) for k in _ENTITIES))
+_ENCODED_BYTES = re.compile(b"(?i)" + b"|".join(re.escape(k) for k in _ENTITY_BYTES))
+_ENCODED_NAME = re.compile(r"(?i)%(?:3[da]|2[27])|&(?:quot|lt|gt|apos|#3[49]|#x2[27]);")
+
+
+def _find_decoded(text: str) -> list[tuple[int, int]]:
+    """:func:`_find` of *text* with its percent-encoding and HTML entities decoded, in the offsets of *text*."""
+    starts: list[int] = []  # the offset in text of each decoded character
+    parts = []
+    pos = 0
+    for m in _ENCODED.finditer(text):
+        parts.append(text[pos:m.start()])
+        starts.extend(range(pos, m.start()))
+        parts.append(_ENTITIES[m.group().lower()])
+        starts.append(m.start())
+        pos = m.end()
+    parts.append(text[pos:])
+    starts.extend(range(pos, len(text)))
+    starts.append(len(text))
+    plain = "".join(parts)
+    low = plain.lower()
+    out = []
+    for a, b in _find(plain, low, _words(low)):
+        # the end: where the next decoded character starts (an encoded last character is masked whole)
+        out.append((starts[a], starts[b]))
+    return out
 
 
 def _u_char(m: re.Match) -> bytes:
@@ -442,7 +485,7 @@ _NAME_BACK = re.compile(r"[A-Za-z0-9_.\-]*")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
 _VALUE = re.compile(
-    r"(?:[bBrRuU]{1,2}(?=[\"']))?"  # b'…', r"…" (Python, Rust)
+    r"(?:[bBrRuU]{1,2}(?=[\"'])|N(?='))?"  # b'…', r"…" (Python, Rust), N'…' (SQL Server)
     r"(?:(?P<esc>\\+)(?P<eqq>[\"'])(?P<eq>.*?)(?P=esc)(?P=eqq)"  # \"value\" inside JSON-encoded strings, any level
     r"|\"\"\"(?P<tq>.*?)\"\"\"|'''(?P<tsq>.*?)'''"  # """value""" (TOML, Python)
     r"|\"(?P<dq>(?:[^\"\\\n]|\\.|\\\n)*)\""     # "value" (a shell continuation, backslash-newline, too)
@@ -508,11 +551,14 @@ _NOT_VALUES = {
     "set", "unset", "provided", "ok", "redacted", "masked", "xxx", "***", "...", "…", "todo", "tbd",
     "if", "when", "then", "else", "env", "environment", "value", "values", "default", "example", "sample", "stored",
     "saved", "rotated", "revoked", "valid", "used", "type", "text", "file", "secret", "password", "token", "key",
+    "files", "compat", "sss", "nis", "winbind", "systemd",  # nsswitch.conf's sources (passwd: files systemd)
 }
 _CODE_ROOTS = {"self", "this", "os", "process", "config", "settings", "cfg", "env", "args", "opts", "options",
                "params", "request", "req", "ctx", "context", "app", "conf", "data", "payload", "body", "response",
                "resp", "module", "window", "secrets", "vars", "inputs", "props", "state", "client", "creds",
-               "credentials", "auth", "user", "account", "kwargs", "st", "flask", "django", "import"}
+               "credentials", "auth", "user", "account", "kwargs", "st", "flask", "django", "import", "builtins",
+               "fs", "pkgs", "lib", "random_password", "data"}
+_PCT_VAR = re.compile(r"%[A-Za-z_][\w.]*%")
 _IDENT = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
 _PATH = re.compile(r"(?:~|\.\.?)?(?:/[\w.\-@]+)+/?")
 
@@ -568,8 +614,10 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
     low = v.lower()
     if low in _NOT_VALUES or low.strip("*.x…") == "":
         return False
-    if v[0] in "$<{" or v.startswith("%(") or v.endswith(">"):
-        return False  # placeholders, templates, variables
+    if v[0] in "$<{" or v.startswith(("%(", "%env(", "#{")) or v.endswith(">") or _PCT_VAR.fullmatch(v):
+        return False  # placeholders, templates, variables (Symfony's %env(X)%, Ruby's #{…}, %VAR%)
+    if not quoted and v[0] == "@" and _IDENT.fullmatch(v[1:]):
+        return False  # password = @db_password (a Ruby instance variable, an SQL variable)
     if not quoted and v[0] in "[(":
         return False  # an expression
     if low.startswith(("your_", "your-", "<your", "os.getenv", "os.environ", "process.env", "getenv(", "env(",
@@ -581,8 +629,9 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
         return False  # a file path (base64 may start with "/" too, but has + or = or a long random run)
     if not quoted and _IDENT.fullmatch(v):
         segs = low.split(".")
-        if len(segs) > 1 and (segs[0] in _CODE_ROOTS or name_kind(segs[-1])):
-            return False  # config.api_key, process.env.X: a reference, not a value
+        if len(segs) > 1 and (segs[0] in _CODE_ROOTS or name_kind(segs[-1]) or segs[-1].startswith(_GETTERS)
+                              or len(segs) >= 3 and v == low and not any(_looks_random(s) for s in segs)):
+            return False  # config.api_key, process.env.X, random_password.db.result: a reference, not a value
         if low == name.lower().lstrip("-") or (name and low.endswith(name.lower().split("_")[-1])
                                                 and "_" in low):
             return False  # api_key=api_key
@@ -596,7 +645,7 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
 # -- places ---------------------------------------------------------------------------------------
 _USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]{1,20}://(?P<user>[^\s/?#@:\"'\\<>]*(?:@[^\s/?#@:\"'\\<>]*)?)"
                        r"(?::(?P<pw>[^\s/?#\"'\\<>]*))?@")
-_PEM_BEGIN = re.compile(r"-----BEGIN (?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----")
+_PEM_BEGIN = re.compile(r"(?P<dash>-----|---- )BEGIN (?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)(?: ----|-----)")
 _PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=\s:,.\-]|\\[nrt])*")
 _BEARER = re.compile(r"(?i)\bbearer[ \t]+(?P<v>[A-Za-z0-9._~+/=\-]{16,})")
 _CURL_USER = re.compile(r"(?:\s-u|--user|--proxy-user)[ \t=]+([\"']?)[^\s:\"']+:(?P<v>[^\s\"'@]+)\1")
@@ -633,8 +682,14 @@ def _ppk_spans(text: str, spans: list[tuple[int, int]]) -> None:
             spans.append((m.end(), end))
 
 
+# GitLab's incoming-mail token inside an address (incoming+group-project-42-glimt-…-issue@…): 25 characters
+_GLIMT = re.compile(r"(?<=[+\-])glimt-[0-9A-Za-z_\-]{25}(?![0-9A-Za-z_])")
+
+
 def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
     """Shapes, searched only inside runs of 20+ token characters (found on a byte translation)."""
+    if "glimt-" in text:
+        spans.extend(m.span() for m in _GLIMT.finditer(text))
     raw = text.encode("utf-8", "surrogatepass")
     mapped = raw.translate(_RUN_TABLE)
     if _RUN_20 not in mapped:
@@ -694,6 +749,8 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         form = "cli" if cli else _form(m)
         if start and text[start - 1] == "$" and form != "assign":
             continue  # $API_KEY: a variable, not an assignment ($password = '…' is one)
+        if start and text[start - 1] == ":" and _ARN.search(text, max(0, start - 120), start):
+            continue  # arn:aws:secretsmanager:…:secret:prod/db-password: an ARN names a secret, it holds none
         if start and text[start - 1] == "!" and form == "space":
             continue  # !secret db_password: a YAML tag and its argument
         if form == "prose":
@@ -750,6 +807,7 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             spans.append(v.span(group))
 
 
+_ARN = re.compile(r"\barn:[\w\-]+:[\w\-]+:[\w\-]*:\d*:$")
 _CALL_END = re.compile(r"[ \t]*\)")  # NAME("value") alone: the call's only argument
 _GETTERS = ("get", "read", "load", "fetch", "has", "is", "prompt", "ask", "input", "check", "verify", "validate",
             "hash", "reset", "forgot", "change", "update", "delete", "remove", "clear", "require", "generate")
@@ -783,6 +841,11 @@ _XML_OPEN = re.compile(r"(?::[\w.\-]*)?<")  # reversed: "<" or "<ns:" before the
 def _xml_span(text: str, start: int, pos: int, name: str, kind: str, spans: list[tuple[int, int]]) -> None:
     """<password>VALUE</password>: the element's text, when the element opens at the name."""
     if not _XML_OPEN.match(text[max(0, start - 40):start][::-1]):
+        return
+    if text.startswith("<![CDATA[", pos):  # <password><![CDATA[VALUE]]></password>
+        end = text.find("]]>", pos + 9)
+        if end > pos + 9 and _value_is_secret(text[pos + 9:end], kind, True, name):
+            spans.append((pos + 9, end))
         return
     v = _XML_TEXT.match(text, pos)
     body = v.group()
@@ -881,7 +944,8 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
                 spans.append(m.span("user"))  # https://TOKEN@host
     if "key" in words and "PRIVATE KEY" in text:
         for m in _PEM_BEGIN.finditer(text):
-            end_marker = text.find(f"-----END {m.group('kind')}-----", m.end())
+            end_marker = text.find(f"-----END {m.group('kind')}-----" if m.group("dash") == "-----"
+                                   else f"---- END {m.group('kind')} ----", m.end())  # PEM, or SSH2 (RFC 4716)
             end = end_marker if end_marker >= 0 else _PEM_BODY.match(text, m.end()).end()
             if end > m.end():
                 spans.append((m.end(), end))
@@ -904,6 +968,18 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span() for m in _PHONE.finditer(text))
     if "(" in text and _CRED_CALL_HINT.search(low):
         _cred_call_spans(text, spans)
+    if "get;" in text:
+        for m in _CS_PROPERTY.finditer(text):
+            kind = name_kind(m.group("n"))
+            if kind is not None and _value_is_secret(m.group("v"), kind, True, m.group("n")):
+                spans.append(m.span("v"))
+    if "(" in text and ("client" in low or "api" in low or "search" in low):
+        for call in _CLIENT_CALL.finditer(text):
+            for a in _QUOTED_ARG.finditer(text, call.start("args"), call.end("args")):
+                v = a.group("v")
+                if _CLIENT_KEY.fullmatch(v) and _looks_random(v) and not _UUID.fullmatch(v) \
+                        and not _ID_RUN.fullmatch(v.encode()):
+                    spans.append(a.span("v"))
     if "\n" in text or text.count(":") >= 4:
         spans.extend(m.span("v") for m in _PGPASS.finditer(text) if _value_is_secret(m.group("v"), "password", True))
     if words and ("," in text or ";" in text or "\t" in text):
@@ -911,7 +987,8 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
     if words:
         spans.extend(m.span("v") for m in _PROSE_COLON.finditer(text)
                      if _strong(m.group("v")) and _value_is_secret(m.group("v"), "password", False)
-                     and _looks_random(m.group("v")) | any(c in "!#$%^&*_-+=~.@?" for c in m.group("v")[1:]))
+                     and _looks_random(m.group("v")) | any(c in "!#$%^&*_-+=~.@?" for c in m.group("v")[1:])
+                     and not m.group("v").endswith("(") and not _ARN.search(text, max(0, m.start() - 120), m.start()))
     if "securestring" in low:
         spans.extend(m.span("v") for m in _SECURE_STRING.finditer(text))
     if "echo" in text and "|" in text:
@@ -971,9 +1048,21 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
 # "pw"), client.login("user", "pw"): the arguments that look like a password (not the first of several, not an
 # address or a host name)
 _CRED_CALL_HINT = re.compile(r"(?:credential|passwordauthentication|plainauth|basicauth|set_?password|login"
-                             r"|authenticate|pdo|mysqli(?:_connect)?)[ \t]*\(")
+                             r"|authenticate|pdo|mysqli(?:_connect)?|(?:change|update)user_?password|dbi->connect)"
+                             r"[ \t]*\(")
 _CRED_CALL = re.compile(r"(?i)(?:credentials?|passwordauthentication|plainauth|basicauth|set_?password|login"
-                        r"|authenticate|pdo|mysqli(?:_connect)?)[ \t]*\((?P<args>[^()\n]{0,400})\)")
+                        r"|authenticate|pdo|mysqli(?:_connect)?|(?:change|update)user_?password|dbi->connect)"
+                        r"[ \t]*\((?P<args>[^()\n]{0,400})\)")
+# C#: public string ClientSecret { get; set; } = "…";
+_CS_PROPERTY = re.compile(r"(?P<n>[A-Za-z_]\w{0,100})[ \t]*\{[ \t]*get;[ \t]*(?:(?:private|protected|internal)[ \t]+)?"
+                          r"(?:set|init);[ \t]*\}[ \t]*=[ \t]*(?P<q>@?\\*\")(?P<v>[^\"\n\\]+)\\*\"")
+# An SDK's client made with its key as a literal: DeepgramClient("…"), cohere.ClientV2("…"),
+# meraki.DashboardAPI('…'), algoliasearch('APPID', '…'): an argument of 20 or more token characters that mixes
+# letters and digits (not a UUID, a path or an address)
+_CLIENT_CALL = re.compile(r"\b(?:[A-Za-z_][\w.]*?(?:Client(?:V\d+)?|API|Api)|algoliasearch|searchClient)[ \t]*"
+                          r"\((?P<args>[^()\n]{0,300})\)")
+_CLIENT_KEY = re.compile(r"[A-Za-z0-9_\-]{20,}")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _QUOTED_ARG = re.compile(r"(\\*[\"'])(?P<v>[^\"'\n\\]*)\1")
 _HOST = re.compile(r"[\w\-]+(?:\.[\w\-]+)*\.[a-z]{2,24}")
 
@@ -1308,6 +1397,8 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
     spans: list[tuple[int, int]] = []
     if "\x1b" in text or not text.isascii() and _INVISIBLE.search(text):
         return _find_visible(text)
+    if ("%" in text or "&" in text) and _ENCODED_NAME.search(text):
+        spans.extend(_find_decoded(text))
     if not text.isascii() and _UNICODE_SPACE.search(text):
         text = text.translate(_UNICODE_SPACES)  # one character for one: every offset holds
         low = text.lower()
