@@ -226,10 +226,14 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|\|[ \t]*[\w .\-]*" + _GATE_KW + r"[\w .\-]*[ \t]*\|[^\n]*\r?\n[ \t]*\|?[ \t]*:?-{3,}"
                 r"|(?i:\buse)[ \t]+[^\s]{6,}[ \t]+(?i:as)[ \t]"
                 r"|(?i:" + _LOCAL_WORDS.removesuffix("|password|passphrase|passwd") + ")"
+                r"|(?i:pass(?:word|phrase|wd))[ \t]+[^\s]*\d"
+                r"|(?i:creds|credentials?|login)[^\n.]{0,40}[ \t][^\s/]+[ \t]*/[ \t]*[^\s/]"
                 r"|(?i:pass(?:word|phrase|wd))(?:'s[ \t]|[ \t]*(?:->|=>|→)|[^\n:=.]{0,24}?[ \t]"
                 r"(?:è|é|es|est|ist|lautet|är|je|jest|là|adalah|ialah|είναι|это|c'est)[ \t])"
                 r"|machine\s|\+[1-9]\d{6}|&[A-Za-z_][\w.\-]*=|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
+                r"|(?m:^)[ \t]*\[[\w.\- ]*" + _GATE_KW + r"[\w.\- ]*\][ \t]*\r?\n[ \t]*[^\s=\[#;]"
+                r"|cat[ \t]+[^\s]*(?i:cred|pass|secret|token|api[_\-]?key)[^\s]*[ \t]*\r?\n|jsonpath="
                 # round 7: commands with a secret in a place of their own (_ARG_RULES), echo into a secret file
                 r"|mosquitto_|openssl[ \t]|rar[ \t]|ssh-keygen|(?:cargo|vault|bao|wandb|auth)[ \t]+login[ \t]"
                 r"|poetry[ \t]+config|b2[ \t]|bundle[ \t]+config|BUNDLE_\w+__|oracle:(?:thin|oci):|community"
@@ -557,7 +561,7 @@ _CODE_ROOTS = {"self", "this", "os", "process", "config", "settings", "cfg", "en
                "params", "request", "req", "ctx", "context", "app", "conf", "data", "payload", "body", "response",
                "resp", "module", "window", "secrets", "vars", "inputs", "props", "state", "client", "creds",
                "credentials", "auth", "user", "account", "kwargs", "st", "flask", "django", "import", "builtins",
-               "fs", "pkgs", "lib", "random_password", "data"}
+               "fs", "pkgs", "lib", "random_password"}
 _PCT_VAR = re.compile(r"%[A-Za-z_][\w.]*%")
 _IDENT = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
 _PATH = re.compile(r"(?:~|\.\.?)?(?:/[\w.\-@]+)+/?")
@@ -646,6 +650,7 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
 _USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]{1,20}://(?P<user>[^\s/?#@:\"'\\<>]*(?:@[^\s/?#@:\"'\\<>]*)?)"
                        r"(?::(?P<pw>[^\s/?#\"'\\<>]*))?@")
 _PEM_BEGIN = re.compile(r"(?P<dash>-----|---- )BEGIN (?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)(?: ----|-----)")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 _PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=\s:,.\-]|\\[nrt])*")
 _BEARER = re.compile(r"(?i)\bbearer[ \t]+(?P<v>[A-Za-z0-9._~+/=\-]{16,})")
 _CURL_USER = re.compile(r"(?:\s-u|--user|--proxy-user)[ \t=]+([\"']?)[^\s:\"']+:(?P<v>[^\s\"'@]+)\1")
@@ -949,6 +954,18 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             end = end_marker if end_marker >= 0 else _PEM_BODY.match(text, m.end()).end()
             if end > m.end():
                 spans.append((m.end(), end))
+        if "-----END" in text:
+            for m in _PEM_END.finditer(text):
+                if _PEM_BEGIN.search(text, max(0, m.start() - 20000), m.start()) is None:
+                    lo = m.start()
+                    while True:  # back over whole lines of base64
+                        prev = text.rfind("\n", 0, max(lo - 1, 0))
+                        line = text[prev + 1:lo].rstrip("\r\n")
+                        if lo == 0 or len(line) < 16 or not _B64_LINE.fullmatch(line):
+                            break
+                        lo = prev + 1
+                    if lo < m.start():
+                        spans.append((lo, m.start()))
     if "Private-Lines" in text:
         _ppk_spans(text, spans)
     if "bearer" in low:
@@ -988,7 +1005,7 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span("v") for m in _PROSE_COLON.finditer(text)
                      if _strong(m.group("v")) and _value_is_secret(m.group("v"), "password", False)
                      and _looks_random(m.group("v")) | any(c in "!#$%^&*_-+=~.@?" for c in m.group("v")[1:])
-                     and not m.group("v").endswith("(") and not _ARN.search(text, max(0, m.start() - 120), m.start()))
+                     and "(" not in m.group("v") and not _ARN.search(text, max(0, m.start() - 120), m.start()))
     if "securestring" in low:
         spans.extend(m.span("v") for m in _SECURE_STRING.finditer(text))
     if "echo" in text and "|" in text:
@@ -1004,9 +1021,16 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
     _command_spans(text, low, spans)
     if _ARG_HINT.search(low):
         _arg_spans(text, low, spans)
+    if "\n" in text and ("[" in text or "cat" in text):
+        _file_output_spans(text, spans)
     if "|" in text and "---" in text and words:
         _table_spans(text, spans)
     if words:
+        if "/" in text:
+            for m in _CREDS_SLASH.finditer(text):
+                v = m.group("v").rstrip(".,;:!?)")
+                if _strong(v) and _value_is_secret(v, "password", False) and "/" not in v:
+                    spans.append((m.start("v"), m.start("v") + len(v)))
         for m in _PROSE_IS.finditer(text):
             g = "v" if m.group("v") is not None else "v2"
             v = m.group(g).rstrip(".,;:!?)")
@@ -1016,9 +1040,10 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
     if not text.isascii() or _LOCAL_ASCII.search(low):
         for m in _LOCAL_PASSWORD.finditer(text):
             v = m.group("v").rstrip(".,;:!?)。、")
-            if m.group("appo") is not None and (m.group().lower().startswith(("password", "passphrase", "passwd"))
-                                                or not _looks_random(v) or len(v) < 8):
-                continue  # "das Kennwort V genannt": a value beside the word alone must look generated
+            if m.group("appo") is not None and (not _looks_random(v) or len(v) < 8 or _english_word(m) and not (
+                    len(v) >= 10 and v.strip(_PLAIN_TEXT) and any(c.isupper() for c in v)
+                    and any(c.islower() for c in v) and any(c.isdigit() for c in v))):
+                continue  # "das Kennwort V genannt", "gave the password V": a value beside the word must look generated
             if _strong(v) and _value_is_secret(v, "password", False):
                 spans.append((m.start("v"), m.start("v") + len(v)))
     if "insert" in low and "values" in low:
@@ -1153,7 +1178,8 @@ _ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool], ...] = (
     (("openssl",), r"\bopenssl[ \t]+(?:enc|aes\S*|des\S*|bf\S*|camellia\S*|chacha\S*|rc4\S*)\b[^\n]*?\s-k[ \t]+" + _Q
      + r"(?P<v>[^\s\"']+)(?P=q)", False),
     (("rar",), r"\b(?:rar|unrar|winrar)[ \t][^\n]*?\s-h?p(?P<v>[^\s\"'\-][^\s\"']*)", False),
-    (("ssh-keygen",), r"\bssh-keygen\b[^\n]*?\s-[NP][ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("ssh-keygen",), r"\bssh-keygen\b[^\n]*?\s-N[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("ssh-keygen",), r"\bssh-keygen\b[^\n]*?\s-P[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
     (("login",), r"\b(?:cargo|vault|bao|wandb|doctl[ \t]+auth)[ \t]+login[ \t]+(?:-[\w\-]+(?:=\S*)?[ \t]+)*" + _Q
      + r"(?P<v>[^\s\"'\-=][^\s\"'=]*)(?P=q)(?=[ \t]*(?:$|[\r\n;&|#\"]))", True),
     (("poetry",), r"\bpoetry[ \t]+config[ \t]+(?:--\S+[ \t]+)*(?:http-basic\.\S+[ \t]+\S+|pypi-token\.\S+)[ \t]+" + _Q
@@ -1168,8 +1194,12 @@ _ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool], ...] = (
     (("community",), r"(?m)^[ \t]*(?:ro|rw)community6?[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
     (("azurewebsites",), r"\.azurewebsites\.net/api/[^\s?#\"']*\?(?:[^\s#\"']*?&)?code=(?P<v>[^&\s\"'#]+)", False),
     (("appid=",), r"[?&](?i:appid)=(?P<v>[a-z0-9]{32})(?![A-Za-z0-9_\-])", True),
-    (("echo", "printf"), r"\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+)?" + _Q + r"(?P<v>[^\s\"'|\\]+)(?P=q)[ \t]*\|[^\n|]*?"
+    (("echo", "printf"), r"\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+)?(?:\\*[\"']%s(?:\\+n)?\\*[\"'][ \t]+)?" + _Q
+     + r"(?P<v>[^\s\"'|\\]+)(?P=q)[ \t]*\|[^\n|]*?"
      + _STDIN_READERS, False),
+    # kubectl get secret … -o jsonpath='{.data.password}' (| base64 -d), then its output on the next line
+    (("jsonpath",), r"\bkubectl[ \t]+get[ \t]+secrets?\b[^\n]*?jsonpath=[\"']?\{\.data\.[^}\n]+\}[^\n]*\r?\n"
+     r"(?:[ \t]*\r?\n)?(?P<q>)(?P<v>[^\s$#>][^\s]*)[ \t]*(?:\r?\n|$)", False),
     (("<<<",), r"(?m)^[^\n]*?" + _STDIN_READERS + r"[^\n]*?<<<[ \t]*" + _Q + r"(?P<v>[^\s\"'\\]+)(?P=q)", False),
 )
 _ARG_RULES = [(hints, re.compile(pattern), positional) for hints, pattern, positional in _ARG_TABLE]
@@ -1179,6 +1209,36 @@ _PROCESS_SUBST = re.compile(r"(?P<n>[\w\-]+)[ \t]+<\([ \t]*(?:echo|printf)[ \t]+
 # echo VALUE > FILE, where the file's name says secret (config/master.key, .vault_pass, token.txt)
 _ECHO_FILE = re.compile(r"\becho[ \t]+(?:-n[ \t]+)?" + _Q + r"(?P<v>[^\s\"'|>]+)(?P=q)[ \t]*>>?[ \t]*"
                         r"(?P<f>[^\s;&|]+)")
+
+
+# [password] then the value alone on the next line (an ini section named as a secret); cat of a file named as one
+# (cat /etc/openvpn/creds.txt, cat /run/secrets/db_password) and the bare lines it printed
+_INI_SECTION = re.compile(r"(?m)^[ \t]*\[(?P<n>[\w.\- ]{1,60})\][ \t]*\r?\n[ \t]*(?P<v>[^\s=\[#;][^\s=]*)[ \t]*\r?$")
+_CAT_FILE = re.compile(r"\bcat[ \t]+(?P<f>[^\s|;&<>]+)[ \t]*\r?\n(?P<out>(?:[^\n]*(?:\n|$)){1,5})")
+_SECRET_FILE = re.compile(r"(?i)cred|pass|secret|token|api[_\-]?key")
+
+
+def _file_output_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    if "[" in text:
+        for m in _INI_SECTION.finditer(text):
+            kind = name_kind(m.group("n").strip())
+            if kind is not None and _strong(m.group("v")) and _value_is_secret(m.group("v"), kind, False):
+                spans.append(m.span("v"))
+    if "cat" in text:
+        for m in _CAT_FILE.finditer(text):
+            base = m.group("f").rsplit("/", 1)[-1]
+            if not _SECRET_FILE.search(base) or base.endswith((".pub", ".crt", ".pem", ".key")):
+                continue  # key files: the key block rules judge them
+            pos = m.start("out")
+            for line in m.group("out").split("\n"):
+                word = line.strip()
+                if not word or word.startswith(("$", "#", ">")) or " " in word:
+                    break  # the next prompt, or a line of text: the file's output ended
+                if _strong(word) and _value_is_secret(word, "password", False) and (
+                        _looks_random(word) or any(c in "!#$%^&*_-+=~.@?" for c in word[1:])):
+                    lo = pos + line.index(word)
+                    spans.append((lo, lo + len(word)))
+                pos += len(line) + 1
 
 
 def _arg_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
@@ -1256,6 +1316,9 @@ def _table_spans(text: str, spans: list[tuple[int, int]]) -> None:
             pos = end + 1
 
 
+# Prose: "creds: admin / V", "creds for the box are admin / V" (a user, a slash and the password)
+_CREDS_SLASH = re.compile(r"(?i)\b(?:creds|credentials?|login)\b[^\n.]{0,40}?(?::|\bare\b|\bis\b)[ \t]+[`\"']?"
+                          r"[^\s/`\"']+[ \t]*/[ \t]*[`\"']?(?P<v>[^\s`\"']+)")
 # Prose: "the root password on the NAS is V", "changed my password to V", "use V as the admin password"
 _PROSE_IS = re.compile(r"(?i)(?<![a-z])(?:password|passphrase|passcode|passwd|api[ _\-]?key|secret|token)(?![a-rt-z])"
                        r"(?:\*\*|`)?[^.:\n`\\=(){}]{0,40}?\b(?:is|was|to|as)[ \t]+(?:now[ \t]+)?[`\"']?"
@@ -1267,13 +1330,18 @@ _PROSE_IS = re.compile(r"(?i)(?<![a-z])(?:password|passphrase|passcode|passwd|ap
 # copula standing as a word of its own (ist, lautet, è, es, est, is, är, je, jest, là, adalah, είναι, هي, היא ...).
 # A copula is a whole word (a value "ESSBDM…" after "Kennwort" is no Spanish "es"); a few words (12-24
 # characters, no sentence end) may stand between the word and its separator ("la password del server è").
-_ARG_HINT = re.compile(r"mosquitto|openssl|rar[ \t]|ssh-keygen|login|poetry|b2[ \t]|bundle|oracle:|community"
+_ARG_HINT = re.compile(r"jsonpath|mosquitto|openssl|rar[ \t]|ssh-keygen|login|poetry|b2[ \t]|bundle|oracle:|community"
                        r"|azurewebsites|appid=|echo|printf|<<<|<\(")
-_LOCAL_ASCII = re.compile("passwort|kennwort|zugangsdaten|senha|palavra-passe|contrase|clave|mot de passe|mdp"
+def _english_word(m: re.Match) -> bool:
+    return m.group().lower().startswith(("password", "passphrase", "passwd"))
+
+
+_LOCAL_ASCII = re.compile(r"password[ \t]+\S*\d|passwort|kennwort|zugangsdaten|senha|palavra-passe|contrase|clave"
+                          "|mot de passe|mdp"
                           "|wachtwoord|salasana|adgangskode|passord|heslo|hesla|jelszo|parola|kata sandi"
                           "|kata laluan|sandi|mat khau|password's|passphrase[ \t]*(?:->|=>)")
 _LOCAL_PASSWORD = re.compile(
-    r"(?i)(?<![A-Za-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff])(?:" + _LOCAL_WORDS + r")(?:'s(?=[ \t]))?"
+    r"(?i)(?<![A-Za-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff])(?:" + _LOCAL_WORDS + r")"
     r"(?:[^\n:=：＝.,;!?。、]{0,24}?"
     r"(?:[ \t]*(?:[:=：＝]|->|=>|→|—|–)"
     r"|(?<=[^\x00-\x7f])(?:は|는|은|이|가|是|为|為|就是)"
@@ -1437,6 +1505,7 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
         _base64_spans(text, spans)
     if not spans:
         return spans
+    _repeated_spans(text, spans)
     if "\n" in text:
         _continued_spans(text, spans)
     spans.sort()
@@ -1495,6 +1564,27 @@ def _find_visible(text: str) -> list[tuple[int, int]]:
         return _find(text.replace("\x1b", " "), low, _words(low))
     low = visible.lower()
     return [(keep[a], keep[b - 1] + 1) for a, b in _find(visible, low, _words(low)) if b > a]
+
+
+# -- a secret repeated ---------------------------------------------------------------------------
+# A secret found once (by its name, shape or place) is masked wherever the same text repeats it bare: "export
+# DB_PASSWORD=V" and, further down, "psql … # tried V" or an error message quoting V. The scope is one text (a
+# message, a tool call's arguments, a tool result): the redactor judges each text alone, and the export skips the
+# texts its gate clears without reading them, so a repeat in another message of the session is not seen.
+_TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def _repeated_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    values = {text[a:b] for a, b in spans if 8 <= b - a <= 512}
+    for value in values:
+        if MASK in value or not _strong(value):
+            continue
+        at = text.find(value)
+        while at >= 0:
+            end = at + len(value)
+            if (not at or text[at - 1] not in _TOKEN_CHARS) and (end == len(text) or text[end] not in _TOKEN_CHARS):
+                spans.append((at, end))
+            at = text.find(value, end)
 
 
 # -- secrets split across lines -------------------------------------------------------------------
