@@ -232,8 +232,9 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"(?:è|é|es|est|ist|lautet|är|je|jest|là|adalah|ialah|είναι|это|c'est)[ \t])"
                 r"|machine\s|\+[1-9]\d{6}|&[A-Za-z_][\w.\-]*=|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
-                r"|(?m:^)[ \t]*\[[\w.\- ]*" + _GATE_KW + r"[\w.\- ]*\][ \t]*\r?\n[ \t]*[^\s=\[#;]"
-                r"|cat[ \t]+[^\s]*(?i:cred|pass|secret|token|api[_\-]?key)[^\s]*[ \t]*\r?\n|jsonpath="
+                r"|\[[\w.\- ]*" + _GATE_KW + r"[\w.\- ]*\][ \t]*(?:\r?\n|\\+(?:r\\+)?n)[ \t]*[^\s=\[#;\\]"
+                r"|cat[ \t]+[^\s\\]*(?i:cred|pass|secret|token|api[_\-]?key)[^\s\\]*[ \t]*(?:\r?\n|\\+(?:r\\+)?n)"
+                r"|jsonpath="
                 # round 7: commands with a secret in a place of their own (_ARG_RULES), echo into a secret file
                 r"|mosquitto_|openssl[ \t]|rar[ \t]|ssh-keygen|(?:cargo|vault|bao|wandb|auth)[ \t]+login[ \t]"
                 r"|poetry[ \t]+config|b2[ \t]|bundle[ \t]+config|BUNDLE_\w+__|oracle:(?:thin|oci):|community"
@@ -1342,12 +1343,12 @@ _LOCAL_ASCII = re.compile(r"password[ \t]+\S*\d|passwort|kennwort|zugangsdaten|s
                           "|kata laluan|sandi|mat khau|password's|passphrase[ \t]*(?:->|=>)")
 _LOCAL_PASSWORD = re.compile(
     r"(?i)(?<![A-Za-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff])(?:" + _LOCAL_WORDS + r")"
-    r"(?:[^\n:=：＝.,;!?。、]{0,24}?"
+    r"(?:'s|[^\n:=：＝.,;!?。、]{0,24}?"
     r"(?:[ \t]*(?:[:=：＝]|->|=>|→|—|–)"
     r"|(?<=[^\x00-\x7f])(?:は|는|은|이|가|是|为|為|就是)"
     r"|[ \t]+(?:ist|lautet|lauten|è|é|es|est|is|är|er|on|je|jest|to|là|adalah|ialah|είναι|هي|هو|היא|הוא|это"
     r"|sind|era|was|c'est)(?![^\W\d_]))"
-    r"|'s|(?P<appo>[ \t]+(?=\S*\d)))"
+    r"|(?P<appo>[ \t]+(?=\S*\d)))"
     r"[ \t\u3000]*[「『`\"'“]?"
     r"(?P<v>[^\s\"'`」』”]+)")
 
