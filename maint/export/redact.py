@@ -225,10 +225,10 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|(?:\|\||\?\?|[ \t]or)[ \t]*\\*[\"']"
                 r"|\|[ \t]*[\w .\-]*" + _GATE_KW + r"[\w .\-]*[ \t]*\|[^\n]*\r?\n[ \t]*\|?[ \t]*:?-{3,}"
                 r"|(?i:\buse)[ \t]+[^\s]{6,}[ \t]+(?i:as)[ \t]"
-                r"|(?i:" + _LOCAL_WORDS.removesuffix("|password|passphrase|passwd") + ")"
+                r"|(?:^|[^A-Za-z0-9_])(?i:" + _LOCAL_WORDS.removesuffix("|password|passphrase|passwd") + ")"
                 r"|(?i:pass(?:word|phrase|wd))[ \t]+[^\s]*\d"
-                r"|(?i:creds|credentials?|login)[^\n.]{0,40}[ \t][^\s/]+[ \t]*/[ \t]*[^\s/]"
-                r"|(?i:pass(?:word|phrase|wd))(?:'s[ \t]|[ \t]*(?:->|=>|→)|[^\n:=.]{0,24}?[ \t]"
+                r"|(?i:creds|credentials?|login)[^\n./]*[ \t][^\s/]+[ \t]*/[ \t]*[^\s/]"
+                r"|(?i:pass(?:word|phrase|wd))(?:'s[ \t]|[ \t]*(?:->|=>|→)|[^\n:=.]*[ \t]"
                 r"(?:è|é|es|est|ist|lautet|är|je|jest|là|adalah|ialah|είναι|это|c'est)[ \t])"
                 r"|machine\s|\+[1-9]\d{6}|&[A-Za-z_][\w.\-]*=|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
@@ -236,14 +236,15 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|cat[ \t]+[^\s\\]*(?i:cred|pass|secret|token|api[_\-]?key)[^\s\\]*[ \t]*(?:\r?\n|\\+(?:r\\+)?n)"
                 r"|jsonpath="
                 # round 7: commands with a secret in a place of their own (_ARG_RULES), echo into a secret file
-                r"|mosquitto_|openssl[ \t]|rar[ \t]|ssh-keygen|(?:cargo|vault|bao|wandb|auth)[ \t]+login[ \t]"
-                r"|poetry[ \t]+config|b2[ \t]|bundle[ \t]+config|BUNDLE_\w+__|oracle:(?:thin|oci):|community"
+                r"|mosquitto_|openssl[ \t]|\b(?:un|win)?rar[ \t]|ssh-keygen"
+                r"|(?:cargo|vault|bao|wandb|auth)[ \t]+login[ \t]|poetry[ \t]+config|\bb2[ \t]+(?:account|authorize)"
+                r"|bundle[ \t]+config|BUNDLE_\w+__|oracle:(?:thin|oci):|(?:ro|rw)community"
                 r"|azurewebsites\.net/api/|(?i:appid)=|<<<|printf[ \t][^\n]*\||<\([ \t]*(?:echo|printf)"
                 r"|echo[ \t][^\n>|]*>>?[ \t]*[^\s]*(?i:key|secret|token|pass|cred|pem)"
                 r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate|pdo"
                 r"|mysqli(?:_connect)?|(?:change|update)user_?password|dbi->connect)[ \t]*\("
                 r"|(?:set|init);[ \t]*\}[ \t]*="
-                r"|(?:Client(?:V\d+)?|API|Api|algoliasearch)[ \t]*\([^)\n]{0,120}?\\*[\"'][A-Za-z0-9_\-]{20}"
+                r"|(?:Client(?:V\d+)?|API|Api|algoliasearch)[ \t]*\([^)\n]*[\"'][A-Za-z0-9_\-]{8}"
                 r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
                 # a CSV/TSV header naming a secret column; a sentence naming a secret, then ": V" or "is/was/to/as V"
                 r"|[,;\t][ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*(?:[\r\n,;\t]|\\+[nrt])"
@@ -995,8 +996,8 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         for call in _CLIENT_CALL.finditer(text):
             for a in _QUOTED_ARG.finditer(text, call.start("args"), call.end("args")):
                 v = a.group("v")
-                if _CLIENT_KEY.fullmatch(v) and _looks_random(v) and not _UUID.fullmatch(v) \
-                        and not _ID_RUN.fullmatch(v.encode()):
+                if _CLIENT_KEY.fullmatch(v) and not _UUID.fullmatch(v) and not _ID_RUN.fullmatch(v.encode()) and (
+                        _HEX_KEY.fullmatch(v) or v.upper() != v and v.lower() != v and any(c.isdigit() for c in v)):
                     spans.append(a.span("v"))
     if "\n" in text or text.count(":") >= 4:
         spans.extend(m.span("v") for m in _PGPASS.finditer(text) if _value_is_secret(m.group("v"), "password", True))
@@ -1085,8 +1086,9 @@ _CS_PROPERTY = re.compile(r"(?P<n>[A-Za-z_]\w{0,100})[ \t]*\{[ \t]*get;[ \t]*(?:
 # An SDK's client made with its key as a literal: DeepgramClient("…"), cohere.ClientV2("…"),
 # meraki.DashboardAPI('…'), algoliasearch('APPID', '…'): an argument of 20 or more token characters that mixes
 # letters and digits (not a UUID, a path or an address)
-_CLIENT_CALL = re.compile(r"\b(?:[A-Za-z_][\w.]*?(?:Client(?:V\d+)?|API|Api)|algoliasearch|searchClient)[ \t]*"
+_CLIENT_CALL = re.compile(r"(?:Client(?:V\d+)?|API|Api|algoliasearch)[ \t]*"
                           r"\((?P<args>[^()\n]{0,300})\)")
+_HEX_KEY = re.compile(r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{32,}")
 _CLIENT_KEY = re.compile(r"[A-Za-z0-9_\-]{20,}")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _QUOTED_ARG = re.compile(r"(\\*[\"'])(?P<v>[^\"'\n\\]*)\1")
@@ -1173,7 +1175,7 @@ def _command_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
 # positional: the value must look like a credential on its own)
 _Q = r"(?P<q>\\*[\"']?)"
 _STDIN_READERS = (r"(?:--password-stdin|--passphrase-fd|--pass(?:word)?-?stdin|secret[ \t]+create|--stdin|chpasswd"
-                  r"|\bpasswd\b|\bsudo\b[^\n|]*?[ \t]-[A-Za-z]*S\b|\bcryptsetup\b|\blogin\b)")
+                  r"|\bpasswd\b|\bsudo\b[^\n|]*?[ \t]-[A-Za-z]*S\b|\bcryptsetup\b)")
 _ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool], ...] = (
     (("mosquitto",), r"\bmosquitto_(?:pub|sub|rr)\b[^\n]*?\s-P[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
     (("openssl",), r"\bopenssl[ \t]+(?:enc|aes\S*|des\S*|bf\S*|camellia\S*|chacha\S*|rc4\S*)\b[^\n]*?\s-k[ \t]+" + _Q
@@ -1331,7 +1333,7 @@ _PROSE_IS = re.compile(r"(?i)(?<![a-z])(?:password|passphrase|passcode|passwd|ap
 # copula standing as a word of its own (ist, lautet, è, es, est, is, är, je, jest, là, adalah, είναι, هي, היא ...).
 # A copula is a whole word (a value "ESSBDM…" after "Kennwort" is no Spanish "es"); a few words (12-24
 # characters, no sentence end) may stand between the word and its separator ("la password del server è").
-_ARG_HINT = re.compile(r"jsonpath|mosquitto|openssl|rar[ \t]|ssh-keygen|login|poetry|b2[ \t]|bundle|oracle:|community"
+_ARG_HINT = re.compile(r"jsonpath|mosquitto|openssl|rar[ \t]|ssh-keygen|login|poetry|b2[ \t]+a|bundle|oracle:|community"
                        r"|azurewebsites|appid=|echo|printf|<<<|<\(")
 def _english_word(m: re.Match) -> bool:
     return m.group().lower().startswith(("password", "passphrase", "passwd"))
