@@ -745,6 +745,15 @@ def hostile_round_7(seed: int = 14) -> list[Case]:
                      ("https://api.openweathermap.org/data/2.5/weather?q=Lisbon&appid={k}", g.s(HEX, 32)),
                      ("incoming+grp-app-7-{k}-issue@incoming.gitlab.com", "glimt-" + g.s(B62, 25))):
         c.append(Case("sdk-client-and-url-key", fmt.format(k=key), key))
+    for fmt in ("[password]\n{s}", "$ cat /run/secrets/db_password\n{s}\n$ ls",
+                "$ cat ~/.config/acme/creds.txt\nsvc-user\n{s}",
+                "$ kubectl get secret app -o jsonpath='{{.data.token}}' | base64 -d\n{s}\n",
+                "creds: ops / {s}", "creds for the lab box are root / {s}",
+                "The user gave the admin password {s}; I'll use it.", "fyi the wifi password's {s} now"):
+        add("file-output-and-prose", fmt)
+    body = [g.b64(48) for _ in range(3)]
+    c.append(Case("file-output-and-prose", "pasted without its first line:\n" + "\n".join(body)
+                  + "\n-----END EC PRIVATE KEY-----", body[0], also=(body[-1],)))
     s = g.password(symbols="._")
     c.append(Case("repeated-bare", f"export DB_PASSWORD={s}\npsql -U app  # tried {s}\nFATAL: rejected {s}", s))
     return c
@@ -892,5 +901,6 @@ def clean_texts(seed: int = 14) -> list[str]:
             "openssl rsa -passin env:KEY_PASS -in k.pem", "echo done > /tmp/status.txt",
             "Das Passwort muss 12 Zeichen haben.", "la contraseña es obligatoria", "密码是必填项",
             "%2Flogin%3Fnext%3D%2Fhome", "&lt;password&gt;&lt;/password&gt;", "client = Client(\"https://api.acme.io\")",
-            "public string ApiKey { get; set; } = \"\";", "incoming+grp-app-7-issue@incoming.gitlab.com"]
+            "public string ApiKey { get; set; } = \"\";", "incoming+grp-app-7-issue@incoming.gitlab.com",
+            "[database]\nhost", "$ cat README.md\nhello", "creds: see the vault / ask ops", "[links]\nhttps://x.io"]
     return out

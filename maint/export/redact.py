@@ -227,12 +227,13 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|(?i:\buse)[ \t]+[^\s]{6,}[ \t]+(?i:as)[ \t]"
                 r"|(?:^|[^A-Za-z0-9_])(?i:" + _LOCAL_WORDS.removesuffix("|password|passphrase|passwd") + ")"
                 r"|(?i:pass(?:word|phrase|wd))[ \t]+[^\s]*\d"
-                r"|(?i:creds|credentials?|login)[^\n./]*[ \t][^\s/]+[ \t]*/[ \t]*[^\s/]"
+                r"|(?i:creds|credentials)[^\n./]*[ \t][^\s/]+[ \t]*/[ \t]*[^\s/]"
                 r"|(?i:pass(?:word|phrase|wd))(?:'s[ \t]|[ \t]*(?:->|=>|→)|[^\n:=.]*[ \t]"
                 r"(?:è|é|es|est|ist|lautet|är|je|jest|là|adalah|ialah|είναι|это|c'est)[ \t])"
                 r"|machine\s|\+[1-9]\d{6}|&[A-Za-z_][\w.\-]*=|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
-                r"|\[[\w.\- ]*" + _GATE_KW + r"[\w.\- ]*\][ \t]*(?:\r?\n|\\+(?:r\\+)?n)[ \t]*[^\s=\[#;\\]"
+                r"|(?:(?m:^)|\\n|\")[ \t]*\[[\w.\- ]*" + _GATE_KW
+                + r"[\w.\- ]*\][ \t]*(?:\r?\n|\\+(?:r\\+)?n)[ \t]*[^\s=\[#;\\]"
                 r"|cat[ \t]+[^\s\\]*(?i:cred|pass|secret|token|api[_\-]?key)[^\s\\]*[ \t]*(?:\r?\n|\\+(?:r\\+)?n)"
                 r"|jsonpath="
                 # round 7: commands with a secret in a place of their own (_ARG_RULES), echo into a secret file
@@ -330,6 +331,8 @@ def _gate(data: bytes) -> Any:
     with its same-name keyword arguments set aside (their "=" made NUL, which no rule takes) and the
     bodies of its tool call ids (which no rule takes for a name)."""
     hits = _SET_MATCH(data)
+    if not hits:
+        return hits  # most texts: nothing more to ask
     if HIDDEN in hits:
         hits.remove(HIDDEN)
         if not hits:
@@ -1320,7 +1323,7 @@ def _table_spans(text: str, spans: list[tuple[int, int]]) -> None:
 
 
 # Prose: "creds: admin / V", "creds for the box are admin / V" (a user, a slash and the password)
-_CREDS_SLASH = re.compile(r"(?i)\b(?:creds|credentials?|login)\b[^\n.]{0,40}?(?::|\bare\b|\bis\b)[ \t]+[`\"']?"
+_CREDS_SLASH = re.compile(r"(?i)\b(?:creds|credentials)\b[^\n.]{0,40}?(?::|\bare\b|\bis\b)[ \t]+[`\"']?"
                           r"[^\s/`\"']+[ \t]*/[ \t]*[`\"']?(?P<v>[^\s`\"']+)")
 # Prose: "the root password on the NAS is V", "changed my password to V", "use V as the admin password"
 _PROSE_IS = re.compile(r"(?i)(?<![a-z])(?:password|passphrase|passcode|passwd|api[ _\-]?key|secret|token)(?![a-rt-z])"
