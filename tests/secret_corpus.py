@@ -676,6 +676,89 @@ def hostile_round_6(seed: int = 14) -> list[Case]:
     return c
 
 
+def hostile_round_7(seed: int = 14) -> list[Case]:
+    """A seventh try (2026-12-06, hostile-redact5: 307 cases, 72 leaked): the classes that leaked. The word
+    password in more languages and the sentences that give it its value, command lines with a secret in a place
+    of their own (flags, positional arguments, stdin), names percent-encoded or HTML-escaped, config syntaxes of
+    their own (ipsec, wpa, nslcd, snmpd, CDATA, C#, SQL Server, Perl, Mongo, oracle thin), the aws table, SSH2
+    key blocks, SDK clients made with a key literal, and a secret repeated bare in the same text."""
+    g = Gen(seed + 7171)
+
+    def add(family: str, fmt: str, n: int = 1) -> None:
+        for _ in range(n):
+            s = g.password(symbols="._")
+            c.append(Case(family, fmt.format(s=s), s))
+
+    c: list[Case] = []
+    for fmt in ("数据库的密码是 {s}", "服务器口令：{s}", "管理者のパスワードは {s} です",
+                "관리자 비밀번호는 {s} 입니다",
+                "la password di staging è {s}", "la contraseña es {s}", "a senha do banco é {s}",
+                "le mot de passe est {s}", "Das Passwort lautet {s}", "het wachtwoord is {s}",
+                "kata sandi admin: {s}", "heslo k serveru: {s}", "jelszó: {s}", "κωδικός πρόσβασης: {s}",
+                "סיסמה: {s}", "كلمة المرور: {s}", "पासवर्ड: {s}", "mật khẩu là {s}", "пароль от базы: {s}",
+                "hasło to {s}", "şifresi: {s}", "das Kennwort {s} genannt", "my password's {s} today",
+                "passphrase -> {s}"):
+        add("password-in-other-languages-2", fmt)
+    for fmt in ("keytool -list -keystore app.jks -storepass {s}", "keytool -importkeystore -srcstorepass {s} -x y",
+                "keytool -genkeypair -alias a -keypass {s} -keystore k.jks",
+                "openssl pkcs12 -export -in c.pem -passout pass:{s} -out c.p12",
+                "mosquitto_sub -h broker -u dev -P {s} -t '#'",
+                "openssl enc -d -aes-256-cbc -in x.enc -out x -k {s}", "rar x -hp{s} secret.rar",
+                "ssh-keygen -p -f id_ed25519 -P old -N '{s}'", "cargo login {s}", "vault login {s}",
+                "poetry config http-basic.private deploy {s}", "b2 authorize-account 00512ab34cd5678 {s}",
+                "echo '{s}' | sudo -S apt-get update", "printf '%s' '{s}' | docker secret create db -",
+                "printf '{s}' | podman secret create db_pw -", "sudo -S reboot <<< '{s}'",
+                "wg set wg1 private-key <(echo {s})"):
+        add("command-line-secret-2", fmt)
+    tok = g.s(HEX, 40)
+    c.append(Case("command-line-secret-2", f"wandb login {tok}", tok))
+    key = g.s(HEX, 8) + ":" + g.s(HEX, 8)
+    c.append(Case("command-line-secret-2", f"bundle config gems.contribsys.com {key}", key))
+    c.append(Case("command-line-secret-2", f"BUNDLE_GEMS__CONTRIBSYS__COM={key}", key))
+    key = g.s(HEX, 32)
+    c.append(Case("command-line-secret-2", f"echo {key} > config/credentials/production.key", key))
+    s = g.password(symbols="._")
+    c.append(Case("argv-flag", json.dumps({"argv": ["keytool", "-list", "-storepass", s]}), s))
+    for fmt in ("GET /oauth/cb?next=%2Fapi%3Fpassword%3D{s}%26a%3D1", "state=x&return=%2Fcb%3Fclient_secret%3D{s}",
+                "<pre>&lt;password&gt;{s}&lt;/password&gt;</pre>", "<td>token=&quot;{s}&quot;</td>",
+                "<code>{{&quot;client_secret&quot;: &quot;{s}&quot;}}</code>", "<password><![CDATA[{s}]]></password>"):
+        add("encoded-name", fmt)
+    for fmt in ('conn %default : PSK "{s}"', 'network={{\n  ssid="lab"\n  psk="{s}"\n}}',
+                "binddn cn=proxy,dc=acme\nbindpw {s}", "rocommunity {s} 192.168.0.0/16",
+                "curl -b 'JSESSIONID={s}' https://app/", "Cookie: PHPSESSID={s}",
+                'public string ApiKey {{ get; set; }} = "{s}";', 'db.changeUserPassword("svc", "{s}")',
+                'DBI->connect("dbi:mysql:shop", "shop", "{s}")', "jdbc:oracle:thin:app/{s}@db:1521:ORCL",
+                "ALTER LOGIN app WITH PASSWORD = N'{s}';"):
+        add("config-syntax-2", fmt)
+    ak, sk = "AKIA" + g.s(UPPER_ALNUM, 16), g.s(B64, 40)
+    c.append(Case("aws-table", f"|  AccessKeyId         |  SecretAccessKey |\n|  {ak}|  {sk} |", sk, also=(ak,)))
+    ak, sk = "AKIA" + g.s(UPPER_ALNUM, 16), g.s(B64, 40)
+    c.append(Case("aws-table", f"+------+------+\n| {ak} | {sk} |", sk, also=(ak,)))
+    body = [g.b64(48) for _ in range(4)]
+    c.append(Case("ssh2-key", "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\nComment: \"k\"\n" + "\n".join(body)
+                  + "\n---- END SSH2 ENCRYPTED PRIVATE KEY ----", body[0], also=(body[-1],)))
+    for fmt, key in (("DeepgramClient(\"{k}\")", g.s(HEX, 40)), ("meraki.DashboardAPI('{k}')", g.s(HEX, 40)),
+                     ("cohere.ClientV2(\"{k}\")", g.b62(40)), ("algoliasearch('APP123ID', '{k}')", g.s(HEX, 32)),
+                     ("LDClient(Config(\"{k}\"))", "sdk-" + str(uuid.UUID(int=g.rng.getrandbits(128), version=4))),
+                     ("new Resend('{k}')", "re_" + g.b62(8) + "_" + g.b62(24)),
+                     ("https://fn.azurewebsites.net/api/Hook?code={k}", g.b64url(40)),
+                     ("https://api.openweathermap.org/data/2.5/weather?q=Lisbon&appid={k}", g.s(HEX, 32)),
+                     ("incoming+grp-app-7-{k}-issue@incoming.gitlab.com", "glimt-" + g.s(B62, 25))):
+        c.append(Case("sdk-client-and-url-key", fmt.format(k=key), key))
+    for fmt in ("[password]\n{s}", "$ cat /run/secrets/db_password\n{s}\n$ ls",
+                "$ cat ~/.config/acme/creds.txt\nsvc-user\n{s}",
+                "$ kubectl get secret app -o jsonpath='{{.data.token}}' | base64 -d\n{s}\n",
+                "creds: ops / {s}", "creds for the lab box are root / {s}",
+                "The user gave the admin password {s}; I'll use it.", "fyi the wifi password's {s} now"):
+        add("file-output-and-prose", fmt)
+    body = [g.b64(48) for _ in range(3)]
+    c.append(Case("file-output-and-prose", "pasted without its first line:\n" + "\n".join(body)
+                  + "\n-----END EC PRIVATE KEY-----", body[0], also=(body[-1],)))
+    s = g.password(symbols="._")
+    c.append(Case("repeated-bare", f"export DB_PASSWORD={s}\npsql -U app  # tried {s}\nFATAL: rejected {s}", s))
+    return c
+
+
 def secret_cases(seed: int = 14) -> list[Case]:
     g = Gen(seed)
     cases = []
@@ -684,7 +767,7 @@ def secret_cases(seed: int = 14) -> list[Case]:
             for _ in range(2):
                 cases.append(_bare(g, family, maker()))
     return (cases + _named(g) + leak_classes(seed) + hostile_round(seed) + hostile_round_3(seed) + hostile_round_4(seed)
-            + hostile_round_5(seed) + hostile_round_6(seed))
+            + hostile_round_5(seed) + hostile_round_6(seed) + hostile_round_7(seed))
 
 
 def phone_cases(seed: int = 14) -> list[Case]:
@@ -806,4 +889,18 @@ def clean_texts(seed: int = 14) -> list[str]:
             "INSERT INTO users (email, password_hash) VALUES ('a@b.io', 'x');",
             "INSERT INTO logs (msg, token_count) VALUES ('hi', 12);", "пароль должен содержать не менее 12 символов",
             "Привет, это тест: password policy"]
+    # look-alikes of round 7's classes: public recipients, ARNs, nsswitch, references that only name a secret,
+    # commands without a secret, words in other languages without a value, encoded names without a value
+    out += ["age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p",
+            "arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/api-token-x9Y8z7",
+            "passwd:     files systemd\nshadow:     files", "password = random_password.main.result",
+            "admin_password = azurerm_key_vault_secret.db.value", "password: '%env(DATABASE_PASSWORD)%'",
+            "password = \"#{ENV['SMTP_PASSWORD']}\"", "password = @smtp_password",
+            "token = builtins.readFile ./secrets/token;", "secret: fs.readFileSync(path, 'utf8'),",
+            "cargo login", "vault login -method=oidc", "keytool -list -keystore app.jks",
+            "openssl rsa -passin env:KEY_PASS -in k.pem", "echo done > /tmp/status.txt",
+            "Das Passwort muss 12 Zeichen haben.", "la contraseña es obligatoria", "密码是必填项",
+            "%2Flogin%3Fnext%3D%2Fhome", "&lt;password&gt;&lt;/password&gt;", "client = Client(\"https://api.acme.io\")",
+            "public string ApiKey { get; set; } = \"\";", "incoming+grp-app-7-issue@incoming.gitlab.com",
+            "[database]\nhost", "$ cat README.md\nhello", "creds: see the vault / ask ops", "[links]\nhttps://x.io"]
     return out

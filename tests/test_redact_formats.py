@@ -10,11 +10,11 @@ from collections import defaultdict
 import pytest
 
 from maint.export.redact import MASK
-from tests.secret_corpus import hostile_round_5, hostile_round_6, leak_classes
+from tests.secret_corpus import hostile_round_5, hostile_round_6, hostile_round_7, leak_classes
 from tests.storegen import StoreBuilder
 
 CLASSES: dict[str, list] = defaultdict(list)
-for _case in leak_classes() + hostile_round_5() + hostile_round_6():
+for _case in leak_classes() + hostile_round_5() + hostile_round_6() + hostile_round_7():
     CLASSES[_case.family].append(_case)
 
 FORMATS = {

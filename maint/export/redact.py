@@ -57,7 +57,10 @@ _FAMILIES: list[tuple[str, str]] = [
     # clouds and platforms
     ("aws-access-key-id", r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Za-z0-9])"),
     # the secret beside its key id, as in credentials.csv or "AKIA…:secret"
-    ("aws-secret-beside-id", r"(?<=(?:AKIA|ASIA)[A-Z0-9]{16}[,:| \t])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"),
+    # (in the next cell of a table too: aws … --output table, "| AKIA… | secret |")
+    ("aws-secret-beside-id", r"(?:(?<=(?:AKIA|ASIA)[A-Z0-9]{16}[,:| \t])|(?<=(?:AKIA|ASIA)[A-Z0-9]{16}[ \t]\|[ \t])"
+                             r"|(?<=(?:AKIA|ASIA)[A-Z0-9]{16}\|[ \t]{2})|(?<=(?:AKIA|ASIA)[A-Z0-9]{16}[ \t]\|[ \t]{2}))"
+                             r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"),
     ("azure-ad-client-secret", r"[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}"),
     ("github", r"gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{50,}"),
     ("gitlab", r"gl(?:pat|dt|rtr|rt|ptt|cbt|ft|soat|oas|imt|agent|ffct|wt)-[A-Za-z0-9_\-]{16,}(?:\.[A-Za-z0-9_\-]+)*"
@@ -94,7 +97,7 @@ _FAMILIES: list[tuple[str, str]] = [
     ("planetscale", r"pscale_(?:tkn|pw|oauth)_[A-Za-z0-9_.\-]{30,}"),
     ("supabase", r"sbp_[a-f0-9]{40}"),
     ("doppler", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}"),
-    ("age", r"(?:AGE-SECRET-KEY-1|age1)[02-9AC-HJ-NP-Zac-hj-np-z]{58}"),
+    ("age", r"AGE-SECRET-KEY-1[02-9AC-HJ-NP-Zac-hj-np-z]{58}"),  # not age1…: a public recipient
     ("figma", r"figd_[A-Za-z0-9_\-]{40,}"),
     ("square", r"sq0(?:atp|csp|idp)-[A-Za-z0-9_\-]{22,}|EAAA[A-Za-z0-9_\-]{60,}"),
     ("databricks", r"dapi[a-f0-9]{32}(?:-\d)?"),
@@ -105,6 +108,8 @@ _FAMILIES: list[tuple[str, str]] = [
     ("openai-session", r"sess-[A-Za-z0-9]{40}"),
     ("firebase-fcm", r"AAAA[A-Za-z0-9_\-]{7}:[A-Za-z0-9_\-]{100,}"),
     ("dropbox", r"sl\.[A-Za-z0-9_\-]{100,}"),
+    ("launchdarkly", r"(?:sdk|mob)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?![A-Za-z0-9])"),
+    ("resend", r"re_[A-Za-z0-9]{8}_[A-Za-z0-9]{24}(?![A-Za-z0-9])"),
     # more families from gitleaks's public rule set (config/gitleaks.toml)
     ("1password-secret-key", r"A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})"
                              r"-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}"),
@@ -162,12 +167,21 @@ _HEX_SHAPES = re.compile(rb"fc-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}
 _ID_RUN = re.compile(rb"(?:call|toolu|msg|chatcmpl|run|req|resp|asst|thread|batch)[_\-][A-Za-z0-9_\-]+")
 
 
+# The word password (secret, key) in other languages (the gate and _LOCAL_PASSWORD read it).
+_LOCAL_WORDS = (
+    "パスワード|暗証番号|秘密鍵|合言葉|密码|密碼|口令|密钥|密鑰|秘钥|비밀번호|패스워드|암호"
+    "|passwort|kennwort|zugangsdaten|senha|palavra-passe|contraseña|contrasena|clave|mot de passe|mdp"
+    "|пароль|пароля|паролем|парол|wachtwoord|lösenord|lösenordet|hasło|hasła|hasło|heslo|hesla|jelszó|jelszava|jelszo"
+    "|salasana|adgangskode|passord|şifre|şifresi|parola|parolası|parolasi|kata sandi|kata laluan|sandi"
+    "|κωδικός|κωδικός πρόσβασης|συνθηματικό|סיסמה|סיסמא|كلمة المرور|كلمة السر|كلمة سر|पासवर्ड|कूटशब्द"
+    "|mật khẩu|mat khau|password|passphrase|passwd")
+
 # -- the gate ------------------------------------------------------------------------------------
 # One automaton over the whole text, compiled by RE2 (linear time, a DFA): it matches wherever any
 # rule below could (a keyword with a separator after it, a shape's prefix, a place's marker, an
 # escape), so a text it does not match is returned as it is without running them. It must stay a
 # superset of the rules: the corpus tests run through it.
-_GATE_KW = "(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer|mnemonic)"
+_GATE_KW = "(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer|mnemonic|psk|sessid|jsession)"
 # Space beside a separator: Unicode spaces (the rules see them as " "), and a tab or a Unicode space
 # escaped in JSON text (the rules see the decoded value; the gate sees the raw text, escapes and all).
 _GATE_SP = (r"(?:[ \t\x{a0}\x{1680}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]|\\+t"
@@ -195,7 +209,8 @@ _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
               r"|<(?:[\w.\-]*:)?[\w.\-]*" + _GATE_KW + _GATE_NAMECHARS + r"*(?:\\*[\"'])?\]?" + _GATE_SP + r"*>")
 _GATE_PAIR = (r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP
               + r"*\\*[\"']?[\w./\-]*" + _GATE_KW + r"|(?i:variable)" + _GATE_SP + r"+\\*[\"'][\w.\-]*" + _GATE_KW)
-_GATE_CLI = r"--[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP + r"+[^\s\-]"
+_GATE_CLI = (r"(?:--|(?:^|[\s\"'\[,])-)[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP
+             + r"+[^\s\-]")
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
                 r"|sshpass|htpasswd"
                 # round 6: command lines that take a password by position or by a short flag, "config set NAME
@@ -210,12 +225,27 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|(?:\|\||\?\?|[ \t]or)[ \t]*\\*[\"']"
                 r"|\|[ \t]*[\w .\-]*" + _GATE_KW + r"[\w .\-]*[ \t]*\|[^\n]*\r?\n[ \t]*\|?[ \t]*:?-{3,}"
                 r"|(?i:\buse)[ \t]+[^\s]{6,}[ \t]+(?i:as)[ \t]"
-                r"|(?i:パスワード|暗証番号|密码|密碼|비밀번호|passwort|kennwort|senha|contraseña|contrasena"
-                r"|mot de passe|пароль|wachtwoord|lösenord|hasło|salasana|adgangskode|passord|şifre)"
+                r"|(?:^|[^A-Za-z0-9_])(?i:" + _LOCAL_WORDS.removesuffix("|password|passphrase|passwd") + ")"
+                r"|(?i:pass(?:word|phrase|wd))[ \t]+[^\s]*\d"
+                r"|(?i:creds|credentials)[^\n./]*[ \t][^\s/]+[ \t]*/[ \t]*[^\s/]"
+                r"|(?i:pass(?:word|phrase|wd))(?:'s[ \t]|[ \t]*(?:->|=>|→)|[^\n:=.]*[ \t]"
+                r"(?:è|é|es|est|ist|lautet|är|je|jest|là|adalah|ialah|είναι|это|c'est)[ \t])"
                 r"|machine\s|\+[1-9]\d{6}|&[A-Za-z_][\w.\-]*=|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
+                r"|(?:(?m:^)|\\n|\")[ \t]*\[[\w.\- ]*" + _GATE_KW
+                + r"[\w.\- ]*\][ \t]*(?:\r?\n|\\+(?:r\\+)?n)[ \t]*[^\s=\[#;\\]"
+                r"|cat[ \t]+[^\s\\]*(?i:cred|pass|secret|token|api[_\-]?key)[^\s\\]*[ \t]*(?:\r?\n|\\+(?:r\\+)?n)"
+                r"|jsonpath="
+                # round 7: commands with a secret in a place of their own (_ARG_RULES), echo into a secret file
+                r"|mosquitto_|openssl[ \t]|\b(?:un|win)?rar[ \t]|ssh-keygen"
+                r"|(?:cargo|vault|bao|wandb|auth)[ \t]+login[ \t]|poetry[ \t]+config|\bb2[ \t]+(?:account|authorize)"
+                r"|bundle[ \t]+config|BUNDLE_\w+__|oracle:(?:thin|oci):|(?:ro|rw)community"
+                r"|azurewebsites\.net/api/|(?i:appid)=|<<<|printf[ \t][^\n]*\||<\([ \t]*(?:echo|printf)"
+                r"|echo[ \t][^\n>|]*>>?[ \t]*[^\s]*(?i:key|secret|token|pass|cred|pem)"
                 r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate|pdo"
-                r"|mysqli(?:_connect)?)[ \t]*\("
+                r"|mysqli(?:_connect)?|(?:change|update)user_?password|dbi->connect)[ \t]*\("
+                r"|(?:set|init);[ \t]*\}[ \t]*="
+                r"|(?:Client(?:V\d+)?|API|Api|algoliasearch)[ \t]*\([^)\n]*[\"'][A-Za-z0-9_\-]{8}"
                 r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
                 # a CSV/TSV header naming a secret column; a sentence naming a secret, then ": V" or "is/was/to/as V"
                 r"|[,;\t][ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*(?:[\r\n,;\t]|\\+[nrt])"
@@ -236,13 +266,13 @@ _GATE_SHAPES = (
     r"|lin_|secret_|ntn_|sntry[su]_|eyJ|PMAK-|\.atlasv1\.|hv[sbr]\."
     r"|gl(?:c|sa)_|NRAK-|pscale_|sbp_|dp\.(?:pt|st|sa|ct|scim|audit)\.|AGE-SECRET-KEY-1"
     r"|figd_|sq0(?:atp|csp|idp)-|EAAA|dapi|AKCp|pul-[a-f0-9]|pnu_|CFPAT-"
-    r"|sess-|sl\.|A3-|p8e-"
+    r"|sess-|sl\.|A3-|p8e-|sdk-[0-9a-f]|mob-[0-9a-f]|re_"
     r"|LTAI|cmVmd|ABSK|4b1d|CLOJARS_|dnkey-|duffel_|dt0c01\.|EZ[AT]K|EAA[MC]"
     r"|FLW(?:SECK|PUBK)_TEST-|fo1_|fm1[ar]_|fm2_|fio-u-|pat\.|sat\.|ico-|s-s4t2|_mmk"
     r"|API-|sha256~|rdme_|tk-us-|xkeysib-|sm_[aps]at_|shippo_|sgp_|tfp_|AQVN"
     r"|NRJS-|NRII-|sq[upa]_|AAAAAAAAAAAAAAAAAAAAAA|_gitlab_session=|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/"
     r"|" + _GATE_TOKEN_START + r"(?:SK[0-9a-fA-F]{8}|AC[0-9a-f]{8}"
-    r"|(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30}|s\.[A-Za-z0-9]{24}|age1[02-9ac-hj-np-z]{8}|AAAA[A-Za-z0-9_\-]{7}:"
+    r"|(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30}|s\.[A-Za-z0-9]{24}|AAAA[A-Za-z0-9_\-]{7}:"
     r"|pat[A-Za-z0-9]{14}\.|t1\.[A-Za-z0-9_\-])")
 
 # Base64 of ASCII text (printable, tabs and line ends): in each group of four characters, the first
@@ -257,7 +287,8 @@ _GATE_B64 = _GATE_TOKEN_START + "(?:" + _B64_GROUP + "){6}"  # where a run start
 # What can hide a name or a separator from the patterns above: an ANSI escape, a zero-width character, a \uXXXX
 # escape (JSON inside JSON), a Cyrillic or Greek letter (a look-alike inside a Latin name). A text the rules
 # cannot match otherwise is looked at again without them (HIDDEN is never among the kinds gate() returns).
-_GATE_HIDDEN = r"\x1b|[\x{200b}-\x{200d}\x{2060}\x{feff}]|\\u[0-9a-fA-F]{4}|[\x{370}-\x{3ff}\x{400}-\x{52f}]"
+_GATE_HIDDEN = (r"\x1b|[\x{200b}-\x{200d}\x{2060}\x{feff}]|\\u[0-9a-fA-F]{4}|[\x{370}-\x{3ff}\x{400}-\x{52f}]"
+                r"|%(?:3[dDaA]|2[27])|&(?:quot|lt|gt|apos|#3[49]|#x2[27]);")
 
 
 def _compile_gate() -> Any:
@@ -300,6 +331,8 @@ def _gate(data: bytes) -> Any:
     with its same-name keyword arguments set aside (their "=" made NUL, which no rule takes) and the
     bodies of its tool call ids (which no rule takes for a name)."""
     hits = _SET_MATCH(data)
+    if not hits:
+        return hits  # most texts: nothing more to ask
     if HIDDEN in hits:
         hits.remove(HIDDEN)
         if not hits:
@@ -340,6 +373,8 @@ def _unhidden(data: bytes) -> Any:
     if b"\\u" in plain:
         plain = _U_ESCAPE.sub(_u_char, plain)
     plain = _INVISIBLE_BYTES.sub(b"", plain)
+    if b"%" in plain or b"&" in plain:
+        plain = _ENCODED_BYTES.sub(lambda m: _ENTITY_BYTES.get(m.group().lower(), m.group()), plain)
     if b"\xd0" in plain or b"\xd1" in plain or b"\xce" in plain or b"\xcf" in plain or b"\xd4" in plain:
         text = plain.decode("utf-8", "surrogatepass")
         if _MIXED_SCRIPT.search(text):  # pаssword with a Cyrillic а
@@ -353,6 +388,39 @@ def _unhidden(data: bytes) -> Any:
 
 
 _U_ESCAPE = re.compile(rb"\\+u([0-9a-fA-F]{4})")
+# A name percent-encoded (a query inside a query: ?next=%2Flogin%3Fpassword%3D…) or HTML-escaped (a web page a
+# tool fetched: &lt;password&gt;…, {&quot;api_key&quot;: …): read decoded, masked where it is stored
+_ENTITIES = {"%3d": "=", "%3a": ":", "%22": '"', "%27": "'", "%26": "&", "%3f": "?", "%2f": "/", "%20": " ",
+             "%40": "@", "%2b": "+", "%2c": ",", "%3b": ";", "%7b": "{", "%7d": "}", "%5b": "[", "%5d": "]",
+             "&quot;": '"', "&lt;": "<", "&gt;": ">", "&apos;": "'", "&#34;": '"', "&#39;": "'", "&#x22;": '"',
+             "&#x27;": "'", "&amp;": "&", "&#10;": "\n", "&nbsp;": " "}
+_ENTITY_BYTES = {k.encode(): v.encode() for k, v in _ENTITIES.items()}
+_ENCODED = re.compile("(?i)" + "|".join(re.escape(k) for k in _ENTITIES))
+_ENCODED_BYTES = re.compile(b"(?i)" + b"|".join(re.escape(k) for k in _ENTITY_BYTES))
+_ENCODED_NAME = re.compile(r"(?i)%(?:3[da]|2[27])|&(?:quot|lt|gt|apos|#3[49]|#x2[27]);")
+
+
+def _find_decoded(text: str) -> list[tuple[int, int]]:
+    """:func:`_find` of *text* with its percent-encoding and HTML entities decoded, in the offsets of *text*."""
+    starts: list[int] = []  # the offset in text of each decoded character
+    parts = []
+    pos = 0
+    for m in _ENCODED.finditer(text):
+        parts.append(text[pos:m.start()])
+        starts.extend(range(pos, m.start()))
+        parts.append(_ENTITIES[m.group().lower()])
+        starts.append(m.start())
+        pos = m.end()
+    parts.append(text[pos:])
+    starts.extend(range(pos, len(text)))
+    starts.append(len(text))
+    plain = "".join(parts)
+    low = plain.lower()
+    out = []
+    for a, b in _find(plain, low, _words(low)):
+        # the end: where the next decoded character starts (an encoded last character is masked whole)
+        out.append((starts[a], starts[b]))
+    return out
 
 
 def _u_char(m: re.Match) -> bytes:
@@ -396,7 +464,7 @@ def _random_body(token: str) -> bool:
 # A name is found at a keyword inside it; the regex is only run on text whose lower-cased form holds
 # one of _NAME_TRIGGERS.
 _NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pw", "dsn", "cookie", "jwt", "bearer",
-                  "mnemonic")
+                  "mnemonic", "psk", "sessid", "jsession")
 # Bounded repeats: a keyword inside a long run ("keykeykey...") costs at most ~100 steps, never the run.
 _TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"']|`)?(?P<sub>\])?"
              # "AWS Secret Access Key [None]: …" (aws configure) puts a bracket before the colon
@@ -419,11 +487,14 @@ _KW_SEP_ANYCASE = {word: re.compile(word + _TAIL_SEP, re.IGNORECASE) for word in
 # (starts with its literal, so SRE jumps from "--" to "--"; the character before is checked after)
 _CLI_NAME = re.compile(r"--(?P<n>(?=[a-z_])[\w\-]{0,64}?(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]{0,64})"
                        r"[ \t]+(?=[^\s\-])")
+# -storepass VALUE, -passin pass:VALUE (keytool, openssl: long names after one dash)
+_CLI_SHORT = re.compile(r"(?<=[\s\"'\[,])-(?P<n>[a-z]{0,30}?(?:pass|pwd|token|key|secret|auth|cred)[a-z]{0,30})"
+                        r"[ \t]+(?=[^\s\-])")
 _NAME_BACK = re.compile(r"[A-Za-z0-9_.\-]*")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
 _VALUE = re.compile(
-    r"(?:[bBrRuU]{1,2}(?=[\"']))?"  # b'…', r"…" (Python, Rust)
+    r"(?:[bBrRuU]{1,2}(?=[\"'])|N(?='))?"  # b'…', r"…" (Python, Rust), N'…' (SQL Server)
     r"(?:(?P<esc>\\+)(?P<eqq>[\"'])(?P<eq>.*?)(?P=esc)(?P=eqq)"  # \"value\" inside JSON-encoded strings, any level
     r"|\"\"\"(?P<tq>.*?)\"\"\"|'''(?P<tsq>.*?)'''"  # """value""" (TOML, Python)
     r"|\"(?P<dq>(?:[^\"\\\n]|\\.|\\\n)*)\""     # "value" (a shell continuation, backslash-newline, too)
@@ -437,9 +508,13 @@ _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 _PASSWORD_WORDS = {"password", "passwd", "pass", "pwd", "pw", "passphrase", "secret", "secrets", "credential",
                    "credentials", "creds", "privatekey", "secretkey", "requirepass", "masterauth", "passcode",
-                   "passkey", "pincode", "sshpass", "mnemonic"}
+                   "passkey", "pincode", "sshpass", "mnemonic", "psk", "bindpw", "rootpw", "adminpw", "passin",
+                   "passout"}
+# keytool's -storepass, -keypass, -srcstorepass; not the words that end in "pass"
+_PASS_NOT = {"bypass", "compass", "encompass", "surpass", "overpass", "underpass", "trespass", "multipass",
+             "firstpass", "onepass", "secondpass", "lastpass"}
 _TOKEN_WORDS = {"token", "apikey", "accesskey", "authtoken", "accesstoken", "refreshtoken", "signature", "sig",
-                "dsn", "bearer", "jwt", "sas", "pat"}
+                "dsn", "bearer", "jwt", "sas", "pat", "jsessionid", "phpsessid", "aspsessionid"}
 _FUSED = ("password", "passwd", "secret", "token", "apikey", "credential", "credentials")
 _FUSED_NOT = {"tokens", "tokenizer", "tokenize", "secretary", "secrets"}
 # A last part that makes the whole name harmless: token_count, KEY_PATH, password_reset ...
@@ -485,11 +560,14 @@ _NOT_VALUES = {
     "set", "unset", "provided", "ok", "redacted", "masked", "xxx", "***", "...", "…", "todo", "tbd",
     "if", "when", "then", "else", "env", "environment", "value", "values", "default", "example", "sample", "stored",
     "saved", "rotated", "revoked", "valid", "used", "type", "text", "file", "secret", "password", "token", "key",
+    "files", "compat", "sss", "nis", "winbind", "systemd",  # nsswitch.conf's sources (passwd: files systemd)
 }
 _CODE_ROOTS = {"self", "this", "os", "process", "config", "settings", "cfg", "env", "args", "opts", "options",
                "params", "request", "req", "ctx", "context", "app", "conf", "data", "payload", "body", "response",
                "resp", "module", "window", "secrets", "vars", "inputs", "props", "state", "client", "creds",
-               "credentials", "auth", "user", "account", "kwargs", "st", "flask", "django", "import"}
+               "credentials", "auth", "user", "account", "kwargs", "st", "flask", "django", "import", "builtins",
+               "fs", "pkgs", "lib", "random_password"}
+_PCT_VAR = re.compile(r"%[A-Za-z_][\w.]*%")
 _IDENT = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
 _PATH = re.compile(r"(?:~|\.\.?)?(?:/[\w.\-@]+)+/?")
 
@@ -518,7 +596,7 @@ def name_kind(name: str) -> str | None:
         return None
     kind = None
     for i, part in enumerate(parts):
-        if part in _PASSWORD_WORDS:
+        if part in _PASSWORD_WORDS or part.endswith("pass") and part not in _PASS_NOT:
             return "password"
         if part in _TOKEN_WORDS or (part not in _FUSED_NOT and part.endswith(_FUSED)):
             if part.endswith(("password", "passwd", "secret", "credential", "credentials")):
@@ -545,8 +623,10 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
     low = v.lower()
     if low in _NOT_VALUES or low.strip("*.x…") == "":
         return False
-    if v[0] in "$<{" or v.startswith("%(") or v.endswith(">"):
-        return False  # placeholders, templates, variables
+    if v[0] in "$<{" or v.startswith(("%(", "%env(", "#{")) or v.endswith(">") or _PCT_VAR.fullmatch(v):
+        return False  # placeholders, templates, variables (Symfony's %env(X)%, Ruby's #{…}, %VAR%)
+    if not quoted and v[0] == "@" and _IDENT.fullmatch(v[1:]):
+        return False  # password = @db_password (a Ruby instance variable, an SQL variable)
     if not quoted and v[0] in "[(":
         return False  # an expression
     if low.startswith(("your_", "your-", "<your", "os.getenv", "os.environ", "process.env", "getenv(", "env(",
@@ -558,8 +638,9 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
         return False  # a file path (base64 may start with "/" too, but has + or = or a long random run)
     if not quoted and _IDENT.fullmatch(v):
         segs = low.split(".")
-        if len(segs) > 1 and (segs[0] in _CODE_ROOTS or name_kind(segs[-1])):
-            return False  # config.api_key, process.env.X: a reference, not a value
+        if len(segs) > 1 and (segs[0] in _CODE_ROOTS or name_kind(segs[-1]) or segs[-1].startswith(_GETTERS)
+                              or len(segs) >= 3 and v == low and not any(_looks_random(s) for s in segs)):
+            return False  # config.api_key, process.env.X, random_password.db.result: a reference, not a value
         if low == name.lower().lstrip("-") or (name and low.endswith(name.lower().split("_")[-1])
                                                 and "_" in low):
             return False  # api_key=api_key
@@ -573,7 +654,8 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
 # -- places ---------------------------------------------------------------------------------------
 _USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]{1,20}://(?P<user>[^\s/?#@:\"'\\<>]*(?:@[^\s/?#@:\"'\\<>]*)?)"
                        r"(?::(?P<pw>[^\s/?#\"'\\<>]*))?@")
-_PEM_BEGIN = re.compile(r"-----BEGIN (?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----")
+_PEM_BEGIN = re.compile(r"(?P<dash>-----|---- )BEGIN (?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)(?: ----|-----)")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 _PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=\s:,.\-]|\\[nrt])*")
 _BEARER = re.compile(r"(?i)\bbearer[ \t]+(?P<v>[A-Za-z0-9._~+/=\-]{16,})")
 _CURL_USER = re.compile(r"(?:\s-u|--user|--proxy-user)[ \t=]+([\"']?)[^\s:\"']+:(?P<v>[^\s\"'@]+)\1")
@@ -610,8 +692,14 @@ def _ppk_spans(text: str, spans: list[tuple[int, int]]) -> None:
             spans.append((m.end(), end))
 
 
+# GitLab's incoming-mail token inside an address (incoming+group-project-42-glimt-…-issue@…): 25 characters
+_GLIMT = re.compile(r"(?<=[+\-])glimt-[0-9A-Za-z_\-]{25}(?![0-9A-Za-z_])")
+
+
 def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
     """Shapes, searched only inside runs of 20+ token characters (found on a byte translation)."""
+    if "glimt-" in text:
+        spans.extend(m.span() for m in _GLIMT.finditer(text))
     raw = text.encode("utf-8", "surrogatepass")
     mapped = raw.translate(_RUN_TABLE)
     if _RUN_20 not in mapped:
@@ -649,6 +737,8 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         found.extend((_KW_SEP if same else _KW_SEP_ANYCASE)[word].finditer(low if same else text))
     if "--" in text and same:
         found.extend(m for m in _CLI_NAME.finditer(low) if not m.start() or low[m.start() - 1] not in _NAME_CHARS)
+    if " -" in text and same:
+        found.extend(_CLI_SHORT.finditer(text))
     seen = set()
     for m in found:
         done = m.end("n")
@@ -656,7 +746,7 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             continue  # auth_token=: found from "auth" and from "token"
         seen.add(done)
         pos = m.end()
-        cli = m.re is _CLI_NAME
+        cli = m.re is _CLI_NAME or m.re is _CLI_SHORT
         start = m.start("n") if cli else m.start()
         # back to the start of the name (a reversed window, so the scan runs in C)
         start -= _NAME_BACK.match(text[max(0, start - 80):start][::-1]).end()
@@ -669,6 +759,8 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         form = "cli" if cli else _form(m)
         if start and text[start - 1] == "$" and form != "assign":
             continue  # $API_KEY: a variable, not an assignment ($password = '…' is one)
+        if start and text[start - 1] == ":" and _ARN.search(text, max(0, start - 120), start):
+            continue  # arn:aws:secretsmanager:…:secret:prod/db-password: an ARN names a secret, it holds none
         if start and text[start - 1] == "!" and form == "space":
             continue  # !secret db_password: a YAML tag and its argument
         if form == "prose":
@@ -700,6 +792,12 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         value = v.group(group)
         if group == "uq" and (text[v.end():v.end() + 1] in ("(", "[") or cli and value.startswith("-")):
             continue  # a call or subscript: code, not a value; or the next flag
+        if cli and value.lower().startswith(("pass:", "env:", "file:", "fd:", "stdin")):
+            if not value.lower().startswith("pass:"):
+                continue  # openssl -passin env:VAR, file:path: where the password is, not the password
+            if _value_is_secret(value[5:], kind, True, name):
+                spans.append((v.start(group) + 5, v.end(group)))
+            continue
         if group == "uq" and value.startswith("!") and _YAML_TAG.fullmatch(value) and _TAGGED.match(text, v.end()):
             continue  # password: !vault | (Ansible), password: !secret db_password (Home Assistant)
         if form != "assign" and form != "cli":
@@ -719,6 +817,7 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             spans.append(v.span(group))
 
 
+_ARN = re.compile(r"\barn:[\w\-]+:[\w\-]+:[\w\-]*:\d*:$")
 _CALL_END = re.compile(r"[ \t]*\)")  # NAME("value") alone: the call's only argument
 _GETTERS = ("get", "read", "load", "fetch", "has", "is", "prompt", "ask", "input", "check", "verify", "validate",
             "hash", "reset", "forgot", "change", "update", "delete", "remove", "clear", "require", "generate")
@@ -752,6 +851,11 @@ _XML_OPEN = re.compile(r"(?::[\w.\-]*)?<")  # reversed: "<" or "<ns:" before the
 def _xml_span(text: str, start: int, pos: int, name: str, kind: str, spans: list[tuple[int, int]]) -> None:
     """<password>VALUE</password>: the element's text, when the element opens at the name."""
     if not _XML_OPEN.match(text[max(0, start - 40):start][::-1]):
+        return
+    if text.startswith("<![CDATA[", pos):  # <password><![CDATA[VALUE]]></password>
+        end = text.find("]]>", pos + 9)
+        if end > pos + 9 and _value_is_secret(text[pos + 9:end], kind, True, name):
+            spans.append((pos + 9, end))
         return
     v = _XML_TEXT.match(text, pos)
     body = v.group()
@@ -850,10 +954,23 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
                 spans.append(m.span("user"))  # https://TOKEN@host
     if "key" in words and "PRIVATE KEY" in text:
         for m in _PEM_BEGIN.finditer(text):
-            end_marker = text.find(f"-----END {m.group('kind')}-----", m.end())
+            end_marker = text.find(f"-----END {m.group('kind')}-----" if m.group("dash") == "-----"
+                                   else f"---- END {m.group('kind')} ----", m.end())  # PEM, or SSH2 (RFC 4716)
             end = end_marker if end_marker >= 0 else _PEM_BODY.match(text, m.end()).end()
             if end > m.end():
                 spans.append((m.end(), end))
+        if "-----END" in text:
+            for m in _PEM_END.finditer(text):
+                if _PEM_BEGIN.search(text, max(0, m.start() - 20000), m.start()) is None:
+                    lo = m.start()
+                    while True:  # back over whole lines of base64
+                        prev = text.rfind("\n", 0, max(lo - 1, 0))
+                        line = text[prev + 1:lo].rstrip("\r\n")
+                        if lo == 0 or len(line) < 16 or not _B64_LINE.fullmatch(line):
+                            break
+                        lo = prev + 1
+                    if lo < m.start():
+                        spans.append((lo, m.start()))
     if "Private-Lines" in text:
         _ppk_spans(text, spans)
     if "bearer" in low:
@@ -873,6 +990,18 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span() for m in _PHONE.finditer(text))
     if "(" in text and _CRED_CALL_HINT.search(low):
         _cred_call_spans(text, spans)
+    if "get;" in text:
+        for m in _CS_PROPERTY.finditer(text):
+            kind = name_kind(m.group("n"))
+            if kind is not None and _value_is_secret(m.group("v"), kind, True, m.group("n")):
+                spans.append(m.span("v"))
+    if "(" in text and ("client" in low or "api" in low or "search" in low):
+        for call in _CLIENT_CALL.finditer(text):
+            for a in _QUOTED_ARG.finditer(text, call.start("args"), call.end("args")):
+                v = a.group("v")
+                if _CLIENT_KEY.fullmatch(v) and not _UUID.fullmatch(v) and not _ID_RUN.fullmatch(v.encode()) and (
+                        _HEX_KEY.fullmatch(v) or v.upper() != v and v.lower() != v and any(c.isdigit() for c in v)):
+                    spans.append(a.span("v"))
     if "\n" in text or text.count(":") >= 4:
         spans.extend(m.span("v") for m in _PGPASS.finditer(text) if _value_is_secret(m.group("v"), "password", True))
     if words and ("," in text or ";" in text or "\t" in text):
@@ -880,7 +1009,8 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
     if words:
         spans.extend(m.span("v") for m in _PROSE_COLON.finditer(text)
                      if _strong(m.group("v")) and _value_is_secret(m.group("v"), "password", False)
-                     and _looks_random(m.group("v")) | any(c in "!#$%^&*_-+=~.@?" for c in m.group("v")[1:]))
+                     and _looks_random(m.group("v")) | any(c in "!#$%^&*_-+=~.@?" for c in m.group("v")[1:])
+                     and "(" not in m.group("v") and not _ARN.search(text, max(0, m.start() - 120), m.start()))
     if "securestring" in low:
         spans.extend(m.span("v") for m in _SECURE_STRING.finditer(text))
     if "echo" in text and "|" in text:
@@ -894,9 +1024,18 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
     if "webhookb2" in text:
         spans.extend(m.span("v") for m in _TEAMS.finditer(text))
     _command_spans(text, low, spans)
+    if _ARG_HINT.search(low):
+        _arg_spans(text, low, spans)
+    if "\n" in text and ("[" in text or "cat" in text):
+        _file_output_spans(text, spans)
     if "|" in text and "---" in text and words:
         _table_spans(text, spans)
     if words:
+        if "/" in text:
+            for m in _CREDS_SLASH.finditer(text):
+                v = m.group("v").rstrip(".,;:!?)")
+                if _strong(v) and _value_is_secret(v, "password", False) and "/" not in v:
+                    spans.append((m.start("v"), m.start("v") + len(v)))
         for m in _PROSE_IS.finditer(text):
             g = "v" if m.group("v") is not None else "v2"
             v = m.group(g).rstrip(".,;:!?)")
@@ -906,6 +1045,10 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
     if not text.isascii() or _LOCAL_ASCII.search(low):
         for m in _LOCAL_PASSWORD.finditer(text):
             v = m.group("v").rstrip(".,;:!?)。、")
+            if m.group("appo") is not None and (not _looks_random(v) or len(v) < 8 or _english_word(m) and not (
+                    len(v) >= 10 and v.strip(_PLAIN_TEXT) and any(c.isupper() for c in v)
+                    and any(c.islower() for c in v) and any(c.isdigit() for c in v))):
+                continue  # "das Kennwort V genannt", "gave the password V": a value beside the word must look generated
             if _strong(v) and _value_is_secret(v, "password", False):
                 spans.append((m.start("v"), m.start("v") + len(v)))
     if "insert" in low and "values" in low:
@@ -935,9 +1078,22 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
 # "pw"), client.login("user", "pw"): the arguments that look like a password (not the first of several, not an
 # address or a host name)
 _CRED_CALL_HINT = re.compile(r"(?:credential|passwordauthentication|plainauth|basicauth|set_?password|login"
-                             r"|authenticate|pdo|mysqli(?:_connect)?)[ \t]*\(")
+                             r"|authenticate|pdo|mysqli(?:_connect)?|(?:change|update)user_?password|dbi->connect)"
+                             r"[ \t]*\(")
 _CRED_CALL = re.compile(r"(?i)(?:credentials?|passwordauthentication|plainauth|basicauth|set_?password|login"
-                        r"|authenticate|pdo|mysqli(?:_connect)?)[ \t]*\((?P<args>[^()\n]{0,400})\)")
+                        r"|authenticate|pdo|mysqli(?:_connect)?|(?:change|update)user_?password|dbi->connect)"
+                        r"[ \t]*\((?P<args>[^()\n]{0,400})\)")
+# C#: public string ClientSecret { get; set; } = "…";
+_CS_PROPERTY = re.compile(r"(?P<n>[A-Za-z_]\w{0,100})[ \t]*\{[ \t]*get;[ \t]*(?:(?:private|protected|internal)[ \t]+)?"
+                          r"(?:set|init);[ \t]*\}[ \t]*=[ \t]*(?P<q>@?\\*\")(?P<v>[^\"\n\\]+)\\*\"")
+# An SDK's client made with its key as a literal: DeepgramClient("…"), cohere.ClientV2("…"),
+# meraki.DashboardAPI('…'), algoliasearch('APPID', '…'): an argument of 20 or more token characters that mixes
+# letters and digits (not a UUID, a path or an address)
+_CLIENT_CALL = re.compile(r"(?:Client(?:V\d+)?|API|Api|algoliasearch)[ \t]*"
+                          r"\((?P<args>[^()\n]{0,300})\)")
+_HEX_KEY = re.compile(r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{32,}")
+_CLIENT_KEY = re.compile(r"[A-Za-z0-9_\-]{20,}")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _QUOTED_ARG = re.compile(r"(\\*[\"'])(?P<v>[^\"'\n\\]*)\1")
 _HOST = re.compile(r"[\w\-]+(?:\.[\w\-]+)*\.[a-z]{2,24}")
 
@@ -1012,6 +1168,108 @@ def _command_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
                 spans.append(m.span("v"))
 
 
+# Command lines and config lines that carry a secret in a place of their own, by command: a flag of the
+# command's own (mosquitto -P, openssl enc -k, rar -hp, ssh-keygen -N), a positional argument (cargo/vault/wandb
+# login TOKEN, poetry config http-basic.R USER PASS, b2 authorize-account ID KEY, bundle config HOST CREDS), a
+# value fed to a command that reads a password on stdin (echo/printf … | sudo -S, a here-string), a config
+# keyword (snmpd's rocommunity), a connect string (oracle thin user/PASS@), an env name Bundler derives from a
+# host (BUNDLE_GEMS__ACME__COM=user:pass), a query parameter of one service (Azure Functions' code=,
+# OpenWeatherMap's appid= with its 32-character key). (hint in the lower-cased text, pattern with group v,
+# positional: the value must look like a credential on its own)
+_Q = r"(?P<q>\\*[\"']?)"
+_STDIN_READERS = (r"(?:--password-stdin|--passphrase-fd|--pass(?:word)?-?stdin|secret[ \t]+create|--stdin|chpasswd"
+                  r"|\bpasswd\b|\bsudo\b[^\n|]*?[ \t]-[A-Za-z]*S\b|\bcryptsetup\b)")
+_ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool], ...] = (
+    (("mosquitto",), r"\bmosquitto_(?:pub|sub|rr)\b[^\n]*?\s-P[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("openssl",), r"\bopenssl[ \t]+(?:enc|aes\S*|des\S*|bf\S*|camellia\S*|chacha\S*|rc4\S*)\b[^\n]*?\s-k[ \t]+" + _Q
+     + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("rar",), r"\b(?:rar|unrar|winrar)[ \t][^\n]*?\s-h?p(?P<v>[^\s\"'\-][^\s\"']*)", False),
+    (("ssh-keygen",), r"\bssh-keygen\b[^\n]*?\s-N[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("ssh-keygen",), r"\bssh-keygen\b[^\n]*?\s-P[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("login",), r"\b(?:cargo|vault|bao|wandb|doctl[ \t]+auth)[ \t]+login[ \t]+(?:-[\w\-]+(?:=\S*)?[ \t]+)*" + _Q
+     + r"(?P<v>[^\s\"'\-=][^\s\"'=]*)(?P=q)(?=[ \t]*(?:$|[\r\n;&|#\"]))", True),
+    (("poetry",), r"\bpoetry[ \t]+config[ \t]+(?:--\S+[ \t]+)*(?:http-basic\.\S+[ \t]+\S+|pypi-token\.\S+)[ \t]+" + _Q
+     + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("b2",), r"\bb2[ \t]+(?:account[ \t]+authorize|authorize[-_]account)[ \t]+(?:-\S+[ \t]+)*\S+[ \t]+" + _Q
+     + r"(?P<v>[^\s\"'\-][^\s\"']*)(?P=q)", False),
+    (("bundle",), r"\bbundle[ \t]+config[ \t]+(?:set[ \t]+)?(?:--(?:global|local)[ \t]+)?(?:https?://)?[\w\-]+"
+     r"(?:\.[\w\-]+)+/?[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", True),
+    (("bundle_",), r"\bBUNDLE_(?!BUILD__|MIRROR__)(?:[A-Z0-9\-]+__)+[A-Z0-9]+=" + _Q + r"(?P<v>[^\s\"']+)(?P=q)",
+     False),
+    (("oracle:",), r"jdbc:oracle:(?:thin|oci):[\w$#]+/(?P<v>[^@\s\"'/]+)@", False),
+    (("community",), r"(?m)^[ \t]*(?:ro|rw)community6?[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("azurewebsites",), r"\.azurewebsites\.net/api/[^\s?#\"']*\?(?:[^\s#\"']*?&)?code=(?P<v>[^&\s\"'#]+)", False),
+    (("appid=",), r"[?&](?i:appid)=(?P<v>[a-z0-9]{32})(?![A-Za-z0-9_\-])", True),
+    (("echo", "printf"), r"\b(?:echo|printf)[ \t]+(?:-[ne]+[ \t]+)?(?:\\*[\"']%s(?:\\+n)?\\*[\"'][ \t]+)?" + _Q
+     + r"(?P<v>[^\s\"'|\\]+)(?P=q)[ \t]*\|[^\n|]*?"
+     + _STDIN_READERS, False),
+    # kubectl get secret … -o jsonpath='{.data.password}' (| base64 -d), then its output on the next line
+    (("jsonpath",), r"\bkubectl[ \t]+get[ \t]+secrets?\b[^\n]*?jsonpath=[\"']?\{\.data\.[^}\n]+\}[^\n]*\r?\n"
+     r"(?:[ \t]*\r?\n)?(?P<q>)(?P<v>[^\s$#>][^\s]*)[ \t]*(?:\r?\n|$)", False),
+    (("<<<",), r"(?m)^[^\n]*?" + _STDIN_READERS + r"[^\n]*?<<<[ \t]*" + _Q + r"(?P<v>[^\s\"'\\]+)(?P=q)", False),
+)
+_ARG_RULES = [(hints, re.compile(pattern), positional) for hints, pattern, positional in _ARG_TABLE]
+# NAME <(echo VALUE): a value given as a file by process substitution (wg set … private-key <(echo …))
+_PROCESS_SUBST = re.compile(r"(?P<n>[\w\-]+)[ \t]+<\([ \t]*(?:echo|printf)[ \t]+(?:-\w+[ \t]+)?" + _Q
+                            + r"(?P<v>[^\s\"')]+)(?P=q)")
+# echo VALUE > FILE, where the file's name says secret (config/master.key, .vault_pass, token.txt)
+_ECHO_FILE = re.compile(r"\becho[ \t]+(?:-n[ \t]+)?" + _Q + r"(?P<v>[^\s\"'|>]+)(?P=q)[ \t]*>>?[ \t]*"
+                        r"(?P<f>[^\s;&|]+)")
+
+
+# [password] then the value alone on the next line (an ini section named as a secret); cat of a file named as one
+# (cat /etc/openvpn/creds.txt, cat /run/secrets/db_password) and the bare lines it printed
+_INI_SECTION = re.compile(r"(?m)^[ \t]*\[(?P<n>[\w.\- ]{1,60})\][ \t]*\r?\n[ \t]*(?P<v>[^\s=\[#;][^\s=]*)[ \t]*\r?$")
+_CAT_FILE = re.compile(r"\bcat[ \t]+(?P<f>[^\s|;&<>]+)[ \t]*\r?\n(?P<out>(?:[^\n]*(?:\n|$)){1,5})")
+_SECRET_FILE = re.compile(r"(?i)cred|pass|secret|token|api[_\-]?key")
+
+
+def _file_output_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    if "[" in text:
+        for m in _INI_SECTION.finditer(text):
+            kind = name_kind(m.group("n").strip())
+            if kind is not None and _strong(m.group("v")) and _value_is_secret(m.group("v"), kind, False):
+                spans.append(m.span("v"))
+    if "cat" in text:
+        for m in _CAT_FILE.finditer(text):
+            base = m.group("f").rsplit("/", 1)[-1]
+            if not _SECRET_FILE.search(base) or base.endswith((".pub", ".crt", ".pem", ".key")):
+                continue  # key files: the key block rules judge them
+            pos = m.start("out")
+            for line in m.group("out").split("\n"):
+                word = line.strip()
+                if not word or word.startswith(("$", "#", ">")) or " " in word:
+                    break  # the next prompt, or a line of text: the file's output ended
+                if _strong(word) and _value_is_secret(word, "password", False) and (
+                        _looks_random(word) or any(c in "!#$%^&*_-+=~.@?" for c in word[1:])):
+                    lo = pos + line.index(word)
+                    spans.append((lo, lo + len(word)))
+                pos += len(line) + 1
+
+
+def _arg_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
+    for hints, regex, positional in _ARG_RULES:
+        if any(h in low for h in hints):
+            for m in regex.finditer(text):
+                v = m.group("v")
+                if positional and not (_strong(v) and (_looks_random(v) or ":" in v)):
+                    continue
+                if _value_is_secret(v, "password", True):
+                    spans.append(m.span("v"))
+    if "<(" in text:
+        for m in _PROCESS_SUBST.finditer(text):
+            kind = name_kind(m.group("n"))
+            if kind is not None and _value_is_secret(m.group("v"), kind, True, m.group("n")):
+                spans.append(m.span("v"))
+    if "echo" in low and ">" in text:
+        for m in _ECHO_FILE.finditer(text):
+            base = m.group("f").rsplit("/", 1)[-1]
+            v = m.group("v")
+            if (name_kind(base) is not None or base.endswith((".key", ".pem"))) and _strong(v) \
+                    and _looks_random(v) and _value_is_secret(v, "password", True):
+                spans.append(m.span("v"))
+
+
 # INSERT INTO users (email, password) VALUES ('…', '…'): the values of the secret columns
 _INSERT = re.compile(r"(?i)\binsert[ \t]+into[ \t]+[\w.\"`\[\]]+[ \t]*\((?P<cols>[^()\n]{1,400})\)\s*values\s*"
                      r"(?P<rows>\((?:[^()\n]|\([^()\n]*\)){1,2000}\)(?:\s*,\s*\((?:[^()\n]|\([^()\n]*\)){1,2000}\)){0,100})")
@@ -1064,20 +1322,40 @@ def _table_spans(text: str, spans: list[tuple[int, int]]) -> None:
             pos = end + 1
 
 
+# Prose: "creds: admin / V", "creds for the box are admin / V" (a user, a slash and the password)
+_CREDS_SLASH = re.compile(r"(?i)\b(?:creds|credentials)\b[^\n.]{0,40}?(?::|\bare\b|\bis\b)[ \t]+[`\"']?"
+                          r"[^\s/`\"']+[ \t]*/[ \t]*[`\"']?(?P<v>[^\s`\"']+)")
 # Prose: "the root password on the NAS is V", "changed my password to V", "use V as the admin password"
 _PROSE_IS = re.compile(r"(?i)(?<![a-z])(?:password|passphrase|passcode|passwd|api[ _\-]?key|secret|token)(?![a-rt-z])"
                        r"(?:\*\*|`)?[^.:\n`\\=(){}]{0,40}?\b(?:is|was|to|as)[ \t]+(?:now[ \t]+)?[`\"']?"
                        r"(?P<v>[^\s\"'`]+)"
                        r"|(?i:\buse)[ \t]+[`\"']?(?P<v2>[^\s\"'`]{6,})[`\"']?[ \t]+(?i:as)[ \t]+(?:[\w\-]+[ \t]+){0,3}"
                        r"(?i:password|passphrase|token|secret|api key)\b")
-_LOCAL_ASCII = re.compile("passwort|kennwort|senha|contrase|mot de passe|wachtwoord|salasana|adgangskode|passord")
-# The word password in other languages, then a separator (or Japanese は) and the value
-_LOCAL_PASSWORD = re.compile(r"(?i)(?:パスワード|暗証番号|密码|密碼|비밀번호|passwort|kennwort|senha"
-                             r"|contraseña|contrasena"
-                             r"|mot de passe|пароль|wachtwoord|lösenord|hasło|salasana|adgangskode|passord|şifre)"
-                             r"[^\n:=：＝]{0,12}?(?:[ \t]*[:=：＝]|は|[ \t]+(?:ist|é|es|est|är|on|er))"
-                             r"[ \t\u3000]*[「`\"']?"
-                             r"(?P<v>[^\s\"'`」]+)")
+# The word password (secret, key) in other languages, and how a sentence gives it its value: a separator
+# (":", "=", "->", full-width ones), a particle joined to the word (Japanese は, Korean 는/은, Chinese 是/为) or a
+# copula standing as a word of its own (ist, lautet, è, es, est, is, är, je, jest, là, adalah, είναι, هي, היא ...).
+# A copula is a whole word (a value "ESSBDM…" after "Kennwort" is no Spanish "es"); a few words (12-24
+# characters, no sentence end) may stand between the word and its separator ("la password del server è").
+_ARG_HINT = re.compile(r"jsonpath|mosquitto|openssl|rar[ \t]|ssh-keygen|login|poetry|b2[ \t]+a|bundle|oracle:|community"
+                       r"|azurewebsites|appid=|echo|printf|<<<|<\(")
+def _english_word(m: re.Match) -> bool:
+    return m.group().lower().startswith(("password", "passphrase", "passwd"))
+
+
+_LOCAL_ASCII = re.compile(r"password[ \t]+\S*\d|passwort|kennwort|zugangsdaten|senha|palavra-passe|contrase|clave"
+                          "|mot de passe|mdp"
+                          "|wachtwoord|salasana|adgangskode|passord|heslo|hesla|jelszo|parola|kata sandi"
+                          "|kata laluan|sandi|mat khau|password's|passphrase[ \t]*(?:->|=>)")
+_LOCAL_PASSWORD = re.compile(
+    r"(?i)(?<![A-Za-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff])(?:" + _LOCAL_WORDS + r")"
+    r"(?:'s|[^\n:=：＝.,;!?。、]{0,24}?"
+    r"(?:[ \t]*(?:[:=：＝]|->|=>|→|—|–)"
+    r"|(?<=[^\x00-\x7f])(?:は|는|은|이|가|是|为|為|就是)"
+    r"|[ \t]+(?:ist|lautet|lauten|è|é|es|est|is|är|er|on|je|jest|to|là|adalah|ialah|είναι|هي|هو|היא|הוא|это"
+    r"|sind|era|was|c'est)(?![^\W\d_]))"
+    r"|(?P<appo>[ \t]+(?=\S*\d)))"
+    r"[ \t\u3000]*[「『`\"'“]?"
+    r"(?P<v>[^\s\"'`」』”]+)")
 
 
 # host:port:database:user:password (.pgpass)
@@ -1193,6 +1471,8 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
     spans: list[tuple[int, int]] = []
     if "\x1b" in text or not text.isascii() and _INVISIBLE.search(text):
         return _find_visible(text)
+    if ("%" in text or "&" in text) and _ENCODED_NAME.search(text):
+        spans.extend(_find_decoded(text))
     if not text.isascii() and _UNICODE_SPACE.search(text):
         text = text.translate(_UNICODE_SPACES)  # one character for one: every offset holds
         low = text.lower()
@@ -1231,6 +1511,7 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
         _base64_spans(text, spans)
     if not spans:
         return spans
+    _repeated_spans(text, spans)
     if "\n" in text:
         _continued_spans(text, spans)
     spans.sort()
@@ -1289,6 +1570,27 @@ def _find_visible(text: str) -> list[tuple[int, int]]:
         return _find(text.replace("\x1b", " "), low, _words(low))
     low = visible.lower()
     return [(keep[a], keep[b - 1] + 1) for a, b in _find(visible, low, _words(low)) if b > a]
+
+
+# -- a secret repeated ---------------------------------------------------------------------------
+# A secret found once (by its name, shape or place) is masked wherever the same text repeats it bare: "export
+# DB_PASSWORD=V" and, further down, "psql … # tried V" or an error message quoting V. The scope is one text (a
+# message, a tool call's arguments, a tool result): the redactor judges each text alone, and the export skips the
+# texts its gate clears without reading them, so a repeat in another message of the session is not seen.
+_TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def _repeated_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    values = {text[a:b] for a, b in spans if 8 <= b - a <= 512}
+    for value in values:
+        if MASK in value or not _strong(value):
+            continue
+        at = text.find(value)
+        while at >= 0:
+            end = at + len(value)
+            if (not at or text[at - 1] not in _TOKEN_CHARS) and (end == len(text) or text[end] not in _TOKEN_CHARS):
+                spans.append((at, end))
+            at = text.find(value, end)
 
 
 # -- secrets split across lines -------------------------------------------------------------------
