@@ -15,6 +15,20 @@ from tests.storegen import StoreBuilder
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _root_logging_as_found():
+    """`jobs run` points the root logger at the stderr of the CliRunner it ran under; a later test's log line
+    would then go to that closed stream, and logging prints "--- Logging error ---" with a traceback into the
+    later test's output. Each test leaves the root logger's handlers as it found them."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 @pytest.fixture
 def hermes_home(tmp_path, monkeypatch):
     home = tmp_path / "hermes"
