@@ -360,6 +360,16 @@ def loose_folder(st: os.stat_result) -> str | None:
     return None
 
 
+def others_may_create(st: os.stat_result) -> str | None:
+    """Who besides a folder's owner (and root) may make names in it ("every user", "its group"), or None. The
+    sticky bit keeps them from replacing what is there, not from adding what is not."""
+    if st.st_mode & 0o002:
+        return "every user"
+    if st.st_mode & 0o020 and not _private_group(st):
+        return "its group"
+    return None
+
+
 def untrusted_folder(path: Path | str, also_trusted: int | None = None) -> str | None:
     """Why the folder *path* may not steer a run, as OpenSSH's StrictModes judges the folders of its keys, or
     None: it and every folder above it (its real path) must be owned by us, root or *also_trusted* (the store's

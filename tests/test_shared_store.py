@@ -179,3 +179,36 @@ def test_a_wal_with_a_second_name_is_never_replayed_into_the_store(tmp_path):
         assert result.returncode == 1 and f"{store}-wal: has 2 names" in result.stderr, result.stderr
     keep.close()
     assert file_hash(store) == before
+
+
+@pytest.mark.parametrize("mode, journal, refused", [
+    (0o777, "wal", "is writable by every user without the sticky bit"),  # K2: our held name replaced
+    (0o1777, "delete", "a rollback-journal store in a folder every user may create files in"),  # K1
+    (0o1777, "wal", None),  # the -journal name is ours while each open reads first
+    (0o700, "delete", None),
+])
+def test_a_store_whose_folder_lets_others_plant_its_journal_is_refused(tmp_path, cli, mode, journal, refused):
+    """Hostile try 8, K1 and K2: another user who may make names beside a store plants a hot -journal after our
+    checks (in a folder without the sticky bit, over the empty one we hold; beside a rollback-journal store,
+    whose -journal name is free between transactions), and root's stats, prune or pin replayed it: the store
+    became hers. SQLite replays what it finds, so such a store is not opened at all."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    path = folder / "state.db"
+    with StoreBuilder(path) as b:
+        b.session("old", age=200)
+        b.session("new", age=1)
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA journal_mode={journal}")
+    conn.close()
+    os.chmod(folder, mode)
+    before = query(path, "SELECT id FROM sessions ORDER BY id")
+    for args in (["stats"], ["prune", "--older-than", "100", "--yes"]):
+        result = cli(*args, "--db", path)
+        if refused:
+            assert result.exit_code == 1 and refused in result.stderr, (args, result.output)
+            assert len(result.stderr.strip().splitlines()) == 1
+        else:
+            assert result.exit_code == 0, (args, result.output)
+    if refused:
+        assert query(path, "SELECT id FROM sessions ORDER BY id") == before

@@ -305,12 +305,36 @@ def _check_header(path: Path) -> os.stat_result:
     while True:
         short = _check_header_once(path)
         if short is None:
+            _refuse_shared_folder(path)
             return st
         wal = Path(str(path) + "-wal")
         if time.monotonic() >= deadline or not (wal.exists() and wal.stat().st_size > 0):
             raise CorruptStore(f"{path}: truncated or corrupt store ({short[0]} bytes, header says {short[1]}); "
                                "refusing")
         time.sleep(CHECKPOINT_POLL_S)
+
+
+def _refuse_shared_folder(path: Path) -> None:
+    """SQLite replays a store's ``-journal`` and ``-wal`` into it, whoever made them. Where other users may make
+    names beside the store, we cannot keep theirs out (hostile try 8): a folder they may write without the sticky
+    bit lets them replace any name, ours included (K2); with the sticky bit they may still add a ``-journal``
+    where there is none, which a rollback-journal store leaves free between transactions (K1). A WAL store in a
+    sticky folder is opened: its ``-journal`` name is held during each first read (:func:`journal_name_held`)."""
+    folder = Path(os.path.realpath(path)).parent
+    try:
+        fst = os.stat(folder)
+    except OSError:
+        return
+    why = files.loose_folder(fst)
+    if why:
+        raise StoreError(f"{path}: its folder {folder} {why}: anyone there could put a -journal or -wal of "
+                         "theirs beside the store, and SQLite would replay it into the store; refusing to open it "
+                         "(chmod go-w, or +t, the folder)")
+    who = files.others_may_create(fst)
+    if who and header_journal_mode(path) != "wal":
+        raise StoreError(f"{path}: a rollback-journal store in a folder {who} may create files in (mode "
+                         f"{stat.S_IMODE(fst.st_mode):o}): SQLite would replay a -journal one of them plants; refusing "
+                         "to open it (move it to a folder only its owner can write, or switch it to WAL there)")
 
 
 def _check_header_once(path: Path) -> tuple[int, int] | None:
