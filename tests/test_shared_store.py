@@ -137,7 +137,7 @@ def test_a_root_run_refuses_a_store_reached_through_another_users_link(tmp_path)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can plant a file owned by another user here")
-@pytest.mark.parametrize("planted", ["foreign-wal", "linked-wal", "fifo-shm"])
+@pytest.mark.parametrize("planted", ["foreign-wal", "foreign-empty-journal", "linked-wal", "fifo-shm"])
 def test_a_journal_another_user_planted_beside_the_store_is_refused(planted, tmp_path):
     """SQLite replays a -wal into the store on open: one planted by another user (or a link, or a FIFO in its
     place) would rewrite the store or hang the run. Every command that opens the store refuses it."""
@@ -145,6 +145,10 @@ def test_a_journal_another_user_planted_beside_the_store_is_refused(planted, tmp
     before = query(store, "SELECT id FROM sessions ORDER BY id")
     if planted == "foreign-wal":
         side = tmp_path / "shared" / "state.db-wal"
+        side.write_bytes(b"")
+        os.chown(side, 5555, 5555)
+    elif planted == "foreign-empty-journal":  # K3: not hot as it is, but its owner may fill it at any moment
+        side = tmp_path / "shared" / "state.db-journal"
         side.write_bytes(b"")
         os.chown(side, 5555, 5555)
     elif planted == "linked-wal":
@@ -158,6 +162,8 @@ def test_a_journal_another_user_planted_beside_the_store_is_refused(planted, tmp
         result = run_subprocess(*args, timeout=60)
         assert result.returncode == 1, (args, result.stderr)
         assert f"{side}:" in result.stderr and "refusing to open the store" in result.stderr.replace("\n", " ")
+        if planted.startswith("foreign"):
+            assert "its owner may write into it at any time" in result.stderr.replace("\n", " "), result.stderr
     os.unlink(side)
     assert query(store, "SELECT id FROM sessions ORDER BY id") == before
 

@@ -139,8 +139,12 @@ def _refuse_foreign_journals(path: Path, st: os.stat_result) -> None:
                              "to open the store")
         foreign = files.foreign_file(sst, st.st_uid)
         if foreign:
-            raise StoreError(f"{side}: {foreign}, not the store's (uid {st.st_uid}); SQLite would replay it into the "
-                             "store; refusing to open the store (remove it if it is not yours)")
+            # Empty or not, it is judged by whose it is: its owner may write it between our check and SQLite's
+            # look at it (hostile try 8, K3: an empty one was refused as if SQLite would replay it as it was).
+            what = ("SQLite reads it as the index of the store's -wal" if suffix == "-shm"
+                    else "SQLite replays a -wal or hot -journal into the store")
+            raise StoreError(f"{side}: {foreign}, not the store's (uid {st.st_uid}); {what}, and its owner may write "
+                             "into it at any time; refusing to open the store (remove it if it is not yours)")
 
 
 @contextlib.contextmanager
