@@ -177,3 +177,30 @@ def test_report_only_repair_profiles_goes_on_past_a_bad_store(hermes_home):
     applied = run_subprocess("repair-profiles", "--apply", "--yes", env=env)
     assert applied.returncode == 1 and "cannot be read" in applied.stderr
     assert file_hash(hermes_home / "state.db") == before
+
+
+def test_a_session_written_to_after_its_copy_keeps_its_stray_copy(home, cli, monkeypatch):
+    """A message Hermes appends to a stray session between the copy and the delete of the stray copy is in no
+    copy but the stray one: it is checked inside the delete's transaction, the session is skipped and named,
+    and the other moves go on (the check ran outside it, and its failure stopped the whole apply)."""
+    from maint.ops import profiles
+
+    default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"
+    copy = profiles._copy_sessions
+
+    def copy_then_hermes_writes(src, dst, ids, rekey=None):
+        copy(src, dst, ids, rekey)
+        if "c1" in ids:
+            with sqlite3.connect(default) as conn:
+                conn.execute("INSERT INTO messages (session_id, role, content, timestamp) "
+                             "VALUES ('c1', 'user', 'written after the copy', 1)")
+
+    monkeypatch.setattr(profiles, "_copy_sessions", copy_then_hermes_writes)
+    result = cli("repair-profiles", "--apply", "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    applied = {tuple(a["session_ids"]): a for a in json.loads(result.stdout)["applied"] if a["session_ids"]}
+    assert applied[("c1", "c1_sub")].get("skipped") and "c1 was written to since it was copied" in \
+        applied[("c1", "c1_sub")]["reason"]
+    assert rows(default, "SELECT COUNT(*) FROM messages WHERE content = 'written after the copy'") == [(1,)]
+    assert rows(default, "SELECT COUNT(*) FROM messages WHERE session_id = 'c1'") == [(5,)]
+    assert not applied[("pn1",)].get("skipped") and "pn1" in {r[0] for r in rows(coder, "SELECT id FROM sessions")}
