@@ -322,9 +322,6 @@ ONE_OFF = (  # (where, what was measured): figures a module's design rests on, m
     ("`maint/ops/importer.py` (`import_batcher`)",
      "inserting is uneven: on a 20k-message store one chunk of 200 messages took 5 ms and the next 70 ms, as FTS5 "
      "merged its segments; imports aim at half the prune target"),
-    ("`maint/store/batching.py` (`Checkpointer`)",
-     "SQLite's auto-checkpoint inside our commit cost the job about 10 ms a transaction; the checkpoint thread moves "
-     "it beside the work"),
     ("`maint/store/sqlutil.py` (`IdList`)",
      "a Python list of 100,000 session ids is about 8 MB of objects; the packed list about a third of that"),
     ("`maint/ops/sweep.py` (`_write_report`)",

@@ -218,6 +218,9 @@ def parse_yaml(text: str, path: Path, *, what: str = "config", safe: bool = Fals
         raise UsageError(f"{path}: malformed YAML in the {what}: {str(exc).splitlines()[0]}") from None
     except RecursionError:
         raise UsageError(f"{path}: malformed {what}: nested deeper than {YAML_MAX_DEPTH} levels; refusing") from None
+    except (ValueError, OverflowError) as exc:  # a scalar that looks like a type it is not (2024-02-30 as a date)
+        raise UsageError(f"{path}: malformed YAML in the {what}: a value cannot be read as the type it looks like "
+                         f"({exc}); quote it to keep it as text") from None
 
 
 def _check_bounds(root: Any, path: Path, what: str) -> None:

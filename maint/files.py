@@ -360,14 +360,56 @@ def loose_folder(st: os.stat_result) -> str | None:
     return None
 
 
-def others_may_create(st: os.stat_result) -> str | None:
-    """Who besides a folder's owner (and root) may make names in it ("every user", "its group"), or None. The
-    sticky bit keeps them from replacing what is there, not from adding what is not."""
+def others_may_create(st: os.stat_result, folder: Path | str | None = None) -> str | None:
+    """Who besides a folder's owner (and root) may make names in it ("every user", "its group", the users and
+    groups of its access list), or None. The sticky bit keeps them from replacing what is there, not from adding
+    what is not. With an access list (POSIX ACL) the group bits are its mask: any write they allow may be a named
+    user's, so a group-writable folder with one is taken as open to others."""
     if st.st_mode & 0o002:
         return "every user"
+    if st.st_mode & 0o020 and folder is not None and _has_access_list(folder):
+        return "the users and groups of its access list"
     if st.st_mode & 0o020 and not _private_group(st):
         return "its group"
     return None
+
+
+def others_in_folder(st: os.stat_result, folder: Path | str, owner_uid: int | None) -> str | None:
+    """Who besides *owner_uid* (a store's owner), root and we may make names in *folder* (its stat *st*): by its
+    mode, an access list, or because it is theirs; None when no one. Where SQLite keeps a database, anyone who
+    may add a name beside it may add the ``-journal`` or ``-wal`` that SQLite then replays into it."""
+    who = others_may_create(st, folder)
+    if who is None and st.st_uid not in (0, os.geteuid(), owner_uid):
+        who = f"its owner (uid {st.st_uid}{'' if owner_uid is None else ', not the store' + chr(39) + 's'})"
+    return who
+
+
+def refuse_database_folder(path: Path | str, owner_uid: int | None, what: str = "folder",
+                           opened: str | None = None) -> None:
+    """Refuse *path* (the nearest folder that exists; *opened*: the same folder as we hold it open) as a place where
+    SQLite will keep a database we make (a snapshot, a compacted copy): SQLite opens its ``-journal`` and ``-wal``
+    by name, so anyone but *owner_uid* (a store's owner), root and we who may add names there could have one of
+    theirs used (:func:`others_in_folder`)."""
+    folder = Path(os.path.abspath(Path(path).expanduser()))
+    while opened is None and not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        st = os.stat(opened or folder)
+    except OSError as exc:
+        raise FileRefused(f"{folder}: cannot check the {what} ({exc.strerror})") from None
+    who = others_in_folder(st, opened or folder, owner_uid)
+    if who:
+        raise FileRefused(f"{folder}: lets {who} create files in it (mode {stat.S_IMODE(st.st_mode):o}): SQLite opens "
+                          f"the -journal and -wal of a database in the {what} by name and would use one of theirs "
+                          "(choose a folder only you, root or the store's owner can write)")
+
+
+def _has_access_list(path: Path | str) -> bool:
+    """Whether *path* carries a POSIX access ACL beyond its mode bits (only an extended one is stored)."""
+    try:
+        return bool(os.getxattr(path, "system.posix_acl_access"))
+    except OSError as exc:
+        return exc.errno not in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOENT, errno.ENOSYS)
 
 
 def untrusted_folder(path: Path | str, also_trusted: int | None = None) -> str | None:
@@ -431,7 +473,7 @@ class Folder:
     @classmethod
     def open(cls, path: Path | str, *, create: bool = False, parents: bool = False, mode: int = 0o700,
              owner: tuple[int, int] | None = None, what: str = "folder", follow_links: bool = False,
-             store: Path | str | None = None) -> Folder:
+             store: Path | str | None = None, databases: bool = False) -> Folder:
         """*path* as a folder; a symlink or anything but a folder there is refused (*follow_links*: a link the
         operator named is followed; the folder found is then used through its descriptor). With *create*, a
         missing folder is made (*mode*, handed to *owner*, else to its parent's owner), with *parents* its
@@ -439,7 +481,12 @@ class Folder:
 
         *store*: the folder receives that store's content. A run as root then follows links only where root or
         the store's owner owns them (:func:`refuse_foreign_links`), and hands what it creates to the store's
-        owner when the folder belongs to anyone else."""
+        owner when the folder belongs to anyone else.
+
+        *databases*: SQLite will open databases we make there (a snapshot, a compacted copy), and their
+        ``-journal`` and ``-wal`` by name: a folder anyone but the store's owner, root and we may add names to is
+        refused, as a store's own folder is (hostile try 9, L4: a FIFO planted at a snapshot's ``-journal`` in a
+        sticky DEST hung backup past SIGTERM)."""
         path = Path(os.path.abspath(Path(path).expanduser()))
         store_owner = owner_of(store) if store is not None else None
         try:
@@ -455,12 +502,15 @@ class Folder:
                 parent.close()
         except OSError as exc:
             raise cls._refusal(path, exc, what) from None
-        if store is not None and follow_links:
-            try:
+        try:
+            if store is not None and follow_links:
                 cls._same_as_walked(path, fd, store_owner, what)
-            except BaseException:
-                os.close(fd)
-                raise
+            if databases:
+                refuse_database_folder(path, store_owner[0] if store_owner else None, what,
+                                       opened=f"/proc/self/fd/{fd}")
+        except BaseException:
+            os.close(fd)
+            raise
         return cls(path, fd, owner, store_owner)
 
     @staticmethod

@@ -384,7 +384,7 @@ def _uid(name):
     ("dest", "root", 0o777, "is writable by every user without the sticky bit"),
     ("inside", "mallory", 0o755, "is owned by another user"),  # DEST made inside mallory's folder
     ("default", "mallory", 0o700, "is owned by another user"),  # $HERMES_HOME/state-snapshots given to mallory
-    ("dest", "root", 0o1777, None),  # sticky, like /tmp: only we may remove what we made
+    ("dest", "root", 0o1777, "lets every user create files in it (mode 1777)"),  # L4: their FIFO at -journal
     ("dest", "alice", 0o700, None),  # the store's owner's folder
     ("default", "alice", 0o700, None),
 ])

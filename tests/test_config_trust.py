@@ -115,6 +115,28 @@ def test_deeply_nested_yaml_is_one_line_everywhere_it_is_read(hermes_home, tmp_p
     assert listed.returncode == 2 and "nested deeper" in listed.stderr and "Traceback" not in listed.stderr
 
 
+@pytest.mark.parametrize("value", ["2024-02-30", "2020-13-45"])
+def test_a_date_like_value_that_is_no_date_is_one_line_everywhere_it_is_read(hermes_home, tmp_path, value):
+    """Hostile try 9, L3: YAML 1.1 reads an unquoted YYYY-MM-DD as a date, and one that is no date raised a
+    ValueError out of the loader: a traceback from every command (settings are read at each open), the
+    nightly sweep and `jobs list` included."""
+    db = _store(hermes_home / "state.db")
+    (hermes_home / "config.yaml").write_text(f"sessions:\n  note: {value}\n")
+    os.chmod(hermes_home / "config.yaml", 0o600)
+    before = session_ids(db)
+    for args in (["stats", "--db", db], ["sweep", "--db", db, "--force"]):
+        result = run_subprocess(*args, env={"HERMES_HOME": str(hermes_home)})
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert f"{hermes_home / 'config.yaml'}: malformed YAML" in result.stderr and "quote it" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert session_ids(db) == before
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "dated.yaml").write_text(f"name: nightly\nsince: {value}\n")
+    listed = run_subprocess("jobs", "list", "--jobs-dir", jobs)
+    assert listed.returncode == 2 and "Traceback" not in listed.stderr and "quote it" in listed.stderr, listed.stderr
+
+
 def _meta(db, key, value):
     conn = sqlite3.connect(db)
     conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)", (key, value))
@@ -242,6 +264,7 @@ def test_a_third_users_link_in_a_shared_folder_never_chooses_the_config(tmp_path
         assert "a symbolic link owned by another user (uid 4322)" in result.stderr, result.output
     assert session_ids(db) == before
     _link_owned_by(monkeypatch, link, 4321)  # the same link, alice's: hers to choose
+    os.chmod(shared, 0o755)  # in a folder no one else may add names to (a shared one refuses the store itself)
     result = cli("autoprune", "status", "--db", db)
     assert result.exit_code == 0 and "auto_prune: on" in result.output, result.output
 

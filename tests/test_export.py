@@ -111,6 +111,20 @@ def test_dry_run_writes_nothing(store, tmp_path):
     assert not out.exists()  # not even the folder
 
 
+def test_a_verified_delete_dry_run_creates_nothing_beside_the_store(store, tmp_path):
+    """Hostile try 9, L2: `export --delete-after-verified --yes --dry-run` opened the store for writing: the run
+    lock, -wal and -shm appeared beside a store at rest. A preview creates nothing, and says what would go."""
+    before = sorted(os.listdir(tmp_path))
+    out = tmp_path / "out"
+    r = run_export(out, "--db", store, "--session-id", "old_cli", "--delete-after-verified", "--yes", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "would then delete 1 session(s) from the store once their copy is verified: old_cli" in r.stdout
+    assert sorted(os.listdir(tmp_path)) == before and "old_cli" in session_ids(store)
+    r = run_export(out, "--db", store, "--session-id", "old_cli", "--delete-after-verified", "--yes", "--dry-run",
+                   "--json")
+    assert json.loads(r.stdout)["would_delete"] == ["old_cli"] and sorted(os.listdir(tmp_path)) == before
+
+
 def test_md_needs_a_filter(store, tmp_path):
     r = run_export(tmp_path / "md", "--db", store, "--format", "md")
     assert r.returncode == 2 and "needs at least one filter" in r.stderr

@@ -119,3 +119,27 @@ def test_a_start_time_that_is_not_a_number_is_read_as_the_last_activity(hermes_h
     doctor = cli("doctor", "--db", path, "--json")
     assert doctor.exit_code in (0, 1), doctor.output
     assert "orphan" in doctor.stdout
+
+
+@pytest.mark.parametrize("column", ["title", "cwd", "id", "profile_name"])
+def test_one_session_row_that_is_not_utf8_is_named_and_the_rest_examined(hermes_home, cli, column):
+    """Hostile try 9, L7: one invalid byte in any text of one session's row (a cli session's title, its id ...)
+    stopped repair-routing for the whole store ("this command cannot read past it"), with or without --apply.
+    That session is left out and named; the orphans of the others are found and adopted as before."""
+    import sqlite3
+
+    path = build(hermes_home / "state.db", "v22")
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('bad1', 'cli', 5)")
+        where = "id = 'bad1'"
+        if column == "id":
+            conn.execute(f"UPDATE sessions SET id = CAST(X'6261' || X'ff' AS TEXT) WHERE {where}")
+        else:
+            conn.execute(f"UPDATE sessions SET {column} = CAST(X'62ff' AS TEXT) WHERE {where}")
+    r = report(cli, path)
+    assert r["adoptable"] == 2 and len(r["skipped_not_utf8"]) == 1
+    assert r["skipped_not_utf8"][0].startswith("ba")
+    result = cli("repair-routing", "--db", path, "--apply", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "its row holds text that is not UTF-8; not examined" in result.stderr
+    assert query(path, "SELECT session_key FROM sessions WHERE id = 'tg_orphan'") == [("agent:main:telegram:dm:42",)]

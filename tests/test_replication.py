@@ -220,3 +220,17 @@ def test_optimize_into_never_rolls_a_planted_journal_into_its_copy(sparse, tmp_p
     assert query(out, "SELECT id FROM sessions WHERE id = 'MALLORY_INJECTED'") == []
     assert query(out, "SELECT COUNT(*) FROM sessions") == query(sparse, "SELECT COUNT(*) FROM sessions")
     assert header_journal_mode(out) == "wal" and query(out, "PRAGMA integrity_check") == [("ok",)]
+
+
+@pytest.mark.parametrize("mode", [0o1777, 0o777])
+def test_optimize_into_a_folder_others_may_add_names_to_is_refused(sparse, tmp_path, cli, mode):
+    """Hostile try 9, L4/L5: in a shared folder another user watched for the copy's temporary name and put a FIFO
+    (or any file) at its -journal or -wal: SQLite's open of the copy hung past SIGTERM, or the clean-up of those
+    names failed after the copy was linked. Like a store's own folder, such a folder is refused before anything
+    is written."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, mode)
+    result = cli("optimize", "--db", sparse, "--into", shared / "copy.db")
+    assert result.exit_code == 1 and f"{shared}: lets every user create files in it" in result.stderr, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and os.listdir(shared) == []

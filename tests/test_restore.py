@@ -241,8 +241,8 @@ def test_a_process_writing_after_the_copy_leaves_the_restore_done_and_said_so(he
         b.session("after_the_snapshot", age=1, messages=2)  # the restore takes this one away
     copy = restore_mod.copy_into
 
-    def copy_then_a_writer(conn, snapshot, vouched=None):
-        copy(conn, snapshot, vouched)
+    def copy_then_a_writer(conn, snapshot, *args):
+        copy(conn, snapshot, *args)
         writer = sqlite3.connect(db, timeout=10)  # a Hermes process that started meanwhile
         with writer:
             writer.execute("INSERT INTO sessions (id, source, started_at) VALUES ('live', 'cli', 1800000000)")
@@ -256,6 +256,35 @@ def test_a_process_writing_after_the_copy_leaves_the_restore_done_and_said_so(he
     assert session_ids(db) == {f"s{i}" for i in range(6)} | {"old", "live"}
 
 
+def test_a_commit_while_the_safety_snapshot_is_taken_stops_the_restore(hermes_home, cli, monkeypatch):
+    """Hostile try 9, L6: a Hermes that opens the store, writes and closes (a one-shot turn, a cron run) holds
+    nothing when the holder checks look; what it committed after the safety snapshot's read began and before the
+    copy was in neither the safety snapshot nor the restored store. The copy, once it holds the store's write
+    lock, checks that no one has committed since the safety snapshot began: the restore is refused, the store
+    keeps the write."""
+    from maint.ops import restore as restore_mod
+
+    db = _store(hermes_home / "state.db")
+    snap = _snapshot(hermes_home)
+    take = restore_mod.take_snapshot
+
+    def snapshot_while_hermes_writes(*args, **kwargs):
+        safety = take(*args, **kwargs)
+        writer = sqlite3.connect(db, timeout=10)  # committed after the safety snapshot's read view began
+        with writer:
+            writer.execute("INSERT INTO sessions (id, source, started_at) VALUES ('acked', 'cli', 1800000000)")
+        writer.close()
+        return safety
+
+    monkeypatch.setattr(restore_mod, "take_snapshot", snapshot_while_hermes_writes)
+    result = cli("restore", snap, "--yes")
+    assert result.exit_code == 1 and "another process wrote to the store while its safety snapshot" in \
+        result.stderr, result.output
+    assert "acked" in session_ids(db) and len(result.stderr.strip().splitlines()) == 1
+    monkeypatch.setattr(restore_mod, "take_snapshot", take)
+    assert cli("restore", snap, "--yes").exit_code == 0 and "acked" not in session_ids(db)  # nobody writing now
+
+
 def _uid(name):
     import pwd
 
@@ -266,7 +295,7 @@ def _uid(name):
 @pytest.mark.parametrize("how, refused", [
     ("file", "is owned by another user (uid {mallory}), not you, root nor the store's owner"),
     ("writable", "is writable by its group (mode 660)"),
-    ("folder", "its folder {folder} is owned by another user (uid {mallory})"),
+    ("folder", "its folder {folder} lets its owner (uid {mallory}, not the store's) create files in it"),
     ("link", "a symbolic link owned by uid {mallory}"),  # refused before too (the store link rule)
     ("owners", None),  # the store's owner's snapshot in her own folder
 ])

@@ -105,15 +105,17 @@ def test_a_hard_linked_store_is_never_written(hermes_home):
 
 
 def _users_store(tmp_path, uid=4321):
-    """A store in a shared (sticky) folder, owned by user *uid*, as root sees another user's store."""
+    """A store of user *uid* in her own folder, as root sees another user's store. What the tests plant there as a
+    third user stands for what such a user could have left while the folder was open to her (a store in a folder
+    others may create files in is refused outright: test_a_store_whose_folder_lets_others_plant_its_journal_...)."""
     shared = tmp_path / "shared"
     shared.mkdir()
-    os.chmod(shared, 0o1777)
     path = shared / "state.db"
     with StoreBuilder(path) as b:
         b.session("old", age=200)
         b.session("new", age=1)
     os.chown(path, uid, uid)
+    os.chown(shared, uid, uid)
     return path
 
 
@@ -187,17 +189,21 @@ def test_a_wal_with_a_second_name_is_never_replayed_into_the_store(tmp_path):
     assert file_hash(store) == before
 
 
-@pytest.mark.parametrize("mode, journal, refused", [
-    (0o777, "wal", "is writable by every user without the sticky bit"),  # K2: our held name replaced
-    (0o1777, "delete", "a rollback-journal store in a folder every user may create files in"),  # K1
-    (0o1777, "wal", None),  # the -journal name is ours while each open reads first
-    (0o700, "delete", None),
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give the folder to another user here")
+@pytest.mark.parametrize("mode, owner, journal, refused", [
+    (0o777, 0, "wal", "lets every user create files in it (mode 777)"),  # K2: our held name replaced
+    (0o1777, 0, "delete", "lets every user create files in it (mode 1777)"),  # K1: a -journal added
+    (0o1777, 0, "wal", "lets every user create files in it (mode 1777)"),  # L1: a -wal added at the open
+    (0o755, 5555, "wal", "lets its owner (uid 5555, not the store's) create files in it"),
+    (0o700, 0, "delete", None),
+    (0o755, 4321, "wal", None),  # the store's owner's own folder
 ])
-def test_a_store_whose_folder_lets_others_plant_its_journal_is_refused(tmp_path, cli, mode, journal, refused):
-    """Hostile try 8, K1 and K2: another user who may make names beside a store plants a hot -journal after our
-    checks (in a folder without the sticky bit, over the empty one we hold; beside a rollback-journal store,
-    whose -journal name is free between transactions), and root's stats, prune or pin replayed it: the store
-    became hers. SQLite replays what it finds, so such a store is not opened at all."""
+def test_a_store_whose_folder_lets_others_plant_its_journal_is_refused(tmp_path, cli, mode, owner, journal, refused):
+    """Hostile tries 8 and 9, K1, K2 and L1: another user who may make names beside a store plants a hot -journal
+    or a -wal after our checks (over the empty -journal we held, in a folder without the sticky bit; beside a
+    rollback-journal store, whose -journal name is free between transactions; a -wal beside a WAL store at rest,
+    the moment our held -journal showed our open beginning), and root's stats, prune, sweep or pin replayed it:
+    the store became hers. SQLite replays what it finds, so such a store is not opened at all."""
     folder = tmp_path / "shared"
     folder.mkdir()
     path = folder / "state.db"
@@ -207,6 +213,9 @@ def test_a_store_whose_folder_lets_others_plant_its_journal_is_refused(tmp_path,
     conn = sqlite3.connect(path)
     conn.execute(f"PRAGMA journal_mode={journal}")
     conn.close()
+    if owner == 4321:
+        os.chown(path, owner, owner)
+    os.chown(folder, owner, owner)
     os.chmod(folder, mode)
     before = query(path, "SELECT id FROM sessions ORDER BY id")
     for args in (["stats"], ["prune", "--older-than", "100", "--yes"]):
@@ -218,3 +227,33 @@ def test_a_store_whose_folder_lets_others_plant_its_journal_is_refused(tmp_path,
             assert result.exit_code == 0, (args, result.output)
     if refused:
         assert query(path, "SELECT id FROM sessions ORDER BY id") == before
+
+
+def _grant_by_access_list(folder, uid):
+    """A POSIX access ACL on *folder* giving user *uid* rwx (what `setfacl -m u:UID:rwx` writes): its mode's group
+    bits become the mask, here the owner's private group's look."""
+    import struct
+
+    entries = [(0x01, 7, 0xFFFFFFFF), (0x02, 7, uid), (0x04, 5, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF),
+               (0x20, 5, 0xFFFFFFFF)]
+    os.setxattr(folder, "system.posix_acl_access",
+                struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give the folder to another user here")
+def test_a_store_whose_folder_an_access_list_opens_to_another_user_is_refused(tmp_path, cli):
+    """Mode bits alone miss a user an ACL lets write the folder: its group bits show the mask, which looked like a
+    private group's. Such a user can add a -wal or -journal as well as one the mode names."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    path = folder / "state.db"
+    with StoreBuilder(path) as b:
+        b.session("old", age=200)
+    _grant_by_access_list(folder, 5555)
+    assert os.stat(folder).st_mode & 0o070 == 0o070
+    for args in (["stats"], ["prune", "--older-than", "100", "--yes"]):
+        result = cli(*args, "--db", path)
+        assert result.exit_code == 1 and "the users and groups of its access list" in result.stderr, result.output
+    os.removexattr(folder, "system.posix_acl_access")
+    os.chmod(folder, 0o755)
+    assert cli("stats", "--db", path).exit_code == 0

@@ -99,6 +99,9 @@ def _render_plan(report: dict, as_json: bool) -> None:
         where = e["path"] or "(a temporary file, uploaded)"
         click.echo(f"would write {where}  ({', '.join(e['ids'])})"
                    + ("  [replaces the existing file]" if e.get("replaces") else ""), err=e["path"] == "-")
+    if report["would_delete"]:
+        click.echo(f"would then delete {len(report['would_delete'])} session(s) from the store once their copy is "
+                   f"verified: {', '.join(report['would_delete'])}")
 
 
 def _render(report: dict) -> None:

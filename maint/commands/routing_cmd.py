@@ -5,6 +5,7 @@ import click
 from maint.commands.options import apply_options, command, force_option, store_options, yes_option
 from maint.commands.output import Terminal
 from maint.commands.params import Seconds
+from maint import PROG
 
 
 @command("repair-routing")
@@ -38,6 +39,8 @@ def repair_routing(apply, max_gap_seconds, yes, force, stores) -> None:
 
 
 def _render(r: dict) -> None:
+    for sid in r["skipped_not_utf8"]:
+        click.echo(f"{PROG}: warning: session {sid}: its row holds text that is not UTF-8; not examined", err=True)
     for f in r["findings"]:
         click.echo(f"{f['orphan_id']}  ({f['source']}, {f['message_count']} messages)")
         if f["adoptable"]:

@@ -514,12 +514,13 @@ def export_store(target: StoreTarget, req: ExportRequest, op: Operator) -> dict[
     A refused upload raises with the report of what was written as ``exc.report``.
     """
     cap = target_config(target).session("max_export_messages")
-    with open_store(target.path, readonly=not req.delete_after_verified) as store:
+    with open_store(target.path, readonly=req.dry_run or not req.delete_after_verified) as store:  # preview: no write
         plan = plan_export(store, req, cap)
         if req.dry_run:
             return {"dry_run": True, "store": str(target.path), "format": req.fmt, "sessions": IdList(plan.chosen),
                     "files": [e["path"] for e in plan.entries if e["path"] is not None],
                     "would_replace": [e["path"] for e in plan.entries if e.get("replaces")],
+                    "would_delete": IdList(plan.chosen if req.delete_after_verified else []),
                     "entries": [{**e, "ids": list(e["ids"])} for e in plan.entries],
                     "skipped": [u.as_json() for u in plan.skipped]}
         with op.progress(len(plan.entries) if len(plan.entries) > 1 else 0, "Exporting") as tick:

@@ -135,7 +135,7 @@ def execute_archive(store: Store, plan: ArchivePlan,
         done.extend(ids)
         return len(ids)
 
-    with paced_writes(store, checkpoints=False) as writes:
+    with paced_writes(store) as writes:
         writes.run_batches(plan.lineages, len, apply, store.write, on_progress=on_progress)
     return ArchiveResult(archived_ids=done, skipped_changed=skipped)
 

@@ -157,6 +157,6 @@ def execute_idle_archive(store: Store, plan: IdlePlan,
             flipped += len(ids)
         return flipped
 
-    with paced_writes(store, checkpoints=False) as writes:
+    with paced_writes(store) as writes:
         writes.run_batches(plan.units, lambda u: len(u.member_ids), apply, store.write, on_progress=on_progress)
     return done

@@ -93,7 +93,7 @@ def store_label(path: Path, profile: str | None) -> str:
 def _folder(path: Path, store: Path | None = None) -> files.Folder:
     """The snapshot folder *path* (a real path from :func:`prepare_folder`, or one the operator named); with
     *store*, the folder a copy of that store is written to (see :meth:`maint.files.Folder.open`)."""
-    return files.Folder.open(path, follow_links=True, what="snapshot folder", store=store)
+    return files.Folder.open(path, follow_links=True, what="snapshot folder", store=store, databases=store is not None)
 
 
 def counts(conn: apsw.Connection) -> dict[str, int]:

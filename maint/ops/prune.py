@@ -339,7 +339,7 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
         return len(ids)
 
     with paced_writes(store) as writes, \
-            merges_in_our_hands(store, target_s=batcher.target_s, pause=writes.pause, after_commit=writes.committed) \
+            merges_in_our_hands(store, target_s=batcher.target_s, pause=writes.pause) \
             as merge_step, \
             detaching(store, piece=int(batcher.chunk_load), target_s=batcher.target_s, pause=writes.pause) \
             as detacher, SessionFileRemover(store.path) as remover:  # the folder's request dumps listed once per run

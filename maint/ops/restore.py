@@ -183,20 +183,33 @@ def check_room(live: Path, snapshot: SnapshotInfo, live_bytes: int, safety_folde
                          "nothing was changed")
 
 
-def copy_into(conn: apsw.Connection, snapshot: Path, vouched: tuple[int, int] | None = None) -> None:
+def copy_into(conn: apsw.Connection, snapshot: Path, vouched: tuple[int, int] | None = None,
+              unchanged_since: tuple[apsw.Connection, int] | None = None) -> None:
     """The backup API from *snapshot* into the open live store: one step, so one lock and one commit. The file
     copied is the one that was vouched for (*vouched*, else the one whose links are judged now), not whatever its
-    name leads to by then (hostile try 6, I4: a folder swapped for a link to another user's home)."""
+    name leads to by then (hostile try 6, I4: a folder swapped for a link to another user's home).
+
+    *unchanged_since*: a second connection to the store and its ``data_version`` when the safety snapshot began
+    (SQLite forbids using *conn* itself while it is a backup's destination). Once the copy holds
+    the store's write lock, a commit by anyone else since then is refused, the store unchanged: it may be in
+    neither the safety snapshot nor the restored store (hostile try 9, L6: a Hermes that opened, wrote and
+    closed between the holder checks lost acknowledged writes)."""
     with as_found(snapshot):  # a snapshot at rest keeps no -wal and -shm of our read (hostile try 7, J6)
         _copy_from(conn, connect_checked(snapshot, vouched or check_regular_file(snapshot),
-                                         apsw.SQLITE_OPEN_READONLY))
+                                         apsw.SQLITE_OPEN_READONLY), unchanged_since)
     crash_point("restore_copied")
 
 
-def _copy_from(conn: apsw.Connection, src: apsw.Connection) -> None:
+def _copy_from(conn: apsw.Connection, src: apsw.Connection,
+               unchanged_since: tuple[apsw.Connection, int] | None = None) -> None:
     try:
         crash_point("restore_copy")
         with conn.backup("main", src, "main") as backup:
+            backup.step(0)  # takes the store's write lock, held until the copy commits
+            if unchanged_since is not None and _data_version(unchanged_since[0]) != unchanged_since[1]:
+                raise StoreError("another process wrote to the store while its safety snapshot was being taken (a "
+                                 "Hermes that started meanwhile?); the restore did not happen, the store is "
+                                 "unchanged; stop Hermes and run it again")
             backup.step(-1)
     except apsw.BusyError:
         raise StoreError("the store was locked by another process past the busy timeout; the restore did not "
@@ -228,6 +241,7 @@ def restore(live: Path, snapshot: SnapshotInfo, *, label: str, safety_folder: Pa
     except BaseException:
         lock.release()
         raise
+    watch = None
     try:
         before = live_counts(conn)
         mode = header_journal_mode(live)
@@ -238,6 +252,8 @@ def restore(live: Path, snapshot: SnapshotInfo, *, label: str, safety_folder: Pa
             raise MaintError(f"{snapshot.path}: page size {snapshot.page_size} differs from the store's {page_size}; "
                              "SQLite cannot copy it into a WAL store in place; nothing was changed")
         check_room(live, snapshot, live_bytes, safety_folder, disk_usage)
+        watch = open_live(live)  # every commit by another process from here on is checked for at the copy
+        unchanged_since = (watch, _data_version(watch))
         safety = take_snapshot(live, safety_folder, label=label, kind="pre-restore", disk_usage=disk_usage,
                                damaged_ok=True)
         if not safety.verified:
@@ -247,7 +263,7 @@ def restore(live: Path, snapshot: SnapshotInfo, *, label: str, safety_folder: Pa
         # A Hermes process may have started while the safety snapshot was taken.
         refuse_if_held(live, force=force, doing="restore into it", advice=STOP_HERMES, holders=holders)
         at_copy = _data_version(conn)  # our own copy does not move it; another process's commit does
-        copy_into(conn, snapshot.path, snapshot.vouched)
+        copy_into(conn, snapshot.path, snapshot.vouched, unchanged_since)
         if header_journal_mode(live) != mode and mode in ("wal", "delete"):
             conn.execute(f"PRAGMA journal_mode={mode}")  # a foreign snapshot may carry another mode
         # Read before our checkpoint: once it has read the WAL's header, a commit before it goes unseen.
@@ -271,6 +287,8 @@ def restore(live: Path, snapshot: SnapshotInfo, *, label: str, safety_folder: Pa
                              f"{snapshot.sessions} sessions and {snapshot.messages} messages; the previous store is "
                              f"in {safety.path}")
     finally:
+        if watch is not None:
+            watch.close()
         conn.close()
         lock.release()
     return RestoreResult(store=live, snapshot=snapshot.path, safety_snapshot=safety, before=before, after=after,

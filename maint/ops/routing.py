@@ -29,6 +29,7 @@ from maint.store.connection import Store, open_store
 from maint.store.holders import refuse_if_held
 from maint.store.snapshots import copy_stores
 from maint.store.targets import hermes_home
+from maint.store.text_check import readable_row_sql, unreadable_rows
 
 if TYPE_CHECKING:
     from maint.flow import Operator
@@ -60,7 +61,7 @@ def store_owner(path: Path) -> str | None:
 def _profiles(store: Store) -> dict[str, str | None]:
     if not store.has_column("sessions", "profile_name"):
         return {}
-    return dict(store.conn.execute("SELECT id, profile_name FROM sessions"))
+    return dict(store.conn.execute(f"SELECT id, profile_name FROM sessions s WHERE {readable_row_sql(store, 's')}"))
 
 
 def _may_have_orphans(store: Store) -> bool:
@@ -88,7 +89,9 @@ def find_orphans(store: Store, max_gap_s: float = DEFAULT_MAX_GAP_S, owner: str 
             return []  # the usual case, answered without a record per session (doctor runs this daily)
         sessions = load_sessions(store, now)
         profiles = _profiles(store)
-        counts = dict(store.conn.execute("SELECT session_id, COUNT(*) FROM messages GROUP BY session_id"))
+        counts = dict(store.conn.execute(
+            "SELECT session_id, COUNT(*) FROM messages WHERE session_id IN "
+            f"(SELECT id FROM sessions s WHERE {readable_row_sql(store, 's')}) GROUP BY session_id"))
 
     def profile_of(s: SessionInfo) -> str | None:
         return profiles.get(s.id) or owner
@@ -175,9 +178,11 @@ def repair_store(target: StoreTarget, op: Operator, *, max_gap_seconds: float = 
     owner = store_owner(target.path)
     with open_store(target.path, readonly=True) as store:
         findings = find_orphans(store, max_gap_seconds, owner)
+        unread = unreadable_rows(store)  # left out of the search, named (issue 24: one bad row never blocks the rest)
     todo = [f for f in findings if f["adoptable"]]
     report = {"store": str(target.path), "max_gap_seconds": max_gap_seconds, "findings": findings,
-              "adoptable": len(todo), "apply": apply, "snapshot": None, "adopted": [], "not_adopted": []}
+              "adoptable": len(todo), "apply": apply, "snapshot": None, "adopted": [], "not_adopted": [],
+              "skipped_not_utf8": unread}
     if not apply or not todo:
         return report
     refuse_if_held(target.path, force=force, doing="repair routing", advice=STOP_GATEWAY)

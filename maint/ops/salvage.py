@@ -339,7 +339,8 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
                 schema = _schema(src, store_path)
                 if new is None:
                     return _fill(src, connect(":memory:"), schema, store_path, None, fingerprint, started)
-                with files.Folder.open(new.parent, follow_links=True, what="folder", store=store_path) as folder:
+                with files.Folder.open(new.parent, follow_links=True, what="folder", store=store_path,
+                                       databases=True) as folder:
                     folder.clear_leftovers(new.name)
                     temp, fd = folder.temporary(new.name, owner=(checked.st_uid, checked.st_gid))
                     try:

@@ -288,7 +288,8 @@ def vacuum_into(store: Store, dest: Path, disk_usage: DiskUsage = shutil.disk_us
     if problem:
         raise MaintError(f"{dest.parent}: no room for the copy of the store ({before} bytes): {problem}; nothing was "
                          "written")
-    with files.Folder.open(dest.parent, follow_links=True, what="folder", store=store.path) as folder:
+    with files.Folder.open(dest.parent, follow_links=True, what="folder", store=store.path,
+                           databases=True) as folder:
         remove_stale_copies(folder, dest.name)
         temp, fd = folder.temporary(dest.name)
         tmp = folder.path / temp

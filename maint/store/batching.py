@@ -9,10 +9,12 @@ than a chunk goes in a transaction of its own (atomicity beats the target),
 after whatever work can leave ahead of it has (``lighten``).
 
 Between transactions :class:`Pacer` holds back long enough for every writer
-asleep in SQLite's busy handler to wake and take the lock, and
-:func:`background_checkpoints` copies our committed pages out of the WAL beside
-the next transaction rather than inside a commit. A job gets both from
+asleep in SQLite's busy handler to wake and take the lock. A job gets it from
 :func:`paced_writes` and runs its batches with :meth:`PacedWrites.run_batches`.
+Checkpoints are SQLite's own (every 1,000 pages, in the commit that crosses
+them): a checkpoint on a second connection after each of our commits made
+SQLite's WAL-reset race likely for a Hermes whose SQLite predates 3.51.3, and
+its stores ended corrupt (hostile try 9, L8).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from dataclasses import dataclass, field
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, TypeVar
 
-import apsw
 
 from maint.store.holders import other_connections
 
@@ -137,82 +138,15 @@ def pacer_for(store) -> Pacer:
     return Pacer(store.data_version, writers=lambda: other_connections(path))
 
 
-class Checkpointer:
-    """Copies our committed pages out of the WAL on a second connection while the bulk job goes on.
-
-    Left to SQLite, the copy (the auto-checkpoint) runs inside whichever commit
-    finds the WAL long: ours, adding the copy to the job's lock time, or a
-    Hermes writer's, adding it to its append. A thread woken at each of our
-    commits starts the copy at once, before a waiting writer can commit, and
-    runs beside our next transaction on the other core. While it holds the
-    checkpoint lock a writer's own auto-checkpoint gives up at once instead of
-    repeating the work. PASSIVE mode never waits for or blocks anyone.
-    """
-
-    def __init__(self, store: Store):
-        self.conn = store.sibling_connection()
-        self.wanted = threading.Event()
-        self.stopping = False
-        self.thread = threading.Thread(target=self._run, name="hermes-maint-checkpoint", daemon=True)
-
-    def _checkpoint(self) -> None:
-        with contextlib.suppress(apsw.Error):  # busy (a writer is copying) or not in WAL: the next one will do
-            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-
-    def _run(self) -> None:
-        while True:
-            self.wanted.wait()
-            self.wanted.clear()
-            if self.stopping:
-                return
-            self._checkpoint()
-
-    def poke(self) -> None:
-        """Call right after each commit."""
-        self.wanted.set()
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.stopping = True
-        self.wanted.set()
-        self.thread.join()
-        self._checkpoint()  # whatever the last commit left
-        self.conn.close()
-
-
-@contextlib.contextmanager
-def background_checkpoints(store: Store) -> Iterator[Callable[[], None]]:
-    """Yields the function to call after each commit. Our connection stops auto-checkpointing for
-    the duration and the thread does it instead; if a second connection cannot be opened, SQLite's
-    auto-checkpoint stays in charge."""
-    try:
-        cp = Checkpointer(store)
-    except apsw.Error:
-        yield lambda: None
-        return
-    pages = store.scalar("PRAGMA wal_autocheckpoint")
-    store.conn.execute("PRAGMA wal_autocheckpoint=0")
-    cp.start()
-    try:
-        yield cp.poke
-    finally:
-        cp.stop()
-        store.conn.execute(f"PRAGMA wal_autocheckpoint={int(pages)}")
-
-
 class PacedWrites:
     """One bulk job's writes beside Hermes, and the one way to run its batches: :meth:`run_batches`
-    applies units in short transactions (:func:`run_batched`) with a :class:`Pacer` pause after each
-    and, where the job asked for it, our committed pages copied out of the WAL by a second connection
-    (:func:`background_checkpoints`). Work of the job's own in transactions between its batches (FTS
-    merges, see :mod:`maint.store.fts_index`) takes :meth:`pause` and :attr:`committed`, so that it is
-    paced and checkpointed the same way. Made by :func:`paced_writes`."""
+    applies units in short transactions (:func:`run_batched`) with a :class:`Pacer` pause after each.
+    Work of the job's own in transactions between its batches (FTS merges, see
+    :mod:`maint.store.fts_index`) takes :meth:`pause`, so that it is paced the same way. Made by
+    :func:`paced_writes`."""
 
-    def __init__(self, pacer: Pacer, checkpoint: Callable[[], None]):
+    def __init__(self, pacer: Pacer):
         self.pacer = pacer
-        self.committed = checkpoint  # call right after each of our commits
 
     def pause(self) -> None:
         self.pacer.pause()
@@ -227,22 +161,15 @@ class PacedWrites:
                     after_commit: Callable[[], None] | None = None,
                     upkeep: Callable[[], bool] | None = None,
                     lighten: Callable[[U], Callable[[], bool] | None] | None = None) -> int:
-        """:func:`run_batched` (see there for the arguments) with this job's pacer; after each commit the
-        checkpoint is asked for first, then *after_commit* runs."""
-        def committed() -> None:
-            self.committed()
-            if after_commit is not None:
-                after_commit()
-
+        """:func:`run_batched` (see there for the arguments) with this job's pacer."""
         return run_batched(units, weight, apply, transaction, self.pacer, batcher=batcher, on_progress=on_progress,
-                           after_commit=committed, upkeep=upkeep, lighten=lighten)
+                           after_commit=after_commit, upkeep=upkeep, lighten=lighten)
 
 
 @contextlib.contextmanager
-def paced_writes(store: Store, *, checkpoints: bool = True) -> Iterator[PacedWrites]:
-    """The pacer and (with *checkpoints*) the background checkpointer of one bulk job on *store*."""
-    with background_checkpoints(store) if checkpoints else contextlib.nullcontext(lambda: None) as checkpoint:
-        yield PacedWrites(pacer_for(store), checkpoint)
+def paced_writes(store: Store) -> Iterator[PacedWrites]:
+    """The pacer of one bulk job on *store*."""
+    yield PacedWrites(pacer_for(store))
 
 
 def target_from_env() -> float:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from maint.errors import SessionNotFound, UsageError
 from maint.selection.timeparse import EARLIEST, LATEST
 from maint.store.connection import Store
-from maint.store.text_check import readable_id_sql, shown_id
+from maint.store.text_check import readable_row_sql, shown_id
 
 
 ORPHAN_REAP_REASON = "startup_orphan_reap"
@@ -232,10 +232,12 @@ def session_info(store: Store, session_id: str, now: float | None = None) -> Ses
 
 
 def load_sessions(store: Store, now: float | None = None) -> dict[str, SessionInfo]:
-    """Every session as a record, in table order. Its memory grows with the store: only repair-routing,
-    which compares sessions pairwise, uses it; the planners work in SQL (:mod:`maint.store.lineage`)."""
+    """Every session as a record, in table order, but those whose row holds text that is not UTF-8 (the caller
+    names them: :func:`maint.store.text_check.unreadable_sessions`). Its memory grows with the store: only
+    repair-routing, which compares sessions pairwise, uses it; the planners work in SQL
+    (:mod:`maint.store.lineage`)."""
     now = time.time() if now is None else now
-    rows = store.iter_rows(catalog_sql(store, where=readable_id_sql("s")), {"now": now})
+    rows = store.iter_rows(catalog_sql(store, where=readable_row_sql(store, "s")), {"now": now})
     return {info.id: info for info in map(_record, rows)}
 
 

@@ -154,9 +154,10 @@ def journal_name_held(path: Path) -> Iterator[None]:
     mode: a read-write connection rolls one back into the store, and a root run's read-only one hands it to the
     store's owner (SQLite gives a journal it opens as root to the store's owner), after which it passes for
     the owner's own. Another user who can make names beside the store (a shared sticky folder) and plants one
-    after our checks would have her own pages written over the store (hostile try 7, J7). A ``-journal``
-    already there is judged again, as before the open. Rollback-journal stores are left as they are: their
-    writers make and remove the ``-journal`` themselves."""
+    after our checks would have her own pages written over the store (hostile try 7, J7). Such folders are now
+    refused before any open (:func:`_refuse_shared_folder`); the held name stays as a second line for a folder
+    opened up during a run. A ``-journal`` already there is judged again, as before the open. Rollback-journal
+    stores are left as they are: their writers make and remove the ``-journal`` themselves."""
     try:
         wal = header_journal_mode(path) == "wal"
     except (OSError, MaintError, IndexError):
@@ -309,7 +310,7 @@ def _check_header(path: Path) -> os.stat_result:
     while True:
         short = _check_header_once(path)
         if short is None:
-            _refuse_shared_folder(path)
+            _refuse_shared_folder(path, st)
             return st
         wal = Path(str(path) + "-wal")
         if time.monotonic() >= deadline or not (wal.exists() and wal.stat().st_size > 0):
@@ -318,27 +319,24 @@ def _check_header(path: Path) -> os.stat_result:
         time.sleep(CHECKPOINT_POLL_S)
 
 
-def _refuse_shared_folder(path: Path) -> None:
-    """SQLite replays a store's ``-journal`` and ``-wal`` into it, whoever made them. Where other users may make
-    names beside the store, we cannot keep theirs out (hostile try 8): a folder they may write without the sticky
-    bit lets them replace any name, ours included (K2); with the sticky bit they may still add a ``-journal``
-    where there is none, which a rollback-journal store leaves free between transactions (K1). A WAL store in a
-    sticky folder is opened: its ``-journal`` name is held during each first read (:func:`journal_name_held`)."""
+def _refuse_shared_folder(path: Path, st: os.stat_result) -> None:
+    """SQLite replays a ``-journal`` or ``-wal`` it finds beside a store into it, whoever made it, and opens those
+    by name at moments we do not choose. So a store is opened only in a folder where no one but its owner, root
+    and we may make names: in any other, a name free for a moment is a name another user can take. Hostile tries
+    8 and 9: a ``-journal`` planted in a folder writable by all (K2) or beside a rollback-journal store in a
+    sticky one (K1), and a ``-wal`` planted beside a WAL store at rest in a sticky folder the moment our open
+    began (L1), were replayed into the store, a root run's included."""
     folder = Path(os.path.realpath(path)).parent
     try:
         fst = os.stat(folder)
     except OSError:
         return
-    why = files.loose_folder(fst)
-    if why:
-        raise StoreError(f"{path}: its folder {folder} {why}: anyone there could put a -journal or -wal of "
-                         "theirs beside the store, and SQLite would replay it into the store; refusing to open it "
-                         "(chmod go-w, or +t, the folder)")
-    who = files.others_may_create(fst)
-    if who and header_journal_mode(path) != "wal":
-        raise StoreError(f"{path}: a rollback-journal store in a folder {who} may create files in (mode "
-                         f"{stat.S_IMODE(fst.st_mode):o}): SQLite would replay a -journal one of them plants; refusing "
-                         "to open it (move it to a folder only its owner can write, or switch it to WAL there)")
+    who = files.others_in_folder(fst, folder, st.st_uid)
+    if who:
+        raise StoreError(f"{path}: its folder {folder} lets {who} create files in it (mode "
+                         f"{stat.S_IMODE(fst.st_mode):o}): SQLite would replay a -journal or -wal one of them put "
+                         "beside the store; refusing to open it (keep the store in a folder only its owner can "
+                         "write: chmod go-w the folder, or move the store)")
 
 
 def _check_header_once(path: Path) -> tuple[int, int] | None:
@@ -589,15 +587,6 @@ class Store:
         freelist = self.scalar("PRAGMA freelist_count")
         page_size = self.scalar("PRAGMA page_size")
         return {"page_count": page_count, "freelist_count": freelist, "page_size": page_size}
-
-    def sibling_connection(self) -> apsw.Connection:
-        """A second connection to the same file, for work beside ours (its PASSIVE checkpoints never wait; the
-        busy handler only lets its first read of the schema wait out a writer's commit)."""
-        if self.file_id is None:
-            raise StoreError(f"{self.path}: the store was replaced while being opened; refusing")
-        conn = connect_checked(self.path, self.file_id, apsw.SQLITE_OPEN_READWRITE)
-        _persist_wal(conn)
-        return conn
 
     def close(self) -> None:
         with contextlib.suppress(apsw.Error):

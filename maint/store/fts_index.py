@@ -206,8 +206,8 @@ class MergeSteps:
 
 
 @contextlib.contextmanager
-def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], None],
-                        after_commit: Callable[[], None]) -> Iterator[Callable[[], bool] | None]:
+def merges_in_our_hands(store: Store, *, target_s: float,
+                        pause: Callable[[], None]) -> Iterator[Callable[[], bool] | None]:
     """Yields one merge step (see :class:`MergeSteps`) for the caller to run inside its transactions,
     or None when the store has no FTS5 index. On the way out the merges left are finished in
     transactions of about *target_s* with *pause* between them, then Hermes's settings come back."""
@@ -225,17 +225,15 @@ def merges_in_our_hands(store: Store, *, target_s: float, pause: Callable[[], No
         for t in tables:
             _set_config(conn, t, "automerge", 0)
     crash_point("fts_automerge_held")
-    after_commit()
     pause()  # writers in before the run's first transaction
     steps = MergeSteps(store, tables)
     try:
         yield steps.step
         # the last pause too: giving Hermes's settings back is one more transaction
-        run_steps(steps.step, store.write, pause, target_s, after_commit)
+        run_steps(steps.step, store.write, pause, target_s)
     finally:
         with store.write() as conn:
             _restore(conn, saved)
-        after_commit()
 
 
 # How Hermes's insert trigger fills an inline index (read from the store, so it is what this Hermes writes).

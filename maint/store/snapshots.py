@@ -39,6 +39,7 @@ def refuse_untrusted_folder(folder: Path | None, store: Path, nothing: str = "no
     try:
         files.refuse_untrusted_keeper(where, owner[0] if owner else None, what="snapshot folder",
                                       stake=SNAPSHOTS_AT_STAKE)
+        files.refuse_database_folder(where, owner[0] if owner else None, what="snapshot folder")
     except files.FileRefused as exc:
         raise MaintError(f"{exc}; {nothing}") from None
 

@@ -145,6 +145,19 @@ def unreadable_sessions(store: Store, scope: str = "SELECT id FROM sessions", pa
     return _unreadable(store, scope, params, messages)
 
 
+def readable_row_sql(store: Store, alias: str = "s") -> str:
+    """True when every text of the sessions row *alias* (its id included) is UTF-8: for a caller that reads whole
+    session rows into Python (:func:`maint.store.catalog.load_sessions`). Registers the check on the store."""
+    register(store)
+    return f"NOT {_any_bad(store, 'sessions', alias)}"
+
+
+def unreadable_rows(store: Store) -> list[str]:
+    """The sessions :func:`readable_row_sql` leaves out, shown (an id that is not UTF-8 escaped), in id byte order."""
+    return [shown_id(raw) for (raw,) in store.conn.execute(
+        f"SELECT CAST(s.id AS BLOB) FROM sessions s WHERE NOT ({readable_row_sql(store, 's')}) ORDER BY 1")]
+
+
 def unreadable_session(store: Store, session_id: str) -> list[Unreadable]:
     """:func:`unreadable_sessions` of one session, on a :class:`Store`'s own connection (it has the function
     already: SQLite refuses to register one again while a statement of the connection is running)."""
