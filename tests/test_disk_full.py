@@ -23,8 +23,9 @@ Usage = namedtuple("Usage", "total used free")
 def small_fs(tmp_path):
     mnt = tmp_path / f"fs-{uuid.uuid4().hex[:6]}"
     mnt.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True,
-                            text=True)
+    # mode=0755: a tmpfs root is 1777 by default, and a store in a folder others may add names to is refused
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0755", "tmpfs", str(mnt)],
+                            capture_output=True, text=True)
     if result.returncode != 0:
         pytest.skip(f"this machine forbids mounting a size-limited tmpfs: {result.stderr.strip()}")
     try:
