@@ -331,6 +331,8 @@ def _private_group(st: os.stat_result) -> bool:
 
         owner = pwd.getpwuid(st.st_uid)
         members = set(grp.getgrgid(st.st_gid).gr_mem)
+        # the users whose primary group it is are members too, and not listed in it (hostile try 9, L9)
+        members |= {u.pw_name for u in pwd.getpwall() if u.pw_gid == st.st_gid}
     except (ImportError, KeyError):
         return False
     return owner.pw_gid == st.st_gid and members <= {owner.pw_name}

@@ -562,6 +562,15 @@ def test_qmd_stored_text_can_never_open_a_cell_or_leave_its_element(tmp_path):
     text = out.read_text()
     front, body = text.split("\n---\n", 1)
     assert front.startswith("---\n") and "{{<" not in front  # the front matter holds JSON strings only
+    # ... and as Quarto reads them (hostile try 9, L12: YAML turned `\u003c` back into `<`, so a title
+    # `{{< env HF_TOKEN >}}` was a shortcode in the document's metadata, which Quarto resolves)
+    from ruamel.yaml import YAML
+
+    meta = YAML(typ="safe", pure=True).load(front[4:])
+    values = [meta["title"], *meta["hermes"].values()]
+    shown = json.dumps(values)
+    assert "{{<" not in shown and "`" not in shown and "{" not in shown, shown
+    assert meta["title"].startswith("&#96;&#123;python&#125;")
     for char in "`{}$@":
         assert char not in body, (char, body)
     assert "&#96;&#96;&#96;&#123;python&#125;" in body and "&#123;&#123;&lt; include /etc/passwd" in body

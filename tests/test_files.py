@@ -550,3 +550,22 @@ def test_a_root_run_writes_through_the_store_owners_link_only_where_that_user_ma
     assert result.exit_code != 0 and "a symbolic link of the store's owner (uid 4321) to a folder that user may " \
         "not write" in result.stderr, result.output
     assert len(result.stderr.strip().splitlines()) == 1 and list(target.iterdir()) == []
+
+
+def test_a_group_another_user_has_as_primary_group_is_not_private(monkeypatch):
+    """Hostile try 9, L9 (by reading): a group counted as its owner's private one when it listed no members,
+    but the users whose primary group it is are members without being listed (Debian: nobody and _apt share
+    nogroup). A 0770 folder of such an owner is writable by the others."""
+    import grp
+    import pwd
+    from types import SimpleNamespace as NS
+
+    users = [NS(pw_name="alice", pw_uid=1001, pw_gid=1001), NS(pw_name="nobody", pw_uid=65534, pw_gid=65534),
+             NS(pw_name="_apt", pw_uid=42, pw_gid=65534)]
+    monkeypatch.setattr(pwd, "getpwall", lambda: users)
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: next(u for u in users if u.pw_uid == uid))
+    monkeypatch.setattr(grp, "getgrgid", lambda gid: NS(gr_name=str(gid), gr_gid=gid, gr_mem=[]))
+    folder = os.stat_result((stat.S_IFDIR | 0o770, 0, 0, 2, 65534, 65534, 0, 0, 0, 0))
+    assert files.others_may_create(folder) == "its group"
+    own = os.stat_result((stat.S_IFDIR | 0o770, 0, 0, 2, 1001, 1001, 0, 0, 0, 0))
+    assert files.others_may_create(own) is None  # alice's own group, nobody else's primary one

@@ -327,6 +327,27 @@ def test_the_undo_of_a_verified_delete_links_kept_children_again(tmp_path):
         ("P", None), ("P_sub", "P"), ("branch", "P")]
 
 
+def test_the_undo_of_a_verified_delete_does_not_depend_on_the_order_of_its_files(tmp_path):
+    """Hostile try 9, L14: the delegate child's file imported before its parent's was unlinked ("parent not
+    found"), and the parent's import then linked only the branch it kept: the delegate run stayed a conversation
+    of its own. The parent's import links again every session an earlier import unlinked for want of it."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("P", age=30, messages=3, end_reason="branched")
+        b.session("branch", age=20, parent="P", model_config={"_branched_from": "P"}, messages=2)
+        b.session("P_sub", source="subagent", age=30, parent="P", model_config={"_delegate_from": "P"}, messages=1)
+    out = tmp_path / "bk"
+    r = run("export", f"{out}/", "--db", db, "--session-id", "P", "--delete-after-verified", "--yes", "--json")
+    assert r.returncode == 0, r.stderr
+    first = do_import(db, out / "hermes_session_P_sub.jsonl")
+    assert first["detached"] == ["P_sub"]
+    report = do_import(db, out / "hermes_session_P.jsonl")
+    assert sorted(report["relinked"]) == ["P_sub", "branch"]
+    assert query(db, "SELECT id, parent_session_id FROM sessions ORDER BY id") == [
+        ("P", None), ("P_sub", "P"), ("branch", "P")]
+    assert query(db, "SELECT COUNT(*) FROM state_meta WHERE key LIKE 'hermes_maint.import.%'") == [(0,)]
+
+
 @pytest.mark.parametrize("kind,needle", [
     ("truncated", "truncated"), ("text", "not valid JSON"), ("not_session", "no session id"),
     ("array", "a JSON list"), ("empty", "no session records"), ("duplicate", "appears twice"),

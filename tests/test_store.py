@@ -783,3 +783,15 @@ def test_a_store_swapped_for_a_fifo_after_the_checks_never_hangs_the_open(tmp_pa
     assert swapped, "the swap never ran"
     assert result.exit_code == 1, result.output
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_relative_store_path_spelled_like_a_uri_is_a_file_name(tmp_path, cli, monkeypatch):
+    """Hostile try 9, L10: a relative --db beginning with `file:` passed every check on its literal name, and
+    SQLite then read it as a URI and obeyed its parameters (`nolock=1`: deletes with no file locks). The store
+    is opened by its absolute path, which SQLite never reads as a URI."""
+    small_store(tmp_path / "s.db")
+    monkeypatch.chdir(tmp_path)
+    os.symlink("s.db", "file:s.db?vfs=bogus")
+    result = cli("stats", "--db", "file:s.db?vfs=bogus", "--json")
+    assert result.exit_code == 0 and "vfs" not in result.stderr, result.output
+    assert json.loads(result.stdout)["sessions"] > 0

@@ -259,7 +259,7 @@ def connect_checked(path: Path, checked: os.stat_result | tuple[int, int], flags
     file_id = (checked.st_dev, checked.st_ino) if isinstance(checked, os.stat_result) else checked
     fds_before = _open_fds()
     with journal_name_held(path):
-        conn = connect(str(path), flags, busy_timeout_ms=busy_timeout_ms)
+        conn = connect(os.path.abspath(path), flags, busy_timeout_ms=busy_timeout_ms)
         with contextlib.suppress(apsw.Error):
             _flat_memory(conn, not flags & apsw.SQLITE_OPEN_READWRITE)
             conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the -wal and -shm too
@@ -803,7 +803,7 @@ def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Con
         # rollback-journal store's writer holds its lock for each commit, and refusing on the spot
         # ("database is locked") would fail at random.
         with journal_name_held(path):
-            conn = connect(str(path), flags, busy_timeout_ms=busy_timeout_ms)
+            conn = connect(os.path.abspath(path), flags, busy_timeout_ms=busy_timeout_ms)  # never read as a URI
             _flat_memory(conn, readonly)
             conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         return conn, None
