@@ -671,7 +671,10 @@ class Folder:
         runs left, with the ``-journal``, ``-wal`` and ``-shm`` SQLite left beside them under the same name
         (hostile try 4, G7: a killed ``backup --compact`` left ``.NAME.partial-journal`` for ever); such a
         journal whose temporary file is already gone goes too. A FIFO or link with such a name is left alone,
-        never opened for good."""
+        never opened for good. A file of another user's is left too (hostile try 9, L15: in a shared folder her
+        files under our names stopped every run, and a root run removed them): ours are owned by us or by the
+        user we hand what we create to."""
+        owners = {os.geteuid(), self.owner[0], *((self.store_owner[0],) if self.store_owner else ())}
 
         def ours(entry: str) -> bool:
             m = pattern.match(entry)
@@ -681,7 +684,7 @@ class Folder:
             gone = []
             for side in SQLITE_SIDES:
                 st = self.lstat(entry + side)
-                if st is not None and stat.S_ISREG(st.st_mode) and self.unlink(entry + side):
+                if st is not None and stat.S_ISREG(st.st_mode) and st.st_uid in owners and self.unlink(entry + side):
                     gone.append(entry + side)
             return gone
 
@@ -695,7 +698,8 @@ class Folder:
             except OSError:
                 continue
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                held = os.fstat(fd)
+                if not stat.S_ISREG(held.st_mode) or held.st_uid not in owners:
                     continue
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -304,6 +304,25 @@ def test_a_held_metrics_lock_never_stalls_a_run(tmp_path, command):
     assert "lock" in result.stderr and not (prom / "hermes.prom").exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user here")
+def test_leftovers_of_another_users_are_never_ours_to_clear(tmp_path):
+    """Hostile try 9, L15: another user's files under our temporary names (predictable: the snapshot label, the
+    export's target) in a shared folder stopped every backup and export with EPERM, and a root run removed them.
+    Only files of ours, or of the user we hand what we create to, are leftovers."""
+    folder_path = tmp_path / "shared"
+    folder_path.mkdir()
+    theirs = ".out.txt.0123456789abcdef.partial"
+    mine = ".out.txt.fedcba9876543210.partial"
+    for name in (theirs, f"{theirs}-journal", f"{theirs}-wal", mine, f"{mine}-journal"):
+        (folder_path / name).write_bytes(b"x")
+    for name in (theirs, f"{theirs}-journal", f"{theirs}-wal"):
+        os.chown(folder_path / name, 5555, 5555)
+    with files.Folder.open(folder_path) as folder:
+        removed = folder.clear_leftovers("out.txt")
+    assert sorted(removed) == sorted([mine, f"{mine}-journal"])
+    assert sorted(p.name for p in folder_path.iterdir()) == sorted([theirs, f"{theirs}-journal", f"{theirs}-wal"])
+
+
 def test_leftover_clearing_never_removes_a_metrics_lock(tmp_path):
     """Our lock beside a metrics file stays (it is the lock, held or not); only our temporary names go."""
     from maint.ops.metrics import lock_name

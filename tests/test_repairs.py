@@ -253,3 +253,27 @@ def test_a_prompt_stored_as_a_blob_is_read_as_the_text_it_holds(prompt_store, cl
     assert sorted(r["verified"]) == ["bad_hash", "bad_inline", "healthy"]
     doctor = cli("doctor", "--db", prompt_store)
     assert doctor.exit_code in (0, 1) and "prompt" in doctor.stdout
+
+
+@pytest.mark.parametrize("where", ["inline", "stored", "pin"])
+def test_a_prompt_that_is_not_utf8_is_named_and_the_rest_repaired(prompt_store, cli, where):
+    """Hostile try 9, L7 (second command): one session's inline prompt, or a stored prompt it points at, that is
+    not UTF-8 stopped repair-prompts for the whole store, report and --apply alike. That session is reported
+    unverifiable and left alone; the others are repaired; named by the operator it is still cleared."""
+    conn = sqlite3.connect(prompt_store)
+    if where == "inline":
+        conn.execute("UPDATE sessions SET system_prompt = CAST(X'41ff' AS TEXT) WHERE id = 'no_skill_tool'")
+    elif where == "stored":
+        conn.execute("INSERT INTO system_prompts (hash, prompt) VALUES ('h_bad', CAST(X'41ff' AS TEXT))")
+        conn.execute("UPDATE sessions SET system_prompt = NULL, system_prompt_hash = 'h_bad' "
+                     "WHERE id = 'no_skill_tool'")
+    else:
+        conn.execute("UPDATE sessions SET tool_names = CAST(X'5bff5d' AS TEXT) WHERE id = 'no_skill_tool'")
+    conn.commit()
+    conn.close()
+    r = cli.json("repair-prompts", "--db", prompt_store, "--apply", "--yes")
+    assert sorted(r["cleared"]) == ["bad_hash", "bad_inline"]
+    reasons = {u["id"]: u["reason"] for u in r["unverifiable"]}
+    assert "not UTF-8 text; left alone" in reasons["no_skill_tool"]
+    named = cli.json("repair-prompts", "no_skill_tool", "--db", prompt_store, "--apply", "--yes")
+    assert named["cleared"] == ["no_skill_tool"]

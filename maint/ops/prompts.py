@@ -107,10 +107,21 @@ class PromptScan:
 
 
 def _cols(store: Store) -> str:
-    cols = ["id", "system_prompt" if store.has_column("sessions", "system_prompt") else "NULL AS system_prompt"]
-    for c in ("system_prompt_hash", "tool_names"):
-        cols.append(c if store.has_column("sessions", c) else f"NULL AS {c}")
+    """The columns the scan reads; a text that is not UTF-8 reads as NULL, ``unreadable`` saying so (hostile try 9,
+    L7: one such prompt stopped the scan of the whole store)."""
+    cols, bad = ["id"], []
+    for c in ("system_prompt", "system_prompt_hash", "tool_names"):
+        if store.has_column("sessions", c):
+            test = f"(typeof({c}) = 'text' AND maint_not_utf8(CAST({c} AS BLOB)))"
+            cols.append(f"iif({test}, NULL, {c}) AS {c}")
+            bad.append(test)
+        else:
+            cols.append(f"NULL AS {c}")
+    cols.append(f"({' OR '.join(bad) or '0'}) AS unreadable")
     return ", ".join(cols)
+
+
+UNREADABLE = "its stored prompt or tool pin is not UTF-8 text; left alone"
 
 
 # Verdicts kept per distinct prompt hash and tool pin during one scan (both are content-addressed: a hash is
@@ -162,11 +173,17 @@ def scan(store: Store) -> PromptScan:
     for row in store.iter_rows(f"SELECT {_cols(store)} FROM sessions s WHERE {readable_id_sql('s')}{narrow} "
                                "ORDER BY id", params):
         digest = row.get("system_prompt_hash")
+        if row["unreadable"]:
+            result.unverifiable.append({"id": row["id"], "prompt_chars": 0, "reason": UNREADABLE})
+            continue
         if row.get("system_prompt") or not isinstance(digest, str):
             prompt = (stored_prompt(store, row) or "").strip()
             fine, chars = not prompt or SKILL_SAFETY_MARKER in prompt, len(prompt)
         else:
             fine, chars = by_hash.get(digest) or _remember(by_hash, digest, _verdict(store, digest))
+        if chars < 0:
+            result.unverifiable.append({"id": row["id"], "prompt_chars": 0, "reason": UNREADABLE})
+            continue
         if fine:
             continue
         entry = {"id": row["id"], "prompt_chars": chars}
@@ -188,7 +205,11 @@ def scan(store: Store) -> PromptScan:
 
 
 def _verdict(store: Store, digest: str) -> tuple[bool, int]:
-    prompt = (_text(store.system_prompt(digest)) or "").strip()
+    """(nothing to report, the prompt's length) of the stored prompt *digest*; (False, -1) when it is not UTF-8."""
+    try:
+        prompt = (_text(store.system_prompt(digest)) or "").strip()
+    except UnicodeDecodeError:
+        return False, -1
     return not prompt or SKILL_SAFETY_MARKER in prompt, len(prompt)
 
 
@@ -218,10 +239,14 @@ def targeted(store: Store, ref: str, *, exact: bool = False) -> PromptScan:
 
     sid = resolve_session(store, ref, exact=exact)
     row = store.rows(f"SELECT {_cols(store)} FROM sessions WHERE id = ?", (sid,))[0]
-    prompt = stored_prompt(store, row)
+    try:
+        prompt = None if row["unreadable"] else stored_prompt(store, row)
+    except UnicodeDecodeError:  # the stored prompt it points at
+        prompt = None
+        row["unreadable"] = 1
     result = PromptScan()
-    if prompt:
-        result.verified.append({"id": sid, "reason": "targeted clear", "prompt_chars": len(prompt)})
+    if prompt or row["unreadable"]:  # named by the operator: cleared, readable or not
+        result.verified.append({"id": sid, "reason": "targeted clear", "prompt_chars": len(prompt or "")})
     return result
 
 
