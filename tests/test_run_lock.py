@@ -131,3 +131,30 @@ def test_a_lock_name_that_is_a_hard_link_to_another_file_is_never_written(tmp_pa
     with pytest.raises(MaintError, match="hard link"), maintenance_lock(store):
         pass
     assert victim.read_text() == "keep\n"
+
+
+def test_a_lock_file_removed_between_open_and_flock_is_not_a_lock(tmp_path, monkeypatch):
+    """A report's tidy-up removes a run lock file no one holds (hostile try 9, L2). A run that opened the file
+    just before and locks it after holds a lock on a file no longer named: the next run would make a new one
+    and lock it too. run_lock checks that the file it locked is still the one named, and takes the new one."""
+    import fcntl as _fcntl
+
+    from maint.store import runlock
+
+    db = small_store(tmp_path / "state.db")
+    real = _fcntl.flock
+    removed = []
+
+    def flock_after_a_tidy(fd, op):
+        if not removed and op & _fcntl.LOCK_EX:
+            removed.append(True)
+            runlock.tidy_lock(db)  # the report of another process, between our open and our flock
+        return real(fd, op)
+
+    monkeypatch.setattr(runlock.fcntl, "flock", flock_after_a_tidy)
+    lock = runlock.run_lock(db)
+    try:
+        held, named = os.fstat(lock.fd), os.stat(runlock.lock_path(db))
+        assert removed and (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+    finally:
+        lock.release()

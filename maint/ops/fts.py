@@ -18,6 +18,7 @@ No message changes. Each index is rebuilt in its own transaction.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -127,6 +128,9 @@ def check_content_of(path: Path, holders: Callable[[Path], HolderReport] = find_
     if not report.quiet:
         return {}, (f"the search indexes' check against their messages was not run: {report.describe()} "
                     "(it holds the write lock while it reads every message); stop Hermes and run it again")
+    from maint.store.runlock import lock_path, tidy_lock
+
+    had_lock = os.path.lexists(lock_path(Path(os.path.realpath(path))))
     try:
         with as_found(path), open_store(path) as store:  # a store at rest is left without a -wal and -shm
             return content_damaged(store), None
@@ -135,3 +139,6 @@ def check_content_of(path: Path, holders: Callable[[Path], HolderReport] = find_
                     "write lock past the busy timeout")
     except MaintError as exc:
         return {}, f"the search indexes' check against their messages was not run: {exc}"
+    finally:
+        if not had_lock:
+            tidy_lock(path)  # a report leaves the store's folder as it found it
