@@ -1,8 +1,11 @@
 """prune's rules on real stores: what goes, what never goes, and how it asks."""
 
 import json
+import os
 import sqlite3
 import time
+
+import pytest
 
 from maint.store.batching import Batcher
 from maint.selection.filters import parse_filters
@@ -293,6 +296,52 @@ def test_prune_delete_and_sweep_remove_the_files_hermes_keeps_per_session(hermes
     assert len(deleted["removed_files"]) == 4
     left = sorted(p.name for p in (hermes_home / "sessions").iterdir())
     assert left == sorted(_session_files_names("kept")) and victim.read_text() == "keep"
+
+
+@pytest.mark.parametrize("command", ["delete", "prune"])
+def test_the_session_files_removed_are_beside_the_store_opened_not_where_its_path_leads_later(
+        tmp_path, cli, monkeypatch, command):
+    """Hostile try 10, M1: after the commit, the sessions folder was opened by the store's path again; the store's
+    owner moved her folder away and put a link to another user's HERMES_HOME at its name meanwhile, and root's
+    delete removed that user's files for the deleted ids. The folder is reached from the one the store was
+    opened in."""
+    from maint.ops import prune as prune_mod, sessions as sessions_mod
+    from maint.store import delete as delete_mod
+
+    home = tmp_path / "alice" / "home"
+    db = home / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("s1", age=200, messages=2)
+    _session_files(home, "s1")
+    bob = tmp_path / "bob"
+    bob.mkdir()
+    _session_files(bob, "s1")
+    moved = tmp_path / "alice" / "moved"
+
+    def swap():
+        os.rename(home, moved)
+        os.symlink(bob, home)
+
+    if command == "delete":
+        real = sessions_mod.remove_session_files
+        monkeypatch.setattr(sessions_mod, "remove_session_files", lambda *a: (swap(), real(*a))[1])
+        args = ["delete", "s1", "--yes", "--db", db]
+    else:
+        real_remove = delete_mod.SessionFileRemover.remove
+
+        def remove(self, ids):
+            if ids and not moved.exists():
+                swap()
+            return real_remove(self, ids)
+
+        monkeypatch.setattr(prune_mod.SessionFileRemover, "remove", remove)
+        args = ["prune", "--yes", "--db", db]
+    result = cli(*args)
+    # prune's next write (the FTS merges it finishes) sees the name moved, and stops there
+    assert result.exit_code == 0 or "another file was moved to this name" in result.stderr, result.output
+    assert "s1" not in session_ids(moved / "state.db")
+    assert sorted(p.name for p in (bob / "sessions").iterdir()) == sorted(_session_files_names("s1"))
+    assert list((moved / "sessions").iterdir()) == []  # alice's own files went, where the store was opened
 
 
 def _session_files_names(sid):

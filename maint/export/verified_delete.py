@@ -89,4 +89,4 @@ def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str], *,
                 raise MaintError(f"session {sid} changed since it was exported (new, edited, rewound or compacted "
                                  "messages); refusing to delete (files kept, store untouched)")
         delete_sessions(store, conn, ids)
-    return remove_session_files(store.path, ids)
+    return remove_session_files(store, ids)

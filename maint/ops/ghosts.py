@@ -46,5 +46,5 @@ def prune_ghosts_once(store: Store, now: float | None = None) -> list[str] | Non
         ids = [sid for sid in ids if sid not in busy]
         delete_sessions(store, conn, ids)
         conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, '1')", (MARKER_KEY,))
-    remove_session_files(store.path, ids)
+    remove_session_files(store, ids)
     return ids

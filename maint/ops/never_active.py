@@ -102,5 +102,5 @@ def prune_never_active(target: StoreTarget, req: NeverActiveRequest, op: Operato
             delete_sessions(store, conn, ids)
         report.update(session_ids=ids, deleted=len(ids), routing_deleted=len(keys),
                       skipped_changed=[sid for sid in planned if sid not in ids],
-                      removed_files=remove_session_files(target.path, ids))
+                      removed_files=remove_session_files(store, ids))
         return report

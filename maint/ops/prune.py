@@ -342,7 +342,7 @@ def execute_prune(store: Store, plan: PrunePlan, *, batcher: Batcher | None = No
             merges_in_our_hands(store, target_s=batcher.target_s, pause=writes.pause) \
             as merge_step, \
             detaching(store, piece=int(batcher.chunk_load), target_s=batcher.target_s, pause=writes.pause) \
-            as detacher, SessionFileRemover(store.path) as remover:  # the folder's request dumps listed once per run
+            as detacher, SessionFileRemover(store) as remover:  # the folder's request dumps listed once per run
         def after_commit() -> None:
             removed_files.extend(remover.remove(in_flight))
             deleted.extend(in_flight)

@@ -136,7 +136,7 @@ def execute_delete(store: Store, plan: DeletePlan) -> list[str]:
             raise MaintError(f"{plan.session_id} or its delegate children changed since they were shown (new "
                              "messages or children); nothing was deleted, run delete again to see what goes now")
         delete_sessions(store, conn, ids)
-    plan.removed_files = remove_session_files(store.path, ids)  # after the commit, as Hermes does
+    plan.removed_files = remove_session_files(store, ids)  # after the commit, as Hermes does
     return ids
 
 

@@ -398,6 +398,7 @@ class Store:
         self.run_lock: Any = None  # our run lock, released on close (writable opens only)
         self.plan_generation = 0  # bumped by each plan kept in temp tables (see maint.ops.prune.UnitTable)
         self.tidy_on_close = False  # a read-only open made the -wal and -shm: leave the folder as found
+        self.dir_fd: int | None = None  # the folder holding the file opened, as it was then (_store_folder)
 
     # -- introspection -------------------------------------------------
     @property
@@ -591,6 +592,10 @@ class Store:
     def close(self) -> None:
         with contextlib.suppress(apsw.Error):
             self.conn.close()
+        if self.dir_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.dir_fd)
+            self.dir_fd = None
         if self.tidy_on_close:
             self.tidy_on_close = False
             if self.file_id is not None:
@@ -604,6 +609,26 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _store_folder(path: Path, file_id: tuple[int, int]) -> int | None:
+    """A descriptor of the folder that holds the store file we opened, checked to hold it: what we touch beside
+    the store later (Hermes's per-session files) is reached from it, never by the path again. The store's owner
+    may move her folder away and put a link to another user's at its name after our open (hostile try 10, M1:
+    root's delete then removed that user's session files). None when it cannot be had: nothing is touched."""
+    real = os.path.realpath(path)
+    try:
+        fd = os.open(os.path.dirname(real), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.stat(os.path.basename(real), dir_fd=fd, follow_symlinks=False)
+        if (st.st_dev, st.st_ino) == file_id:
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 @contextlib.contextmanager
@@ -855,6 +880,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
         store.close()
         raise
     store.file_id = (before.st_dev, before.st_ino)
+    store.dir_fd = _store_folder(path, store.file_id)
     store.tidy_on_close = at_rest and note is None and header_journal_mode(path) == "wal"
     try:
         _persist_wal(conn)

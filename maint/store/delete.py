@@ -83,17 +83,17 @@ def session_files(store_path: Path, ids: Iterable[str]) -> list[str]:
     Each id's fixed names are looked up one by one, and the folder is read once for request dumps alone: the
     memory is the files found, whatever the number of ids (a preview of a 10 GB store's prune names 400,000;
     eight candidate names per id in a set cost 24 MB per 55,000 ids)."""
-    folder = _sessions_folder(store_path)
+    folder = _sessions_folder(Path(store_path))
     if folder is None:
         return []
     with folder:
         return _files_of(folder, ids)
 
 
-def remove_session_files(store_path: Path, ids: Iterable[str]) -> list[str]:
+def remove_session_files(store: Store, ids: Iterable[str]) -> list[str]:
     """Remove the files of deleted sessions (after the commit, as Hermes does), never following a link and never
     outside that folder; returns their paths. A file that cannot be removed is left (and not reported)."""
-    folder = _sessions_folder(store_path)
+    folder = _sessions_folder(store)
     if folder is None:
         return []
     with folder:
@@ -107,8 +107,8 @@ class SessionFileRemover:
     writes during the run is not in the list; it writes them for a session it is running, and a run deletes
     only sessions unchanged since its plan."""
 
-    def __init__(self, store_path: Path):
-        self.store_path = store_path
+    def __init__(self, store: Store):
+        self.store = store
         self.folder: files.Folder | None = None
         self.dumps: dict[str, list[str]] | None = None
         self.listings = 0  # how many times the folder was read for request dumps
@@ -126,7 +126,7 @@ class SessionFileRemover:
         if not ids:
             return []
         if self.dumps is None:
-            self.folder = _sessions_folder(self.store_path)
+            self.folder = _sessions_folder(self.store)
             self.listings += self.folder is not None
             self.dumps = _request_dumps(self.folder) if self.folder is not None else {}
         if self.folder is None:
@@ -180,9 +180,22 @@ def _request_dumps(folder: files.Folder) -> dict[str, list[str]]:
     return dumps
 
 
-def _sessions_folder(store_path: Path) -> files.Folder | None:
-    path = Path(store_path).expanduser().absolute().parent / "sessions"
-    try:
-        return files.Folder.open(path, what="sessions folder")
-    except MaintError:  # absent, a link, or not a folder: nothing of ours to touch there
+def _sessions_folder(store: Store | Path) -> files.Folder | None:
+    """The ``sessions`` folder beside the store: for an open :class:`Store`, reached from the descriptor of the
+    folder its file was opened in (``Store.dir_fd``), never by the path again (hostile try 10, M1); for a path
+    (a dry run's listing), by the path. None when absent, a link or not a folder: nothing of ours there."""
+    if isinstance(store, Path):
+        path = Path(store).expanduser().absolute().parent / "sessions"
+        try:
+            return files.Folder.open(path, what="sessions folder")
+        except MaintError:
+            return None
+    if store.dir_fd is None:
         return None
+    parent = files.Folder(Path(store.path).expanduser().absolute().parent, os.dup(store.dir_fd))
+    try:
+        return parent.subfolder("sessions")
+    except MaintError:
+        return None
+    finally:
+        parent.close()
