@@ -187,7 +187,7 @@ def _check_way(path: Path, what: str, foreign_links: str, vouched: int | None) -
     holders = [holder for _, _, holder in links] + [Path(os.path.realpath(path)).parent]
     for folder in dict.fromkeys(holders):
         try:
-            why = files.loose_folder(os.stat(folder))
+            why = files.loose_folder(os.stat(folder), folder)
         except OSError:
             continue  # reading the file reports what is wrong
         if why:

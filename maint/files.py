@@ -351,13 +351,14 @@ def user_may_create(uid: int, folder: Path | str) -> bool:
         return False
 
 
-def loose_folder(st: os.stat_result) -> str | None:
-    """Why a folder whose names steer us is open to others (writable by group or every user, no sticky bit:
-    anyone there can rename or replace what it holds), or None."""
+def loose_folder(st: os.stat_result, folder: Path | str | None = None) -> str | None:
+    """Why a folder whose names steer us is open to others (writable by group, the users of its access list or
+    every user, no sticky bit: anyone there can rename or replace what it holds), or None. *folder*: its path,
+    for its access list (hostile try 10, M2: a user an ACL let write a keeper folder passed)."""
     if st.st_mode & stat.S_ISVTX:
         return None
-    if st.st_mode & 0o002 or st.st_mode & 0o020 and not _private_group(st):
-        who = "every user" if st.st_mode & 0o002 else "its group"
+    who = others_may_create(st, folder)
+    if who:
         return f"is writable by {who} without the sticky bit (mode {stat.S_IMODE(st.st_mode):o})"
     return None
 
@@ -428,7 +429,7 @@ def untrusted_folder(path: Path | str, also_trusted: int | None = None) -> str |
         where = "" if folder == real else f"lies in {folder}, which "
         if me is not None and st.st_uid not in (me, 0, also_trusted):
             return f"{where}is owned by another user (uid {st.st_uid})"
-        why = loose_folder(st)
+        why = loose_folder(st, folder)
         if why:
             return f"{where}{why}"
     return None

@@ -420,3 +420,35 @@ def test_the_sidecar_records_the_snapshots_sha256(hermes_home):
     snap = Path(report["snapshot"]["path"])
     meta = json.loads(Path(f"{snap}.json").read_text())
     assert meta["version"] == 2 and meta["sha256"] == hashlib.sha256(snap.read_bytes()).hexdigest()
+
+
+def test_rotation_removes_through_the_folder_it_listed_not_where_its_name_leads_later(hermes_home, tmp_path, cli,
+                                                                                     monkeypatch):
+    """Hostile try 10, M3: rotation listed DEST, then opened each snapshot's folder again by path to remove it;
+    the folder's owner moved DEST away in between and put a link to another user's snapshot folder at its name,
+    and root's rotation removed that user's snapshot of the same name. Listing and removal share one descriptor."""
+    from maint.ops import backup as backup_mod
+
+    _store(hermes_home / "state.db")
+    dest = tmp_path / "dest"
+    first = cli.json("backup", dest, "--json")["snapshot"]["path"]
+    name = Path(first).name
+    bob = tmp_path / "bob"
+    bob.mkdir()
+    for suffix in ("", ".json"):
+        (bob / (name + suffix)).write_bytes(Path(first + suffix).read_bytes())
+    moved = tmp_path / "dest.moved"
+    real = backup_mod._rotatable
+
+    def list_then_swap(*args, **kwargs):
+        listed = real(*args, **kwargs)
+        if not moved.exists():
+            os.rename(dest, moved)
+            os.symlink(bob, dest)
+        return listed
+
+    monkeypatch.setattr(backup_mod, "_rotatable", list_then_swap)
+    result = cli("backup", dest, "--keep", "1", "--json")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in bob.iterdir()) == sorted([name, name + ".json"])  # bob's are untouched
+    assert not (moved / name).exists() and not (moved / (name + ".json")).exists()  # ours went

@@ -759,3 +759,17 @@ def test_lineage_still_applies_to_md(cli, store, tmp_path):
     r = cli("export", tmp_path / "docs", "--db", store, "--format", "md", "--title", "proj", "--lineage", "logical")
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["c1.md", "manifest.jsonl"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can set an access list naming another user here")
+def test_verified_delete_refuses_a_folder_an_access_list_lets_another_user_write(store, tmp_path):
+    """Hostile try 10, M2: a keeper folder another user may write through an ACL (its group bits are the mask,
+    which looked like the owner's private group) was accepted; she then removed the only copy."""
+    from tests.test_shared_store import _grant_by_access_list
+
+    keep = tmp_path / "keep"
+    keep.mkdir(mode=0o700)
+    _grant_by_access_list(keep, 1002)
+    r = run_export(f"{keep}/", "--db", store, "--session-id", "old_cli", "--delete-after-verified", "--yes")
+    assert r.returncode == 1 and "writable by the users and groups of its access list" in r.stderr, r.stderr
+    assert "old_cli" in session_ids(store) and list(keep.iterdir()) == []

@@ -345,7 +345,30 @@ def test_the_undo_of_a_verified_delete_does_not_depend_on_the_order_of_its_files
     assert sorted(report["relinked"]) == ["P_sub", "branch"]
     assert query(db, "SELECT id, parent_session_id FROM sessions ORDER BY id") == [
         ("P", None), ("P_sub", "P"), ("branch", "P")]
-    assert query(db, "SELECT COUNT(*) FROM state_meta WHERE key LIKE 'hermes_maint.import.%'") == [(0,)]
+    assert query(db, "SELECT COUNT(*) FROM state_meta WHERE key LIKE 'hermes_maint.unlinked_from.%'") == [(0,)]
+
+
+def test_a_files_kept_children_never_re_parent_sessions_the_store_did_not_unlink(tmp_path):
+    """Hostile try 10, M4: the undo relinked every session a record's `kept_children` named, whatever this store
+    had done: a crafted file made four unrelated root sessions (a pinned one among them) branches of its own
+    session. Only the store's own notes (a verified delete's kept children, an import that lacked the parent)
+    re-parent a session."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("src", age=30, messages=2)
+        b.session("root_a", age=20, messages=1)
+        b.session("root_b", age=10, messages=1)
+    record = json.loads(export_all(db).splitlines()[0])
+    assert record["id"] == "src"
+    record = {**record, "id": "evil", "kept_children": ["root_a", "root_b"],
+              "messages": [{k: v for k, v in {**m, "session_id": "evil"}.items() if k != "id"}
+                           for m in record["messages"]]}
+    file = tmp_path / "evil.jsonl"
+    file.write_text(json.dumps(record) + "\n")
+    report = do_import(db, file)
+    assert report["imported"] == ["evil"] and report["relinked"] == []
+    assert query(db, "SELECT id, parent_session_id FROM sessions ORDER BY id") == [
+        ("evil", None), ("root_a", None), ("root_b", None), ("src", None)]
 
 
 @pytest.mark.parametrize("kind,needle", [

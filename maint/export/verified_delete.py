@@ -10,6 +10,8 @@ delete and leaves files and store as they are.
 
 from __future__ import annotations
 
+import json
+
 import hashlib
 from collections.abc import Callable
 
@@ -17,7 +19,7 @@ from maint.store import guard
 from maint.store.catalog import session_info
 from maint.store.lineage import delegate_family
 from maint.errors import MaintError
-from maint.store.delete import delete_sessions, remove_session_files
+from maint.store.delete import delete_sessions, note_unlinked, remove_session_files
 from maint.store.connection import Store
 from maint.export.transcript import iter_messages
 
@@ -88,5 +90,8 @@ def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str], *,
             if fingerprint(store, sid) != prints[sid]:
                 raise MaintError(f"session {sid} changed since it was exported (new, edited, rewound or compacted "
                                  "messages); refusing to delete (files kept, store untouched)")
+        kept = conn.execute("SELECT id, parent_session_id FROM sessions WHERE parent_session_id IN "
+                            "(SELECT value FROM json_each(?))", (json.dumps(ids),)).fetchall()
+        note_unlinked(store, conn, [(c, p) for c, p in kept if c not in ids])  # their parent's import relinks them
         delete_sessions(store, conn, ids)
     return remove_session_files(store, ids)

@@ -329,41 +329,44 @@ def _sidecar(folder: files.Folder, name: str) -> Any:
         return None
 
 
-def list_snapshots(folder: Path, store_owner: int | None = None) -> list[Listed]:
+def list_snapshots(folder: Path, store_owner: int | None = None, *, opened: files.Folder | None = None
+                   ) -> list[Listed]:
     """The files in *folder* named like snapshots; verified only where we (or root, or *store_owner*) wrote
     both the file and its sidecar: whoever else can write in a shared folder never decides which snapshots
-    are this store's (and so which are rotated away)."""
-    if not os.path.lexists(folder):
-        return []
+    are this store's (and so which are rotated away). *opened*: the folder as the caller holds it open."""
+    if opened is None:
+        if not os.path.lexists(folder):
+            return []
+        with _folder(folder) as held:
+            return list_snapshots(folder, store_owner, opened=held)
     out = []
-    with _folder(folder) as opened:
-        for name in opened.names():
-            if not SNAPSHOT_RE.match(name):
-                continue
-            path = folder / name
-            st = opened.lstat(name)
-            if st is None:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                out.append(Listed(path, False, "not a regular file"))
-                continue
-            meta = _sidecar(opened, name + ".json")
-            side = opened.lstat(name + ".json")
-            foreign = files.untrusted_by(st, store_owner) or (side and files.untrusted_by(side, store_owner))
-            if meta is None:
-                out.append(Listed(path, False, "no readable sidecar (not verified by hermes-maint)"))
-            elif not isinstance(meta, dict) or meta.get("made_by") != MADE_BY or meta.get("file") != name:
-                out.append(Listed(path, False, "sidecar not written by hermes-maint for this file"))
-            elif foreign:
-                out.append(Listed(path, False, f"not ours: the snapshot or its sidecar {foreign}"))
-            elif meta.get("quick_check") != "ok":
-                out.append(Listed(path, False, f"kept as found: {meta.get('quick_check')}", meta))
-            elif not all(type(meta.get(k, 0)) is int for k in ("inode", "bytes", "created_ns")):
-                out.append(Listed(path, False, "sidecar damaged (inode, bytes and created_ns must be whole numbers)"))
-            elif meta.get("inode") != st.st_ino or meta.get("bytes") != st.st_size:
-                out.append(Listed(path, False, "file differs from the one hermes-maint verified", meta))
-            else:
-                out.append(Listed(path, True, "", meta))
+    for name in opened.names():
+        if not SNAPSHOT_RE.match(name):
+            continue
+        path = folder / name
+        st = opened.lstat(name)
+        if st is None:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            out.append(Listed(path, False, "not a regular file"))
+            continue
+        meta = _sidecar(opened, name + ".json")
+        side = opened.lstat(name + ".json")
+        foreign = files.untrusted_by(st, store_owner) or (side and files.untrusted_by(side, store_owner))
+        if meta is None:
+            out.append(Listed(path, False, "no readable sidecar (not verified by hermes-maint)"))
+        elif not isinstance(meta, dict) or meta.get("made_by") != MADE_BY or meta.get("file") != name:
+            out.append(Listed(path, False, "sidecar not written by hermes-maint for this file"))
+        elif foreign:
+            out.append(Listed(path, False, f"not ours: the snapshot or its sidecar {foreign}"))
+        elif meta.get("quick_check") != "ok":
+            out.append(Listed(path, False, f"kept as found: {meta.get('quick_check')}", meta))
+        elif not all(type(meta.get(k, 0)) is int for k in ("inode", "bytes", "created_ns")):
+            out.append(Listed(path, False, "sidecar damaged (inode, bytes and created_ns must be whole numbers)"))
+        elif meta.get("inode") != st.st_ino or meta.get("bytes") != st.st_size:
+            out.append(Listed(path, False, "file differs from the one hermes-maint verified", meta))
+        else:
+            out.append(Listed(path, True, "", meta))
     return out
 
 
@@ -570,25 +573,32 @@ def _owner_uid(store_path: Path) -> int | None:
     return owner[0] if owner else None
 
 
-def _rotatable(folder: Path, store_path: Path) -> list[Listed]:
+def _rotatable(folder: Path, store_path: Path, opened: files.Folder | None = None) -> list[Listed]:
     """This store's verified regular backups, oldest first (safety snapshots of restore are never rotated)."""
     store = str(Path(store_path).expanduser().resolve())
-    mine = [s for s in list_snapshots(folder, _owner_uid(store_path))
+    mine = [s for s in list_snapshots(folder, _owner_uid(store_path), opened=opened)
             if s.verified and s.meta.get("kind") == "backup" and s.meta.get("store") == store]
     return sorted(mine, key=lambda s: s.meta.get("created_ns", 0))
 
 
 def rotate(folder: Path, store_path: Path, keep: int, just_made: Path) -> list[str]:
-    """Remove the oldest verified backups of this store beyond *keep*; never *just_made*, never another's file."""
-    mine = _rotatable(folder, store_path)
+    """Remove the oldest verified backups of this store beyond *keep*; never *just_made*, never another's file.
+
+    Listed and removed through one descriptor of the folder, each file removed only while its name still holds
+    the file listed: the folder's owner could otherwise move it away after the listing and put a link to another
+    user's snapshot folder at its name (hostile try 10, M3: root's rotation removed that user's snapshot)."""
     removed = []
-    for s in mine[:max(0, len(mine) - keep)]:
-        if s.path == just_made:
-            continue
-        with _folder(s.path.parent) as opened:
+    with _folder(folder) as opened:
+        mine = _rotatable(folder, store_path, opened)
+        for s in mine[:max(0, len(mine) - keep)]:
+            if s.path == just_made:
+                continue
+            st = opened.lstat(s.path.name)
+            if st is None or st.st_ino != s.meta.get("inode"):
+                continue  # not the file listed any more
             opened.unlink(s.path.name)
             opened.unlink(s.path.name + ".json")
-        removed.append(str(s.path))
+            removed.append(str(s.path))
     return removed
 
 

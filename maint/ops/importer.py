@@ -62,6 +62,7 @@ from maint import files, json_text
 from maint.errors import MaintError, UsageError
 from maint.store import lineage_records as lin
 from maint.store import guard
+from maint.store.delete import PARENT_NOTE, note_unlinked
 from maint.store.batching import Batcher, paced_writes
 from maint.store.catalog import SessionInfo
 from maint.store.connection import Store
@@ -72,10 +73,6 @@ from maint.flow import Operator
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Keys of a session record that are not columns: ours, and what Hermes's own exports add (last_active from
 # export_all, the logical-lineage fields of md/qmd).
-# state_meta keys of sessions an import unlinked from a parent it did not have (the value): the parent's import
-# links them again
-PARENT_NOTE = "hermes_maint.import.parent_of."
-
 NOT_COLUMNS = {"messages", "timings", "system_prompts", "kept_children", "last_active", "segments",
                "lineage_session_ids"}
 # Fields that may hold JSON structure: Hermes's export decodes them (content: multimodal parts; tool_calls:
@@ -566,9 +563,7 @@ class _Writer:
         if parent and not self.exists(parent):
             row["parent_session_id"] = None
             self.result.detached.append(sid)
-            if self.store.has_table("state_meta"):  # the parent's later import links it again (:meth:`relink`)
-                conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
-                             (PARENT_NOTE + sid, str(parent)))
+            note_unlinked(self.store, conn, [(sid, str(parent))])  # the parent's later import links it again
         prompts = obj.get("system_prompts") or {}
         text, ref = obj.get("system_prompt"), obj.get("system_prompt_hash")
         if self.has_prompt_table and isinstance(text, str) and isinstance(ref, str) and (
@@ -607,11 +602,13 @@ class _Writer:
             conn.execute(f"INSERT INTO sessions ({names}) VALUES ({ph(cols)})", [row[c] for c in cols])
             self.result.imported.append(sid)
         self.messages(conn, sid, obj["messages"])
-        self.relink(conn, sid, [*(obj.get("kept_children") or []), *self.waiting_children(conn, sid)])
+        self.relink(conn, sid, self.waiting_children(conn, sid))
 
     def waiting_children(self, conn, sid: str) -> list[str]:
-        """Sessions an earlier import unlinked because *sid*, their parent, was not there yet (the files of one
-        verified delete imported child first, hostile try 9, L14); their notes go with this answer."""
+        """Sessions this store's verified delete (the children it kept) or an earlier import (the files of one
+        verified delete imported child first, hostile try 9, L14) unlinked from *sid*, by the store's own notes
+        (:data:`maint.store.delete.PARENT_NOTE`): a file's ``kept_children`` alone never re-parents a session
+        (hostile try 10, M4). The notes go with this answer."""
         if not self.store.has_table("state_meta"):
             return []
         where = "substr(key, 1, ?) = ? AND value = ?"

@@ -22,6 +22,19 @@ from maint.store.connection import Store
 from maint.store.sqlutil import chunks, ph
 
 
+# state_meta keys of sessions unlinked from a parent that went away (the value: the parent's id), by a verified
+# delete (the children it kept) or an import that lacked the parent: importing that parent links them again.
+# Only this store's own notes decide: a file's word alone never re-parents a session (hostile try 10, M4).
+PARENT_NOTE = "hermes_maint.unlinked_from."
+
+
+def note_unlinked(store: Store, conn, pairs: Iterable[tuple[str, str]]) -> None:
+    """Record, in the caller's transaction, that each (child, parent) was unlinked for want of the parent."""
+    if store.has_table("state_meta"):
+        conn.executemany("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
+                         [(PARENT_NOTE + child, parent) for child, parent in pairs])
+
+
 def delete_sessions(store: Store, conn, ids: list[str]) -> None:
     """The deletion itself, inside the caller's transaction.
 
