@@ -37,6 +37,10 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("max_unit_s", "HERMES_MAINT_MAX_UNIT_S", 1.0, 0, 86400, "seconds",
             "A conversation whose delete would hold the lock longer is kept while other processes have the "
             "store open (prune it with Hermes stopped); Hermes gives up on a write after about 1.3 s."),
+    Setting("write_limit_s", "HERMES_MAINT_WRITE_LIMIT_S", 300.0, 0, 86400, "seconds",
+            "The longest one write transaction of ours may run: a statement still running then (a trigger in the "
+            "store that never ends) is stopped and its transaction rolled back, so the write lock is never held "
+            "for good. An index rebuild (repair-fts --apply) is not bounded."),
     Setting("http_timeout_s", "HERMES_MAINT_HTTP_TIMEOUT_S", 60.0, 0, 3600, "seconds",
             "Connect, read and write timeout of each request to the Hugging Face Hub (export --upload)."),
     Setting("http_deadline_s", "HERMES_MAINT_HTTP_DEADLINE_S", 900.0, 0, 86400, "seconds",

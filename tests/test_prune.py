@@ -386,3 +386,25 @@ def test_a_prune_in_many_transactions_lists_the_request_dumps_once(hermes_home, 
     assert len(listings) == 1  # before: one a transaction
     left = sorted(p.name for p in (hermes_home / "sessions").iterdir())
     assert left == sorted(_session_files_names("kept")) and len(result.removed_files) == 40
+
+
+def test_a_statement_that_never_ends_is_stopped_and_its_transaction_rolled_back(tmp_path):
+    """Hostile try 10, M6: a trigger of the store's own that never ends (a BEFORE DELETE ON sessions counting an
+    endless recursive CTE) kept prune's first delete running for good, holding the write lock: every Hermes write
+    failed and a nightly loop over several stores stalled. Each write transaction is bounded in time."""
+    from tests.conftest import run_subprocess
+
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("old", age=200, messages=2)
+        b.session("young", age=1, messages=2)
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TRIGGER spin BEFORE DELETE ON sessions BEGIN SELECT count(*) FROM (WITH RECURSIVE "
+                 "r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT x FROM r); END")
+    conn.close()
+    # a process of its own, whose timeout (far past the bound) turns a hang into a failure, not a stuck suite
+    result = run_subprocess("prune", "--db", db, "--older-than", "100", "--yes",
+                            env={"HERMES_MAINT_WRITE_LIMIT_S": "1"}, timeout=120)
+    assert result.returncode == 1 and "a statement was still running 1 s into a transaction" in result.stderr, \
+        result.stderr
+    assert session_ids(db) == {"old", "young"}

@@ -257,3 +257,31 @@ def test_a_store_whose_folder_an_access_list_opens_to_another_user_is_refused(tm
     os.removexattr(folder, "system.posix_acl_access")
     os.chmod(folder, 0o755)
     assert cli("stats", "--db", path).exit_code == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give the folders to another user here")
+@pytest.mark.parametrize("mode, owner, refused", [
+    (0o777, 0, "is writable by every user without the sticky bit"),  # M5: a team drop folder
+    (0o755, 5555, "is owned by another user (uid 5555)"),
+    (0o1777, 0, None),  # sticky, as /tmp: no one renames what is not theirs
+    (0o755, 0, None),
+])
+def test_a_store_whose_folder_lies_in_one_others_may_rename_in_is_refused(tmp_path, cli, mode, owner, refused):
+    """Hostile try 10, M5: only the store's own folder was judged. In a parent others may rename in, another user
+    swapped the store's (private) folder with one of hers in a loop (renameat2 RENAME_EXCHANGE), and SQLite opened
+    and removed -journal/-wal names in her folder during the owner's runs. Every folder above is judged as config
+    folders are (OpenSSH's StrictModes)."""
+    parent = tmp_path / "drop"
+    folder = parent / "alice"
+    folder.mkdir(parents=True)
+    path = folder / "state.db"
+    with StoreBuilder(path) as b:
+        b.session("old", age=200)
+    os.chown(parent, owner, owner)
+    os.chmod(parent, mode)
+    result = cli("stats", "--db", path)
+    if refused:
+        assert result.exit_code == 1 and refused in result.stderr and f"{parent}" in result.stderr, result.output
+        assert "could swap the store's folder" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    else:
+        assert result.exit_code == 0, result.output

@@ -106,8 +106,9 @@ def damaged(store: Store, *, content: bool = False) -> dict[str, list[str]]:
 def rebuild(store: Store, table: str) -> str:
     """Rebuild one index in one transaction: FTS5 'rebuild' (which also repairs a damaged inline index from
     its own copy), then, if an inline index still misses messages, a refill from ``messages``.
-    Returns 'rebuild' or 'refill'."""
-    with store.write() as conn:
+    Returns 'rebuild' or 'refill'. Not bounded in time: it holds the lock for its whole run by design, with Hermes
+    stopped (repair-fts refuses while anyone holds the store)."""
+    with store.write(None) as conn:
         conn.execute(f"INSERT INTO {table}({table}) VALUES('rebuild')")
         fill = fill_of(store, table) if is_inline(store, table) else None
         if fill is None or not incomplete(store, table):

@@ -332,6 +332,14 @@ def _refuse_shared_folder(path: Path, st: os.stat_result) -> None:
     except OSError:
         return
     who = files.others_in_folder(fst, folder, st.st_uid)
+    if who is None:
+        # the folders above: one that others may rename in lets them swap the store's folder for one of theirs
+        # mid-run (hostile try 10, M5); sticky ones (as /tmp) keep them from renaming what is not theirs
+        above = files.untrusted_folder(folder.parent, also_trusted=st.st_uid)
+        if above:
+            raise StoreError(f"{path}: the folder above the store's, {folder.parent}, {above}: another user could swap "
+                             "the store's folder for one of theirs while we work; refusing to open it (chmod go-w, "
+                             "or +t, that folder)")
     if who:
         raise StoreError(f"{path}: its folder {folder} lets {who} create files in it (mode "
                          f"{stat.S_IMODE(fst.st_mode):o}): SQLite would replay a -journal or -wal one of them put "
@@ -505,8 +513,18 @@ class Store:
 
     # -- writes --------------------------------------------------------
     @contextlib.contextmanager
-    def write(self) -> Iterator[apsw.Connection]:
-        """A ``BEGIN IMMEDIATE`` transaction; callers keep the body short."""
+    def write(self, limit_s: float | None = -1.0) -> Iterator[apsw.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction; callers keep the body short. A statement still running *limit_s*
+        after the transaction began is interrupted and the transaction rolled back: the write lock is never held
+        for good (hostile try 10, M6: a trigger of the store's own that never ends kept prune's first delete
+        running, Hermes's writes failing, and a nightly loop stalled). By default the ``write_limit_s`` setting
+        (far past any bulk job's transaction: 150 ms aimed at; a conversation deleted whole with Hermes stopped
+        takes seconds on a 10 GB store); None: no bound (an index rebuild, which holds the lock for its whole run
+        by design, with Hermes stopped)."""
+        if limit_s is not None and limit_s < 0:
+            from maint import settings
+
+            limit_s = settings.value("write_limit_s")
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except apsw.BusyError:
@@ -525,13 +543,20 @@ class Store:
                              "store; stopped before writing to it (what was already done is in the file that was "
                              "moved away); run again")
         started = time.monotonic()
+        if limit_s is not None:
+            deadline = started + limit_s
+            self.conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
         crash_point("tx_begun")
         try:
             yield self.conn
             crash_point("tx_before_commit")
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(apsw.Error):
                 self.conn.execute("ROLLBACK")
+            if isinstance(exc, apsw.InterruptError) and limit_s is not None and time.monotonic() > deadline:
+                raise StoreError(f"{self.path}: a statement was still running {limit_s:g} s into a transaction "
+                                 "holding the write lock (a trigger in the store that never ends?); stopped, that "
+                                 "transaction rolled back (what committed before it stays)") from None
             raise
         else:
             try:
@@ -542,6 +567,8 @@ class Store:
                 raise
             crash_point("tx_committed")
         finally:
+            if limit_s is not None:
+                self.conn.set_progress_handler(_let_signals_in, PROGRESS_STEPS)
             self.write_stats.record(time.monotonic() - started)
 
     def replaced(self) -> bool:
