@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
@@ -70,9 +69,11 @@ def _ms(value: float | None) -> str:
 
 def _roles(roles: str) -> str:
     """The role counts as the reference's Counter keeps them, first seen first, printed as its encoder
-    prints a dict of str to int."""
-    counts = Counter(json.loads(roles))
-    return "{" + ", ".join(f"{_quote(k)}: {v}" for k, v in counts.items()) + "}"
+    prints a dict of str to int (counted in a plain dict: a Counter costs more to build than to fill)."""
+    counts: dict[str, int] = {}
+    for role in json.loads(roles):
+        counts[role] = counts.get(role, 0) + 1
+    return "{" + ", ".join([f"{_quote(k)}: {v}" for k, v in counts.items()]) + "}"
 
 
 def _literal(text: str) -> str:
@@ -104,7 +105,7 @@ def _value(expr: str, affinity: str = "blob", redact: bool = False) -> str:
     number (SQLite turns one into text on the way in), a real-affinity one no integer.
     """
     real = f"iif(abs({expr}) <= 1.7976931348623157e308, maint_repr({expr}), maint_json({expr}))"
-    number = {"text": "", "real": f"WHEN {expr} < '' THEN {real} "}.get(
+    number = {"text": "", "real": f"WHEN {expr} < '' THEN {_shortest(expr, real)} "}.get(
         affinity, f"WHEN {expr} < '' THEN iif(typeof({expr}) = 'real', {real}, {expr}) ")
     if redact:  # texts of 8 characters or more and blobs go through the redactor (render.redact_row)
         return (f"CASE WHEN {expr} IS NULL THEN 'null' {number}WHEN {expr} < x'' THEN "
@@ -112,6 +113,35 @@ def _value(expr: str, affinity: str = "blob", redact: bool = False) -> str:
                 f"json_quote({expr}))) ELSE maint_redacted({expr}) END")
     return (f"CASE WHEN {expr} IS NULL THEN 'null' {number}WHEN {expr} < x'' THEN json_quote({expr}) "
             f"ELSE maint_json({expr}) END")
+
+
+def _shortest(expr: str, otherwise: str) -> str:
+    """``repr(x)`` for a float x in [2**30, 2**31) (the binade of the timestamps of 2004 to 2038), in SQL where
+    that is provable, else *otherwise*: most of an export's floats, each a Python call otherwise.
+
+    There x = N / 2**22 exactly (N = x * 2**22: the product and the cast are exact below 2**53), with ten digits
+    before the point, so Python's shortest round-trip repr has at most seven after it. In units of 1e-7 the
+    fraction is u = T / 2**22 (T = (N mod 2**22) * 10**7, below 2**46), and a decimal c reads back as x when
+    |c * 2**22 - T| < 5,000,000: integers, exact. (Equality, where reading rounds half to even, cannot happen:
+    for c a multiple of 10 the left side is a multiple of 2**7, 5,000,000 = 2**6 * 5**8 is not; the unit below
+    is within 2**21 of T.)
+    That interval is 2.4 units wide, so it holds at most one multiple of 10: when the nearest one is inside,
+    it is the shortest repr (its zeros stripped, ".0" when none is left, a carry into the integer part
+    included); else the repr has seven decimals, the unit nearest u, ``(T + 2**21) >> 22``, which is no
+    multiple of 10 (that one would be inside) and carries nothing. A u exactly between two units asks Python.
+    """
+    q, half = 1 << 22, 1 << 21
+    n = f"CAST({expr} * {q} AS INTEGER)"
+    t = f"(({n} & {q - 1}) * 10000000)"
+    near10 = f"(({t} + {5 * q}) % {10 * q})"  # 5 * 2**22 - (the multiple of 10 nearest u) * 2**22 + T
+    total = f"(({n} >> 22) * 10000000 + ({t} + {5 * q}) / {10 * q} * 10)"
+    # (|| binds tighter than / in SQL: the parentheses matter)
+    trimmed = (f"(({total} / 10000000) || '.' || "
+               f"coalesce(nullif(rtrim(substr({total} % 10000000 + 10000000, 2), '0'), ''), '0'))")
+    seven = f"(({n} >> 22) || '.' || substr((({t} + {half}) >> 22) + 10000000, 2))"
+    return (f"coalesce(CASE WHEN {expr} >= 1073741824.0 AND {expr} < 2147483648.0 THEN CASE "
+            f"WHEN {near10} BETWEEN {5 * q - 4999999} AND {5 * q + 4999999} THEN {trimmed} "
+            f"WHEN {t} & {q - 1} <> {half} THEN {seven} END END, {otherwise})")
 
 
 def _tenths(expr: str) -> str:
@@ -260,9 +290,13 @@ def _messages(columns: list[tuple[str, str]], head: str, prompts: str, redact: b
     roles, in order), the tool calls and the timings (:func:`_intervals`); NUL for what the SQL cannot
     vouch for.
 
-    The ids are sorted alone, with each timestamp and the one before it (from the session index), and the
-    rows fetched in that order; the aggregate takes them as they come, and their order is checked against
-    a sorted copy of the ids, so a plan that reorders them is caught, not trusted.
+    The ids are sorted alone, with each timestamp and the id and timestamp before it (from the session
+    index), and the rows fetched in that order; the aggregate takes them as they come, and their order is
+    checked, so a plan that reorders them is caught, not trusted: the rows came in id order exactly when the
+    first came with no id before it and each next one with the id of the row before it ("x,a1,...,an" =
+    "p1,...,pn,max"; ids are numbers, whose text has no comma: anything else gives the line back). Per row,
+    the checks that need a function call run only for an assistant's row with ``tool_calls`` (an ``iif``
+    jumps; ``AND``/``OR`` in a value evaluate both sides).
     """
     has = {c for c, _ in columns}
     role = "m.role" if "role" in has else "NULL"
@@ -273,17 +307,20 @@ def _messages(columns: list[tuple[str, str]], head: str, prompts: str, redact: b
             ', "tool_calls_emitted": ', coalesce(SUM(iif(role = 'assistant' AND calls <> '',
                 iif(json_valid(calls) AND json_type(calls) = 'array', json_array_length(calls), 1), 0)), 0),
             ', "complete": false, ',
-            iif(coalesce(SUM(typeof(role) NOT IN ('text', 'null')
-                             OR role = 'assistant' AND typeof(calls) NOT IN ('text', 'null')
-                             OR role = 'assistant' AND calls <> '' AND NOT json_valid(calls)
-                             OR role = 'assistant' AND instr(calls, char(0)) > 0
-                             OR role = 'assistant'
-                              AND length(calls) - length(replace(replace(calls, '[', ''), '{{', '')) > {MAX_DEPTH}), 0)
-                OR group_concat(id) IS NOT group_concat(id, ',' ORDER BY id), char(0), ''),
+            iif(coalesce(SUM(iif(typeof(role) NOT IN ('text', 'null'), 1,
+                                 iif(role = 'assistant' AND calls IS NOT NULL,
+                                     typeof(calls) <> 'text'
+                                     OR calls <> '' AND NOT json_valid(calls)
+                                     OR instr(calls, char(0)) > 0
+                                     OR length(calls) - length(replace(replace(calls, '[', ''), '{{', ''))
+                                        > {MAX_DEPTH}, 0))), 0)
+                OR 'x,' || group_concat(id) IS NOT group_concat(coalesce(prev_id, 'x')) || ',' || MAX(id)
+                OR SUM(iif(id < '', 0, 1)), char(0), ''),
             {_intervals()}, char(10))
         FROM (SELECT m.id AS id, {_object('m', columns, '}', redact)} AS js, {role} AS role, {calls} AS calls,
-                     o.ts AS ts, o.prev AS prev
-              FROM (SELECT id, {ts} AS ts, LAG({ts}) OVER (ORDER BY id) AS prev FROM messages
+                     o.ts AS ts, o.prev AS prev, o.prev_id AS prev_id
+              FROM (SELECT id, {ts} AS ts, LAG({ts}) OVER (ORDER BY id) AS prev, LAG(id) OVER (ORDER BY id) AS prev_id
+                    FROM messages
                     WHERE session_id = s.id ORDER BY id) o JOIN messages m ON m.id = o.id))"""
 
 
