@@ -303,11 +303,11 @@ def _messages(columns: list[tuple[str, str]], head: str, prompts: str, redact: b
     calls = "m.tool_calls" if "tool_calls" in has else "NULL"
     ts = "timestamp" if "timestamp" in has else "NULL"
     return f"""(SELECT concat({head}, group_concat(js, ','), ']', {prompts}, ', "timings": {{"role_counts": ',
-            maint_roles(json_group_array(iif(typeof(role) = 'blob', 'unknown', coalesce(nullif(role, ''), 'unknown')))),
+            maint_roles(json_group_array(iif(role >= x'' OR role = '', 'unknown', coalesce(role, 'unknown')))),
             ', "tool_calls_emitted": ', coalesce(SUM(iif(role = 'assistant' AND calls <> '',
                 iif(json_valid(calls) AND json_type(calls) = 'array', json_array_length(calls), 1), 0)), 0),
             ', "complete": false, ',
-            iif(coalesce(SUM(iif(typeof(role) NOT IN ('text', 'null'), 1,
+            iif(coalesce(SUM(iif(role < '' OR role >= x'', 1,
                                  iif(role = 'assistant' AND calls IS NOT NULL,
                                      typeof(calls) <> 'text'
                                      OR calls <> '' AND NOT json_valid(calls)
@@ -330,7 +330,7 @@ def _intervals() -> str:
 
     NUL when a timestamp is not a finite float or only some messages have one.
     """
-    gap = "max((ts - prev) * 1000, 0.0)"
+    gap = "iif(ts >= prev, (ts - prev) * 1000, 0.0)"
     return f"""CASE
             WHEN SUM(typeof(ts) NOT IN ('real', 'null') OR abs(ts) > 1.7976931348623157e308)
                  OR COUNT(ts) NOT IN (0, COUNT(*)) THEN char(0)
@@ -532,11 +532,14 @@ class ReadPacing:
 
 
 def read_pacing(store: Store, spool: Any) -> ReadPacing:
-    """The pacing for *store*: the clock bounds a read only where readers hold writers off (not WAL)."""
+    """The pacing for *store*: the clock bounds a read only where readers hold writers off (not WAL).
+
+    The lock budget's module (and psutil, which it imports) is loaded only for such a store."""
+    if str(store.scalar("PRAGMA journal_mode")).lower() == "wal":
+        return ReadPacing(store.snapshot, spool, None)
     from maint.store.batching import target_from_env
 
-    wal = str(store.scalar("PRAGMA journal_mode")).lower() == "wal"
-    return ReadPacing(store.snapshot, spool, None if wal else target_from_env())
+    return ReadPacing(store.snapshot, spool, target_from_env())
 
 
 class _SpoolOut:
