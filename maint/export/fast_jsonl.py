@@ -216,11 +216,13 @@ def _parsed_value(expr: str, col: str, otherwise: str, redacted: bool) -> str:
     then judged."""
     prefix = PARSED_COLUMNS[col]
     body = _payload(expr, prefix)
+    # A text, told by comparisons first (SQLite orders numbers < text < blobs; the prefix is text): typeof, a
+    # function call, is reached only by the few cells that pass them, not once a row.
+    text = f"{_has_prefix(expr, prefix)} AND typeof({expr}) = 'text'" if prefix else f"{expr} >= '' AND {expr} < x''"
     if redacted:  # NULL from the redactor: nothing masked, the text is judged here as unredacted
-        return (f"iif(typeof({expr}) = 'text' AND {_has_prefix(expr, prefix)}, coalesce(maint_parsed_redacted_{col}"
+        return (f"iif({text}, coalesce(maint_parsed_redacted_{col}"
                 f"({expr}), iif({parsed_guard(body)}, json({body}), {otherwise})), {otherwise})")
-    return (f"iif(typeof({expr}) = 'text' AND {_has_prefix(expr, prefix)} AND {parsed_guard(body)}, json({body}), "
-            f"{otherwise})")
+    return f"iif({text} AND {parsed_guard(body)}, json({body}), {otherwise})"
 
 
 def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool = False,
@@ -332,7 +334,7 @@ def _intervals() -> str:
     """
     gap = "iif(ts >= prev, (ts - prev) * 1000, 0.0)"
     return f"""CASE
-            WHEN SUM(typeof(ts) NOT IN ('real', 'null') OR abs(ts) > 1.7976931348623157e308)
+            WHEN SUM(typeof(ts) NOT IN ('real', 'null') OR ts > 1.7976931348623157e308 OR ts < -1.7976931348623157e308)
                  OR COUNT(ts) NOT IN (0, COUNT(*)) THEN char(0)
             WHEN COUNT(ts) = 0 THEN {_literal(_UNAVAILABLE)}
             ELSE concat('"available": true, "wall_clock_ms": ', maint_ms((MAX(ts) - MIN(ts)) * 1000),
