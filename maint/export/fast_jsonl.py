@@ -123,8 +123,8 @@ def _shortest(expr: str, otherwise: str) -> str:
     before the point, so Python's shortest round-trip repr has at most seven after it. In units of 1e-7 the
     fraction is u = T / 2**22 (T = (N mod 2**22) * 10**7, below 2**46), and a decimal c reads back as x when
     |c * 2**22 - T| < 5,000,000: integers, exact. (Equality, where reading rounds half to even, cannot happen:
-    for c a multiple of 10 the left side is a multiple of 2**7, 5,000,000 = 2**6 * 5**8 is not; the unit below
-    is within 2**21 of T.)
+    for c a multiple of 10 the left side is a multiple of 2**7, 5,000,000 = 2**6 * 5**8 is not; for the nearest
+    unit it is at most 2**21.)
     That interval is 2.4 units wide, so it holds at most one multiple of 10: when the nearest one is inside,
     it is the shortest repr (its zeros stripped, ".0" when none is left, a carry into the integer part
     included); else the repr has seven decimals, the unit nearest u, ``(T + 2**21) >> 22``, which is no
