@@ -153,6 +153,34 @@ def test_sql_lines_are_the_reference_bytes_and_only_unvouched_sessions_fall_back
     assert set(fell_back) == set(FALLBACK)
 
 
+def test_timestamp_floats_written_by_the_sql_are_python_repr_and_only_exact_ties_ask_python():
+    """fast_jsonl._shortest: a float of [2**30, 2**31) (timestamps of 2004 to 2038) is written by SQL as repr()
+    writes it; NULL (Python's way) only for the 128 fractions a second exactly between two 7-decimal units."""
+    import math
+    import random
+
+    from maint.export.fast_jsonl import _shortest
+
+    conn = apsw.Connection(":memory:")
+    sql = "SELECT " + _shortest("?1", "NULL")
+    rng = random.Random(27)
+    whole = rng.randrange(2**30, 2**31)
+    q = 2**22
+    first = 2**14 * pow(5**7, -1, 2**15) % 2**15  # T = F * 10**7 = 2**21 (mod 2**22): F = this (mod 2**15)
+    ties = [whole + f / q for f in range(first, q, 2**15)]
+    assert len(ties) == 128 and all(f * 10**7 % q == q // 2 for f in range(first, q, 2**15))
+    values = [whole + f / q for f in [*range(5000), *range(q - 5000, q)]]  # .0, the short ones, next to a carry
+    values += [rng.uniform(2**30, 2**31) for _ in range(20000)]
+    values += [round(rng.uniform(2**30, 2**31), rng.randint(0, 7)) for _ in range(20000)]  # shorter reprs
+    values += [2.0**30, math.nextafter(2.0**31, 0), 1733212345.1234567, 1733212345.5]
+    tie_set = set(ties)
+    for x in values + ties:
+        got = conn.execute(sql, (x,)).fetchall()[0][0]
+        assert got == (None if x in tie_set else repr(x)), repr(x)
+    for x in (math.nextafter(2.0**30, 0), 2.0**31, 1e16, 0.5, -1733212345.5, 5e-324):
+        assert conn.execute(sql, (x,)).fetchall()[0][0] is None  # outside the binade: Python's way
+
+
 @pytest.mark.parametrize("layout", ["v22", "v31"])
 def test_redacted_sql_lines_are_the_redacted_reference_bytes(tmp_path, layout):
     """--redact goes the SQL way too, the redactor called from the SQL for each text and blob: the

@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
@@ -70,9 +69,11 @@ def _ms(value: float | None) -> str:
 
 def _roles(roles: str) -> str:
     """The role counts as the reference's Counter keeps them, first seen first, printed as its encoder
-    prints a dict of str to int."""
-    counts = Counter(json.loads(roles))
-    return "{" + ", ".join(f"{_quote(k)}: {v}" for k, v in counts.items()) + "}"
+    prints a dict of str to int (counted in a plain dict: a Counter costs more to build than to fill)."""
+    counts: dict[str, int] = {}
+    for role in json.loads(roles):
+        counts[role] = counts.get(role, 0) + 1
+    return "{" + ", ".join([f"{_quote(k)}: {v}" for k, v in counts.items()]) + "}"
 
 
 def _literal(text: str) -> str:
@@ -104,7 +105,7 @@ def _value(expr: str, affinity: str = "blob", redact: bool = False) -> str:
     number (SQLite turns one into text on the way in), a real-affinity one no integer.
     """
     real = f"iif(abs({expr}) <= 1.7976931348623157e308, maint_repr({expr}), maint_json({expr}))"
-    number = {"text": "", "real": f"WHEN {expr} < '' THEN {real} "}.get(
+    number = {"text": "", "real": f"WHEN {expr} < '' THEN {_shortest(expr, real)} "}.get(
         affinity, f"WHEN {expr} < '' THEN iif(typeof({expr}) = 'real', {real}, {expr}) ")
     if redact:  # texts of 8 characters or more and blobs go through the redactor (render.redact_row)
         return (f"CASE WHEN {expr} IS NULL THEN 'null' {number}WHEN {expr} < x'' THEN "
@@ -112,6 +113,35 @@ def _value(expr: str, affinity: str = "blob", redact: bool = False) -> str:
                 f"json_quote({expr}))) ELSE maint_redacted({expr}) END")
     return (f"CASE WHEN {expr} IS NULL THEN 'null' {number}WHEN {expr} < x'' THEN json_quote({expr}) "
             f"ELSE maint_json({expr}) END")
+
+
+def _shortest(expr: str, otherwise: str) -> str:
+    """``repr(x)`` for a float x in [2**30, 2**31) (the binade of the timestamps of 2004 to 2038), in SQL where
+    that is provable, else *otherwise*: most of an export's floats, each a Python call otherwise.
+
+    There x = N / 2**22 exactly (N = x * 2**22: the product and the cast are exact below 2**53), with ten digits
+    before the point, so Python's shortest round-trip repr has at most seven after it. In units of 1e-7 the
+    fraction is u = T / 2**22 (T = (N mod 2**22) * 10**7, below 2**46), and a decimal c reads back as x when
+    |c * 2**22 - T| < 5,000,000: integers, exact. (Equality, where reading rounds half to even, cannot happen:
+    for c a multiple of 10 the left side is a multiple of 2**7, 5,000,000 = 2**6 * 5**8 is not; for the nearest
+    unit it is at most 2**21.)
+    That interval is 2.4 units wide, so it holds at most one multiple of 10: when the nearest one is inside,
+    it is the shortest repr (its zeros stripped, ".0" when none is left, a carry into the integer part
+    included); else the repr has seven decimals, the unit nearest u, ``(T + 2**21) >> 22``, which is no
+    multiple of 10 (that one would be inside) and carries nothing. A u exactly between two units asks Python.
+    """
+    q, half = 1 << 22, 1 << 21
+    n = f"CAST({expr} * {q} AS INTEGER)"
+    t = f"(({n} & {q - 1}) * 10000000)"
+    near10 = f"(({t} + {5 * q}) % {10 * q})"  # 5 * 2**22 - (the multiple of 10 nearest u) * 2**22 + T
+    total = f"(({n} >> 22) * 10000000 + ({t} + {5 * q}) / {10 * q} * 10)"
+    # (|| binds tighter than / in SQL: the parentheses matter)
+    trimmed = (f"(({total} / 10000000) || '.' || "
+               f"coalesce(nullif(rtrim(substr({total} % 10000000 + 10000000, 2), '0'), ''), '0'))")
+    seven = f"(({n} >> 22) || '.' || substr((({t} + {half}) >> 22) + 10000000, 2))"
+    return (f"coalesce(CASE WHEN {expr} >= 1073741824.0 AND {expr} < 2147483648.0 THEN CASE "
+            f"WHEN {near10} BETWEEN {5 * q - 4999999} AND {5 * q + 4999999} THEN {trimmed} "
+            f"WHEN {t} & {q - 1} <> {half} THEN {seven} END END, {otherwise})")
 
 
 def _tenths(expr: str) -> str:
@@ -186,11 +216,13 @@ def _parsed_value(expr: str, col: str, otherwise: str, redacted: bool) -> str:
     then judged."""
     prefix = PARSED_COLUMNS[col]
     body = _payload(expr, prefix)
+    # A text, told by comparisons first (SQLite orders numbers < text < blobs; the prefix is text): typeof, a
+    # function call, is reached only by the few cells that pass them, not once a row.
+    text = f"{_has_prefix(expr, prefix)} AND typeof({expr}) = 'text'" if prefix else f"{expr} >= '' AND {expr} < x''"
     if redacted:  # NULL from the redactor: nothing masked, the text is judged here as unredacted
-        return (f"iif(typeof({expr}) = 'text' AND {_has_prefix(expr, prefix)}, coalesce(maint_parsed_redacted_{col}"
+        return (f"iif({text}, coalesce(maint_parsed_redacted_{col}"
                 f"({expr}), iif({parsed_guard(body)}, json({body}), {otherwise})), {otherwise})")
-    return (f"iif(typeof({expr}) = 'text' AND {_has_prefix(expr, prefix)} AND {parsed_guard(body)}, json({body}), "
-            f"{otherwise})")
+    return f"iif({text} AND {parsed_guard(body)}, json({body}), {otherwise})"
 
 
 def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool = False,
@@ -260,30 +292,37 @@ def _messages(columns: list[tuple[str, str]], head: str, prompts: str, redact: b
     roles, in order), the tool calls and the timings (:func:`_intervals`); NUL for what the SQL cannot
     vouch for.
 
-    The ids are sorted alone, with each timestamp and the one before it (from the session index), and the
-    rows fetched in that order; the aggregate takes them as they come, and their order is checked against
-    a sorted copy of the ids, so a plan that reorders them is caught, not trusted.
+    The ids are sorted alone, with each timestamp and the id and timestamp before it (from the session
+    index), and the rows fetched in that order; the aggregate takes them as they come, and their order is
+    checked, so a plan that reorders them is caught, not trusted: the rows came in id order exactly when the
+    first came with no id before it and each next one with the id of the row before it ("x,a1,...,an" =
+    "p1,...,pn,max"; ids are numbers, whose text has no comma: anything else gives the line back). Per row,
+    the checks that need a function call run only for an assistant's row with ``tool_calls`` (an ``iif``
+    jumps; ``AND``/``OR`` in a value evaluate both sides).
     """
     has = {c for c, _ in columns}
     role = "m.role" if "role" in has else "NULL"
     calls = "m.tool_calls" if "tool_calls" in has else "NULL"
     ts = "timestamp" if "timestamp" in has else "NULL"
     return f"""(SELECT concat({head}, group_concat(js, ','), ']', {prompts}, ', "timings": {{"role_counts": ',
-            maint_roles(json_group_array(iif(typeof(role) = 'blob', 'unknown', coalesce(nullif(role, ''), 'unknown')))),
+            maint_roles(json_group_array(iif(role >= x'' OR role = '', 'unknown', coalesce(role, 'unknown')))),
             ', "tool_calls_emitted": ', coalesce(SUM(iif(role = 'assistant' AND calls <> '',
                 iif(json_valid(calls) AND json_type(calls) = 'array', json_array_length(calls), 1), 0)), 0),
             ', "complete": false, ',
-            iif(coalesce(SUM(typeof(role) NOT IN ('text', 'null')
-                             OR role = 'assistant' AND typeof(calls) NOT IN ('text', 'null')
-                             OR role = 'assistant' AND calls <> '' AND NOT json_valid(calls)
-                             OR role = 'assistant' AND instr(calls, char(0)) > 0
-                             OR role = 'assistant'
-                              AND length(calls) - length(replace(replace(calls, '[', ''), '{{', '')) > {MAX_DEPTH}), 0)
-                OR group_concat(id) IS NOT group_concat(id, ',' ORDER BY id), char(0), ''),
+            iif(coalesce(SUM(iif(role < '' OR role >= x'', 1,
+                                 iif(role = 'assistant' AND calls IS NOT NULL,
+                                     typeof(calls) <> 'text'
+                                     OR calls <> '' AND NOT json_valid(calls)
+                                     OR instr(calls, char(0)) > 0
+                                     OR length(calls) - length(replace(replace(calls, '[', ''), '{{', ''))
+                                        > {MAX_DEPTH}, 0))), 0)
+                OR 'x,' || group_concat(id) IS NOT group_concat(coalesce(prev_id, 'x')) || ',' || MAX(id)
+                OR SUM(iif(id < '', 0, 1)), char(0), ''),
             {_intervals()}, char(10))
         FROM (SELECT m.id AS id, {_object('m', columns, '}', redact)} AS js, {role} AS role, {calls} AS calls,
-                     o.ts AS ts, o.prev AS prev
-              FROM (SELECT id, {ts} AS ts, LAG({ts}) OVER (ORDER BY id) AS prev FROM messages
+                     o.ts AS ts, o.prev AS prev, o.prev_id AS prev_id
+              FROM (SELECT id, {ts} AS ts, LAG({ts}) OVER (ORDER BY id) AS prev, LAG(id) OVER (ORDER BY id) AS prev_id
+                    FROM messages
                     WHERE session_id = s.id ORDER BY id) o JOIN messages m ON m.id = o.id))"""
 
 
@@ -293,9 +332,9 @@ def _intervals() -> str:
 
     NUL when a timestamp is not a finite float or only some messages have one.
     """
-    gap = "max((ts - prev) * 1000, 0.0)"
+    gap = "iif(ts >= prev, (ts - prev) * 1000, 0.0)"
     return f"""CASE
-            WHEN SUM(typeof(ts) NOT IN ('real', 'null') OR abs(ts) > 1.7976931348623157e308)
+            WHEN SUM(typeof(ts) NOT IN ('real', 'null') OR ts > 1.7976931348623157e308 OR ts < -1.7976931348623157e308)
                  OR COUNT(ts) NOT IN (0, COUNT(*)) THEN char(0)
             WHEN COUNT(ts) = 0 THEN {_literal(_UNAVAILABLE)}
             ELSE concat('"available": true, "wall_clock_ms": ', maint_ms((MAX(ts) - MIN(ts)) * 1000),
@@ -495,11 +534,14 @@ class ReadPacing:
 
 
 def read_pacing(store: Store, spool: Any) -> ReadPacing:
-    """The pacing for *store*: the clock bounds a read only where readers hold writers off (not WAL)."""
+    """The pacing for *store*: the clock bounds a read only where readers hold writers off (not WAL).
+
+    The lock budget's module (and psutil, which it imports) is loaded only for such a store."""
+    if str(store.scalar("PRAGMA journal_mode")).lower() == "wal":
+        return ReadPacing(store.snapshot, spool, None)
     from maint.store.batching import target_from_env
 
-    wal = str(store.scalar("PRAGMA journal_mode")).lower() == "wal"
-    return ReadPacing(store.snapshot, spool, None if wal else target_from_env())
+    return ReadPacing(store.snapshot, spool, target_from_env())
 
 
 class _SpoolOut:

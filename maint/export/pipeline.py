@@ -398,7 +398,6 @@ class Renderer:
         bounded transactions, each written once it has ended; any other document (one session, or one
         lineage) is read whole in one transaction into a spool, then written."""
         from maint.export.fast_jsonl import read_pacing
-        from maint.export.verified_delete import fingerprint
 
         spool = Spool()
         prints: dict = {}
@@ -410,8 +409,10 @@ class Renderer:
                     with self.store.snapshot():
                         n = self.render(entry, spool.write, spool.write_bytes)
                         # The delete check needs the transcript as it was exported, from the same snapshot.
-                        prints = {sid: fingerprint(self.store, sid) for sid in entry["ids"]} \
-                            if self.req.delete_after_verified else {}
+                        if self.req.delete_after_verified:
+                            from maint.export.verified_delete import fingerprint
+
+                            prints = {sid: fingerprint(self.store, sid) for sid in entry["ids"]}
                     spool.drain(sink.write_bytes)
         finally:
             spool.close()
