@@ -10,6 +10,7 @@ import json
 import os
 import re
 import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,7 +207,9 @@ def parse_yaml(text: str, path: Path, *, what: str = "config", safe: bool = Fals
         node = yaml.compose(text)
         if node is not None:
             _check_bounds(node, path, what)
-        return yaml.load(text)
+        with warnings.catch_warnings():  # ruamel's notes on YAML 1.1 spellings are not ours to print
+            warnings.simplefilter("ignore")
+            return yaml.load(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else "?"
@@ -218,7 +221,9 @@ def parse_yaml(text: str, path: Path, *, what: str = "config", safe: bool = Fals
         raise UsageError(f"{path}: malformed YAML in the {what}: {str(exc).splitlines()[0]}") from None
     except RecursionError:
         raise UsageError(f"{path}: malformed {what}: nested deeper than {YAML_MAX_DEPTH} levels; refusing") from None
-    except (ValueError, OverflowError) as exc:  # a scalar that looks like a type it is not (2024-02-30 as a date)
+    except (ValueError, OverflowError, KeyError, IndexError, TypeError) as exc:
+        # a scalar that is not the type it looks like or is tagged with (2024-02-30 as a date, !!bool "maybe",
+        # !!int ""): the loader's constructors raise whatever their parsing hits (hostile tries 9 and 10, L3, M7)
         raise UsageError(f"{path}: malformed YAML in the {what}: a value cannot be read as the type it looks like "
                          f"({exc}); quote it to keep it as text") from None
 

@@ -115,7 +115,8 @@ def test_deeply_nested_yaml_is_one_line_everywhere_it_is_read(hermes_home, tmp_p
     assert listed.returncode == 2 and "nested deeper" in listed.stderr and "Traceback" not in listed.stderr
 
 
-@pytest.mark.parametrize("value", ["2024-02-30", "2020-13-45"])
+@pytest.mark.parametrize("value", ["2024-02-30", "2020-13-45", '!!bool "maybe"', '!!int ""', '!!float "1e"',
+                                   '!!int "_"'])
 def test_a_date_like_value_that_is_no_date_is_one_line_everywhere_it_is_read(hermes_home, tmp_path, value):
     """Hostile try 9, L3: YAML 1.1 reads an unquoted YYYY-MM-DD as a date, and one that is no date raised a
     ValueError out of the loader: a traceback from every command (settings are read at each open), the

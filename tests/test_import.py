@@ -375,6 +375,9 @@ def test_a_files_kept_children_never_re_parent_sessions_the_store_did_not_unlink
     ("truncated", "truncated"), ("text", "not valid JSON"), ("not_session", "no session id"),
     ("array", "a JSON list"), ("empty", "no session records"), ("duplicate", "appears twice"),
     ("bad_column", "not a column name"), ("bad_message", "not a message with a role"),
+    # hostile try 10, M8: text that reads as a number beyond range was stored as infinity; flags stored as given
+    ("text_inf", "lacks source or started_at"), ("flag_text", "archived is 'yes' (expected 0, 1 or null)"),
+    ("flag_five", "pinned is 5 (expected 0, 1 or null)"),
 ])
 def test_bad_files_are_one_line_errors_and_write_nothing(tmp_path, kind, needle):
     db = _store(tmp_path / "state.db", "v22")
@@ -391,6 +394,9 @@ def test_bad_files_are_one_line_errors_and_write_nothing(tmp_path, kind, needle)
         "duplicate": json.dumps(first) + "\n" + json.dumps(first) + "\n",
         "bad_column": json.dumps({**first, "x; DROP TABLE sessions": 1}) + "\n",
         "bad_message": json.dumps({**first, "messages": [{"content": "no role"}]}) + "\n",
+        "text_inf": json.dumps({**first, "started_at": "1e999"}) + "\n",
+        "flag_text": json.dumps({**first, "archived": "yes"}) + "\n",
+        "flag_five": json.dumps({**first, "pinned": 5}) + "\n",
     }[kind]
     f.write_text(body)
     before = file_hash(db)

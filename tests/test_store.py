@@ -795,3 +795,21 @@ def test_a_relative_store_path_spelled_like_a_uri_is_a_file_name(tmp_path, cli, 
     result = cli("stats", "--db", "file:s.db?vfs=bogus", "--json")
     assert result.exit_code == 0 and "vfs" not in result.stderr, result.output
     assert json.loads(result.stdout)["sessions"] > 0
+
+
+def test_a_commit_that_leaves_the_wal_long_resets_it_at_once(tmp_path):
+    """Hostile try 10, M9: after one big transaction (clean-markers' 2,000 rows) the WAL stayed long, and every
+    Hermes commit after it ran a checkpoint of its own while other Hermes processes reset the WAL: SQLite's
+    WAL-reset race, with Hermes on SQLite < 3.51.3 (3 of 3 stores corrupt). A commit of ours that leaves the WAL
+    past two auto-checkpoints' worth copies it back and resets it under the write lock."""
+    from maint.store.connection import open_store
+
+    db = small_store(tmp_path / "state.db")
+    with open_store(db) as store:
+        with store.write() as conn:  # about 3,000 pages of WAL in one transaction
+            conn.execute("UPDATE messages SET content = content || ? WHERE id IN (SELECT id FROM messages LIMIT 1)",
+                         ("x" * 12_000_000,))
+        assert os.path.getsize(f"{db}-wal") == 0
+        with store.write() as conn:  # a short one leaves the WAL to SQLite
+            conn.execute("UPDATE sessions SET title = 'short' WHERE id IN (SELECT id FROM sessions LIMIT 1)")
+        assert os.path.getsize(f"{db}-wal") > 0

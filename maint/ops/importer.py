@@ -214,8 +214,26 @@ def _check_values(path: Path, n: int, obj: dict[str, Any], where: str, kind: str
 
 
 def _time_ok(value: Any, *, null: bool) -> bool:
-    """A time as exports write it: a number SQLite can hold, text a store kept as text, or (where allowed) null."""
-    return (value is None and null) or isinstance(value, str) or (_number(value) and _value_problem(value) is None)
+    """A time as exports write it: a number SQLite can hold, text a store kept as text, or (where allowed) null.
+    Text that reads as a number is held to the same rule: the column's REAL affinity stores it as that number
+    (hostile try 10, M8: "1e999" was stored as infinity)."""
+    if isinstance(value, str):
+        try:
+            return math.isfinite(float(value))
+        except ValueError:
+            return True  # text SQLite keeps as text
+    return (value is None and null) or (_number(value) and _value_problem(value) is None)
+
+
+# Hermes's keep/archive flags: 0 or 1 (any other value is neither to its `= 0`/`= 1` tests; M8)
+FLAGS = ("archived", "pinned")
+
+
+def _flags_problem(obj: dict[str, Any]) -> str | None:
+    for key in FLAGS:
+        if key in obj and obj[key] not in (None, 0, 1):  # True and False are 1 and 0
+            return f"{key} is {obj[key]!r} (expected 0, 1 or null)"
+    return None
 
 
 @dataclass
@@ -292,6 +310,9 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                 raise _bad(path, n, f"session {sid!r} appears twice (first on line {records[sid].line})")
             row = {k: v for k, v in obj.items() if k not in NOT_COLUMNS}
             _check_values(path, n, row, "session", "session")
+            flags = _flags_problem(row)
+            if flags:
+                raise _bad(path, n, f"session {sid!r}: {flags}")
             prompts = obj.get("system_prompts")
             if prompts is not None and not (isinstance(prompts, dict) and all(
                     isinstance(v, str) and _value_problem(v) is None for v in prompts.values())):

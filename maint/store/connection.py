@@ -407,6 +407,7 @@ class Store:
         self.plan_generation = 0  # bumped by each plan kept in temp tables (see maint.ops.prune.UnitTable)
         self.tidy_on_close = False  # a read-only open made the -wal and -shm: leave the folder as found
         self.dir_fd: int | None = None  # the folder holding the file opened, as it was then (_store_folder)
+        self.busy_timeout_ms = busy_timeout_from_env()  # what its busy handler waits (open_store sets it)
 
     # -- introspection -------------------------------------------------
     @property
@@ -566,10 +567,36 @@ class Store:
                     self.conn.execute("ROLLBACK")
                 raise
             crash_point("tx_committed")
+            self._settle_wal()
         finally:
             if limit_s is not None:
                 self.conn.set_progress_handler(_let_signals_in, PROGRESS_STEPS)
             self.write_stats.record(time.monotonic() - started)
+
+    # A WAL longer than this many auto-checkpoints' worth after one of our commits is copied back and reset
+    # at once, under the write lock (see _settle_wal).
+    WAL_SETTLE_CHECKPOINTS = 2
+    SETTLE_WAIT_MS = 200
+
+    def _settle_wal(self) -> None:
+        """After a commit that left the WAL long (one big transaction: clean-markers' thousands of rows, a
+        repair), copy it back and reset it now with a TRUNCATE checkpoint, which holds the write lock while it
+        runs. Left long, every Hermes commit after ours runs a checkpoint of its own while other Hermes processes
+        commit and reset the WAL: the pattern of SQLite's WAL-reset race, which corrupted stores beside Hermes on
+        a SQLite older than 3.51.3 (hostile try 10, M9; 3 of 3 clean-markers runs). Waits briefly for readers;
+        when they keep it from finishing, the WAL is left to SQLite as before."""
+        try:
+            size = os.stat(f"{self.path}-wal").st_size
+            pages = self.scalar("PRAGMA wal_autocheckpoint") or 1000
+            if size <= self.WAL_SETTLE_CHECKPOINTS * pages * (self.scalar("PRAGMA page_size") or 4096):
+                return
+            self.conn.set_busy_handler(polling_busy_handler(self.SETTLE_WAIT_MS))
+            try:
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                self.conn.set_busy_handler(polling_busy_handler(self.busy_timeout_ms))
+        except (OSError, apsw.Error):
+            return
 
     def replaced(self) -> bool:
         """True when the store's name no longer names the file we opened (a copy was moved into place): a
@@ -898,6 +925,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
         raise StoreError(f"{path}: cannot open store ({exc})") from None
     register_functions(conn)
     store = Store(path, conn)
+    store.busy_timeout_ms = busy_timeout_ms
     store.note = note
     store.run_lock = lock
     try:
