@@ -256,10 +256,10 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|echo[ \t][^\n>|]*>>?[ \t]*[^\s]*(?i:key|secret|token|pass|cred|pem)"
                 # round 8: clients' password flags (_ARG_TABLE), Cisco's type 0 and 7, Kubernetes' literals, GitHub
                 # Actions' add-mask, a value before forKey:, name/value elements
-                r"|sqlcmd|bcp[ \t]|osql|isql|ipmitool|snmp[a-z]|ldappasswd|freerdp|nuget|\bmc[ \t]+(?:alias|config)"
-                r"|(?i:psexec)|cqlsh|cbq[ \t]|lftp|influx|wpa_passphrase|snmp-server|createUser"
+                r"|(?:^|[^A-Za-z0-9_\-]|\\[nrt])(?:sqlcmd|bcp|osql|isql|ipmitool|snmp|ldappasswd|[xw]?freerdp|nuget"
+                r"|mc[ \t]+(?:alias|config)|(?i:psexec)|cqlsh|cbq|lftp|influx|wpa_passphrase|createUser)"
                 r"|(?i:catalog|auxiliary)[ \t]*=?[ \t]*[\"']?[\w$#]+/|(?i:secret|key(?:-string)?)[ \t]+[07][ \t]+\S"
-                r"|--from-literal|::add-mask::|\\*[\"'][ \t]*,?[ \t]*(?:forKey|key):"
+                r"|--from-literal|::add-mask::|forKey:|,[ \t]*key:[ \t]*\\*[\"']"
                 r"|(?i:basic_auth|bearer_auth|\bauth)[ \t]*\("
                 r"|\b(?:https?|xhs?)[ \t](?:[^\n]*[ \t])?-(?:a|-auth)[ \t=]"
                 r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate|pdo"
@@ -291,7 +291,7 @@ _GATE_SHAPES = (
     r"|FLW(?:SECK|PUBK)_TEST-|fo1_|fm1[ar]_|fm2_|fio-u-|pat\.|sat\.|ico-|s-s4t2|_mmk"
     r"|API-|sha256~|rdme_|tk-us-|xkeysib-|sm_[aps]at_|shippo_|sgp_|tfp_|AQVN"
     r"|NRJS-|NRII-|sq[upa]_|AAAAAAAAAAAAAAAAAAAAAA|_gitlab_session=|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/"
-    r"|hooks\.zapier\.com/|\.make\.com/|\.integromat\.com/|/with/key/"
+    r"|hooks\.zapier\.com/|make\.com/|integromat\.com/|ifttt\.com/"
     r"|" + _GATE_TOKEN_START + r"(?:SK[0-9a-fA-F]{8}|AC[0-9a-f]{8}"
     r"|(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30}|s\.[A-Za-z0-9]{24}|AAAA[A-Za-z0-9_\-]{7}:"
     r"|pat[A-Za-z0-9]{14}\.|t1\.[A-Za-z0-9_\-]|oy2[a-z0-9])")
