@@ -225,9 +225,11 @@ def warm(db: Path) -> None:
             pass
 
 
-def ratios(runs: list[dict], num: str, den: str) -> dict:
+def ratios(runs: list[dict], num: str, den: str) -> dict | None:
     """How fast *num* is against *den* (den's time / num's time), round by round."""
     runs = [r for r in runs if num in r and den in r]
+    if not runs:
+        return None  # --trace-rounds 0: the trace contenders did not run
     wall = sorted(r[den]["elapsed_s"] / r[num]["elapsed_s"] for r in runs)
     cpu = sorted(r[den]["cpu_s"] / r[num]["cpu_s"] for r in runs)
     return {"median": round(statistics.median(wall), 2), "min": round(wall[0], 2),
@@ -293,6 +295,8 @@ def main() -> None:
     summary = {}
     for name in NAMES:
         rs = [r[name] for r in runs if name in r]
+        if not rs:
+            continue
         summary[name] = {"median_s": round(statistics.median(r["elapsed_s"] for r in rs), 3),
                          "min_s": round(min(r["elapsed_s"] for r in rs), 3),
                          "cpu_median_s": round(statistics.median(r["cpu_s"] for r in rs), 3),
@@ -307,11 +311,13 @@ def main() -> None:
     print(f"\nredaction benchmark: {messages} messages, {size:.0f} MB store written by Hermes's SessionDB, "
           f"{args.rounds} rounds")
     print(f"{'contender':<17}{'median s':>10}{'min s':>8}{'cpu s':>8}{'msg/s':>10}{'RSS MB':>8}{'out MB':>8}")
-    for name in NAMES:
+    for name in summary:
         r = summary[name]
         print(f"{name:<17}{r['median_s']:>10.2f}{r['min_s']:>8.2f}{r['cpu_median_s']:>8.2f}"
               f"{r['messages'] / r['median_s']:>10.0f}{r['peak_rss_mb']:>8.0f}{r['output_mb']:>8.0f}")
     for name, v in verdicts.items():
+        if v is None:
+            continue
         print(f"{name:<28} {v['median']:.2f}x (min {v['min']:.2f}; CPU time {v['cpu_median']:.2f}x, "
               f"min {v['cpu_min']:.2f})")
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")

@@ -767,7 +767,7 @@ def secret_cases(seed: int = 14) -> list[Case]:
             for _ in range(2):
                 cases.append(_bare(g, family, maker()))
     return (cases + _named(g) + leak_classes(seed) + hostile_round(seed) + hostile_round_3(seed) + hostile_round_4(seed)
-            + hostile_round_5(seed) + hostile_round_6(seed) + hostile_round_7(seed))
+            + hostile_round_5(seed) + hostile_round_6(seed) + hostile_round_7(seed) + hostile_round_8(seed))
 
 
 def phone_cases(seed: int = 14) -> list[Case]:
@@ -903,4 +903,129 @@ def clean_texts(seed: int = 14) -> list[str]:
             "%2Flogin%3Fnext%3D%2Fhome", "&lt;password&gt;&lt;/password&gt;", "client = Client(\"https://api.acme.io\")",
             "public string ApiKey { get; set; } = \"\";", "incoming+grp-app-7-issue@incoming.gitlab.com",
             "[database]\nhost", "$ cat README.md\nhello", "creds: see the vault / ask ops", "[links]\nhttps://x.io"]
+    # look-alikes of round 8's classes: resource ids and env reads that name a password, a keychain key's name
+    # without a value, a URL after the word token, a publishable key (public by design), hashes and commands
+    # without a secret
+    out += ["EditText password = findViewById(R.id.password);",
+            "val pw = findViewById<EditText>(R.id.password)", "binding.password.error = getString(R.string.password)",
+            'password: System.fetch_env!("DB_PASSWORD"),', 'config :app, Repo, password: System.fetch_env!("DB_PASS")',
+            "PGPASSWORD=${DB_PASSWORD:?unset}", "password: ${DB_PASSWORD:?DB_PASSWORD must be set}",
+            'let pw = KeychainWrapper.standard.string(forKey: "password")',
+            'KeychainWrapper.standard.removeObject(forKey: "apiToken")',
+            'UserDefaults.standard.string(forKey: "authToken") ?? ""',
+            "Create a TOKEN at https://github.com/settings/tokens and paste it below.",
+            "TOKEN https://docs.acme.io/api/authentication",
+            "the password reset page: https://acme.io/account/password/reset",
+            "const stripe = Stripe('pk_test_51HqLy2AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdef');",
+            "STRIPE_PUBLISHABLE_KEY=pk_live_51HqLy2AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+            "username admin secret 5 $1$mERr$hx5rVt7rPNoS4wqbXKX7m0",
+            "enable secret 9 $9$nhEmQVczB7dqsO$X.HsgL6x1il0RxkOSSvyQYwucySCt7qFm4v7pqCxkKM",
+            "echo \"::add-mask::$TOKEN\"", "kubectl create secret generic db --from-file=./password.txt",
+            "influx -host db -port 8086", "sqlcmd -S sql01 -E -Q \"SELECT 1\"", "snmpwalk -v2c -c public 10.0.0.1",
+            "mc alias list", "openssl passwd -6 -stdin", "lftp -e 'mirror' sftp://files.acme.io",
+            "restic -r /srv/repo --password-file /etc/restic/pass snapshots",
+            "ipmitool -I lanplus -H 10.0.0.9 -E sel list"]
     return out
+
+
+def hostile_round_8(seed: int = 14) -> list[Case]:
+    """An eighth try (2026-12-07, hostile-redact6, a fresh corpus): the classes that leaked. Vendor secrets with no
+    name beside them (a one-letter flag, a token piped to a login on stdin, a webhook whose path is the secret),
+    the word password (token) in more languages, database and other command-line clients' password flags, code
+    that keeps the value away from its name (a value before forKey:, a nested Some("…"), a Lua table, Elixir's
+    signer), GitHub Actions' add-mask, name/value elements, Cisco's cleartext and type-7 passwords, a Kubernetes
+    secret's literals, MinIO's alias, ldappasswd, snmp, openssl passwd, influx, and a password file fed by
+    process substitution."""
+    g = Gen(seed + 8181)
+
+    def add(family: str, fmt: str, n: int = 1) -> None:
+        for _ in range(n):
+            s = g.password(symbols="._")
+            c.append(Case(family, fmt.format(s=s), s))
+
+    c: list[Case] = []
+    # vendor secrets with no name beside them: a shape, a one-letter flag, stdin, a webhook's path
+    key = "oy2" + g.s("abcdefghijklmnopqrstuvwxyz0123456789", 43)
+    c.append(Case("nameless-vendor-secret", f"nuget push pkg.1.0.0.nupkg -k {key} -s https://api.nuget.org/v3/index.json",
+                  key))
+    key = "oy2" + g.s("abcdefghijklmnopqrstuvwxyz0123456789", 43)
+    c.append(Case("nameless-vendor-secret", f"the nuget key {key} expires in May", key))
+    for fmt in ("dotnet nuget push bin/App.nupkg -k {s} --source https://nuget.acme.io/v3/index.json",
+                "nuget push App.nupkg -ApiKey {s} -Source acme", "nuget setapikey {s} -Source https://nuget.acme.io"):
+        add("nameless-vendor-secret", fmt)
+    pat = g.s("abcdefghijklmnopqrstuvwxyz234567", 52)
+    c.append(Case("nameless-vendor-secret", f"echo {pat} | az devops login --organization https://dev.azure.com/acme",
+                  pat))
+    pat = g.s("abcdefghijklmnopqrstuvwxyz234567", 52)
+    c.append(Case("nameless-vendor-secret", f'echo "{pat}" | gh auth login --with-token', pat))
+    hook = f"{g.rng.randint(10**6, 10**8)}/{g.s('abcdefghijklmnopqrstuvwxyz0123456789', 6)}"
+    c.append(Case("nameless-vendor-secret", f"curl -X POST https://hooks.zapier.com/hooks/catch/{hook}/ -d @event.json",
+                  hook))
+    hook = f"{g.rng.randint(10**6, 10**8)}/{g.s('abcdefghijklmnopqrstuvwxyz0123456789', 6)}"
+    c.append(Case("nameless-vendor-secret", f'{{"url": "https://hooks.zapier.com/hooks/catch/{hook}"}}', hook))
+    hook = g.s("abcdefghijklmnopqrstuvwxyz0123456789", 32)
+    c.append(Case("nameless-vendor-secret", f"POST https://hook.eu1.make.com/{hook}", hook))
+    hook = g.b62(22)
+    c.append(Case("nameless-vendor-secret", f"https://maker.ifttt.com/trigger/door_open/with/key/{hook}", hook))
+    # the word password (token) in more languages
+    for fmt in ("parola este {s}", "parola de la server: {s}", "รหัสผ่านคือ {s}", "รหัสผ่าน: {s}",
+                "رمز عبور: {s}", "رمز عبور سرور {s} است", "পাসওয়ার্ড হলো {s}", "পাসওয়ার্ড: {s}",
+                "nenosiri ni {s}", "nenosiri: {s}", "la contrasenya és {s}", "contrasenya: {s}", "lozinka je {s}",
+                "lozinka za bazu: {s}", "slaptažodis yra {s}", "slaptažodis: {s}", "parool on {s}",
+                "salasõna: {s}", "トークンは {s} です", "APIトークン：{s}"):
+        add("password-in-other-languages-3", fmt)
+    # database clients' password flags
+    for fmt in ("cqlsh cass01 9042 -u cassandra -p {s}", "cbq -e couchbase://db01 -u Administrator -p {s}",
+                "sqlcmd -S sql01 -U sa -P {s} -Q \"SELECT 1\"", "sqlcmd -S tcp:sql01,1433 -d shop -U app -P '{s}'",
+                "rman target sys/{s}@orcl", "rman target=sys/{s}@prod catalog rcat/x@rcat",
+                "bcp dbo.orders out o.dat -S sql01 -U app -P {s} -c", "influx -username admin -password {s}",
+                "influx setup -u admin -p {s} -o acme -b main -f", "influx -host db -p {s} -username u",
+                'sqlcmd -S . -U sa -P"{s}"', "rman TARGET / CATALOG rman/{s}@rcat"):
+        add("db-client-password-flag", fmt)
+    # other command lines' credential flags and places
+    for fmt in ("http -a deploy:{s} POST api.acme.io/v1/release", "https --auth ci:{s} GET api.acme.io/me",
+                "ipmitool -I lanplus -H 10.0.0.9 -U admin -P {s} chassis power status",
+                "lftp -u backup,{s} sftp://files.acme.io", "xfreerdp /v:10.0.0.5 /u:Administrator /p:{s} /cert:ignore",
+                "psexec \\\\srv01 -u ACME\\ops -p {s} cmd /c ipconfig",
+                "PsExec64.exe \\\\srv02 -u admin -p '{s}' -h powershell",
+                "ldappasswd -x -D cn=admin,dc=acme -W -S -s {s} uid=jdoe,ou=people,dc=acme",
+                "snmpwalk -v3 -l authPriv -u mon -a SHA -A {s} -x AES -X {s}x 10.0.0.1",
+                "snmpget -v3 -u mon -l authNoPriv -a MD5 -A '{s}' 10.0.0.2 sysName.0",
+                "openssl passwd -6 -salt Qx9 {s}", "openssl passwd {s}",
+                "mc alias set minio http://10.0.0.4:9000 minioadmin {s}",
+                "mc config host add s3 https://s3.acme.io AKX9QW2 {s} --api S3v4",
+                "kubectl create secret generic db --from-literal=username=app --from-literal=root={s}",
+                "kubectl -n prod create secret generic api --from-literal key={s}",
+                "restic -r s3:s3.amazonaws.com/bkt backup /srv --password-file <(echo {s})",
+                "borg init --encryption=repokey --passphrase-file=<(echo {s}) repo", "wpa_passphrase lab {s}",
+                "snmp-server user mon grp v3 auth sha {s} priv aes 128 {s}x", 'createUser mon SHA "{s}" AES "{s}x"'):
+        add("command-line-credential-flag", fmt)
+    # Cisco IOS: cleartext (0) and reversible (7) passwords; hashes (5, 8, 9) are left
+    for fmt in ("username admin privilege 15 password 0 {s}", "enable secret 0 {s}",
+                "tacacs-server host 10.0.0.7 key 0 {s}", "line vty 0 4\n password 0 {s}\n login",
+                "username ops secret 0 {s}"):
+        add("cisco-cleartext", fmt)
+    t7 = g.s("0123456789ABCDEF", 22)
+    c.append(Case("cisco-cleartext", f"username svc password 7 {t7}", t7))
+    # code that keeps the value away from its name
+    for fmt in ('KeychainWrapper.standard.set("{s}", forKey: "password")',
+                'keychain.set("{s}", forKey: "apiToken")', '[defaults setObject:@"{s}" forKey:@"authToken"];',
+                'client.get(url).basic_auth("deploy", Some("{s}")).send()?',
+                'let res = client.post(url).bearer_auth("{s}").send().await?;',
+                'local ok, err = red:auth("{s}")', 'auth = {{user="svc", pass="{s}"}}',
+                'db:connect{{host="127.0.0.1", user="app", password="{s}"}}',
+                'config :joken, default_signer: "{s}"', 'config :my_app, MyApp.Token, signer: "{s}"',
+                'KeychainWrapper.standard.set("{s}", forKey: KeychainKeys.password)',
+                'try keychain.set("{s}", key: "password")',
+                'config :joken, hs256: [signer_alg: "HS256", key_octet: "{s}"]'):
+        add("value-away-from-name", fmt)
+    # GitHub Actions' add-mask; name/value elements; Maven's encrypted {…} password
+    for fmt in ('echo "::add-mask::{s}"', "echo ::add-mask::{s}",
+                "<property>\n  <name>fs.s3a.secret.key</name>\n  <value>{s}</value>\n</property>",
+                "<param><name>password</name><value>{s}</value></param>",
+                "<server>\n  <id>nexus</id>\n  <username>deploy</username>\n  <password>{s}</password>\n</server>"):
+        add("masked-and-element-pairs", fmt)
+    enc = "{" + g.b64(24) + "}"
+    c.append(Case("masked-and-element-pairs", f"<server><id>central</id><password>{enc}</password></server>",
+                  enc[1:-1]))
+    return c

@@ -137,6 +137,7 @@ def test_redact_value_masks_by_key_name():
     ("key", "random"), ("auth", "random"), ("Authorization", "auth"), ("Cookie", "line"), ("key_material", "token"),
     ("token_count", None), ("MAX_TOKENS", None), ("KEY_PATH", None), ("password_reset", None), ("session_key", None),
     ("primary_key", None), ("public_key", None), ("private_key_id", "token"), ("author", None), ("keyboard", None),
+    ("forKey", None), ("default_signer", "token"), ("signer_alg", None),
 ])
 def test_name_kind(name, kind):
     assert name_kind(name) == kind
@@ -508,3 +509,38 @@ def test_an_aws_key_id_as_a_json_key_names_its_secret():
     secret = "wJalrXUtnFEMIK7MDENGbPxRfiCYzEXAMPLEKEY1"
     out = redact_value({"AKIAZ3MQ7RVW2XK4PL6N": secret})
     assert list(out.values()) == [MASK] and list(out) == [MASK]
+
+
+# -- an eighth hostile try: values with no name, or away from it; look-alikes that name a secret -----------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("curl -X POST https://hooks.zapier.com/hooks/catch/4472676/5j2gkk/",
+     "curl -X POST https://hooks.zapier.com/hooks/catch/[REDACTED]/"),
+    ('sqlcmd -S sql01 -U sa -P Hunter2!xq7 -Q "SELECT 1"', 'sqlcmd -S sql01 -U sa -P [REDACTED] -Q "SELECT 1"'),
+    ("snmpwalk -v3 -u mon -A Hunter2!xq7 -X Xk3!dLq9zz 10.0.0.1",
+     "snmpwalk -v3 -u mon -A [REDACTED] -X [REDACTED] 10.0.0.1"),
+    ("lftp -u backup,Hunter2!xq7 sftp://files", "lftp -u backup,[REDACTED] sftp://files"),
+    ("username admin secret 0 Hunter2!xq7", "username admin secret 0 [REDACTED]"),
+    ("kubectl create secret generic db --from-literal=user=app --from-literal=root=Hunter2!xq7",
+     "kubectl create secret generic db --from-literal=user=app --from-literal=root=[REDACTED]"),
+    ("restic backup /srv --password-file <(echo Hunter2!xq7)", "restic backup /srv --password-file <(echo [REDACTED])"),
+    ('keychain.set("Hunter2!xq7", forKey: "apiToken")', 'keychain.set("[REDACTED]", forKey: "apiToken")'),
+    ('.basic_auth("deploy", Some("Hunter2!xq7"))', '.basic_auth("deploy", Some("[REDACTED]"))'),
+    ('echo "::add-mask::Hunter2!xq7"', 'echo "::add-mask::[REDACTED]"'),
+    ("<name>fs.s3a.secret.key</name><value>Hunter2!xq7</value>",
+     "<name>fs.s3a.secret.key</name><value>[REDACTED]</value>"),
+    ("トークンは Hunter2xq7 です", "トークンは [REDACTED] です"),
+    ("STRIPE_SECRET_KEY=sk_live_51HqLy2AbCdEfGhIjKlMnOpQrStUvWxYz", "STRIPE_SECRET_KEY=[REDACTED]"),
+])
+def test_values_found_by_their_place(text, expected):
+    assert redact_text(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "username admin secret 5 $1$mERr$hx5rVt7rPNoS4wqbXKX7m0", 'keychain.string(forKey: "apiToken")',
+    'echo "::add-mask::$TOKEN"', "PGPASSWORD=${DB_PASSWORD:?unset}", "val pw = findViewById<EditText>(R.id.password)",
+    "Create a TOKEN at https://github.com/settings/tokens",
+    "STRIPE_PUBLISHABLE_KEY=pk_live_51HqLy2AbCdEfGhIjKlMnOpQrStUvWxYz",
+])
+def test_names_and_places_that_hold_no_secret_stay(text):
+    assert redact_text(text) == text

@@ -76,7 +76,7 @@ _FAMILIES: list[tuple[str, str]] = [
     ("vercel", r"vc[piakr]_[A-Za-z0-9]{24,}"),
     ("netlify", r"nf[pcoa]_[A-Za-z0-9]{30,}"),
     ("shopify", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
-    ("stripe", r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{20,}|whsec_[A-Za-z0-9]{24,}"),
+    ("stripe", r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{20,}|whsec_[A-Za-z0-9]{24,}"),  # pk_…: public by design
     ("twilio", r"(?:SK[0-9a-fA-F]{32}|AC[0-9a-f]{32})(?![A-Za-z0-9])"),
     ("sendgrid", r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{30,}"),
     ("mailgun", r"key-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}(?![A-Za-z0-9])"),
@@ -110,6 +110,7 @@ _FAMILIES: list[tuple[str, str]] = [
     ("dropbox", r"sl\.[A-Za-z0-9_\-]{100,}"),
     ("launchdarkly", r"(?:sdk|mob)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?![A-Za-z0-9])"),
     ("resend", r"re_[A-Za-z0-9]{8}_[A-Za-z0-9]{24}(?![A-Za-z0-9])"),
+    ("nuget", r"oy2[a-z0-9]{43}(?![A-Za-z0-9])"),
     # more families from gitleaks's public rule set (config/gitleaks.toml)
     ("1password-secret-key", r"A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})"
                              r"-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}"),
@@ -149,6 +150,11 @@ _FAMILIES: list[tuple[str, str]] = [
     # webhooks: the secret is the path; the host stays readable
     ("slack-webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{20,}"),
     ("discord-webhook", r"discord(?:app)?\.com/api/webhooks/\d{16,20}/[A-Za-z0-9_\-]{40,}"),
+    # webhooks whose route ends in the secret (Zapier's account and hook ids, Make's and IFTTT's keys): it alone is
+    # masked
+    ("zapier-webhook", r"(?<=hooks\.zapier\.com/hooks/catch/)\d{3,12}/[A-Za-z0-9]{5,12}(?![A-Za-z0-9])"),
+    ("make-webhook", r"(?:(?<=\.make\.com/)|(?<=\.integromat\.com/))[a-z0-9]{32}(?![A-Za-z0-9])"),
+    ("ifttt-webhook", r"(?<=/with/key/)[A-Za-z0-9_\-]{20,}"),
 ]
 # One alternation behind one token-boundary check, without groups (each group costs in every attempt).
 _SHAPES = re.compile(r"(?<![A-Za-z0-9_\-])(?:" + "|".join(p for _, p in _FAMILIES) + ")")
@@ -174,7 +180,12 @@ _LOCAL_WORDS = (
     "|пароль|пароля|паролем|парол|wachtwoord|lösenord|lösenordet|hasło|hasła|hasło|heslo|hesla|jelszó|jelszava|jelszo"
     "|salasana|adgangskode|passord|şifre|şifresi|parola|parolası|parolasi|kata sandi|kata laluan|sandi"
     "|κωδικός|κωδικός πρόσβασης|συνθηματικό|סיסמה|סיסמא|كلمة المرور|كلمة السر|كلمة سر|पासवर्ड|कूटशब्द"
-    "|mật khẩu|mat khau|password|passphrase|passwd")
+    "|mật khẩu|mat khau"
+    # round 8: Romanian, Thai, Persian, Bengali, Swahili, Catalan, Croatian, Slovene, Lithuanian, Estonian; token
+    # in Japanese, Chinese and Korean
+    "|parolă|parolei|รหัสผ่าน|رمز عبور|گذرواژه|পাসওয়ার্ড|nenosiri|nywila|contrasenya|lozinka|lozinku|zaporka"
+    "|geslo|slaptažodis|slaptažodį|parool|parooli|salasõna|apiトークン|apiキー|トークン|令牌|토큰"
+    "|password|passphrase|passwd")
 
 # -- the gate ------------------------------------------------------------------------------------
 # One automaton over the whole text, compiled by RE2 (linear time, a DFA): it matches wherever any
@@ -207,7 +218,8 @@ _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
               + r"*(?:[\r\n\\\"]|$)))"
               # <NAME>
               r"|<(?:[\w.\-]*:)?[\w.\-]*" + _GATE_KW + _GATE_NAMECHARS + r"*(?:\\*[\"'])?\]?" + _GATE_SP + r"*>")
-_GATE_PAIR = (r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP
+_GATE_PAIR = (r"<(?i:name|key)>[^<\n]*" + _GATE_KW + "|"
+              r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP
               + r"*\\*[\"']?[\w./\-]*" + _GATE_KW + r"|(?i:variable)" + _GATE_SP + r"+\\*[\"'][\w.\-]*" + _GATE_KW)
 _GATE_CLI = (r"(?:--|(?:^|[\s\"'\[,])-)[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP
              + r"+[^\s\-]")
@@ -242,6 +254,14 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|bundle[ \t]+config|BUNDLE_\w+__|oracle:(?:thin|oci):|(?:ro|rw)community"
                 r"|azurewebsites\.net/api/|(?i:appid)=|<<<|printf[ \t][^\n]*\||<\([ \t]*(?:echo|printf)"
                 r"|echo[ \t][^\n>|]*>>?[ \t]*[^\s]*(?i:key|secret|token|pass|cred|pem)"
+                # round 8: clients' password flags (_ARG_TABLE), Cisco's type 0 and 7, Kubernetes' literals, GitHub
+                # Actions' add-mask, a value before forKey:, name/value elements
+                r"|(?:^|[^A-Za-z0-9_\-]|\\[nrt])(?:sqlcmd|bcp|osql|isql|ipmitool|snmp|ldappasswd|[xw]?freerdp|nuget"
+                r"|mc[ \t]+(?:alias|config)|(?i:psexec)|cqlsh|cbq|lftp|influx|wpa_passphrase|createUser)"
+                r"|(?i:catalog|auxiliary)[ \t]*=?[ \t]*[\"']?[\w$#]+/|(?i:secret|key(?:-string)?)[ \t]+[07][ \t]+\S"
+                r"|--from-literal|::add-mask::|forKey:|,[ \t]*key:[ \t]*\\*[\"']"
+                r"|(?i:basic_auth|bearer_auth|\bauth)[ \t]*\("
+                r"|\b(?:https?|xhs?)[ \t](?:[^\n]*[ \t])?-(?:a|-auth)[ \t=]"
                 r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate|pdo"
                 r"|mysqli(?:_connect)?|(?:change|update)user_?password|dbi->connect)[ \t]*\("
                 r"|(?:set|init);[ \t]*\}[ \t]*="
@@ -261,7 +281,7 @@ _GATE_SHAPES = (
     r"|fal_|fc-|bb_live_|am_|exa_|syt_|retaindb_|hsk-|mem0_|brv_|sk_|gAAAA|AIza|GOCSPX-|ya29\.|1//0"
     r"|AKIA|ASIA|ABIA|ACCA|A3T|\dQ~|gh[pousr]_|github_pat_|gl(?:pat|dt|rtr|rt|ptt|cbt|ft|soat|oas|imt|agent|ffct|wt)-"
     r"|GR1348941|AT(?:ATT|CTT|OAT)3|ATBB|npm_|pypi-|rubygems_|dckr_|do[opr]_v1_|HRKU-|v1\.0-|vc[piakr]_"
-    r"|nf[pcoa]_|shp(?:at|ca|pa|ss)_|[rp]k_(?:live|test)_|whsec_|SG\."
+    r"|nf[pcoa]_|shp(?:at|ca|pa|ss)_|rk_(?:live|test)_|whsec_|SG\."
     r"|key-[0-9a-f]|[0-9a-f]-(?:[0-9a-f]{8}-|us\d)|xox|xapp-|\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{8}"
     r"|lin_|secret_|ntn_|sntry[su]_|eyJ|PMAK-|\.atlasv1\.|hv[sbr]\."
     r"|gl(?:c|sa)_|NRAK-|pscale_|sbp_|dp\.(?:pt|st|sa|ct|scim|audit)\.|AGE-SECRET-KEY-1"
@@ -271,9 +291,10 @@ _GATE_SHAPES = (
     r"|FLW(?:SECK|PUBK)_TEST-|fo1_|fm1[ar]_|fm2_|fio-u-|pat\.|sat\.|ico-|s-s4t2|_mmk"
     r"|API-|sha256~|rdme_|tk-us-|xkeysib-|sm_[aps]at_|shippo_|sgp_|tfp_|AQVN"
     r"|NRJS-|NRII-|sq[upa]_|AAAAAAAAAAAAAAAAAAAAAA|_gitlab_session=|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/"
+    r"|hooks\.zapier\.com/|make\.com/|integromat\.com/|ifttt\.com/"
     r"|" + _GATE_TOKEN_START + r"(?:SK[0-9a-fA-F]{8}|AC[0-9a-f]{8}"
     r"|(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30}|s\.[A-Za-z0-9]{24}|AAAA[A-Za-z0-9_\-]{7}:"
-    r"|pat[A-Za-z0-9]{14}\.|t1\.[A-Za-z0-9_\-])")
+    r"|pat[A-Za-z0-9]{14}\.|t1\.[A-Za-z0-9_\-]|oy2[a-z0-9])")
 
 # Base64 of ASCII text (printable, tabs and line ends): in each group of four characters, the first
 # holds the top six bits of a byte in 0x20-0x7e or \t \n \r (C, D, I-Z, a-f), the second four bits of the
@@ -514,6 +535,7 @@ _PASSWORD_WORDS = {"password", "passwd", "pass", "pwd", "pw", "passphrase", "sec
 _PASS_NOT = {"bypass", "compass", "encompass", "surpass", "overpass", "underpass", "trespass", "multipass",
              "firstpass", "onepass", "secondpass", "lastpass"}
 _TOKEN_WORDS = {"token", "apikey", "accesskey", "authtoken", "accesstoken", "refreshtoken", "signature", "sig",
+                "signer",
                 "dsn", "bearer", "jwt", "sas", "pat", "jsessionid", "phpsessid", "aspsessionid"}
 _FUSED = ("password", "passwd", "secret", "token", "apikey", "credential", "credentials")
 _FUSED_NOT = {"tokens", "tokenizer", "tokenize", "secretary", "secrets"}
@@ -542,10 +564,11 @@ _KEY_NOT = {"sort", "primary", "foreign", "cache", "partition", "idempotency", "
             "natural", "surrogate", "candidate", "range", "react", "list", "bucket", "prefix", "item", "record",
             "element", "media", "keyboard", "press", "hotkey", "i18n", "config", "metadata", "matching",
             "registry", "cursor", "continuation", "pagination", "page", "next", "custom", "encoded",
-            "serialization", "the", "a", "this", "that", "my", "your", "to", "of"}
+            "serialization", "the", "a", "this", "that", "my", "your", "to", "of",
+            "for", "with", "by", "from"}  # forKey: "apiToken" (Swift, Objective-C) names the key, it holds none
 # key_material, KEY_VALUE: the key itself
 _KEY_MATERIAL = {"material", "value", "data", "content", "contents", "string", "str", "text", "b64", "base64", "hex",
-                 "pem", "bytes", "blob", "raw", "secret"}
+                 "pem", "bytes", "blob", "raw", "secret", "octet", "octets"}
 _AUTH_HEADERS = {"authorization", "proxy-authorization"}
 _LINE_HEADERS = {"cookie", "set-cookie"}
 _SCHEMES = {"bearer", "basic", "token", "digest", "bot", "apikey", "api-key", "ssws", "negotiate", "ntlm", "hmac",
@@ -568,6 +591,8 @@ _CODE_ROOTS = {"self", "this", "os", "process", "config", "settings", "cfg", "en
                "credentials", "auth", "user", "account", "kwargs", "st", "flask", "django", "import", "builtins",
                "fs", "pkgs", "lib", "random_password"}
 _PCT_VAR = re.compile(r"%[A-Za-z_][\w.]*%")
+_BRACED_KEY = re.compile(r"\{[A-Za-z0-9+/]{16,}={0,2}\}")
+_PUBLIC_SHAPE = re.compile(r"pk_(?:live|test)_[A-Za-z0-9]{20,}")
 _IDENT = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
 _PATH = re.compile(r"(?:~|\.\.?)?(?:/[\w.\-@]+)+/?")
 
@@ -623,8 +648,12 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
     low = v.lower()
     if low in _NOT_VALUES or low.strip("*.x…") == "":
         return False
+    if v[0] == "{" and _BRACED_KEY.fullmatch(v) and _looks_random(v):
+        return True  # Maven's encrypted {…} password (reversible with the master password), not a template
     if v[0] in "$<{" or v.startswith(("%(", "%env(", "#{")) or v.endswith(">") or _PCT_VAR.fullmatch(v):
         return False  # placeholders, templates, variables (Symfony's %env(X)%, Ruby's #{…}, %VAR%)
+    if _PUBLIC_SHAPE.fullmatch(v):
+        return False  # a key public by design (Stripe's publishable pk_…), whatever its name
     if not quoted and v[0] == "@" and _IDENT.fullmatch(v[1:]):
         return False  # password = @db_password (a Ruby instance variable, an SQL variable)
     if not quoted and v[0] in "[(":
@@ -632,13 +661,14 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
     if low.startswith(("your_", "your-", "<your", "os.getenv", "os.environ", "process.env", "getenv(", "env(",
                        "secrets.", "vars.", "replace_", "insert_")) or "placeholder" in low:
         return False
-    if "://" in v:
-        return False  # a URL: its userinfo and query are judged as URL parts
+    if "://" in v or v.startswith("//") and "." in v:
+        return False  # a URL (protocol-relative too): its userinfo and query are judged as URL parts
     if _PATH.fullmatch(v) and not any(len(seg) >= 16 and _looks_random(seg) for seg in v.split("/")):
         return False  # a file path (base64 may start with "/" too, but has + or = or a long random run)
     if not quoted and _IDENT.fullmatch(v):
         segs = low.split(".")
-        if len(segs) > 1 and (segs[0] in _CODE_ROOTS or name_kind(segs[-1]) or segs[-1].startswith(_GETTERS)
+        if len(segs) > 1 and (segs[0] in _CODE_ROOTS or name_kind(segs[-1])
+                              or segs[-1].startswith(_GETTERS) and not _looks_random(v.rsplit(".", 1)[-1])
                               or len(segs) >= 3 and v == low and not any(_looks_random(s) for s in segs)):
             return False  # config.api_key, process.env.X, random_password.db.result: a reference, not a value
         if low == name.lower().lstrip("-") or (name and low.endswith(name.lower().split("_")[-1])
@@ -763,6 +793,8 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             continue  # arn:aws:secretsmanager:…:secret:prod/db-password: an ARN names a secret, it holds none
         if start and text[start - 1] == "!" and form == "space":
             continue  # !secret db_password: a YAML tag and its argument
+        if start >= 2 and text[start - 2:start] == "${" and text[pos:pos + 1] == "?":
+            continue  # ${DB_PASSWORD:?unset}: the shell's error message for an unset variable, not a value
         if form == "prose":
             v = _PROSE_VALUE.match(text, pos)
             if v and kind in ("password", "token") and _value_is_secret(v.group(), kind, False, name) \
@@ -790,8 +822,9 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             continue
         group = v.lastgroup
         value = v.group(group)
-        if group == "uq" and (text[v.end():v.end() + 1] in ("(", "[") or cli and value.startswith("-")):
-            continue  # a call or subscript: code, not a value; or the next flag
+        if group == "uq" and (text[v.end():v.end() + 1] in ("(", "[") or cli and value.startswith("-")
+                              or text.startswith("<", v.end()) and _GENERIC_CALL.match(text, v.end())):
+            continue  # a call (findViewById<EditText>(…) too) or subscript: code, not a value; or the next flag
         if cli and value.lower().startswith(("pass:", "env:", "file:", "fd:", "stdin")):
             if not value.lower().startswith("pass:"):
                 continue  # openssl -passin env:VAR, file:path: where the password is, not the password
@@ -818,6 +851,7 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
 
 
 _ARN = re.compile(r"\barn:[\w\-]+:[\w\-]+:[\w\-]*:\d*:$")
+_GENERIC_CALL = re.compile(r"<[\w.,<>\[\] ?]{1,80}>[ \t]*\(")
 _CALL_END = re.compile(r"[ \t]*\)")  # NAME("value") alone: the call's only argument
 _GETTERS = ("get", "read", "load", "fetch", "has", "is", "prompt", "ask", "input", "check", "verify", "validate",
             "hash", "reset", "forgot", "change", "update", "delete", "remove", "clear", "require", "generate")
@@ -910,7 +944,7 @@ def _yaml_block_span(text: str, start: int, pos: int, name: str, kind: str, span
 
 
 _YAML_TAG = re.compile(r"!!?[A-Za-z][A-Za-z_.:/\-]*")  # !vault, !secret, !Ref, !!binary (a password has digits)
-_XML_KEY_PAIR = re.compile(r"(?i)<key>[ \t]*(?P<n>[\w.\- ]{1,100}?)[ \t]*</key>\s*"
+_XML_KEY_PAIR = re.compile(r"(?i)<(?P<t>key|name)>[ \t]*(?P<n>[\w.\- ]{1,100}?)[ \t]*</(?P=t)>\s*"
                            r"<(?:string|value|data)\b[^>\n]{0,80}>[ \t]*"
                            r"(?P<v>[^<\s][^<\n]{0,400}?)[ \t]*</")
 _TAGGED = re.compile(r"[ \t]+[^\s#]")  # a tag is followed by what it tags
@@ -990,6 +1024,14 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span() for m in _PHONE.finditer(text))
     if "(" in text and _CRED_CALL_HINT.search(low):
         _cred_call_spans(text, spans)
+    if "key:" in low:  # set("…", forKey: "password") (Swift), setObject:@"…" forKey:@"authToken" (Objective-C)
+        for m in _FOR_KEY.finditer(text):
+            name = m.group("n") or m.group("n2")  # forKey: Keys.apiToken: the constant's last part
+            kind = name_kind(name)
+            if kind is not None and _value_is_secret(m.group("v"), kind, True, name):
+                spans.append(m.span("v"))
+    if "::add-mask::" in text:  # GitHub Actions: the value a workflow asks to mask is a secret by its place
+        spans.extend(m.span("v") for m in _ADD_MASK.finditer(text) if _value_is_secret(m.group("v"), "password", True))
     if "get;" in text:
         for m in _CS_PROPERTY.finditer(text):
             kind = name_kind(m.group("n"))
@@ -1077,12 +1119,18 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
 # NetworkCredential("user", "pw"), smtp.PlainAuth("", "user", "pw", "host"), keyring.set_password("svc", "user",
 # "pw"), client.login("user", "pw"): the arguments that look like a password (not the first of several, not an
 # address or a host name)
-_CRED_CALL_HINT = re.compile(r"(?:credential|passwordauthentication|plainauth|basicauth|set_?password|login"
+_CRED_CALL_HINT = re.compile(r"(?:credential|passwordauthentication|plainauth|basic_?auth|bearer_?auth|\bauth"
+                             r"|set_?password|login"
                              r"|authenticate|pdo|mysqli(?:_connect)?|(?:change|update)user_?password|dbi->connect)"
                              r"[ \t]*\(")
-_CRED_CALL = re.compile(r"(?i)(?:credentials?|passwordauthentication|plainauth|basicauth|set_?password|login"
+_CRED_CALL = re.compile(r"(?i)(?:credentials?|passwordauthentication|plainauth|basic_?auth|bearer_?auth|\bauth"
+                        r"|set_?password|login"
                         r"|authenticate|pdo|mysqli(?:_connect)?|(?:change|update)user_?password|dbi->connect)"
-                        r"[ \t]*\((?P<args>[^()\n]{0,400})\)")
+                        r"[ \t]*\((?P<args>(?:[^()\n]|\([^()\n]{0,200}\)){0,400})\)")  # Some("…") inside
+# A value before the name it is stored under: keychain.set("…", forKey: "password"), [d setObject:@"…" forKey:@"token"]
+_FOR_KEY = re.compile(r"@?(?P<q>\\*[\"'])(?P<v>[^\"'\n\\]+)(?P=q)[ \t]*,?[ \t]*(?:forKey|key):[ \t]*"
+                      r"(?:@?(?P<q2>\\*[\"'])(?P<n>[\w.\-]{1,100})(?P=q2)|[\w.]{0,100}?(?P<n2>\w{1,100})(?![\w.]))")
+_ADD_MASK = re.compile(r"::add-mask::(?P<v>[^\s\"'\\]+)")
 # C#: public string ClientSecret { get; set; } = "…";
 _CS_PROPERTY = re.compile(r"(?P<n>[A-Za-z_]\w{0,100})[ \t]*\{[ \t]*get;[ \t]*(?:(?:private|protected|internal)[ \t]+)?"
                           r"(?:set|init);[ \t]*\}[ \t]*=[ \t]*(?P<q>@?\\*\")(?P<v>[^\"\n\\]+)\\*\"")
@@ -1119,7 +1167,8 @@ _COMMANDS = re.compile(
     r"(?P<v3>[^\s\"'-][^\s\"']*)(?P=q3)"
     r"|\b(?:smbclient|rpcclient|smbmap|smbget)\b[^\n]*?\s(?:-U|--user(?:=|[ \t]))[ \t]*(?P<q4>[\"']?)[^\s%\"']+%"
     r"(?P<v4>[^\s\"']+)(?P=q4)"
-    r"|\b(?:sqlplus|rman|expdp|impdp|sqlldr)\b(?:[ \t]+-\S+)*[ \t]+[\"']?[\w$#]+/(?P<v5>[^\s@/\"']+)"
+    r"|\b(?:sqlplus|rman|expdp|impdp|sqlldr)\b(?:[ \t]+-\S+)*(?:[ \t]+(?i:target|catalog|auxiliary|userid))?"
+    r"(?:[ \t]*=[ \t]*|[ \t]+)[\"']?[\w$#]+/(?P<v5>[^\s@/\"']+)"
     r"(?=@|[\"']?(?:\s|$))"
     r"|\brabbitmqctl[ \t]+(?:add_user|change_password)[ \t]+\S+[ \t]+(?P<q6>[\"']?)(?P<v6>[^\s\"']+)(?P=q6)"
     r"|(?<![\w/])[\w.\-]+:(?P<v7>[^\s@\"'/:]+)@(?:tcp|unix|udp)\("
@@ -1175,11 +1224,12 @@ def _command_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
 # keyword (snmpd's rocommunity), a connect string (oracle thin user/PASS@), an env name Bundler derives from a
 # host (BUNDLE_GEMS__ACME__COM=user:pass), a query parameter of one service (Azure Functions' code=,
 # OpenWeatherMap's appid= with its 32-character key). (hint in the lower-cased text, pattern with group v,
-# positional: the value must look like a credential on its own)
+# positional: the value must look like a credential on its own, generated; "strong": only strong)
 _Q = r"(?P<q>\\*[\"']?)"
 _STDIN_READERS = (r"(?:--password-stdin|--passphrase-fd|--pass(?:word)?-?stdin|secret[ \t]+create|--stdin|chpasswd"
-                  r"|\bpasswd\b|\bsudo\b[^\n|]*?[ \t]-[A-Za-z]*S\b|\bcryptsetup\b)")
-_ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool], ...] = (
+                  r"|\bpasswd\b|\bsudo\b[^\n|]*?[ \t]-[A-Za-z]*S\b|\bcryptsetup\b|\baz[ \t]+devops[ \t]+login\b"
+                  r"|--with-token\b)")
+_ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool | str], ...] = (
     (("mosquitto",), r"\bmosquitto_(?:pub|sub|rr)\b[^\n]*?\s-P[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
     (("openssl",), r"\bopenssl[ \t]+(?:enc|aes\S*|des\S*|bf\S*|camellia\S*|chacha\S*|rc4\S*)\b[^\n]*?\s-k[ \t]+" + _Q
      + r"(?P<v>[^\s\"']+)(?P=q)", False),
@@ -1207,11 +1257,53 @@ _ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool], ...] = (
     (("jsonpath",), r"\bkubectl[ \t]+get[ \t]+secrets?\b[^\n]*?jsonpath=[\"']?\{\.data\.[^}\n]+\}[^\n]*\r?\n"
      r"(?:[ \t]*\r?\n)?(?P<q>)(?P<v>[^\s$#>][^\s]*)[ \t]*(?:\r?\n|$)", False),
     (("<<<",), r"(?m)^[^\n]*?" + _STDIN_READERS + r"[^\n]*?<<<[ \t]*" + _Q + r"(?P<v>[^\s\"'\\]+)(?P=q)", False),
+    # round 8: MinIO's alias (NAME URL ACCESS_KEY SECRET_KEY: the last), openssl passwd's password, Cisco IOS's
+    # cleartext (0) and reversible (7) passwords and keys (5, 8, 9 are hashes: left)
+    (("mc ",), r"\bmc[ \t]+(?:alias[ \t]+set|config[ \t]+host[ \t]+add)[ \t]+\S+[ \t]+\S+[ \t]+\S+[ \t]+" + _Q
+     + r"(?P<v>[^\s\"'\-][^\s\"']*)(?P=q)", False),
+    (("passwd",), r"\bopenssl[ \t]+passwd\b(?:[ \t]+-(?:salt|in)[ \t]+\S+|[ \t]+-\S+)*[ \t]+" + _Q
+     + r"(?P<v>[^\s\"'\-][^\s\"']*)(?P=q)", False),
+    ((" 0 ", " 7 "), r"(?<![^\s])(?:password|secret|key|key-string|authentication-key)[ \t]+[07][ \t]+(?P<q>)"
+     r"(?P<v>[^\s\"']+)", "strong"),  # strong: not "password 7 characters"
+    *((hints, r"(?<![\w\-.])(?:" + command + r")(?:\.exe)?[ \t][^\n]*?(?<=[ \t])" + flag + _Q + user
+       + r"(?P<v>[^\s\"'\-][^\s\"']*)(?P=q)", False)
+      for hints, command, flags, user in (
+          # a command's own password flags (case matters: sqlcmd -P is the password, -p prints statistics), what
+          # comes before the password in the value (a user and its separator)
+          (("cqlsh", "cbq"), r"cqlsh|cbq", (r"-p[ \t]+",), ""),
+          (("sqlcmd", "bcp", "osql", "isql"), r"sqlcmd|bcp|osql|isql", (r"-P(?:[ \t]+|(?=[\"']))",), ""),
+          (("influx",), r"influx", (r"-p[ \t]+",), ""),
+          (("ipmitool",), r"ipmitool", (r"-P[ \t]+",), ""),
+          (("psexec",), r"(?i:psexec(?:64)?)", (r"-p[ \t]+",), ""),
+          (("snmp",), r"snmp[a-z]{3,12}", (r"-A[ \t]+", r"-X[ \t]+"), ""),
+          (("ldappasswd",), r"ldappasswd", (r"-s[ \t]+", r"-a[ \t]+"), ""),
+          (("nuget",), r"nuget", (r"-k[ \t]+", r"-(?i:apikey)[ \t]+"), ""),
+          (("freerdp",), r"[xw]?freerdp3?|sdl-freerdp", (r"/p:",), ""),
+          (("http", "xh"), r"https?|xhs?", (r"-a[ \t]+", r"--auth[ \t=]+"), r"[^\s:\"']*:"),
+          (("lftp",), r"lftp", (r"-u[ \t]+",), r"[^\s,\"']+,"))
+      for flag in flags),
+    (("nuget",), r"\bnuget(?:\.exe)?[ \t]+setapikey[ \t]+" + _Q + r"(?P<v>[^\s\"'\-][^\s\"']*)(?P=q)", False),
+    (("wpa_passphrase",), r"\bwpa_passphrase[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\S+)[ \t]+" + _Q
+     + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("rman",), r"(?i:\b(?:catalog|auxiliary)\b)[ \t]*=?[ \t]*[\"']?[\w$#]+/(?P<q>)(?P<v>[^\s@/\"']+)"
+     r"(?=@|[\"']?(?:\s|$))", False),
+    # SNMPv3 users: Cisco's snmp-server user … auth sha V priv aes 128 V, net-snmp's createUser u SHA "V" AES "V"
+    (("snmp-server",), r"\bsnmp-server[ \t]+user\b[^\n]*?[ \t]auth[ \t]+\S+[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)",
+     False),
+    (("snmp-server",), r"\bsnmp-server[ \t]+user\b[^\n]*?[ \t]priv[ \t]+\S+(?:[ \t]+\d{3})?[ \t]+" + _Q
+     + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("createuser",), r"\bcreateUser[ \t]+\S+[ \t]+(?:MD5|SHA\S*)[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
+    (("createuser",), r"\bcreateUser[ \t]+\S+[ \t]+(?:MD5|SHA\S*)[ \t]+\S+[ \t]+(?:DES|AES\S*)[ \t]+" + _Q
+     + r"(?P<v>[^\s\"']+)(?P=q)", False),
 )
 _ARG_RULES = [(hints, re.compile(pattern), positional) for hints, pattern, positional in _ARG_TABLE]
 # NAME <(echo VALUE): a value given as a file by process substitution (wg set … private-key <(echo …))
-_PROCESS_SUBST = re.compile(r"(?P<n>[\w\-]+)[ \t]+<\([ \t]*(?:echo|printf)[ \t]+(?:-\w+[ \t]+)?" + _Q
+_PROCESS_SUBST = re.compile(r"(?P<n>[\w\-]+)(?:[ \t]+|=)<\([ \t]*(?:echo|printf)[ \t]+(?:-\w+[ \t]+)?" + _Q
                             + r"(?P<v>[^\s\"')]+)(?P=q)")
+_FILE_SUFFIX = re.compile(r"[_\-](?:file|path)$", re.IGNORECASE)
+# kubectl (oc) create secret generic NAME --from-literal=KEY=VALUE …: each literal's value
+_SECRET_CREATE = re.compile(r"\b(?:kubectl|oc)\b[^\n]*?[ \t]create[ \t]+secret\b[^\n]*")
+_FROM_LITERAL = re.compile(r"--from-literal[= \t]+(?P<q>[\"']?)(?P<n>[\w.\-]+)=(?P<v>[^\s\"']+)(?P=q)")
 # echo VALUE > FILE, where the file's name says secret (config/master.key, .vault_pass, token.txt)
 _ECHO_FILE = re.compile(r"\becho[ \t]+(?:-n[ \t]+)?" + _Q + r"(?P<v>[^\s\"'|>]+)(?P=q)[ \t]*>>?[ \t]*"
                         r"(?P<f>[^\s;&|]+)")
@@ -1252,13 +1344,20 @@ def _arg_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
         if any(h in low for h in hints):
             for m in regex.finditer(text):
                 v = m.group("v")
-                if positional and not (_strong(v) and (_looks_random(v) or ":" in v)):
+                if positional and not (_strong(v) and (positional == "strong" or _looks_random(v) or ":" in v)):
                     continue
                 if _value_is_secret(v, "password", True):
                     spans.append(m.span("v"))
+    if "--from-literal" in text:
+        for line in _SECRET_CREATE.finditer(text):  # kubectl create secret …: every literal is the secret's
+            for m in _FROM_LITERAL.finditer(text, line.start(), line.end()):
+                v = m.group("v")
+                if (name_kind(m.group("n")) is not None or _strong(v)) and _value_is_secret(v, "password", True):
+                    spans.append(m.span("v"))
     if "<(" in text:
         for m in _PROCESS_SUBST.finditer(text):
-            kind = name_kind(m.group("n"))
+            # --password-file <(echo V): the file named is the secret's (restic, borg, wg)
+            kind = name_kind(m.group("n")) or name_kind(_FILE_SUFFIX.sub("", m.group("n")))
             if kind is not None and _value_is_secret(m.group("v"), kind, True, m.group("n")):
                 spans.append(m.span("v"))
     if "echo" in low and ">" in text:
@@ -1337,22 +1436,26 @@ _PROSE_IS = re.compile(r"(?i)(?<![a-z])(?:password|passphrase|passcode|passwd|ap
 # A copula is a whole word (a value "ESSBDM…" after "Kennwort" is no Spanish "es"); a few words (12-24
 # characters, no sentence end) may stand between the word and its separator ("la password del server è").
 _ARG_HINT = re.compile(r"jsonpath|mosquitto|openssl|rar[ \t]|ssh-keygen|login|poetry|b2[ \t]+a|bundle|oracle:|community"
+                       r"|mc[ \t]| [07] |cqlsh|cbq|sqlcmd|bcp|osql|isql|influx|ipmitool|psexec|snmp|ldappasswd|nuget"
+                       r"|freerdp|http|xh[ \t]|lftp|--from-literal|wpa_passphrase|snmp-server|createuser|rman"
                        r"|azurewebsites|appid=|echo|printf|<<<|<\(")
 def _english_word(m: re.Match) -> bool:
     return m.group().lower().startswith(("password", "passphrase", "passwd"))
 
 
 _LOCAL_ASCII = re.compile(r"password[ \t]+\S*\d|passwort|kennwort|zugangsdaten|senha|palavra-passe|contrase|clave"
-                          "|mot de passe|mdp"
+                          "|mot de passe|mdp|nenosiri|nywila|lozink|zaporka|geslo|parool"
                           "|wachtwoord|salasana|adgangskode|passord|heslo|hesla|jelszo|parola|kata sandi"
                           "|kata laluan|sandi|mat khau|password's|passphrase[ \t]*(?:->|=>)")
 _LOCAL_PASSWORD = re.compile(
     r"(?i)(?<![A-Za-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff])(?:" + _LOCAL_WORDS + r")"
     r"(?:'s|[^\n:=：＝.,;!?。、]{0,24}?"
-    r"(?:[ \t]*(?:[:=：＝]|->|=>|→|—|–)"
-    r"|(?<=[^\x00-\x7f])(?:は|는|은|이|가|是|为|為|就是)"
-    r"|[ \t]+(?:ist|lautet|lauten|è|é|es|est|is|är|er|on|je|jest|to|là|adalah|ialah|είναι|هي|هو|היא|הוא|это"
-    r"|sind|era|was|c'est)(?![^\W\d_]))"
+    r"(?:[ \t]*(?::(?!//)|[=：＝]|->|=>|→|—|–)"
+    r"|(?<=[^\x00-\x7f])(?:は|는|은|이|가|是|为|為|就是|คือ)"
+    r"|[ \t]+(?:ist|lautet|lauten|è|é|és|es|est|este|is|är|er|on|je|jest|to|là|adalah|ialah|είναι|هي|هو|היא|הוא|это"
+    r"|sind|era|was|c'est|ni|yra|คือ|হলো|হল|হচ্ছে)(?![^\W\d_])"
+    # a verb at the end (Persian, Hindi): the word, a few words, the value, then "is" (است, है)
+    r"|[ \t]+(?=[^\s\"'`]+[ \t]+(?:است|है|हैं)(?![^\W\d_])))"
     r"|(?P<appo>[ \t]+(?=\S*\d)))"
     r"[ \t\u3000]*[「『`\"'“]?"
     r"(?P<v>[^\s\"'`」』”]+)")
@@ -1365,7 +1468,8 @@ _PGPASS = re.compile(r"(?m)^(?=[^:\s]*[A-Za-z*])[^:\s#]+:(?:\d{2,5}|\*):(?=[^:\s
 _CSV_HEADS = {d: re.compile(r"(?m)^(?P<head>[ \"]*[\w .\-]+[ \"]*(?:" + d + r"[ \"]*[\w .\-]+[ \"]*)+)\r?$")
               for d in (",", ";", "\t")}
 # "use this secret for the staging box: VALUE" (a strong value after a colon in a sentence naming a secret)
-_PROSE_COLON = re.compile(r"(?i)\b(?:password|passphrase|passcode|secret|token|api key|credentials?)\b[^.:\n]{0,60}?:"
+_PROSE_COLON = re.compile(r"(?i)\b(?:password|passphrase|passcode|secret|token|api key|credentials?)\b[^.:\n]{0,60}?"
+                          r":(?!//)"
                           r"[ \t]*(?P<v>[^\s\"'`]+)")
 
 
@@ -1491,7 +1595,9 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
         if "auth" in words:
             spans.extend(m.span("v") for m in _AUTH_TUPLE.finditer(text)
                          if _value_is_secret(m.group("v"), "password", True))
-        if "</key>" in low:  # <key>APIToken</key><string>…</string> (plist), <Key>Password</Key><Value>…</Value>
+        if "</key>" in low or "</name>" in low:
+            # <key>APIToken</key><string>…</string> (plist), <Key>Password</Key><Value>…</Value>, Hadoop's and
+            # Maven's <name>fs.s3a.secret.key</name><value>…</value>
             for m in _XML_KEY_PAIR.finditer(text):
                 kind = name_kind(m.group("n"))
                 if kind is not None and _value_is_secret(m.group("v"), kind, True, m.group("n")):
