@@ -308,9 +308,8 @@ def test_a_file_rewritten_during_the_import_stops_before_its_next_write(tmp_path
             importer.execute_import(store, plan)
 
 
-def test_the_undo_of_a_verified_delete_links_kept_children_again(tmp_path):
-    """Finding 3 (issue 24): after `export DIR/ --session-id P --delete-after-verified --yes` and `import` of the
-    files, a branch child's parent_session_id stayed NULL."""
+def _verified_delete_of_a_family(tmp_path):
+    """P with a kept branch and a delegate child, exported by family and deleted (`--delete-after-verified`)."""
     db = tmp_path / "state.db"
     with StoreBuilder(db) as b:
         b.session("P", age=30, messages=3, end_reason="branched")
@@ -319,6 +318,13 @@ def test_the_undo_of_a_verified_delete_links_kept_children_again(tmp_path):
     out = tmp_path / "bk"
     r = run("export", f"{out}/", "--db", db, "--session-id", "P", "--delete-after-verified", "--yes", "--json")
     assert r.returncode == 0, r.stderr
+    return db, out
+
+
+def test_the_undo_of_a_verified_delete_links_kept_children_again(tmp_path):
+    """Finding 3 (issue 24): after `export DIR/ --session-id P --delete-after-verified --yes` and `import` of the
+    files, a branch child's parent_session_id stayed NULL."""
+    db, out = _verified_delete_of_a_family(tmp_path)
     assert query(db, "SELECT parent_session_id FROM sessions WHERE id = 'branch'") == [(None,)]
     report = do_import(db, out / "hermes_session_P.jsonl")
     do_import(db, out / "hermes_session_P_sub.jsonl")
@@ -331,14 +337,7 @@ def test_the_undo_of_a_verified_delete_does_not_depend_on_the_order_of_its_files
     """Hostile try 9, L14: the delegate child's file imported before its parent's was unlinked ("parent not
     found"), and the parent's import then linked only the branch it kept: the delegate run stayed a conversation
     of its own. The parent's import links again every session an earlier import unlinked for want of it."""
-    db = tmp_path / "state.db"
-    with StoreBuilder(db) as b:
-        b.session("P", age=30, messages=3, end_reason="branched")
-        b.session("branch", age=20, parent="P", model_config={"_branched_from": "P"}, messages=2)
-        b.session("P_sub", source="subagent", age=30, parent="P", model_config={"_delegate_from": "P"}, messages=1)
-    out = tmp_path / "bk"
-    r = run("export", f"{out}/", "--db", db, "--session-id", "P", "--delete-after-verified", "--yes", "--json")
-    assert r.returncode == 0, r.stderr
+    db, out = _verified_delete_of_a_family(tmp_path)
     first = do_import(db, out / "hermes_session_P_sub.jsonl")
     assert first["detached"] == ["P_sub"]
     report = do_import(db, out / "hermes_session_P.jsonl")
