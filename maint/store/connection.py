@@ -30,7 +30,7 @@ import apsw
 
 from maint import files
 from maint.crashpoints import crash_point
-from maint.errors import CorruptStore, MaintError, StoreError
+from maint.errors import CorruptStore, MaintError, StoreError, UsageError
 from maint.store import fifowatch
 
 log = logging.getLogger("hermes_maint.store")
@@ -407,7 +407,7 @@ class Store:
         self.plan_generation = 0  # bumped by each plan kept in temp tables (see maint.ops.prune.UnitTable)
         self.tidy_on_close = False  # a read-only open made the -wal and -shm: leave the folder as found
         self.dir_fd: int | None = None  # the folder holding the file opened, as it was then (_store_folder)
-        self.busy_timeout_ms = busy_timeout_from_env()  # what its busy handler waits (open_store sets it)
+        self.busy_timeout_ms: int | None = None  # what its busy handler waits (open_store sets it)
 
     # -- introspection -------------------------------------------------
     @property
@@ -525,7 +525,10 @@ class Store:
         if limit_s is not None and limit_s < 0:
             from maint import settings
 
-            limit_s = settings.value("write_limit_s")
+            try:
+                limit_s = settings.value("write_limit_s")
+            except UsageError:  # a config doctor reports as its finding (any other command stopped at the open)
+                limit_s = settings.SETTINGS["write_limit_s"].default
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except apsw.BusyError:
@@ -590,6 +593,8 @@ class Store:
             pages = self.scalar("PRAGMA wal_autocheckpoint") or 1000
             if size <= self.WAL_SETTLE_CHECKPOINTS * pages * (self.scalar("PRAGMA page_size") or 4096):
                 return
+            if self.busy_timeout_ms is None:
+                return  # not a store open_store made: its busy handler is not ours to swap
             self.conn.set_busy_handler(polling_busy_handler(self.SETTLE_WAIT_MS))
             try:
                 self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
