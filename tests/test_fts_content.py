@@ -149,3 +149,20 @@ def test_the_daily_doctor_leaves_the_check_out_and_the_reports_leave_no_wal_file
         assert sorted(os.listdir(tmp_path)) == ["state.db"]
     assert json.loads(run_subprocess("repair-fts", "--db", str(db), "--json").stdout)["content_check"] == "ran"
     assert file_hash(db) == before
+
+
+@pytest.mark.parametrize("apply", [False, True])
+def test_a_content_view_that_never_ends_is_stopped_at_its_bound(tmp_path, apply):
+    """Hostile try 11, N2: repair-fts reads an external-content index's messages through the store's own view
+    (`messages_fts_src`, upstream's layout); a view that never ends spun for good, and `--apply` held the write
+    lock meanwhile (the rebuild was exempt from the write bound). Both are bounded (write_limit_s per GB)."""
+    db = tmp_path / "state.db"
+    build_demo(db)
+    conn = sqlite3.connect(db)
+    conn.execute("DROP VIEW messages_fts_src")
+    conn.execute("CREATE VIEW messages_fts_src AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) "
+                 "SELECT m.id, m.content, m.tool_name, m.tool_calls FROM messages m, (SELECT x FROM r WHERE x < 0)")
+    conn.close()
+    args = ["--apply", "--yes"] if apply else []
+    r = run_subprocess("repair-fts", "--db", str(db), *args, env={"HERMES_MAINT_WRITE_LIMIT_S": "2"}, timeout=120)
+    assert "a statement was still running 2 s into a transaction" in r.stdout + r.stderr, (r.stdout, r.stderr)

@@ -469,3 +469,25 @@ def test_salvage_copies_the_store_it_checked_not_what_its_name_leads_to_later(tm
     assert (tmp_path / "kept").exists(), "the swap never ran"
     assert r.exit_code == 1, r.output
     assert "swapped" in r.stderr and not new.exists() and list(new.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("dry", [False, True])
+def test_a_salvage_stops_at_its_bound_when_the_stores_trigger_never_ends(tmp_path, dry):
+    """Hostile try 11, N3: the salvage recreates the damaged store's own triggers in the new file and runs them for
+    every row copied (they index each message as Hermes does); a trigger that never ends ran for good, dry run
+    included. The salvage is bounded (write_limit_s per GB of the store) and says so in one line."""
+    import sqlite3
+
+    from tests.conftest import run_subprocess
+    from tests.storegen import small_store
+
+    db = small_store(tmp_path / "state.db")
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TRIGGER spin AFTER INSERT ON messages BEGIN SELECT count(*) FROM (WITH RECURSIVE "
+                 "r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT x FROM r); END")
+    conn.close()
+    out = tmp_path / "new.db"
+    result = run_subprocess("recover", "--salvage", out, *(["--dry-run"] if dry else []), "--db", db,
+                            env={"HERMES_MAINT_WRITE_LIMIT_S": "2"}, timeout=120)  # a hang fails at the timeout
+    assert result.returncode == 1 and "the salvage was still running after 2 s" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()

@@ -335,3 +335,33 @@ def test_deleting_a_parent_whose_delegate_child_starts_a_pinned_compressed_conve
     assert refused.exit_code == 1, refused.output
     assert "demo_chain_2" in refused.stderr and "--include-pinned" in refused.stderr, refused.stderr
     assert file_hash(db) == before and {"demo_parent", "demo_chain_1"} <= set(session_ids(db))
+
+
+@pytest.mark.parametrize("command", ["delete", "verified"])
+def test_a_delete_too_long_for_hermes_waits_while_others_hold_the_store(tmp_path, command):
+    """Hostile try 11, N4: deleting a 156,020-message conversation (one transaction: a conversation is never split)
+    held the write lock 17 s beside a running Hermes, whose append failed after its retries. As prune keeps such a
+    unit, delete and the verified delete refuse it while other processes have the store open (max_unit_s, here
+    made tiny so that a small conversation stands for a big one)."""
+    import sqlite3
+
+    from tests.conftest import run_subprocess
+
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("big", age=200, messages=10)
+    args = (["delete", "big"] if command == "delete"
+            else ["export", f"{tmp_path / 'out'}/", "--session-id", "big", "--delete-after-verified"])
+    env = {"HERMES_MAINT_MAX_UNIT_S": "0.001"}
+    hermes = sqlite3.connect(db)  # a running Hermes: another process with the store open
+    hermes.execute("SELECT COUNT(*) FROM sessions").fetchall()
+    try:
+        held = run_subprocess(*args, "--yes", "--db", db, env=env)
+    finally:
+        hermes.close()
+    assert held.returncode == 1 and "past what Hermes waits" in held.stderr and "stop Hermes" in held.stderr, \
+        held.stderr
+    assert "big" in session_ids(db)
+    alone = run_subprocess(*args, "--yes", "--db", db, env=env)
+    assert alone.returncode == 0, alone.stderr
+    assert "big" not in session_ids(db)

@@ -813,3 +813,21 @@ def test_a_commit_that_leaves_the_wal_long_resets_it_at_once(tmp_path):
         with store.write() as conn:  # a short one leaves the WAL to SQLite
             conn.execute("UPDATE sessions SET title = 'short' WHERE id IN (SELECT id FROM sessions LIMIT 1)")
         assert os.path.getsize(f"{db}-wal") > 0
+
+
+def test_a_view_in_place_of_a_table_we_read_is_not_read(tmp_path):
+    """Hostile try 11, N1: a view that never yields a row in place of schema_version (read at every open) made
+    every command, readers included, run at full CPU until a signal. A view is not a table of Hermes's."""
+    import sqlite3
+
+    from tests.conftest import run_subprocess
+
+    db = small_store(tmp_path / "state.db")
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE IF EXISTS schema_version")
+    conn.execute("CREATE VIEW schema_version AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) "
+                 "SELECT x AS version FROM r WHERE x < 0")
+    conn.close()
+    result = run_subprocess("stats", "--db", db, "--json", timeout=120)  # a hang fails at the timeout
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["sessions"] > 0

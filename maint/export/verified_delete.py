@@ -19,7 +19,7 @@ from maint.store import guard
 from maint.store.catalog import session_info
 from maint.store.lineage import delegate_family
 from maint.errors import MaintError
-from maint.store.delete import delete_sessions, note_unlinked, remove_session_files
+from maint.store.delete import delete_sessions, note_unlinked, refuse_if_too_big_while_shared, remove_session_files
 from maint.store.connection import Store
 from maint.export.transcript import iter_messages
 
@@ -74,6 +74,7 @@ def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str], *,
     """Delete the exported sessions in one transaction if nothing changed (a pin set since the plan counts,
     unless *include_pinned*); then Hermes's files of them (returned)."""
     store.refuse_unknown_references()
+    refuse_if_too_big_while_shared(store, ids, "files kept, store untouched")
     with store.write() as conn:
         now_family = family(store, ids[0])
         if sorted(now_family) != sorted(ids):

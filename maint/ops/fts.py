@@ -26,7 +26,7 @@ from pathlib import Path
 import apsw
 
 from maint.errors import MaintError
-from maint.store.connection import Store, as_found, open_store
+from maint.store.connection import Store, as_found, open_store, scaled_write_limit_s
 from maint.store.holders import HolderReport, find_holders
 from maint.store.fts_index import Fill, fill_of, is_inline  # noqa: F401 - used here and by doctor
 
@@ -58,7 +58,7 @@ def check(store: Store, table: str, *, content: bool = False) -> list[str]:
         return [f"{table}: {exc}"]
     if rows != ["ok"]:
         return [line for r in rows for line in str(r).splitlines()]
-    if content and not is_inline(store, table) and (problem := content_check(store.conn, table)):
+    if content and not is_inline(store, table) and (problem := content_damaged(store, [table]).get(table, [None])[0]):
         return [problem]
     return incomplete(store, table)
 
@@ -75,8 +75,8 @@ def content_check(conn: apsw.Connection, table: str) -> str | None:
     name = '"' + table.replace('"', '""') + '"'
     try:
         conn.execute(f"INSERT INTO {name}({name}, rank) VALUES ('integrity-check', 1)")
-    except (apsw.BusyError, apsw.LockedError):
-        raise  # says nothing about the index
+    except (apsw.BusyError, apsw.LockedError, apsw.InterruptError):
+        raise  # says nothing about the index (interrupted: past the bound of the transaction around it)
     except apsw.CorruptError as exc:
         return f"{table} is out of step with the rows it indexes ({exc})"
     except apsw.Error as exc:
@@ -84,9 +84,13 @@ def content_check(conn: apsw.Connection, table: str) -> str | None:
     return None
 
 
-def content_damaged(store: Store) -> dict[str, list[str]]:
-    """The external-content indexes that fail :func:`content_check` (a store opened for writing)."""
-    return {t: [p] for t in store.fts_tables if not is_inline(store, t) and (p := content_check(store.conn, t))}
+def content_damaged(store: Store, tables: list[str] | None = None) -> dict[str, list[str]]:
+    """The external-content indexes that fail :func:`content_check` (a store opened for writing), in one bounded
+    transaction: the check reads the messages through the store's own content view, and one that never ends
+    would hold the write lock for good (hostile try 11, N2)."""
+    with store.write(scaled_write_limit_s(store.path)) as conn:
+        return {t: [p] for t in (store.fts_tables if tables is None else tables)
+                if not is_inline(store, t) and (p := content_check(conn, t))}
 
 
 def incomplete(store: Store, table: str) -> list[str]:
@@ -106,9 +110,9 @@ def damaged(store: Store, *, content: bool = False) -> dict[str, list[str]]:
 def rebuild(store: Store, table: str) -> str:
     """Rebuild one index in one transaction: FTS5 'rebuild' (which also repairs a damaged inline index from
     its own copy), then, if an inline index still misses messages, a refill from ``messages``.
-    Returns 'rebuild' or 'refill'. Not bounded in time: it holds the lock for its whole run by design, with Hermes
-    stopped (repair-fts refuses while anyone holds the store)."""
-    with store.write(None) as conn:
+    Returns 'rebuild' or 'refill'. It holds the lock for its whole run by design, with Hermes stopped (repair-fts
+    refuses while anyone holds the store), bounded by the store's size (a content view that never ends, N2)."""
+    with store.write(scaled_write_limit_s(store.path)) as conn:
         conn.execute(f"INSERT INTO {table}({table}) VALUES('rebuild')")
         fill = fill_of(store, table) if is_inline(store, table) else None
         if fill is None or not incomplete(store, table):

@@ -27,7 +27,8 @@ from maint.store.fts_index import (META_KEY as FTS_AUTOMERGE_KEY, NOTE_KEY as FT
 from maint.selection.filters import DEFAULT_PRUNE_DAYS, Filters, implicit_prune_filters
 from maint.store.sqlutil import IdList, Paged, chunks, ph
 from maint.store.connection import Store, busy_timeout_from_env, open_store
-from maint.store.delete import SessionFileRemover, delete_sessions, session_files
+from maint.store.delete import (SLOWEST_S_PER_MESSAGE, SessionFileRemover, delete_sessions, max_unit_seconds,
+                                 session_files)
 from maint.store.text_check import unreadable_id_sql, unreadable_ids
 
 if TYPE_CHECKING:
@@ -237,18 +238,6 @@ class PruneResult:
 
 
 # A unit is deleted in one transaction, so the lock is held for all of its messages. Hermes's
-# SessionDB gives up on a write after about 1.3 s of retries (15 x 20-150 ms, hermes-agent issue
-# #74478); while other processes have the store open, a unit whose delete would hold the lock longer
-# than the max_unit_s setting (below that budget) is held back instead.
-SLOWEST_S_PER_MESSAGE = 0.0002  # the slowest rate measured on stores Hermes built (0.08-0.2 ms)
-
-
-def max_unit_seconds() -> float:
-    from maint import settings
-
-    return settings.value("max_unit_s")
-
-
 def check_settings() -> None:
     """Read every setting a bulk delete uses, so a bad one is refused before anything is written."""
     max_unit_seconds(), target_from_env(), busy_timeout_from_env()

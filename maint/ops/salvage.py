@@ -42,7 +42,7 @@ from maint import files
 from maint.errors import MaintError, UsageError
 from maint.ops import fts
 from maint.ops.vacuum import room_problem, write_limit_reached
-from maint.store.connection import Store, check_regular_file, connect, held_file
+from maint.store.connection import PROGRESS_STEPS, Store, check_regular_file, connect, held_file, scaled_write_limit_s
 
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 QUERY_BUDGET = 200_000  # range queries per table before the rest of a damaged span is reported unread
@@ -368,37 +368,52 @@ def _refuse_changed(store_path: Path, fingerprint: dict[str, str | None]) -> Non
 
 def _fill(src: apsw.Connection, dst: apsw.Connection, schema: list, store_path: Path, new: Path | None,
           fingerprint: dict[str, str | None], started: float) -> dict[str, Any]:
+    # The damaged store's own triggers run for every row copied (they index each message as Hermes does): one
+    # that never ends is stopped at a bound scaled by the store's size (hostile try 11, N3: it ran for good).
+    limit = scaled_write_limit_s(store_path)
+    deadline = time.monotonic() + limit
+    dst.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
     try:
-        # Our new, empty file, opened by name in a folder others may write: its first read would roll a -journal
-        # planted beside it into it (hostile try 4, G8). The lock of that first read is held from then on
-        # (exclusive locking: no later read looks for a journal), and a file that is no longer empty is refused.
-        dst.execute("PRAGMA locking_mode = EXCLUSIVE")
-        if dst.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]:
-            raise MaintError(f"{new}: our new file was not empty when opened (a journal beside it was rolled into "
-                             "it); nothing was kept")
-        dst.execute("PRAGMA journal_mode = OFF")  # a new file: a failed build is removed, not rolled back
-        dst.execute("PRAGMA synchronous = OFF")
-        dst.execute("PRAGMA foreign_keys = OFF")
-        with dst:
-            tables = build_schema(dst, schema)
-        results: dict[str, TableResult] = {}
-        for table in tables:
-            with dst:  # one transaction per table
-                results[table] = copy_table(src, dst, table)
-        with dst:
-            _copy_sequence_and_meta(src, dst)
-        links = _repair_links(Store(new or Path(":memory:"), dst), results)
-        problems = verify(dst)
-        if problems:
-            raise MaintError(f"{store_path}: the salvaged copy failed its checks ({'; '.join(problems[:3])}); "
-                             "nothing was kept")
-        lost = {t: r for t, r in results.items() if r.unread or r.rejected or r.dropped or r.unreadable}
-        counts = {t: dst.execute(f"SELECT COUNT(*) FROM {_q(t)}").fetchone()[0] for t in ("sessions", "messages")}
-        return {"store": str(store_path), "salvage": str(new) if new else None, "dry_run": new is None,
-                "complete": not lost and not links["placeholders"], "sessions": counts["sessions"],
-                "messages": counts["messages"], "tables": [r.as_dict() for r in results.values()],
-                "lost_tables": sorted(lost), "placeholder_sessions": links["placeholders"],
-                "unlinked_sessions": links["unlinked"], "source_fingerprint": fingerprint,
-                "seconds": round(time.monotonic() - started, 3)}
+        return _fill_bounded(src, dst, schema, store_path, new, fingerprint, started)
+    except (apsw.Error, _WriteFailed):  # interrupted: a failed write, or the rollback of what SQLite rolled back
+        if time.monotonic() <= deadline:
+            raise
+        raise MaintError(f"{store_path}: the salvage was still running after {limit:g} s (a trigger in the damaged "
+                         "store that never ends?); stopped, nothing was kept") from None
     finally:
         dst.close()
+
+
+def _fill_bounded(src: apsw.Connection, dst: apsw.Connection, schema: list, store_path: Path, new: Path | None,
+                  fingerprint: dict[str, str | None], started: float) -> dict[str, Any]:
+    # Our new, empty file, opened by name in a folder others may write: its first read would roll a -journal
+    # planted beside it into it (hostile try 4, G8). The lock of that first read is held from then on
+    # (exclusive locking: no later read looks for a journal), and a file that is no longer empty is refused.
+    dst.execute("PRAGMA locking_mode = EXCLUSIVE")
+    if dst.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]:
+        raise MaintError(f"{new}: our new file was not empty when opened (a journal beside it was rolled into "
+                         "it); nothing was kept")
+    dst.execute("PRAGMA journal_mode = OFF")  # a new file: a failed build is removed, not rolled back
+    dst.execute("PRAGMA synchronous = OFF")
+    dst.execute("PRAGMA foreign_keys = OFF")
+    with dst:
+        tables = build_schema(dst, schema)
+    results: dict[str, TableResult] = {}
+    for table in tables:
+        with dst:  # one transaction per table
+            results[table] = copy_table(src, dst, table)
+    with dst:
+        _copy_sequence_and_meta(src, dst)
+    links = _repair_links(Store(new or Path(":memory:"), dst), results)
+    problems = verify(dst)
+    if problems:
+        raise MaintError(f"{store_path}: the salvaged copy failed its checks ({'; '.join(problems[:3])}); "
+                         "nothing was kept")
+    lost = {t: r for t, r in results.items() if r.unread or r.rejected or r.dropped or r.unreadable}
+    counts = {t: dst.execute(f"SELECT COUNT(*) FROM {_q(t)}").fetchone()[0] for t in ("sessions", "messages")}
+    return {"store": str(store_path), "salvage": str(new) if new else None, "dry_run": new is None,
+            "complete": not lost and not links["placeholders"], "sessions": counts["sessions"],
+            "messages": counts["messages"], "tables": [r.as_dict() for r in results.values()],
+            "lost_tables": sorted(lost), "placeholder_sessions": links["placeholders"],
+            "unlinked_sessions": links["unlinked"], "source_fingerprint": fingerprint,
+            "seconds": round(time.monotonic() - started, 3)}

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from maint.errors import MaintError, UsageError
 from maint.fmt import fmt_time
-from maint.store.delete import delete_sessions, message_counts, remove_session_files, session_files
+from maint.store.delete import (delete_sessions, message_counts, refuse_if_too_big_while_shared, remove_session_files,
+                                 session_files)
 from maint.store import guard, lineage
 from maint.store.catalog import (CANONICAL_BOT_CHAT_TITLE, NEWEST_MESSAGE_SQL, SessionInfo, resolve_session,
                                  session_info)
@@ -119,6 +120,7 @@ def plan_delete(store: Store, ref: str, now: float | None = None, *, exact: bool
 
 def execute_delete(store: Store, plan: DeletePlan) -> list[str]:
     """Delete the planned rows in one transaction, after checking nothing changed since the plan."""
+    refuse_if_too_big_while_shared(store, plan.ids, "nothing was deleted")
     with store.write() as conn:
         if not conn.execute("SELECT 1 FROM sessions WHERE id = ?", (plan.session_id,)).fetchone():
             raise MaintError(f"{plan.session_id} was deleted by another process meanwhile; nothing more to do")

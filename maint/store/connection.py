@@ -412,10 +412,10 @@ class Store:
     # -- introspection -------------------------------------------------
     @property
     def tables(self) -> set[str]:
+        """The store's real tables. A view named like a table we read is not one (hostile try 11, N1: a view
+        that never yields a row in place of schema_version made every command spin at its open)."""
         if self._tables is None:
-            self._tables = {
-                r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")
-            }
+            self._tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         return self._tables
 
     def has_table(self, name: str) -> bool:
@@ -559,8 +559,8 @@ class Store:
                 self.conn.execute("ROLLBACK")
             if isinstance(exc, apsw.InterruptError) and limit_s is not None and time.monotonic() > deadline:
                 raise StoreError(f"{self.path}: a statement was still running {limit_s:g} s into a transaction "
-                                 "holding the write lock (a trigger in the store that never ends?); stopped, that "
-                                 "transaction rolled back (what committed before it stays)") from None
+                                 "holding the write lock (a trigger or view in the store that never ends?); stopped, "
+                                 "that transaction rolled back (what committed before it stays)") from None
             raise
         else:
             try:
@@ -668,6 +668,16 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def scaled_write_limit_s(path: Path | str) -> float:
+    """The ``write_limit_s`` setting per started GB of the store (its file and -wal): the bound of work that
+    reads the whole store under one lock or in one run (an index rebuild, FTS5's content check, a salvage), so a
+    statement a store's own trigger or view keeps running never runs for good (hostile try 11, N2, N3)."""
+    from maint import settings
+
+    size = sum(os.path.getsize(p) for p in (Path(path), Path(f"{path}-wal")) if os.path.exists(p))
+    return settings.value("write_limit_s") * max(1, math.ceil(size / 1e9))
 
 
 def _store_folder(path: Path, file_id: tuple[int, int]) -> int | None:

@@ -22,6 +22,39 @@ from maint.store.connection import Store
 from maint.store.sqlutil import chunks, ph
 
 
+# SessionDB gives up on a write after about 1.3 s of retries (15 x 20-150 ms, hermes-agent issue
+# #74478); while other processes have the store open, a delete that would hold the lock longer than the
+# max_unit_s setting (below that budget) waits for Hermes to stop.
+SLOWEST_S_PER_MESSAGE = 0.0002  # the slowest rate measured on stores Hermes built (0.08-0.2 ms)
+
+
+def max_unit_seconds() -> float:
+    from maint import settings
+
+    return settings.value("max_unit_s")
+
+
+def refuse_if_too_big_while_shared(store: Store, ids: list[str], nothing: str) -> None:
+    """A delete of *ids* in one transaction (a conversation is never split) that would hold the write lock past
+    what Hermes waits, while other processes have the store open (or we cannot tell): refused, as prune keeps
+    such a unit (hostile try 11, N4: deleting a 156,020-message conversation held the lock 17 s and a running
+    Hermes's append failed)."""
+    from maint.store.holders import other_connections
+
+    messages = store.scalar("SELECT COUNT(*) FROM messages WHERE session_id IN (SELECT value FROM json_each(?))",
+                            (json.dumps(ids),)) or 0
+    estimate, budget = messages * SLOWEST_S_PER_MESSAGE, max_unit_seconds()
+    if estimate <= budget:
+        return
+    others = other_connections(store.path)
+    if others == 0:
+        return
+    who = "other processes have the store open" if others else "we cannot tell whether other processes have it open"
+    raise MaintError(f"{ids[0]}: deleting its {messages} messages holds the write lock about {estimate:.0f} s, past "
+                     f"what Hermes waits (max_unit_s {budget:g} s), and {who}; stop Hermes and run it again; "
+                     f"{nothing}")
+
+
 # state_meta keys of sessions unlinked from a parent that went away (the value: the parent's id), by a verified
 # delete (the children it kept) or an import that lacked the parent: importing that parent links them again.
 # Only this store's own notes decide: a file's word alone never re-parents a session (hostile try 10, M4).
