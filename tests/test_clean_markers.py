@@ -147,3 +147,16 @@ def test_the_snapshot_folder_rule_holds_for_clean_markers_too(marked, cli, herme
     assert result.exit_code == 1 and "is owned by another user" in result.stderr, result.output
     assert query(marked, "SELECT id, content FROM messages ORDER BY id") == before
     assert list(folder.iterdir()) == []
+
+
+def test_more_markers_than_sqlite_has_variables_are_all_cleared(tmp_path, hermes_home, cli):
+    """Hostile try 11, N5: 84,000 marker rows stopped clean-markers with "too many SQL variables" (an IN-list of
+    every id), exit 1, nothing cleaned."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("s1", age=3, messages=0)
+        b.raw.executemany("INSERT INTO messages (session_id, role, content, tool_calls, timestamp) VALUES "
+                          "('s1', 'assistant', '[memory]', ?, ?)", [(CALLS, b.now - 3 * 86400)] * 33_000)
+    result = cli("clean-markers", "--db", db, "--yes", "--no-backup")
+    assert result.exit_code == 0, result.output
+    assert query(db, "SELECT COUNT(*) FROM messages WHERE content = '[memory]'") == [(0,)]

@@ -740,3 +740,23 @@ def test_only_the_prompts_the_sessions_reference_are_stored(tmp_path):
     assert query(db, "SELECT count(*) FROM system_prompts WHERE hash = ?", sh) == [(0,)]
     assert query(db, "SELECT p.prompt FROM sessions s JOIN system_prompts p ON p.hash = s.system_prompt_hash "
                      "WHERE s.id = 'fresh'") == [("you are hermes, proj edition",)]
+
+
+def test_an_import_of_a_lineage_too_long_for_hermes_waits_while_others_hold_the_store(tmp_path):
+    """Hostile try 11, N4: one big conversation is written in one transaction (a lineage is never split); beside
+    a running Hermes, 156,020 messages held the lock 17 s and its appends failed. As prune keeps such a unit, the
+    import is refused before anything is written (max_unit_s made tiny here so a small session stands for it)."""
+    db = _store(tmp_path / "state.db", "v22")
+    file = tmp_path / "in.jsonl"
+    file.write_text(export_all(db))
+    _emptied(db)
+    env = {"HERMES_MAINT_MAX_UNIT_S": "0.0001"}
+    hermes = sqlite3.connect(db)  # a running Hermes: another process with the store open
+    hermes.execute("SELECT COUNT(*) FROM sessions").fetchall()
+    try:
+        held = run("import", file, "--db", db, "--yes", env=env)
+    finally:
+        hermes.close()
+    assert held.returncode == 1 and "past what Hermes waits" in held.stderr and "nothing was imported" in held.stderr
+    assert query(db, "SELECT COUNT(*) FROM sessions") == [(0,)]
+    assert run("import", file, "--db", db, "--yes", env=env).returncode == 0
