@@ -707,23 +707,13 @@ def refuse_big_units_while_shared(store: Store, plan: ImportPlan, units: list[li
     """A lineage is written in one transaction (never split): one whose writing would hold the write lock past what
     Hermes waits, while other processes have the store open (or we cannot tell), refuses the import before
     anything is written (hostile try 11, N4: one 156,020-message conversation held the lock 17 s and a running
-    Hermes's appends failed). Estimated as a delete is (:data:`maint.store.delete.SLOWEST_S_PER_MESSAGE`)."""
-    from maint.store.delete import SLOWEST_S_PER_MESSAGE, max_unit_seconds
-    from maint.store.holders import other_connections
+    Hermes's appends failed); the rule is the delete's (:mod:`maint.store.delete`)."""
+    from maint.store.delete import refuse_long_transaction_while_shared
 
-    budget = max_unit_seconds()
     big = max(units, key=lambda u: sum(plan.records[s].messages for s in u))
     messages = sum(plan.records[s].messages for s in big)
-    estimate = messages * SLOWEST_S_PER_MESSAGE
-    if estimate <= budget:
-        return
-    others = other_connections(store.path)
-    if others == 0:
-        return
-    who = "other processes have the store open" if others else "we cannot tell whether other processes have it open"
-    raise MaintError(f"session {big[0]}: writing its {messages} messages (one transaction) holds the write lock "
-                     f"about {estimate:.0f} s, past what Hermes waits (max_unit_s {budget:g} s), and {who}; stop "
-                     "Hermes and run the import again; nothing was imported")
+    refuse_long_transaction_while_shared(store, messages, f"session {big[0]}: writing its {messages} messages "
+                                         "(one transaction)", "nothing was imported")
 
 
 def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, drop_missing: bool = False,

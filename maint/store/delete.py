@@ -39,10 +39,16 @@ def refuse_if_too_big_while_shared(store: Store, ids: list[str], nothing: str) -
     what Hermes waits, while other processes have the store open (or we cannot tell): refused, as prune keeps
     such a unit (hostile try 11, N4: deleting a 156,020-message conversation held the lock 17 s and a running
     Hermes's append failed)."""
-    from maint.store.holders import other_connections
-
     messages = store.scalar("SELECT COUNT(*) FROM messages WHERE session_id IN (SELECT value FROM json_each(?))",
                             (json.dumps(ids),)) or 0
+    refuse_long_transaction_while_shared(store, messages, f"{ids[0]}: deleting its {messages} messages", nothing)
+
+
+def refuse_long_transaction_while_shared(store: Store, messages: int, doing: str, nothing: str) -> None:
+    """The rule of :func:`refuse_if_too_big_while_shared` for one transaction touching *messages* messages (a
+    delete, or an import's lineage), estimated at :data:`SLOWEST_S_PER_MESSAGE` each."""
+    from maint.store.holders import other_connections
+
     estimate, budget = messages * SLOWEST_S_PER_MESSAGE, max_unit_seconds()
     if estimate <= budget:
         return
@@ -50,9 +56,8 @@ def refuse_if_too_big_while_shared(store: Store, ids: list[str], nothing: str) -
     if others == 0:
         return
     who = "other processes have the store open" if others else "we cannot tell whether other processes have it open"
-    raise MaintError(f"{ids[0]}: deleting its {messages} messages holds the write lock about {estimate:.0f} s, past "
-                     f"what Hermes waits (max_unit_s {budget:g} s), and {who}; stop Hermes and run it again; "
-                     f"{nothing}")
+    raise MaintError(f"{doing} holds the write lock about {estimate:.0f} s, past what Hermes waits (max_unit_s "
+                     f"{budget:g} s), and {who}; stop Hermes and run it again; {nothing}")
 
 
 # state_meta keys of sessions unlinked from a parent that went away (the value: the parent's id), by a verified
