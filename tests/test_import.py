@@ -192,27 +192,22 @@ def test_prompt_missing_from_an_older_export_is_reported(tmp_path):
 
 
 def test_a_family_goes_in_whole_or_not_at_all(tmp_path):
-    """The delegate child's row is refused by SQLite (its title is taken meanwhile: titles are unique): its
-    parent, in the same unit, does not stay either."""
+    """The delegate child's row is refused by SQLite at write time (here a trigger of the store's): its parent,
+    in the same unit, does not stay either."""
     db = _store(tmp_path / "state.db", "v22")
-    lines = []
-    for line in export_all(db).splitlines():
-        rec = json.loads(line)
-        if rec["id"] in FAMILY:
-            if rec["id"] == "sub":
-                rec["title"] = "taken"
-            lines.append(json.dumps(rec))
+    lines = [line for line in export_all(db).splitlines() if json.loads(line)["id"] in FAMILY]
     bad = tmp_path / "family.jsonl"
     bad.write_text("\n".join(lines) + "\n")
     conn = sqlite3.connect(db)
     for sid in ("sub", "c2", "c1"):
         conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
         conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
-    conn.execute("UPDATE sessions SET title = 'taken' WHERE id = 'alone'")
+    conn.execute("CREATE TRIGGER refuse_sub BEFORE INSERT ON sessions WHEN NEW.id = 'sub' "
+                 "BEGIN SELECT RAISE(ABORT, 'sub is refused here'); END")
     conn.commit()
     conn.close()
     r = do_import(db, bad, expect=1)
-    assert "UNIQUE" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "sub is refused here" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not FAMILY & session_ids(db)
 
 
@@ -703,7 +698,7 @@ def _fresh_record(db, **changes):
     """c2's record as exported, as a session the store does not hold."""
     rec = json.loads(run("export", "-", "--db", db, "--session-id", "c2").stdout)
     rec.pop("timings")
-    rec = {**rec, "id": "fresh", "parent_session_id": None,
+    rec = {**rec, "id": "fresh", "parent_session_id": None, "title": None,
            "messages": [{**m, "session_id": "fresh", "id": None} for m in rec["messages"]]}
     return {**rec, **changes}
 
@@ -760,3 +755,41 @@ def test_an_import_of_a_lineage_too_long_for_hermes_waits_while_others_hold_the_
     assert held.returncode == 1 and "past what Hermes waits" in held.stderr and "nothing was imported" in held.stderr
     assert query(db, "SELECT COUNT(*) FROM sessions") == [(0,)]
     assert run("import", file, "--db", db, "--yes", env=env).returncode == 0
+
+
+@pytest.mark.parametrize("layout", ["v22", "v30"])
+def test_a_title_another_stored_session_has_is_refused_before_the_first_write(tmp_path, layout):
+    """Hostile try 11, N6: titles are unique in Hermes (its idx_sessions_title_unique; hermes-agent's own import
+    fails on a taken one). In a store without that index the duplicate was written; with it, the import stopped
+    midway. Both now refuse before the first write, naming both sessions."""
+    db = _store(tmp_path / "state.db", layout)
+    f = tmp_path / "dup.jsonl"
+    f.write_text(json.dumps(_fresh_record(db, title="proj")) + "\n")
+    before = file_hash(db)
+    r = do_import(db, f, expect=2)
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "'fresh'" in r.stderr and "'proj'" in r.stderr and "'c1'" in r.stderr and "line 1" in r.stderr
+    assert file_hash(db) == before and "fresh" not in session_ids(db)
+
+
+def test_two_sessions_of_one_file_with_one_title_refuse_the_file(tmp_path):
+    db = _store(tmp_path / "state.db", "v30")
+    f = tmp_path / "dup.jsonl"
+    a = _fresh_record(db, title="twice")
+    b = {**a, "id": "fresh2", "messages": [{**m, "session_id": "fresh2"} for m in a["messages"]]}
+    f.write_text(json.dumps(a) + "\n" + json.dumps(b) + "\n")
+    before = file_hash(db)
+    r = do_import(db, f, expect=2)
+    assert "'fresh2'" in r.stderr and "'fresh'" in r.stderr and "line 2" in r.stderr, r.stderr
+    assert file_hash(db) == before and not {"fresh", "fresh2"} & session_ids(db)
+
+
+def test_a_title_moved_between_sessions_by_replace_is_not_refused(tmp_path, layout):
+    """--replace writes c1 without its title and a new session with it: no session keeps a taken title."""
+    db = _store(tmp_path / "state.db", layout)
+    text = _lines(db, lambda r: (r.update(title=None) if r["id"] == "c1" else None, r)[1])
+    f = tmp_path / "moved.jsonl"
+    f.write_text(text + json.dumps(_fresh_record(db, title="proj")) + "\n")
+    report = do_import(db, f, "--replace")
+    assert "fresh" in report["imported"]
+    assert query(db, "SELECT id FROM sessions WHERE title = 'proj'") == [("fresh",)]

@@ -117,6 +117,7 @@ class Record:
     digest: bytes = b""  # of the line as checked: a file rewritten meanwhile is caught before its rows are written
     newest: float | None = None  # the newest numeric message timestamp
     kept_children: list[str] = field(default_factory=list)
+    title: str | None = None
 
 
 @dataclass
@@ -260,6 +261,7 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
     scols: dict[str, int] = {}
     mcols: dict[str, int] = {}
     nulls: dict[str, int] = {}  # "table.column" -> first line that sets it to null (checked against the store)
+    titled: dict[str, str] = {}  # title -> the session that has it (titles are unique in Hermes)
     offset = 0
     try:
         fh = files.open_regular(path, what="export to import", store=store)
@@ -323,6 +325,13 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                     # another text's hash would become every later session's prompt of that hash (hostile try 5, H7)
                     raise _bad(path, n, f"session {sid!r}: system_prompts entry {h[:80]!r} is not the SHA-256 of "
                                         "its text (a prompt is stored under sha256(text), hex); refusing the file")
+            title = obj.get("title")
+            if isinstance(title, str):
+                if title in titled:
+                    raise _bad(path, n, f"session {sid!r} has the title {title[:80]!r}, as session {titled[title]!r} "
+                                        f"(line {records[titled[title]].line}) has: titles are unique in Hermes; give "
+                                        "one of them another title (or none) in the file")
+                titled[title] = sid
             kept = obj.get("kept_children") or []
             if not isinstance(kept, list) or not all(isinstance(c, str) and c and c != sid for c in kept):
                 raise _bad(path, n, f"session {sid!r}: kept_children is not a list of session ids")
@@ -357,7 +366,8 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                                session_key=obj.get("session_key") if isinstance(obj.get("session_key"), str) else None,
                                **_markers(obj.get("model_config")))
             records[sid] = Record(line=n, offset=start, length=len(raw), info=info, messages=len(msgs),
-                                  digest=hashlib.sha256(raw).digest(), newest=newest, kept_children=list(kept))
+                                  digest=hashlib.sha256(raw).digest(), newest=newest, kept_children=list(kept),
+                                  title=title if isinstance(title, str) else None)
     if not records:
         raise UsageError(f"{path}: no session records ({EXPECTED})")
     _refuse_cycles(path, records, set(records), lambda sid: None)
@@ -448,8 +458,26 @@ def plan_import(store: Store, path: Path, read: ExportFile | None = None, *, rep
         return store.scalar("SELECT parent_session_id FROM sessions WHERE id = ?", (sid,))
 
     _refuse_cycles(Path(path), records, written, stored_parent)
+    _refuse_taken_titles(store, Path(path), records, written)
     return ImportPlan(path=Path(path), records=records, units=_units(records), session_columns=read.session_columns,
                       message_columns=read.message_columns, missing=missing, existing=existing, busy=busy)
+
+
+def _refuse_taken_titles(store: Store, path: Path, records: dict[str, Record], written: set[str]) -> None:
+    """Titles are unique in Hermes (its ``idx_sessions_title_unique``; hermes-agent's own import fails on a taken
+    one): a session written with a title another stored session keeps is refused before the first write, also in
+    a store that lacks that index."""
+    titles = {r.title: sid for sid, r in records.items() if r.title is not None and sid in written}
+    for chunk in chunks(list(titles)):
+        for other, title in store.conn.execute(f"SELECT id, title FROM sessions WHERE title IN ({ph(chunk)})", chunk):
+            sid = titles[title]
+            mine = records.get(other)
+            if other == sid or (other in written and mine is not None and mine.title != title):
+                continue  # its own title, or a session this import gives another title
+            raise _bad(path, records[sid].line, f"session {sid!r} has the title {title[:80]!r}, which session "
+                                                f"{other!r} of the store has: titles are unique in Hermes; rename one "
+                                                "of them (`hermes-maint rename`) or give it another title in the "
+                                                "file; nothing was imported")
 
 
 def _replace_guard(store: Store, records: dict[str, Record], existing: set[str]) -> dict[str, str]:
