@@ -182,3 +182,24 @@ def small_store(path: Path, n: int = 3, layout: str = "v22") -> Path:
             b.session(f"old{i}", age=200, messages=3)
         b.session("recent", age=1)
     return path
+
+
+def recoded(src: Path, dst: Path, encoding: str = "UTF-16le") -> Path:
+    """A copy of store *src* whose text is stored in *encoding* (valid SQLite: Python's sqlite3 reads it as text):
+    the schema made first, so the store's own triggers index the rows as they go in."""
+    s, d = sqlite3.connect(src), sqlite3.connect(dst)
+    d.execute(f"PRAGMA encoding = '{encoding}'")
+    rows = s.execute("SELECT type, name, sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY rowid").fetchall()
+    virtual = {n for t, n, sql in rows if t == "table" and sql.upper().startswith("CREATE VIRTUAL")}
+    shadow = {f"{v}_{suffix}" for v in virtual for suffix in ("data", "idx", "content", "docsize", "config")}
+    plain = [n for t, n, sql in rows if t == "table" and n not in virtual | shadow and n != "sqlite_sequence"]
+    for t, n, sql in rows:
+        if t in ("table", "view", "trigger", "index") and n not in shadow and n != "sqlite_sequence":
+            d.execute(sql)
+    for n in plain:
+        cols = [r[1] for r in s.execute(f'PRAGMA table_info("{n}")')]
+        d.executemany(f'INSERT INTO "{n}" VALUES ({", ".join("?" * len(cols))})', s.execute(f'SELECT * FROM "{n}"'))
+    d.commit()
+    s.close()
+    d.close()
+    return dst

@@ -14,7 +14,7 @@ import pytest
 from maint.errors import MaintError
 from maint.ops.backup import list_snapshots
 from tests.conftest import REPO, file_hash, query, run_subprocess, session_ids
-from tests.storegen import StoreBuilder
+from tests.storegen import StoreBuilder, recoded
 
 Usage = namedtuple("Usage", "total used free")
 
@@ -69,6 +69,21 @@ def test_restore_refuses_a_snapshot_newer_than_we_know(hermes_home, tmp_path):
         refused = restore(hermes_home, *args, expect=2)
         assert "schema version 99" in refused.stderr and "newer" in refused.stderr
     assert file_hash(db) == before
+
+
+def test_restore_refuses_a_snapshot_whose_text_encoding_is_not_utf8_before_the_copy(hermes_home, tmp_path):
+    """Hostile try 12, P3: a UTF-16 snapshot was copied over the UTF-8 store (the backup API copies the header),
+    then the restore ended "error: attached databases must use the same text encoding", with no word that the
+    store had been replaced."""
+    db = _store(hermes_home / "state.db")
+    snap = recoded(Path(_snapshot(hermes_home)), tmp_path / "u16.db")
+    before = file_hash(db)
+    for args in ((snap, "--yes"), (snap, "--dry-run")):
+        refused = restore(hermes_home, *args, expect=1)
+        assert "UTF-16le" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert file_hash(db) == before
+    assert query(db, "PRAGMA encoding") == [("UTF-8",)]
+    assert not list((hermes_home / "state-snapshots").glob("*.pre-restore*"))
 
 
 def test_restore_dry_run_beside_a_fifo_named_like_the_sidecar(hermes_home):

@@ -11,7 +11,7 @@ import pytest
 from maint.errors import StoreError
 from maint.store.connection import has_wal_reset_bug, header_journal_mode, open_store, sqlite_version
 from tests.conftest import LockHolder, file_hash, query, run_subprocess, session_ids
-from tests.storegen import small_store
+from tests.storegen import recoded, small_store
 
 
 def test_missing_file_is_an_error_and_never_created(tmp_path, cli):
@@ -831,3 +831,17 @@ def test_a_view_in_place_of_a_table_we_read_is_not_read(tmp_path):
     result = run_subprocess("stats", "--db", db, "--json", timeout=120)  # a hang fails at the timeout
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["sessions"] > 0
+
+
+def test_a_store_whose_text_is_utf16_is_refused_by_every_command_naming_the_encoding(tmp_path, cli):
+    """Hostile try 12, P4: a UTF-16 store (valid SQLite) was read as UTF-8 bytes: every session of an export
+    skipped as "not valid UTF-8", titles shown as c\\x00a\\x00..., ids not found. Hermes writes UTF-8 stores."""
+    src = small_store(tmp_path / "src" / "state.db")
+    (tmp_path / "u").mkdir()
+    path = recoded(src, tmp_path / "u" / "state.db")
+    before = file_hash(path)
+    for args in (["stats"], ["list"], ["export", str(tmp_path / "out.jsonl")], ["prune", "--yes"], ["doctor"]):
+        result = cli(*args, "--db", path)
+        assert result.exit_code != 0 and "UTF-16le" in result.stderr and "UTF-8" in result.stderr, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert file_hash(path) == before and not (tmp_path / "out.jsonl").exists()

@@ -370,6 +370,13 @@ def _check_header_once(path: Path) -> tuple[int, int] | None:
     valid_for = struct.unpack(">I", header[92:96])[0]
     if page_size < 512 or page_size & (page_size - 1):
         raise StoreError(f"{path}: corrupt SQLite header (page size {page_size}); refusing")
+    encoding = struct.unpack(">I", header[56:60])[0]
+    if encoding not in (0, 1):  # 0: no schema yet; 1: UTF-8
+        # our checks and copies read text as UTF-8 bytes, and a copy between encodings fails after the fact
+        # (hostile try 12, P3/P4: a UTF-16 snapshot was restored, then reported as an error)
+        name = {2: "UTF-16le", 3: "UTF-16be"}.get(encoding, f"unknown ({encoding})")
+        raise StoreError(f"{path}: its text encoding is {name}; Hermes writes UTF-8 stores and hermes-maint reads "
+                         "only those (convert it: sqlite3 OLD .dump | sqlite3 NEW); refusing, nothing was written")
     if pages and change_counter == valid_for and size < pages * page_size:
         return size, pages * page_size
     return None
