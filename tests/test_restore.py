@@ -271,6 +271,31 @@ def test_a_process_writing_after_the_copy_leaves_the_restore_done_and_said_so(he
     assert session_ids(db) == {f"s{i}" for i in range(6)} | {"old", "live"}
 
 
+def test_an_error_after_the_copy_says_the_store_was_replaced_and_where_the_old_one_is(hermes_home, cli, monkeypatch):
+    """Hostile try 12, P3: once the copy is committed, an error in the steps after it (there: the text encoding)
+    read "error: ... SQLite error" as if nothing had changed, inviting a second restore."""
+    import apsw
+
+    from maint.ops import restore as restore_mod
+
+    db = _store(hermes_home / "state.db")
+    snap = _snapshot(hermes_home)
+    with StoreBuilder(db) as b:
+        b.session("after_the_snapshot", age=1, messages=2)
+
+    def counts_fail(conn):
+        raise apsw.SQLError("SQLError: something after the copy")
+
+    monkeypatch.setattr(restore_mod, "counts", counts_fail)
+    result = cli("restore", snap, "--yes")
+    assert result.exit_code == 1, result.output
+    assert "the snapshot was copied into the store, then" in result.stderr and "something after the copy" in \
+        result.stderr
+    safety = list((hermes_home / "state-snapshots").glob("*.pre-restore*.db"))
+    assert len(safety) == 1 and str(safety[0]) in result.stderr
+    assert "after_the_snapshot" not in session_ids(db)
+
+
 def test_a_commit_while_the_safety_snapshot_is_taken_stops_the_restore(hermes_home, cli, monkeypatch):
     """Hostile try 9, L6: a Hermes that opens the store, writes and closes (a one-shot turn, a cron run) holds
     nothing when the holder checks look; what it committed after the safety snapshot's read began and before the

@@ -264,28 +264,37 @@ def restore(live: Path, snapshot: SnapshotInfo, *, label: str, safety_folder: Pa
         refuse_if_held(live, force=force, doing="restore into it", advice=STOP_HERMES, holders=holders)
         at_copy = _data_version(conn)  # our own copy does not move it; another process's commit does
         copy_into(conn, snapshot.path, snapshot.vouched, unchanged_since)
-        if header_journal_mode(live) != mode and mode in ("wal", "delete"):
-            conn.execute(f"PRAGMA journal_mode={mode}")  # a foreign snapshot may carry another mode
-        # Read before our checkpoint: once it has read the WAL's header, a commit before it goes unseen.
-        before_checkpoint = _data_version(conn)
-        if mode == "wal":
-            with contextlib.suppress(apsw.BusyError):
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        crash_point("restore_checkpointed")
-        problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
-        after = counts(conn)
-        written_since = before_checkpoint != at_copy or _data_version(conn) != before_checkpoint
-        expected = {"sessions": snapshot.sessions, "messages": snapshot.messages}
-        if problems == ["ok"] and after != expected and written_since:
-            # The copy went in whole (one commit); a process that started meanwhile (Hermes) has written since.
-            # Restoring the previous store again would drop what it wrote: the restore is done, and said so.
-            warnings.append(f"the snapshot is in place, and another process wrote to the store after the copy: it "
-                            f"now reads {after['sessions']} sessions and {after['messages']} messages (the snapshot "
-                            f"holds {snapshot.sessions} and {snapshot.messages}); its rows are kept, quick_check ok")
-        elif problems != ["ok"] or after != expected:
-            raise MaintError(f"{live}: after the copy the store reads {after} (quick_check: {problems[0]}), expected "
-                             f"{snapshot.sessions} sessions and {snapshot.messages} messages; the previous store is "
-                             f"in {safety.path}")
+        try:
+            if header_journal_mode(live) != mode and mode in ("wal", "delete"):
+                conn.execute(f"PRAGMA journal_mode={mode}")  # a foreign snapshot may carry another mode
+            # Read before our checkpoint: once it has read the WAL's header, a commit before it goes unseen.
+            before_checkpoint = _data_version(conn)
+            if mode == "wal":
+                with contextlib.suppress(apsw.BusyError):
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            crash_point("restore_checkpointed")
+            problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
+            after = counts(conn)
+            written_since = before_checkpoint != at_copy or _data_version(conn) != before_checkpoint
+            expected = {"sessions": snapshot.sessions, "messages": snapshot.messages}
+            if problems == ["ok"] and after != expected and written_since:
+                # The copy went in whole (one commit); a process that started meanwhile (Hermes) has written since.
+                # Restoring the previous store again would drop what it wrote: the restore is done, and said so.
+                warnings.append(f"the snapshot is in place, and another process wrote to the store after the copy: "
+                                f"it now reads {after['sessions']} sessions and {after['messages']} messages (the "
+                                f"snapshot holds {snapshot.sessions} and {snapshot.messages}); its rows are kept, "
+                                "quick_check ok")
+            elif problems != ["ok"] or after != expected:
+                raise MaintError(f"{live}: after the copy the store reads {after} (quick_check: {problems[0]}), "
+                                 f"expected {snapshot.sessions} sessions and {snapshot.messages} messages; the "
+                                 f"previous store is in {safety.path}")
+        except (apsw.Error, MaintError) as exc:
+            if str(safety.path) in str(exc):
+                raise
+            # the copy is committed: whatever fails now, the operator must know the store was replaced
+            # (hostile try 12, P3: an error after the copy read as if nothing had changed)
+            raise MaintError(f"{live}: the snapshot was copied into the store, then: {exc}; the previous store is "
+                             f"in {safety.path}") from None
     finally:
         if watch is not None:
             watch.close()
