@@ -100,7 +100,16 @@ def app() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from maint.errors import EXIT_INTERRUPTED, Terminated
     from maint.files import raise_on_termination
 
-    raise_on_termination()
-    sys.exit(run(app, sys.argv[1:] if argv is None else argv))
+    # A stop at any moment ends with 128 + signal and no traceback, the moments before the runner's own
+    # handlers are in place included (hostile try 12, P2: SIGTERM or Ctrl-C while the runner's modules loaded).
+    try:
+        raise_on_termination()
+        code = run(app, sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    except Terminated as exc:
+        code = 128 + exc.signum
+    sys.exit(code)

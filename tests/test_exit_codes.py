@@ -203,3 +203,22 @@ def test_export_to_a_non_blocking_stdout_writes_it_all(tmp_path):
     os.close(r)
     assert proc.wait(timeout=120) == 0, proc.stderr.read()
     assert data == expected and len(data) > 1 << 17
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "sighup", "ctrl-c"])
+def test_a_stop_before_the_runner_is_ready_is_128_plus_signal_without_traceback(stop, monkeypatch):
+    """Hostile try 12, P2: SIGTERM, SIGHUP or Ctrl-C while the runner's own modules were still loading (its
+    handlers not yet in place) ended in a `maint.errors.Terminated: 15` or KeyboardInterrupt traceback, exit 1."""
+    from maint import cli
+
+    exc = KeyboardInterrupt() if stop == "ctrl-c" else errors.Terminated(
+        signal.SIGTERM if stop == "sigterm" else signal.SIGHUP)
+
+    def stopped(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(cli, "run", stopped)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["stats"])
+    expected = {"sigterm": 128 + signal.SIGTERM, "sighup": 128 + signal.SIGHUP, "ctrl-c": errors.EXIT_INTERRUPTED}
+    assert exit_.value.code == expected[stop]
