@@ -21,10 +21,19 @@ Usage = namedtuple("Usage", "total used free")
 
 @pytest.fixture
 def small_fs(tmp_path):
+    yield from _mounted(tmp_path, "3m")
+
+
+@pytest.fixture
+def fs_7m(tmp_path):
+    yield from _mounted(tmp_path, "7m")
+
+
+def _mounted(tmp_path, size):
     mnt = tmp_path / f"fs-{uuid.uuid4().hex[:6]}"
     mnt.mkdir()
     # mode=0755: a tmpfs root is 1777 by default, and a store in a folder others may add names to is refused
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0755", "tmpfs", str(mnt)],
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(mnt)],
                             capture_output=True, text=True)
     if result.returncode != 0:
         pytest.skip(f"this machine forbids mounting a size-limited tmpfs: {result.stderr.strip()}")
@@ -230,3 +239,20 @@ def test_a_file_size_limit_is_named_not_an_sqlite_io_error(tmp_path, command, pa
     line, = r.stderr.strip().splitlines()
     assert "Traceback" not in r.stderr and "ulimit -f" in line and "SQLite error" not in line, line
     assert file_hash(db) == before and os.listdir(out) == []
+
+
+def test_a_salvage_that_fills_the_disk_names_the_disk(tmp_path, fs_7m):
+    """Hostile try 12, P1: `recover --salvage NEW` of the demo store onto its own nearly full filesystem ended
+    "SQLite error (cannot rollback - no transaction is active)": the rollback of what SQLite had already rolled
+    back hid the cause."""
+    (fs_7m / "s").mkdir(mode=0o700)
+    assert run_subprocess("demo", tmp_path / "demo.db").returncode == 0
+    db = fs_7m / "s" / "state.db"
+    shutil.copy(tmp_path / "demo.db", db)
+    before = file_hash(db)
+    out = fs_7m / "out"
+    out.mkdir(mode=0o700)
+    result = run_subprocess("recover", "--salvage", out / "salvaged.db", "--db", db)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "disk full" in result.stderr, result.stderr
+    assert list(out.iterdir()) == [] and file_hash(db) == before

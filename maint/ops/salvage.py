@@ -27,6 +27,7 @@ Upstream's ``hermes sessions recover --allow-partial`` (hermes_cli/session_recov
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import shutil
@@ -375,13 +376,28 @@ def _fill(src: apsw.Connection, dst: apsw.Connection, schema: list, store_path: 
     dst.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
     try:
         return _fill_bounded(src, dst, schema, store_path, new, fingerprint, started)
-    except (apsw.Error, _WriteFailed):  # interrupted: a failed write, or the rollback of what SQLite rolled back
+    except (apsw.Error, _WriteFailed) as exc:  # interrupted: a failed write, or the rollback of what SQLite rolled back
+        if _disk_full(exc):
+            # the rollback of the transaction SQLite had already ended hides the cause (hostile try 12, P1)
+            raise MaintError(f"disk full while writing the salvaged copy{f' {new}' if new else ''} (it needs about "
+                             f"the store's size, {store_path.stat().st_size} bytes); free some space or choose "
+                             "another folder; nothing was kept") from None
         if time.monotonic() <= deadline:
             raise
         raise MaintError(f"{store_path}: the salvage was still running after {limit:g} s (a trigger in the damaged "
                          "store that never ends?); stopped, nothing was kept") from None
     finally:
         dst.close()
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    """Whether SQLite ran out of disk anywhere in *exc*'s chain (its context included)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, apsw.FullError) or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _fill_bounded(src: apsw.Connection, dst: apsw.Connection, schema: list, store_path: Path, new: Path | None,
