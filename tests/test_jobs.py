@@ -30,6 +30,12 @@ GOOD_TRIGGER = "trigger: {cron: '30 3 * * *'}\n"
     # the commands' own checks of their arguments, which used to pass the load and fail at every run
     ("name: x\ncommand: [archive]\n" + GOOD_TRIGGER, "archive needs at least one filter"),
     ("name: x\ncommand: [archive, --idle, --newer-than, 5h]\n" + GOOD_TRIGGER, "--idle is a selection of its own"),
+    # hostile try 12, P5: weekday names were read by their first three letters ("fri#1", a first Friday in other
+    # crons' syntax, ran every Friday)
+    ("name: x\ncommand: [sweep]\ntrigger: {cron: '0 3 * * fri#1'}\n", "bad weekday 'fri#1'"),
+    ("name: x\ncommand: [sweep]\ntrigger: {cron: '0 3 * * monkey'}\n", "bad weekday 'monkey'"),
+    ("name: x\ncommand: [sweep]\ntrigger: {cron: '0 3 * * sunXX-tuesdayz'}\n", "bad weekday 'sunxx'"),
+    ("name: x\ncommand: [sweep]\ntrigger: {cron: '0 3 * * \u0663'}\n", "bad weekday"),
 ])
 def test_unworkable_job_file_is_refused_at_load(tmp_path, cli, body, needle):
     (tmp_path / "job.yaml").write_text(body)
@@ -148,7 +154,7 @@ def test_second_signal_while_stopping_is_idempotent(tmp_path):
 
 @pytest.mark.parametrize(("dow", "weekdays"), [
     ("0", {"Sun"}), ("7", {"Sun"}), ("1-5", {"Mon", "Tue", "Wed", "Thu", "Fri"}), ("5-7", {"Fri", "Sat", "Sun"}),
-    ("sat,sun", {"Sat", "Sun"}), ("7-7", {"Sun"}), ("0-0", {"Sun"})])
+    ("sat,sun", {"Sat", "Sun"}), ("7-7", {"Sun"}), ("0-0", {"Sun"}), ("FRI", {"Fri"}), ("monday-tue", {"Mon", "Tue"})])
 def test_cron_weekdays_count_from_sunday_as_cron_does(dow, weekdays):
     """APScheduler's own crontab reader counts Monday = 0: the shipped Sunday job would run on Mondays."""
     from datetime import datetime, timedelta

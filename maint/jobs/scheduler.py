@@ -56,6 +56,7 @@ class Job:
 
 
 DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+FULL_DAY_NAMES = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
 
 
 def cron_trigger(spec: str) -> BaseTrigger:
@@ -107,12 +108,15 @@ def _weekday_names(field: str) -> str:
 
 def _weekday(text: str, end: bool = False) -> int:
     """0-7 (0 and 7 = Sunday) or a day name; a range may end on 7 (Sunday)."""
-    if text.isdigit() and 0 <= int(text) <= 7:
+    if text.isascii() and text.isdigit() and 0 <= int(text) <= 7:
         n = int(text)
         return n if end or n != 7 else 0
-    if text[:3] in DAY_NAMES:
-        return DAY_NAMES.index(text[:3])
-    raise ValueError(f"bad weekday {text!r} (expected 0-7 or sun..sat)")
+    # a name whole, as cron reads it: "fri#1" (a first Friday elsewhere) or "monkey" is no day (hostile try 12, P5)
+    name = text.lower()
+    for i, day in enumerate(DAY_NAMES):
+        if name == day or name == FULL_DAY_NAMES[i]:
+            return i
+    raise ValueError(f"bad weekday {text!r} (expected 0-7, sun..sat or sunday..saturday)")
 
 
 def _bad(path: Path, field: str, problem: str) -> UsageError:
