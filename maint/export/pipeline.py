@@ -252,12 +252,14 @@ def _entries(store: Store, chosen: Sequence[str], req: ExportRequest,
             return [{"path": path, "ids": [chosen[0]]}], folder
         if output == STDOUT:
             raise UsageError("OUTPUT -: a bulk trace export writes one file per session; give a folder")
+        if _names_a_file(output, (".jsonl",)):  # as md/qmd (hostile try 12, P6: a folder named tr.jsonl was made)
+            raise UsageError(f"OUTPUT: {output} names one file, but this export writes {len(chosen)} traces (one per "
+                             "session); give a folder (e.g. traces/)")
         folder = _folder_of(output)
         return [{"path": str(inside(folder, safe_name(sid, ".trace.jsonl"))), "ids": [sid]} for sid in chosen], folder
     # md / qmd (and --only user-prompts --format md): one document per session or lineage
     suffix = ".prompts.md" if req.only else f".{fmt}"
-    if output and output != STDOUT and not output.endswith(("/", os.sep)) \
-            and Path(output).suffix in (".md", ".qmd") and not Path(output).expanduser().is_dir():
+    if _names_a_file(output, (".md", ".qmd")):
         groups = _groups(store, chosen, req.lineage)
         if not single or len(groups) > 1:
             raise UsageError(f"OUTPUT: {output} names one file, but this export writes {len(groups)} documents "
@@ -277,6 +279,12 @@ def _entries(store: Store, chosen: Sequence[str], req: ExportRequest,
             entry["lineage"] = ids
         out.append(entry)
     return out, folder
+
+
+def _names_a_file(output: str | None, suffixes: tuple[str, ...]) -> bool:
+    """OUTPUT reads as one file of these kinds: not stdout, no trailing slash, not an existing folder."""
+    return bool(output) and output != STDOUT and not output.endswith(("/", os.sep)) \
+        and Path(output).suffix in suffixes and not Path(output).expanduser().is_dir()
 
 
 def _records_beside(entries: list[dict[str, Any]], chosen: Sequence[str]) -> list[dict[str, Any]]:
