@@ -293,8 +293,9 @@ def hermes_writer(db: Path, stop: Path, interval: float) -> None:
     print(json.dumps({"appended": appended, "failed": failed, "samples": samples, "optimizing": []}))
 
 
-def measure(args: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(seconds, peak RSS in MB, file-backed pages included) of one CLI process."""
+def measure(args: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """(seconds, peak RSS in MB, file-backed pages included, CPU seconds) of one CLI process. CPU time is the
+    figure a shared machine does not stretch: on 2 cores at load 3, a job waits for a core a third of the time."""
     with open(os.devnull, "wb") as sink:
         started = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "maint", *args], stdout=sink, stderr=subprocess.PIPE,
@@ -305,7 +306,7 @@ def measure(args: list[str], env: dict[str, str]) -> tuple[float, float]:
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode not in (0,):
         raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}")
-    return elapsed, usage.ru_maxrss / 1024
+    return elapsed, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def warm(path: Path) -> None:
@@ -420,7 +421,8 @@ def run_size(sessions: int, work: Path, only: frozenset[str] | None = None) -> d
             runs.append(measure(args, env))
             if runs[0][0] >= 3.0 or len(runs) >= (3 if runs[0][0] >= 1.0 else 5):
                 break
-        results[name] = {"seconds": statistics.median(r[0] for r in runs), "peak_rss_mb": max(r[1] for r in runs)}
+        results[name] = {"seconds": statistics.median(r[0] for r in runs), "peak_rss_mb": max(r[1] for r in runs),
+                         "cpu_s": round(statistics.median(r[2] for r in runs), 3)}
         print(f"{sessions:>8} {COMMANDS[name]:<48}{results[name]['seconds']:>9.2f} s"
               f"{results[name]['peak_rss_mb']:>7.0f} MB  load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
     shutil.rmtree(snaps, ignore_errors=True)
@@ -431,14 +433,14 @@ def run_size(sessions: int, work: Path, only: frozenset[str] | None = None) -> d
         return results
     copy = fresh_copy(src, work, "prune")
     with live_writer(copy) as writer:
-        seconds, rss = measure(["prune", "--db", str(copy), "--yes", "--json"], env)
-    results["prune_live"] = {"seconds": seconds, "peak_rss_mb": rss, **writer}
+        seconds, rss, cpu = measure(["prune", "--db", str(copy), "--yes", "--json"], env)
+    results["prune_live"] = {"seconds": seconds, "peak_rss_mb": rss, "cpu_s": round(cpu, 3), **writer}
     print(f"{sessions:>8} {COMMANDS['prune_live']:<48}{seconds:>9.2f} s{rss:>7.0f} MB  writer {writer}",
           file=sys.stderr, flush=True)
     shutil.rmtree(copy.parent, ignore_errors=True)
     copy = fresh_copy(src, work, "sweep")
-    seconds, rss = measure(["sweep", "--db", str(copy), "--force", "--json"], env)
-    results["sweep"] = {"seconds": seconds, "peak_rss_mb": rss}
+    seconds, rss, cpu = measure(["sweep", "--db", str(copy), "--force", "--json"], env)
+    results["sweep"] = {"seconds": seconds, "peak_rss_mb": rss, "cpu_s": round(cpu, 3)}
     print(f"{sessions:>8} {COMMANDS['sweep']:<48}{seconds:>9.2f} s{rss:>7.0f} MB", file=sys.stderr, flush=True)
     shutil.rmtree(copy.parent, ignore_errors=True)
     return results
@@ -454,6 +456,9 @@ def verdicts(sizes: tuple[int, ...], table: dict[int, dict[str, dict]]) -> dict[
         rss_ok = rss[-1] <= RSS_TARGET_MB and rss[-1] <= rss[0] * (1 + RSS_SPREAD)
         row = {"growth": round(growth, 2) if growth is not None else None, "rss_spread": round(rss[-1] / rss[0] - 1, 3),
                "rss_ok": rss_ok}
+        cpu = [table[n][name].get("cpu_s") for n in (small, big)]
+        if all(cpu):  # the same ratio in CPU time (rows measured since it was recorded)
+            row["cpu_growth"] = round((cpu[1] / big) / (cpu[0] / small), 2)
         if name in SCANNING:
             row["ok"] = rss_ok and growth is not None and growth <= GROWTH_TARGET
         elif name in ABSOLUTE_S:
