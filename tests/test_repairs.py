@@ -109,6 +109,18 @@ def test_virtiofs_refuses_wal(store, tmp_path, monkeypatch):
     assert header_bytes(store) == (1, 1)
 
 
+def test_a_mount_point_whose_name_is_not_utf8_does_not_stop_the_switch(store, tmp_path, monkeypatch):
+    """A user's FUSE mount may have any name: /proc/mounts was read as UTF-8 text (a traceback-free refusal of
+    every switch, "text that is not valid UTF-8"); the store's own mount is still found."""
+    set_journal_mode(store, "delete")
+    mounts = tmp_path / "mounts"
+    mounts.write_bytes(b"rootfs / ext4 rw 0 0\nfuse /home/bob/odd-\xff fuse rw 0 0\n"
+                       + f"share {tmp_path} virtiofs rw 0 0\n".encode())
+    monkeypatch.setenv("HERMES_MAINT_MOUNTS", str(mounts))
+    with pytest.raises(MaintError, match="virtiofs"):
+        set_journal_mode(store, "wal")
+
+
 def test_killed_writer_commits_survive_switch_to_delete(tmp_path):
     db = tmp_path / "state.db"
     with StoreBuilder(db) as b:

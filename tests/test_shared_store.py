@@ -285,3 +285,30 @@ def test_a_store_whose_folder_lies_in_one_others_may_rename_in_is_refused(tmp_pa
         assert "could swap the store's folder" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     else:
         assert result.exit_code == 0, result.output
+
+
+def test_a_process_mapping_a_file_whose_name_is_not_utf8_stops_no_run(tmp_path):
+    """Found by the suite beside hostile try 12: the holder check read every process's /proc/PID/maps as UTF-8
+    text, so any process (any user's) that mapped a file with a non-UTF-8 name made every writing command fail
+    "the store holds text that is not valid UTF-8"."""
+    import subprocess
+    import sys
+
+    from maint.store.holders import find_holders
+
+    db = small_store(tmp_path / "state.db")
+    odd = os.fsencode(str(tmp_path)) + b"/odd-\xff\xfe.bin"
+    code = ("import mmap, os, sys; fd = os.open(os.fsencode(sys.argv[1]), os.O_CREAT | os.O_RDWR);"
+            "os.ftruncate(fd, 4096); m = mmap.mmap(fd, 4096); print('ready', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code, os.fsdecode(odd)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with open(f"/proc/{proc.pid}/maps", "rb") as fh:
+            assert b"\xff\xfe" in fh.read()  # the odd name is there to be read
+        assert find_holders(db).holders == []
+        result = run_subprocess("prune", "--db", db, "--older-than", "1d", "--yes", "--json")
+        assert result.returncode == 0, result.stderr
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)

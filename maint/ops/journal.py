@@ -40,7 +40,7 @@ def filesystem_type(path: Path, mounts: Path | None = None) -> str | None:
     """
     mounts = mounts or Path(os.environ.get("HERMES_MAINT_MOUNTS", "/proc/mounts"))
     try:
-        lines = mounts.read_text().splitlines()
+        lines = os.fsdecode(mounts.read_bytes()).splitlines()  # a mount point's name need not be UTF-8
     except OSError:
         return None
     target = str(Path(path).resolve())

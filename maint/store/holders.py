@@ -76,12 +76,14 @@ def _proc_scan(pid: int, targets: dict[tuple[int, int], str]) -> list[str]:
         if key in targets:
             found.append(targets[key])
     mapped: set[str] = set()
-    with open(f"/proc/{pid}/maps") as fh:
+    # bytes: a mapped file's name need not be UTF-8, and another user's process mapping one must not stop our
+    # runs (hostile try 12: every writing command failed "text that is not valid UTF-8")
+    with open(f"/proc/{pid}/maps", "rb") as fh:
         for line in fh:
             parts = line.split(None, 5)
-            if len(parts) < 5 or parts[4] == "0":
+            if len(parts) < 5 or parts[4] == b"0":
                 continue
-            major, minor = (int(x, 16) for x in parts[3].split(":"))
+            major, minor = (int(x, 16) for x in parts[3].split(b":"))
             dev = os.makedev(major, minor)
             key = (dev, int(parts[4]))
             if key in targets:
