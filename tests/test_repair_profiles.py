@@ -204,3 +204,31 @@ def test_a_session_written_to_after_its_copy_keeps_its_stray_copy(home, cli, mon
     assert rows(default, "SELECT COUNT(*) FROM messages WHERE content = 'written after the copy'") == [(1,)]
     assert rows(default, "SELECT COUNT(*) FROM messages WHERE session_id = 'c1'") == [(5,)]
     assert not applied[("pn1",)].get("skipped") and "pn1" in {r[0] for r in rows(coder, "SELECT id FROM sessions")}
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_stray_session_whose_id_the_target_store_has_with_other_messages_is_kept(home, legacy):
+    """Hostile try 12, P11: a profile's store made by copying a store, then written to apart, holds another
+    conversation under a stray session's id (as many messages): the copy skipped the id, the count check passed,
+    and the stray conversation was deleted: in no live store any more. Now both are kept and the clash named.
+    With --legacy-main move, the same through the legacy path."""
+    default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"
+    if legacy:
+        src, dst, sid = coder, default, "legacy1"
+        with StoreBuilder(default) as b:
+            b.session("legacy1", source="discord", age=1, messages=2)
+    else:
+        src, dst, sid = default, coder, "c1"
+        with StoreBuilder(coder) as b:
+            b.session("c1", source="telegram", age=1, messages=4)
+    conn = sqlite3.connect(dst)
+    conn.execute("UPDATE messages SET content = 'ONLY THERE ' || id WHERE session_id = ?", (sid,))
+    conn.commit()
+    conn.close()
+    mine = rows(src, "SELECT content FROM messages WHERE session_id = ? ORDER BY id", sid)
+    theirs = rows(dst, "SELECT content FROM messages WHERE session_id = ? ORDER BY id", sid)
+    r = cli_json("--apply", "--yes", *(["--legacy-main", "move"] if legacy else []))
+    assert rows(src, "SELECT content FROM messages WHERE session_id = ? ORDER BY id", sid) == mine
+    assert rows(dst, "SELECT content FROM messages WHERE session_id = ? ORDER BY id", sid) == theirs
+    skipped = [d for d in r["applied"] if sid in d["session_ids"]]
+    assert skipped and skipped[0]["skipped"] and "other messages" in skipped[0]["reason"], r["applied"]

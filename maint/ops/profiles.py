@@ -26,6 +26,7 @@ Hermes wrote to after the copy keeps its stray copy, named in the report.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -268,9 +269,24 @@ def _why_not_removable(src: Store, dst: Store, ids: list[str]) -> str | None:
         b = dst.scalar("SELECT COUNT(*) FROM messages WHERE session_id = ?", (sid,))
         if not dst.scalar("SELECT 1 FROM sessions WHERE id = ?", (sid,)) or a != b:
             return f"{sid} was written to since it was copied into {dst.path} ({a} messages here, {b} there)"
+        cols = sorted(c for c in src.shared_columns(dst, "messages") if c != "id")
+        if _messages_digest(src, cols, sid) != _messages_digest(dst, cols, sid):
+            # the same id with other messages there (a profile made by copying a store, then written to apart):
+            # two conversations, neither copied over the other (hostile try 12, P11: the stray one was deleted)
+            return (f"{sid} is also a session of {dst.path} with other messages (two conversations under one id: "
+                    "keep both, or delete one by hand)")
     for sid, why in sorted(guard.busy(src, ids, active=False).items()):
         return f"{sid}: {why}"
     return None
+
+
+def _messages_digest(store: Store, cols: list[str], sid: str) -> str:
+    """SHA-256 of a session's messages in *store*, in order, over *cols* (the columns both stores have, ids aside:
+    a copy numbers them afresh)."""
+    h = hashlib.sha256()
+    for row in store.conn.execute(f"SELECT {', '.join(cols)} FROM messages WHERE session_id = ? ORDER BY id", (sid,)):
+        h.update(repr(tuple(row)).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
 
 
 def _move_routing(src: Store, dst: Store, keys: list[list[str]], rekey: tuple[str, str] | None = None) -> None:
