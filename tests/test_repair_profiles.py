@@ -232,3 +232,24 @@ def test_a_stray_session_whose_id_the_target_store_has_with_other_messages_is_ke
     assert rows(dst, "SELECT content FROM messages WHERE session_id = ? ORDER BY id", sid) == theirs
     skipped = [d for d in r["applied"] if sid in d["session_ids"]]
     assert skipped and skipped[0]["skipped"] and "other messages" in skipped[0]["reason"], r["applied"]
+
+
+def test_legacy_main_rekey_keeps_the_newer_routing_row_of_a_chat(home):
+    """Hostile try 12, P17: the rekey renamed the legacy `agent:main:` routing row with UPDATE OR REPLACE over the
+    profile's own, newer row for the same chat: after a restart the gateway resumed the chat in the old session.
+    The newer row stays (as a move keeps it); an older profile row gives way to a newer legacy one."""
+    coder = home / "profiles" / "coder" / "state.db"
+    with StoreBuilder(coder) as b:
+        b.db.save_gateway_routing_entry("agent:main:discord:group:4", json.dumps({"session_id": "legacy1"}))
+        b.db.save_gateway_routing_entry("agent:coder:discord:group:4", json.dumps({"session_id": "own"}))
+        b.db.save_gateway_routing_entry("agent:main:discord:group:5", json.dumps({"session_id": "legacy1"}))
+        b.db.save_gateway_routing_entry("agent:coder:discord:group:5", json.dumps({"session_id": "own"}))
+        b.raw.execute("UPDATE gateway_routing SET updated_at = 1000 WHERE session_key IN "
+                      "('agent:main:discord:group:4', 'agent:coder:discord:group:5')")
+        b.raw.execute("UPDATE gateway_routing SET updated_at = 2000 WHERE session_key IN "
+                      "('agent:coder:discord:group:4', 'agent:main:discord:group:5')")
+    cli_json("--apply", "--yes", "--legacy-main", "rekey")
+    assert rows(coder, "SELECT session_key, entry_json FROM gateway_routing WHERE session_key LIKE '%discord%' "
+                       "ORDER BY session_key") == [
+        ("agent:coder:discord:group:4", json.dumps({"session_id": "own"})),
+        ("agent:coder:discord:group:5", json.dumps({"session_id": "legacy1"}))]

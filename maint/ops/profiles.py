@@ -299,7 +299,7 @@ def _move_routing(src: Store, dst: Store, keys: list[list[str]], rekey: tuple[st
                     r["session_key"] = rekey[1] + r["session_key"][len(rekey[0]):]
                 newer = dst.scalar("SELECT updated_at FROM gateway_routing WHERE scope = ? AND session_key = ?",
                                    (r["scope"], r["session_key"]))
-                if newer is None or newer < r["updated_at"]:
+                if newer is None or _newer(r["updated_at"], newer):
                     conn.execute(f"INSERT OR REPLACE INTO gateway_routing ({', '.join(cols)}) VALUES ({ph(cols)})",
                                  list(r.values()))
     with src.write() as conn:
@@ -364,6 +364,13 @@ def _unmovable_tables(src: Store, dst: Store, ids: list[str]) -> list[str]:
     return lost
 
 
+def _newer(a: Any, b: Any) -> bool:
+    """Whether routing time *a* is later than *b* (a time that is not a number counts as the oldest)."""
+    def at(v: Any) -> float:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("-inf")
+    return at(a) > at(b)
+
+
 def _rekey_in_place(store: Store, f: Finding, rekey: tuple[str, str]) -> None:
     old, new = rekey
     with store.write() as conn:
@@ -375,8 +382,18 @@ def _rekey_in_place(store: Store, f: Finding, rekey: tuple[str, str]) -> None:
                              f"AND profile_name IN ('default', 'main')", [f.store, *chunk])
         if f.routing_keys and store.has_table("gateway_routing"):
             for scope, key in f.routing_keys:
+                # the newer of the two rows for one chat stays, as a move keeps it (hostile try 12, P17: the legacy
+                # row replaced the profile's newer one, and the gateway resumed the chat in the old session)
+                renamed = new + key[len(old):]
+                ours = store.scalar("SELECT updated_at FROM gateway_routing WHERE scope = ? AND session_key = ?",
+                                    (scope, renamed))
+                theirs = store.scalar("SELECT updated_at FROM gateway_routing WHERE scope = ? AND session_key = ?",
+                                      (scope, key))
+                if ours is not None and not (theirs is not None and _newer(theirs, ours)):
+                    conn.execute("DELETE FROM gateway_routing WHERE scope = ? AND session_key = ?", (scope, key))
+                    continue
                 conn.execute("UPDATE OR REPLACE gateway_routing SET session_key = ? "
-                             "WHERE scope = ? AND session_key = ?", (new + key[len(old):], scope, key))
+                             "WHERE scope = ? AND session_key = ?", (renamed, scope, key))
         if store.has_table("telegram_dm_topic_bindings"):
             conn.execute("UPDATE telegram_dm_topic_bindings SET session_key = ? || substr(session_key, ?) "
                          "WHERE session_key LIKE ?", (new, len(old) + 1, old + "%"))
