@@ -845,3 +845,25 @@ def test_a_store_whose_text_is_utf16_is_refused_by_every_command_naming_the_enco
         assert result.exit_code != 0 and "UTF-16le" in result.stderr and "UTF-8" in result.stderr, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert file_hash(path) == before and not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_store_with_a_computed_column_is_refused_before_any_read_of_its_rows(tmp_path, cli):
+    """Hostile try 12, P7: `ALTER TABLE messages ADD COLUMN zz ... GENERATED ALWAYS AS (hex(zeroblob(2e7)))
+    VIRTUAL` made each row's read one VM step of ~20 ms: doctor's and backup's checks ran for minutes, SIGTERM
+    waited. Hermes's schema has no generated column: refused at the open, naming it; a snapshot too."""
+    path = small_store(tmp_path / "state.db")
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE messages ADD COLUMN zz TEXT GENERATED ALWAYS AS (hex(zeroblob(1000))) VIRTUAL")
+    conn.commit()
+    conn.close()
+    before = file_hash(path)
+    for args in (["stats"], ["doctor"], ["backup", str(tmp_path / "snaps")], ["prune", "--yes"]):
+        result = cli(*args, "--db", path)
+        assert result.exit_code == 1 and "messages.zz" in result.stderr and "generated" in result.stderr, \
+            (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert file_hash(path) == before
+    from maint.ops.backup import check_file
+
+    with pytest.raises(StoreError, match="messages.zz"):
+        check_file(path)

@@ -302,6 +302,20 @@ def check_writable(path: Path) -> os.stat_result:
 CHECKPOINT_GRACE_S, CHECKPOINT_POLL_S = 3.0, 0.05
 
 
+def refuse_computed_columns(conn: apsw.Connection, path: Path) -> None:
+    """Refuse a store with a VIRTUAL generated column (Hermes's schema has none). Every read of its rows computes
+    an expression of the store's own, and one such step may take seconds: no progress handler or signal gets in
+    between (hostile try 12, P7: `hex(zeroblob(2e7))` kept doctor's and backup's checks running for minutes
+    past SIGTERM)."""
+    found = [f"{t}.{c}" for t, c in conn.execute(
+        "SELECT m.name, x.name FROM sqlite_master AS m, pragma_table_xinfo(m.name) AS x "
+        "WHERE m.type = 'table' AND m.sql NOT LIKE 'CREATE VIRTUAL%' AND x.hidden = 2")]
+    if found:
+        raise StoreError(f"{path}: has computed (VIRTUAL generated) column {', '.join(found[:5])}, which Hermes's "
+                         "schema never has: reading its rows runs the store's own expression for each, without "
+                         "bound; refusing (ALTER TABLE … DROP COLUMN …, then run again)")
+
+
 def _check_header(path: Path) -> os.stat_result:
     """Refuse special, non-SQLite and truncated files without opening them through SQLite; the stat of the file
     whose links were judged (what SQLite must then open: :func:`opened_elsewhere`)."""
@@ -969,6 +983,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
             shapes = {r[0]: r[1] for r in conn.execute("SELECT name, type FROM sqlite_master")}
             named = ", ".join(f"{t} (a {shapes[t]} here)" if t in shapes else t for t in missing)
             raise StoreError(f"{path}: not a Hermes session store (missing table {named}); refusing")
+        refuse_computed_columns(conn, path)
         needed = {"id", "source", "started_at", "ended_at", "parent_session_id"}
         if not needed <= set(store.columns("sessions")):
             lacking = ", ".join(sorted(needed - set(store.columns("sessions"))))
