@@ -76,13 +76,17 @@ def config_path_for(store: Path | None, profile: str | None = None) -> Path:
 
     The default store reads $HERMES_HOME/config.yaml, a profile's store
     $HERMES_HOME/profiles/NAME/config.yaml; a store given with --db reads the config.yaml beside
-    it when there is one (that folder is its Hermes home), else $HERMES_HOME/config.yaml.
+    it when there is one (that folder is its Hermes home), else $HERMES_HOME/config.yaml — except a
+    profile's store (``…/profiles/NAME/state.db``), whose home is its own folder with or without a
+    config.yaml there, as ``--profile NAME`` reads it (hostile try 12, P18: ``sweep --db`` on a profile's
+    store obeyed the default profile's retention and pruned it).
     """
     if profile is not None:
         return hermes_home() / "profiles" / profile / "config.yaml"
     if store is not None:
+        folder = Path(os.path.realpath(Path(store).expanduser())).parent
         beside = Path(store).expanduser().parent / "config.yaml"
-        if os.path.lexists(beside):
+        if os.path.lexists(beside) or folder.parent.name == "profiles":
             return beside
     return hermes_home() / "config.yaml"
 

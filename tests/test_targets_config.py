@@ -35,6 +35,24 @@ def test_all_profiles_runs_each_store(hermes_home, cli):
     assert [(r["profile"], r["session_ids"]) for r in reports] == [(None, ["d"]), ("a", ["a1"]), ("b", ["b1"])]
 
 
+@pytest.mark.parametrize("flag", ["--profile", "--db"])
+def test_a_profiles_store_reads_its_own_config_whichever_flag_names_it(hermes_home, cli, flag):
+    """Hostile try 12, P18: `sweep --force --db HOME/profiles/p1/state.db` (p1 without a config.yaml) obeyed the
+    default profile's `auto_prune: true, retention_days: 1` and pruned p1's store; `--profile p1` skipped, as Hermes
+    does for a profile without auto_prune. And `autoprune on --db` of it wrote the default's config."""
+    (hermes_home / "config.yaml").write_text("sessions: {auto_prune: true, retention_days: 1}\n")
+    (hermes_home / "config.yaml").chmod(0o600)
+    store = hermes_home / "profiles" / "p1" / "state.db"
+    _store(store, "p1_old")
+    target = ["--profile", "p1"] if flag == "--profile" else ["--db", str(store)]
+    report = cli.json("sweep", "--force", *target)
+    assert not report["swept"] and "auto_prune is off" in report["skipped_reason"], report
+    assert report["config"] == str(hermes_home / "profiles" / "p1" / "config.yaml") and report["pruned_ids"] == []
+    assert cli("autoprune", "on", *target).exit_code == 0
+    assert (hermes_home / "profiles" / "p1" / "config.yaml").exists()
+    assert "retention_days: 1" in (hermes_home / "config.yaml").read_text()
+
+
 def test_conflicting_target_flags(hermes_home, cli, tmp_path):
     result = cli("stats", "--db", tmp_path / "x.db", "--profile", "a")
     assert result.exit_code == 2 and "mutually exclusive" in result.stderr
