@@ -135,6 +135,23 @@ def test_stuck_job_is_reported_and_the_loop_exits_anyway(tmp_path):
     assert took < 25, took  # the 2 s grace it was given and process exit, not the default 30 s
 
 
+def test_sighup_stops_the_loop_as_sigterm_does(tmp_path):
+    """Hostile try 12, P19: SIGHUP (the terminal or ssh session of a foreground loop closing) reached the
+    process-wide handler: the loop ended at once (129) with the running job mid-write, its backup's partial
+    snapshot left. Now it is the loop's stop: cancel, the stop grace, "job loop stopped"."""
+    proc, errlog = _start_loop(tmp_path)
+    try:
+        _wait_for(errlog, "job tick finished with exit code 0")
+        proc.send_signal(signal.SIGHUP)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = errlog.read_text()
+    assert "received SIGHUP" in log and "job loop stopped" in log and "Traceback" not in log, log
+    assert proc.returncode in (0, 128 + signal.SIGHUP) and "terminated by SIGHUP" not in log, log
+
+
 def test_second_signal_while_stopping_is_idempotent(tmp_path):
     """Finding 7: a second SIGTERM during shutdown used to raise SchedulerNotRunningError with a traceback."""
     proc, errlog = _start_loop(tmp_path)

@@ -134,7 +134,7 @@ def run_jobs(root: Any, jobs_dir: Optional[Path], all_profiles: bool, db: Option
     code = run_loop(jobs, executor(root, all_profiles, db, metrics))
     # Stopping is done: further SIGTERM/SIGINT are ignored for the few milliseconds until exit
     # (Python's shutdown would otherwise reset them to their default and die of a late one).
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     return code
 

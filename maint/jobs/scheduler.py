@@ -284,7 +284,7 @@ class DaemonThreadExecutor(BaseExecutor):
 
 
 def run_loop(jobs: list[Job], execute: Callable[[Job], int], grace: float | None = None) -> int:
-    """Run *jobs* until SIGTERM/SIGINT; returns the exit code (0, or 1 when a job did not stop in time).
+    """Run *jobs* until SIGTERM/SIGINT/SIGHUP; returns the exit code (0, or 1 when a job did not stop in time).
 
     The first signal sets the cancel flag (a prune or sweep stops at its next batch boundary) and
     stops scheduling; the running job then has *grace* seconds. Later signals only say that the
@@ -312,7 +312,9 @@ def run_loop(jobs: list[Job], execute: Callable[[Job], int], grace: float | None
         batching.cancel(signum)
         stop.set()
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    # SIGHUP (the terminal or ssh session of a foreground loop closing) stops it the same way: left to the
+    # process-wide handler it ended the loop at once, the running job's partial files left (hostile try 12, P19)
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         scheduler.start()
         for job, when in next_runs(enabled):
