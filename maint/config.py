@@ -84,9 +84,11 @@ def config_path_for(store: Path | None, profile: str | None = None) -> Path:
     if profile is not None:
         return hermes_home() / "profiles" / profile / "config.yaml"
     if store is not None:
+        given = Path(store).expanduser().parent
         folder = Path(os.path.realpath(Path(store).expanduser())).parent
-        beside = Path(store).expanduser().parent / "config.yaml"
-        if os.path.lexists(beside) or folder.parent.name == "profiles":
+        beside = given / "config.yaml"
+        # by the path given or the one it leads to: a profile folder may be a link (hostile try 13, Q1)
+        if os.path.lexists(beside) or "profiles" in (given.parent.name, folder.parent.name):
             return beside
     return hermes_home() / "config.yaml"
 

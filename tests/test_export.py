@@ -532,9 +532,11 @@ def test_md_to_a_file_name_writes_that_file_not_a_folder(store, tmp_path):
 def test_a_bulk_trace_to_a_file_name_is_refused_not_made_a_folder(store, tmp_path):
     """Hostile try 12, P6: `export tr.jsonl --format trace --source cli` made a folder named tr.jsonl (md and qmd
     refuse the same); one session to tr.jsonl is that file."""
-    bulk = run_export(tmp_path / "tr.jsonl", "--db", store, "--format", "trace", "--source", "cli")
-    assert bulk.returncode == 2 and "names one file" in bulk.stderr and "give a folder" in bulk.stderr, bulk.stderr
-    assert len(bulk.stderr.strip().splitlines()) == 1 and not (tmp_path / "tr.jsonl").exists()
+    for name, fmt in (("tr.jsonl", "trace"), ("T.Jsonl", "trace"), ("O1.MD", "md"), ("o.QMD", "qmd")):
+        bulk = run_export(tmp_path / name, "--db", store, "--format", fmt, "--source", "cli")  # Q2: any case
+        assert bulk.returncode == 2 and "names one file" in bulk.stderr and "give a folder" in bulk.stderr, \
+            (name, bulk.stderr)
+        assert len(bulk.stderr.strip().splitlines()) == 1 and not (tmp_path / name).exists()
     one = run_export(tmp_path / "one.jsonl", "--db", store, "--format", "trace", "--session-id", "c1")
     assert one.returncode == 0, one.stderr
     assert (tmp_path / "one.jsonl").is_file()

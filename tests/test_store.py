@@ -867,3 +867,42 @@ def test_a_store_with_a_computed_column_is_refused_before_any_read_of_its_rows(t
 
     with pytest.raises(StoreError, match="messages.zz"):
         check_file(path)
+
+
+def test_a_store_whose_wal_holds_a_utf16_database_is_refused(tmp_path, cli):
+    """Hostile try 13, Q3: the UTF-16 refusal read the main file's header only; a -wal holding the pages of a
+    UTF-16 database (page 1 included) beside a UTF-8 main file was opened and read as UTF-8 bytes."""
+    src = small_store(tmp_path / "src" / "state.db")
+    (tmp_path / "u").mkdir()
+    u16 = recoded(src, tmp_path / "u16.db")
+    (tmp_path / "s").mkdir()
+    path = tmp_path / "s" / "state.db"
+    conn = sqlite3.connect(tmp_path / "s" / "state.db")  # an empty UTF-8 main file, WAL mode, same page size
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t(x)")
+    conn.commit()
+    conn.close()
+    w = sqlite3.connect(tmp_path / "w.db")
+    w.execute("PRAGMA encoding = 'UTF-16le'")
+    w.execute("PRAGMA journal_mode=WAL")
+    w.execute("PRAGMA wal_autocheckpoint=0")
+    w.execute("ATTACH ? AS u", (str(u16),))  # same encoding: the rows copy over
+    for (sql,) in w.execute("SELECT sql FROM u.sqlite_schema WHERE type = 'table' AND sql IS NOT NULL "
+                            "AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '%fts%'").fetchall():
+        w.execute(sql)
+    for (name,) in w.execute("SELECT name FROM u.sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+                             "AND name NOT LIKE '%fts%'").fetchall():
+        w.execute(f'INSERT INTO main."{name}" SELECT * FROM u."{name}"')
+    w.commit()
+    w.execute("DETACH u")
+    (tmp_path / "s" / "state.db-wal").write_bytes((tmp_path / "w.db-wal").read_bytes())
+    w.close()
+    check = sqlite3.connect(f"file:{path}?mode=ro", uri=True)  # read-only: its close checkpoints nothing
+    assert check.execute("PRAGMA encoding").fetchone() == ("UTF-16le",)  # what SQLite reads: the WAL's page 1
+    check.close()
+    (tmp_path / "s" / "state.db-shm").unlink(missing_ok=True)
+    with open(path, "rb") as fh:
+        assert fh.read(100)[56:60] == b"\0\0\0\1"  # the main file's header still says UTF-8
+    result = cli("stats", "--db", path)
+    assert result.exit_code == 1 and "UTF-16le" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

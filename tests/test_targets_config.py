@@ -35,14 +35,19 @@ def test_all_profiles_runs_each_store(hermes_home, cli):
     assert [(r["profile"], r["session_ids"]) for r in reports] == [(None, ["d"]), ("a", ["a1"]), ("b", ["b1"])]
 
 
-@pytest.mark.parametrize("flag", ["--profile", "--db"])
-def test_a_profiles_store_reads_its_own_config_whichever_flag_names_it(hermes_home, cli, flag):
+@pytest.mark.parametrize("flag", ["--profile", "--db", "--db through a linked profile folder"])
+def test_a_profiles_store_reads_its_own_config_whichever_flag_names_it(hermes_home, cli, flag, tmp_path):
     """Hostile try 12, P18: `sweep --force --db HOME/profiles/p1/state.db` (p1 without a config.yaml) obeyed the
     default profile's `auto_prune: true, retention_days: 1` and pruned p1's store; `--profile p1` skipped, as Hermes
     does for a profile without auto_prune. And `autoprune on --db` of it wrote the default's config."""
     (hermes_home / "config.yaml").write_text("sessions: {auto_prune: true, retention_days: 1}\n")
     (hermes_home / "config.yaml").chmod(0o600)
     store = hermes_home / "profiles" / "p1" / "state.db"
+    if "linked" in flag:  # hostile try 13, Q1: profiles/p1 -> /data/p1 (same owner)
+        real = tmp_path / "data" / "p1"
+        real.mkdir(parents=True, mode=0o700)
+        store.parent.parent.mkdir(parents=True, exist_ok=True)
+        store.parent.symlink_to(real)
     _store(store, "p1_old")
     target = ["--profile", "p1"] if flag == "--profile" else ["--db", str(store)]
     report = cli.json("sweep", "--force", *target)

@@ -284,7 +284,7 @@ def _entries(store: Store, chosen: Sequence[str], req: ExportRequest,
 def _names_a_file(output: str | None, suffixes: tuple[str, ...]) -> bool:
     """OUTPUT reads as one file of these kinds: not stdout, no trailing slash, not an existing folder."""
     return bool(output) and output != STDOUT and not output.endswith(("/", os.sep)) \
-        and Path(output).suffix in suffixes and not Path(output).expanduser().is_dir()
+        and Path(output).suffix.lower() in suffixes and not Path(output).expanduser().is_dir()
 
 
 def _records_beside(entries: list[dict[str, Any]], chosen: Sequence[str]) -> list[dict[str, Any]]:

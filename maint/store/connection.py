@@ -303,10 +303,16 @@ CHECKPOINT_GRACE_S, CHECKPOINT_POLL_S = 3.0, 0.05
 
 
 def refuse_computed_columns(conn: apsw.Connection, path: Path) -> None:
-    """Refuse a store with a VIRTUAL generated column (Hermes's schema has none). Every read of its rows computes
-    an expression of the store's own, and one such step may take seconds: no progress handler or signal gets in
-    between (hostile try 12, P7: `hex(zeroblob(2e7))` kept doctor's and backup's checks running for minutes
-    past SIGTERM)."""
+    """Refuse a store SQLite reads in UTF-16 (the header's byte 56 said UTF-8, but a ``-wal`` may hold another
+    page 1: hostile try 13, Q3), or with a VIRTUAL generated column (Hermes's schema has none). Every read of
+    such a column's rows computes an expression of the store's own, and one such step may take seconds: no
+    progress handler or signal gets in between (hostile try 12, P7: `hex(zeroblob(2e7))` kept doctor's and
+    backup's checks running for minutes past SIGTERM)."""
+    encoding = conn.execute("PRAGMA encoding").fetchall()[0][0]
+    if encoding != "UTF-8":
+        raise StoreError(f"{path}: its text encoding is {encoding}; Hermes writes UTF-8 stores and hermes-maint "
+                         "reads only those (convert it: sqlite3 OLD .dump | sqlite3 NEW); refusing, nothing was "
+                         "written")
     found = [f"{t}.{c}" for t, c in conn.execute(
         "SELECT m.name, x.name FROM sqlite_master AS m, pragma_table_xinfo(m.name) AS x "
         "WHERE m.type = 'table' AND m.sql NOT LIKE 'CREATE VIRTUAL%' AND x.hidden = 2")]
