@@ -34,14 +34,17 @@ import fcntl
 import os
 import re
 import secrets
+import select
 import shutil
 import signal
 import stat
 import tempfile
+import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from maint.errors import MaintError, Terminated
 
@@ -95,6 +98,61 @@ def raise_on_termination() -> None:
         with contextlib.suppress(ValueError, OSError):  # not the main thread, or no such signal here
             if signal.getsignal(sig) in (signal.SIG_DFL, None):
                 signal.signal(sig, handler)
+    _watch_stop_signals()
+
+
+# Python runs a signal's handler between its own steps, and SQLite's progress handler calls back into Python
+# every so many VM steps; one step that computes an expression of the store's own (an index's, a trigger's, a
+# CHECK's) may take seconds, so a stop would wait for it (hostile try 13, Q4: doctor --full ended 246 s after
+# SIGTERM). A stop signal still running after a grace interrupts every connection we opened (sqlite3_interrupt):
+# the statement ends, its transaction rolls back, and the handler's exception ends the command.
+_INTERRUPTIBLE: weakref.WeakSet = weakref.WeakSet()
+_STOPS = {int(signal.SIGTERM), int(signal.SIGHUP), int(signal.SIGINT)}
+_stop_grace_s = [3.0]
+
+
+def interruptible(conn: Any) -> None:
+    """Interrupt *conn*'s statement when a stop signal outlives the grace (see :func:`_watch_stop_signals`)."""
+    _INTERRUPTIBLE.add(conn)
+
+
+def set_stop_grace(seconds: float) -> None:
+    """How long a statement may run on after a stop signal (the job loop gives its jobs its own stop grace)."""
+    _stop_grace_s[0] = seconds
+
+
+def _watch_stop_signals() -> None:
+    """A thread woken by every signal (Python's wake-up descriptor, written by the C handler even while the main
+    thread is inside SQLite) that interrupts our connections once a stop has outlived its grace."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    r, w = os.pipe()
+    for fd in (r, w):
+        os.set_blocking(fd, False)
+        os.set_inheritable(fd, False)
+    try:
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(r)
+        os.close(w)
+        return
+
+    def watch() -> None:
+        while True:
+            try:
+                select.select([r], [], [])
+                got = os.read(r, 64)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+            if _STOPS & set(got):
+                time.sleep(_stop_grace_s[0])
+                for conn in list(_INTERRUPTIBLE):
+                    with contextlib.suppress(Exception):
+                        conn.interrupt()
+
+    threading.Thread(target=watch, name="hermes-maint-stop-watch", daemon=True).start()
 
 
 def lock(fd: int, timeout_s: float, *, shared: bool = False) -> bool:

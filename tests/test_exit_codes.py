@@ -222,3 +222,40 @@ def test_a_stop_before_the_runner_is_ready_is_128_plus_signal_without_traceback(
         cli.main(["stats"])
     expected = {"sigterm": 128 + signal.SIGTERM, "sighup": 128 + signal.SIGHUP, "ctrl-c": errors.EXIT_INTERRUPTED}
     assert exit_.value.code == expected[stop]
+
+
+def test_a_stop_signal_ends_a_run_inside_one_long_sqlite_step(tmp_path):
+    """Hostile try 13, Q4: an index of the store's own whose WHERE costs ~20 ms a row (one VM step each) kept
+    `doctor --full`'s integrity check running 246 s past SIGTERM: SQLite's progress handler, where Python's signal
+    handler gets to run, is called only every 100,000 steps. A stop signal that outlives its grace now interrupts
+    the statement: the run ends 143, nothing written."""
+    import sqlite3
+    import time
+
+    from tests.storegen import bulk_store
+
+    db = tmp_path / "state.db"
+    bulk_store(db, sessions=80, messages_per_session=100)
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE INDEX zz_p ON messages(id) WHERE length(hex(zeroblob(1))) < 0")
+    conn.execute("PRAGMA writable_schema = ON")  # its text made costly afterwards: the (empty) index stays valid
+    conn.execute("UPDATE sqlite_schema SET sql = replace(sql, 'zeroblob(1)', 'zeroblob(20000000)') "
+                 "WHERE name = 'zz_p'")
+    conn.commit()
+    conn.close()
+    before = file_hash(db)
+    proc = subprocess.Popen([sys.executable, "-m", "maint", "doctor", "--full", "--db", str(db)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # into the integrity check (8,000 rows x ~20 ms: minutes of it)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    try:
+        err = proc.communicate(timeout=300)[1]  # before: minutes on a fast machine
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    took = time.monotonic() - sent
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err and took < 60, (took, err)  # the 3 s grace, not the rest of the check
+    assert file_hash(db) == before

@@ -314,6 +314,9 @@ def run_loop(jobs: list[Job], execute: Callable[[Job], int], grace: float | None
 
     # SIGHUP (the terminal or ssh session of a foreground loop closing) stops it the same way: left to the
     # process-wide handler it ended the loop at once, the running job's partial files left (hostile try 12, P19)
+    from maint import files
+
+    files.set_stop_grace(grace)  # a job's statement is interrupted only when the loop gives up on it
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         scheduler.start()

@@ -854,6 +854,7 @@ def connect(target: str, flags: int = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_O
     # store's owner added, fired by our deletes) would hold SIGTERM, Ctrl-C and the write lock until it ends.
     # Calling back into Python now and then lets the handler run there and interrupt the statement.
     conn.set_progress_handler(_let_signals_in, PROGRESS_STEPS)
+    files.interruptible(conn)  # and one VM step that runs on is cut short once a stop outlives its grace
     return conn
 
 
