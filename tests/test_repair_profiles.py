@@ -231,7 +231,7 @@ def test_a_stray_session_whose_id_the_target_store_has_with_other_messages_is_ke
     assert rows(src, "SELECT content FROM messages WHERE session_id = ? ORDER BY id", sid) == mine
     assert rows(dst, "SELECT content FROM messages WHERE session_id = ? ORDER BY id", sid) == theirs
     skipped = [d for d in r["applied"] if sid in d["session_ids"]]
-    assert skipped and skipped[0]["skipped"] and "other messages" in skipped[0]["reason"], r["applied"]
+    assert skipped and skipped[0]["skipped"] and "under one id" in skipped[0]["reason"], r["applied"]
 
 
 def test_legacy_main_rekey_keeps_the_newer_routing_row_of_a_chat(home):
@@ -253,3 +253,29 @@ def test_legacy_main_rekey_keeps_the_newer_routing_row_of_a_chat(home):
                        "ORDER BY session_key") == [
         ("agent:coder:discord:group:4", json.dumps({"session_id": "own"})),
         ("agent:coder:discord:group:5", json.dumps({"session_id": "legacy1"}))]
+
+
+def test_a_stray_session_whose_id_the_target_holds_with_the_same_messages_but_another_row_is_kept(home):
+    """Hostile try 13, Q6: the same messages under one id in both stores, but the stray row renamed, pinned and
+    costed by the user after the copy: the stray row was deleted, its title, pin and figures gone. Q7: the text
+    said "Applied 1 repair(s)" for a move that kept everything."""
+    default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"
+    src = sqlite3.connect(default)
+    cols = [r[1] for r in src.execute("PRAGMA table_info(messages)") if r[1] not in ("id",)]
+    dst = sqlite3.connect(coder)
+    have = {r[1] for r in dst.execute("PRAGMA table_info(sessions)")}
+    scols = [r[1] for r in src.execute("PRAGMA table_info(sessions)") if r[1] in have]
+    row = src.execute(f"SELECT {', '.join(scols)} FROM sessions WHERE id = 'c1'").fetchone()
+    dst.execute(f"INSERT INTO sessions ({', '.join(scols)}) VALUES ({', '.join('?' * len(scols))})", row)
+    for m in src.execute(f"SELECT {', '.join(cols)} FROM messages WHERE session_id = 'c1' ORDER BY id"):
+        dst.execute(f"INSERT INTO messages ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", m)
+    dst.commit()
+    dst.close()
+    src.execute("UPDATE sessions SET title = 'DEFAULT TITLE (renamed)', input_tokens = 999999 WHERE id = 'c1'")
+    src.commit()
+    src.close()
+    result = run_subprocess("repair-profiles", "--apply", "--yes")
+    assert result.returncode == 0, result.stderr
+    assert rows(default, "SELECT title, input_tokens FROM sessions WHERE id = 'c1'") == [
+        ("DEFAULT TITLE (renamed)", 999999)]
+    assert "kept [stray_sessions] c1" in result.stdout and "another row" in result.stdout, result.stdout

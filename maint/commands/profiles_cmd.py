@@ -60,6 +60,11 @@ def _render(r: dict) -> None:
     actionable = sum(f["action"] in ("move", "rekey") for f in r["findings"])
     if r["snapshot"]:
         click.echo(f"Snapshot of every store: {r['snapshot']}")
-        click.echo(f"Applied {len(r['applied'])} repair(s). Restart the gateway.")
+        kept = [d for d in r["applied"] if d.get("skipped")]
+        for d in kept:  # a move refused is said, with why (hostile try 13, Q7: "Applied" for a move that kept all)
+            click.echo(f"  kept [{d['kind']}] {', '.join(d['session_ids'][:5]) or d['store']}: {d['reason']}")
+        done = len(r["applied"]) - len(kept)
+        click.echo(f"Applied {done} repair(s){f', kept {len(kept)}' if kept else ''}."
+                   + (" Restart the gateway." if done else ""))
     elif actionable:
         click.echo(f"{actionable} repair(s) possible; re-run with --apply (stop the gateway first).")

@@ -270,6 +270,13 @@ def _why_not_removable(src: Store, dst: Store, ids: list[str]) -> str | None:
         if not dst.scalar("SELECT 1 FROM sessions WHERE id = ?", (sid,)) or a != b:
             return f"{sid} was written to since it was copied into {dst.path} ({a} messages here, {b} there)"
         cols = sorted(c for c in src.shared_columns(dst, "messages") if c != "id")
+        # the row too, as the copy writes it (its parent unlinked where the target lacks it): a title, pin or
+        # cost the user gave one of them makes them two (hostile try 13, Q6: the stray row was dropped)
+        row_cols = sorted(c for c in src.shared_columns(dst, "sessions") if c != "parent_session_id")
+        row = f"SELECT {', '.join(row_cols)} FROM sessions WHERE id = ?"
+        if src.conn.execute(row, (sid,)).fetchall() != dst.conn.execute(row, (sid,)).fetchall():
+            return (f"{sid} is also a session of {dst.path} with another row (title, marks or figures differ: two "
+                    "sessions under one id: keep both, or delete one by hand)")
         if _messages_digest(src, cols, sid) != _messages_digest(dst, cols, sid):
             # the same id with other messages there (a profile made by copying a store, then written to apart):
             # two conversations, neither copied over the other (hostile try 12, P11: the stray one was deleted)
