@@ -906,3 +906,24 @@ def test_a_store_whose_wal_holds_a_utf16_database_is_refused(tmp_path, cli):
     result = cli("stats", "--db", path)
     assert result.exit_code == 1 and "UTF-16le" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_hot_journal_stops_a_read_only_command_with_a_line_that_names_it(tmp_path, cli):
+    """Hostile try 13, Q9: a rollback-mode store whose writer was killed mid-transaction (a hot -journal) stopped
+    every read-only command (doctor, backup, export, stats) with "attempt to write a readonly database"."""
+    import subprocess
+    import sys
+
+    path = small_store(tmp_path / "state.db")
+    code = ("import sqlite3, sys, os; c = sqlite3.connect(sys.argv[1], isolation_level=None);"
+            "c.execute('PRAGMA journal_mode=delete'); c.execute('PRAGMA cache_size=5'); c.execute('BEGIN IMMEDIATE');"
+            "c.execute(\"UPDATE messages SET content = content || ' CRASHED'\"); os._exit(0)")
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+    journal = tmp_path / "state.db-journal"
+    assert journal.exists() and journal.stat().st_size > 0
+    for args in (["stats"], ["doctor"], ["export", str(tmp_path / "x.jsonl")]):
+        result = cli(*args, "--db", path)
+        assert result.exit_code == 1 and "hot journal" in result.stderr and "state.db-journal" in result.stderr, \
+            (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert journal.exists()  # left for a writer to roll back

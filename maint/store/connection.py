@@ -930,6 +930,13 @@ def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Con
             conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         return conn, None
     except (apsw.ReadOnlyError, apsw.CantOpenError):
+        journal = Path(f"{path}-journal")
+        if readonly and journal.exists() and journal.stat().st_size > 0:
+            # a writer killed mid-transaction (Hermes's, or ours by SIGKILL) in rollback mode: SQLite rolls its
+            # journal back at the next open that may write; a read-only one cannot (hostile try 13, Q9)
+            raise StoreError(f"{path}: a write interrupted by a crash left {journal.name} (a hot journal) to be "
+                             "rolled back, which a read-only command cannot do; start Hermes, or run a writing "
+                             "command (e.g. `hermes-maint optimize`): either rolls it back first") from None
         if not readonly or os.access(path.parent, os.W_OK):
             raise
     wal = Path(f"{path}-wal")
