@@ -87,10 +87,31 @@ def config_path_for(store: Path | None, profile: str | None = None) -> Path:
         given = Path(store).expanduser().parent
         folder = Path(os.path.realpath(Path(store).expanduser())).parent
         beside = given / "config.yaml"
-        # by the path given or the one it leads to: a profile folder may be a link (hostile try 13, Q1)
+        # by the path given or the one it leads to: a profile folder may be a link (hostile try 13, Q1), and
+        # reached by a relative path or through another link (try 14, R1): the home's own profiles decide
         if os.path.lexists(beside) or "profiles" in (given.parent.name, folder.parent.name):
             return beside
+        profile = _profile_holding(Path(store).expanduser())
+        if profile is not None:
+            return hermes_home() / "profiles" / profile / "config.yaml"
     return hermes_home() / "config.yaml"
+
+
+def _profile_holding(store: Path) -> str | None:
+    """The profile of $HERMES_HOME whose state.db is the file *store* names, if one is."""
+    try:
+        st = os.stat(store)
+        names = os.listdir(hermes_home() / "profiles")
+    except OSError:
+        return None
+    for name in sorted(names):
+        try:
+            other = os.stat(hermes_home() / "profiles" / name / "state.db")
+        except OSError:
+            continue
+        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            return name
+    return None
 
 
 def load_config(path: Path | None = None, *, store: Path | None = None) -> Config:

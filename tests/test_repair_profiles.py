@@ -255,7 +255,8 @@ def test_legacy_main_rekey_keeps_the_newer_routing_row_of_a_chat(home):
         ("agent:coder:discord:group:5", json.dumps({"session_id": "legacy1"}))]
 
 
-def test_a_stray_session_whose_id_the_target_holds_with_the_same_messages_but_another_row_is_kept(home):
+@pytest.mark.parametrize("usage", [False, True])
+def test_a_stray_session_whose_id_the_target_holds_with_the_same_messages_but_another_row_is_kept(home, usage):
     """Hostile try 13, Q6: the same messages under one id in both stores, but the stray row renamed, pinned and
     costed by the user after the copy: the stray row was deleted, its title, pin and figures gone. Q7: the text
     said "Applied 1 repair(s)" for a move that kept everything."""
@@ -271,11 +272,23 @@ def test_a_stray_session_whose_id_the_target_holds_with_the_same_messages_but_an
         dst.execute(f"INSERT INTO messages ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", m)
     dst.commit()
     dst.close()
-    src.execute("UPDATE sessions SET title = 'DEFAULT TITLE (renamed)', input_tokens = 999999 WHERE id = 'c1'")
-    src.commit()
+    if usage:  # hostile try 14, R4: the same row and messages, other usage rows
+        dst = sqlite3.connect(coder)
+        dst.execute("DELETE FROM session_model_usage WHERE session_id = 'c1'")
+        dst.commit()
+        dst.close()
+        kept = rows(default, "SELECT * FROM session_model_usage WHERE session_id = 'c1'")
+        assert kept
+    else:
+        src.execute("UPDATE sessions SET title = 'DEFAULT TITLE (renamed)', input_tokens = 999999 WHERE id = 'c1'")
+        src.commit()
     src.close()
     result = run_subprocess("repair-profiles", "--apply", "--yes")
     assert result.returncode == 0, result.stderr
-    assert rows(default, "SELECT title, input_tokens FROM sessions WHERE id = 'c1'") == [
-        ("DEFAULT TITLE (renamed)", 999999)]
-    assert "kept [stray_sessions] c1" in result.stdout and "another row" in result.stdout, result.stdout
+    if usage:
+        assert rows(default, "SELECT * FROM session_model_usage WHERE session_id = 'c1'") == kept
+        assert "kept [stray_sessions] c1" in result.stdout and "session_model_usage" in result.stdout, result.stdout
+    else:
+        assert rows(default, "SELECT title, input_tokens FROM sessions WHERE id = 'c1'") == [
+            ("DEFAULT TITLE (renamed)", 999999)]
+        assert "kept [stray_sessions] c1" in result.stdout and "another row" in result.stdout, result.stdout

@@ -35,7 +35,8 @@ def test_all_profiles_runs_each_store(hermes_home, cli):
     assert [(r["profile"], r["session_ids"]) for r in reports] == [(None, ["d"]), ("a", ["a1"]), ("b", ["b1"])]
 
 
-@pytest.mark.parametrize("flag", ["--profile", "--db", "--db through a linked profile folder"])
+@pytest.mark.parametrize("flag", ["--profile", "--db", "--db through a linked profile folder",
+                                  "--db through another link to a linked profile folder"])
 def test_a_profiles_store_reads_its_own_config_whichever_flag_names_it(hermes_home, cli, flag, tmp_path):
     """Hostile try 12, P18: `sweep --force --db HOME/profiles/p1/state.db` (p1 without a config.yaml) obeyed the
     default profile's `auto_prune: true, retention_days: 1` and pruned p1's store; `--profile p1` skipped, as Hermes
@@ -50,6 +51,10 @@ def test_a_profiles_store_reads_its_own_config_whichever_flag_names_it(hermes_ho
         store.parent.symlink_to(real)
     _store(store, "p1_old")
     target = ["--profile", "p1"] if flag == "--profile" else ["--db", str(store)]
+    if "another link" in flag:  # hostile try 14, R1: neither the path given nor the real one says "profiles"
+        (tmp_path / "lnk").mkdir()
+        (tmp_path / "lnk" / "p1").symlink_to(store.parent)
+        target = ["--db", str(tmp_path / "lnk" / "p1" / "state.db")]
     report = cli.json("sweep", "--force", *target)
     assert not report["swept"] and "auto_prune is off" in report["skipped_reason"], report
     assert report["config"] == str(hermes_home / "profiles" / "p1" / "config.yaml") and report["pruned_ids"] == []

@@ -277,6 +277,14 @@ def _why_not_removable(src: Store, dst: Store, ids: list[str]) -> str | None:
         if src.conn.execute(row, (sid,)).fetchall() != dst.conn.execute(row, (sid,)).fetchall():
             return (f"{sid} is also a session of {dst.path} with another row (title, marks or figures differ: two "
                     "sessions under one id: keep both, or delete one by hand)")
+        for table in ("session_model_usage", "telegram_dm_topic_bindings"):  # what the copy carries besides
+            if src.has_table(table) and dst.has_table(table):
+                tcols = sorted(c for c in src.shared_columns(dst, table) if c != "id")
+                q = f"SELECT {', '.join(tcols)} FROM {table} WHERE session_id = ?"
+                if sorted(map(repr, src.conn.execute(q, (sid,)))) != sorted(map(repr, dst.conn.execute(q, (sid,)))):
+                    # hostile try 14, R4: the stray session's usage rows were deleted with it
+                    return (f"{sid} is also a session of {dst.path} with other {table} rows (two sessions under "
+                            "one id: keep both, or delete one by hand)")
         if _messages_digest(src, cols, sid) != _messages_digest(dst, cols, sid):
             # the same id with other messages there (a profile made by copying a store, then written to apart):
             # two conversations, neither copied over the other (hostile try 12, P11: the stray one was deleted)
