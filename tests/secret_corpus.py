@@ -1095,18 +1095,21 @@ def hostile_round_9(seed: int = 14) -> list[Case]:
     for fmt in ("gmail app password: {v}", "SMTP_PASSWORD={v}", "my app password is {v}", '"password": "{v}"'):
         v = " ".join(g.s(string.ascii_lowercase, 4) for _ in range(4))
         c.append(Case("spaced-app-password", fmt.format(v=v), v))
-    # 6. postfix's sasl_passwd; recovery codes under their heading
+    # 6. no name beside them: postfix's sasl_passwd, recovery codes under their heading, user:password in base64
+    for user in ("ci-robot", "deploy@acme.io"):
+        enc = base64.b64encode(f"{user}:{g.password(symbols='!#%*+.')}".encode()).decode()
+        c.append(Case("nameless-formats", f"Decode it with `echo {enc} | base64 -d`", enc))
     for fmt in ("[smtp.gmail.com]:587 alerts@acme.io:{v}",
                 "# /etc/postfix/sasl_passwd\n[mail.acme.io]:submission ops:{v}\n"):
         v = g.s(string.ascii_lowercase, 16)
-        c.append(Case("sasl-and-recovery-codes", fmt.format(v=v), v))
+        c.append(Case("nameless-formats", fmt.format(v=v), v))
     lc = string.ascii_lowercase + string.digits
     codes = [g.s(lc, 5) + "-" + g.s(lc, 5) for _ in range(8)]
     codes = [code[:2] + str(i) + code[3:] for i, code in enumerate(codes)]  # a digit in each, as GitHub's mostly have
-    c.append(Case("sasl-and-recovery-codes", "GitHub recovery codes\n" + "\n".join(codes), codes[0],
+    c.append(Case("nameless-formats", "GitHub recovery codes\n" + "\n".join(codes), codes[0],
                   also=tuple(codes[1:])))
     codes = [f"{g.rng.randint(1000, 9999)} {g.rng.randint(1000, 9999)}" for _ in range(6)]
-    c.append(Case("sasl-and-recovery-codes", "Your Google backup codes:\n\n" + "\n".join(f"{i + 1}. {x}" for i, x in
+    c.append(Case("nameless-formats", "Your Google backup codes:\n\n" + "\n".join(f"{i + 1}. {x}" for i, x in
                                                                                     enumerate(codes)),
                   codes[0], also=tuple(codes[1:])))
     return c
@@ -1134,4 +1137,6 @@ def clean_round_9() -> list[str]:
             'public string Name { get; } = "alice";', 'public string ApiKey { get; } = "";', "greeting = %q(hello)",
             "password: %(db_pass)s", "gh secret set DEPLOY_KEY < key.txt", "gh secret list",
             "security find-generic-password -a $USER -s openai -w", "mysql -u root -p shop",
-            'password: !!str ""', "app password: see 1Password"]
+            'password: !!str ""', "app password: see 1Password",
+            "echo " + base64.b64encode(b"nginx:1.27.0-alpine3.20").decode() + " | base64 -d",
+            "echo " + base64.b64encode(b"sha256:" + b"4f9a" * 16).decode() + " | base64 -d"]

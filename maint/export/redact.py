@@ -824,7 +824,7 @@ _SSHPASS = re.compile(r"\b(?:sshpass\s+-p|redis-cli\b[^\n]*?\s-a|(?:docker|podma
 # -u USER … -p V (--user, --username) in one command: twine, cf, az, mongosh …; the value must look like a credential
 # (docker run -u 1000 -p 8080:80 publishes a port; python -u app.py -p config/x.yaml names a file)
 _USER_THEN_P = re.compile(r"(?<!\S)(?:-u|--user(?:name)?)(?:[ \t]+|=)(?P<u>[^\s\-][^\s]*)"
-                          r"(?:[ \t]+[^\s|;&]+)*?[ \t]+-p"
+                          r"(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+-p"
                           r"(?:[ \t]+(?P<q>\\*[\"']?)|(?=\\*[\"'])(?P<q2>\\*[\"']))"
                           r"(?P<v>[^\s\"'\-][^\s\"']*)(?:(?P=q)|(?P=q2))")
 _PORTS = re.compile(r"[\d.:\[\]a-f]*\d(?:/(?:tcp|udp|sctp))?")
@@ -1558,7 +1558,8 @@ def _section_spans(text: str, spans: list[tuple[int, int]]) -> None:
 
 
 def _code_spans(text: str, spans: list[tuple[int, int]]) -> None:
-    for m in _CODES_HEADING.finditer(text):
+    pos = 0
+    while (m := _CODES_HEADING.search(text, pos)) is not None:
         found, digits, at = [], 0, m.end()
         while at < len(text) and len(found) < 64:
             end = text.find("\n", at)
@@ -1572,6 +1573,7 @@ def _code_spans(text: str, spans: list[tuple[int, int]]) -> None:
             at = end + 1
         if len(found) >= 2 and 2 * digits >= len(found):  # codes, not a list of words
             spans.extend(found)
+        pos = max(m.end(), at)  # the lines read are not read again
 
 
 def _file_output_spans(text: str, spans: list[tuple[int, int]]) -> None:
@@ -2061,8 +2063,19 @@ def _base64_spans(text: str, spans: list[tuple[int, int]]) -> None:
             plain = raw.decode("utf-8")
         except (binascii.Error, ValueError):
             continue
-        if not _CONTROL.search(plain) and find_secrets(plain):
+        if not _CONTROL.search(plain) and (find_secrets(plain) or _basic_credentials(plain)):
             spans.append(run.span())
+
+
+# user:password encoded alone (HTTP Basic's credentials, a registry's auth, echo … | base64 -d): the password part
+# must look like a credential on its own (not a port, a tag, a digest: nginx:1.27, sha256:<hex>)
+_USER_PASSWORD = re.compile(r"[\w.@+\-]{2,64}:(?P<p>[^\s:]{8,128})")
+
+
+def _basic_credentials(plain: str) -> bool:
+    m = _USER_PASSWORD.fullmatch(plain.strip())
+    return (m is not None and not _HEX_KEY.fullmatch(m.group("p").lower())
+            and contained_secret(m.group("p"), "password"))
 
 
 def redact_text(text: str) -> str:
