@@ -226,8 +226,11 @@ _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
 _GATE_PAIR = (r"<(?i:name|key)>[^<\n]*" + _GATE_KW + "|"
               r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP
               + r"*\\*[\"']?[\w./\-]*" + _GATE_KW + r"|(?i:variable)" + _GATE_SP + r"+\\*[\"'][\w.\-]*" + _GATE_KW)
-# a collection named tokens (the gate's names leave out "tokens": MAX_TOKENS is everywhere): tokens = [, "tokens": {
-_GATE_CONTAINER = r"(?i:tokens)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP + r"*(?:\[|\{|[\r\n]|\\+[rn])"
+# a collection named tokens (the gate's names leave out "tokens": MAX_TOKENS is everywhere): tokens = [, "tokens": {,
+# and a YAML list (tokens: then - V; not Python's "if n > MAX_TOKENS:" or "for t in tokens:" and its block)
+_GATE_CONTAINER = (r"(?i:tokens)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP + r"*[\[{]"
+                   r"|(?:^|[^\w.\-])(?i:tokens)" + _GATE_SP + r"*:" + _GATE_SP + r"*(?:\r?\n|\\+r?\\+n)"
+                   + _GATE_SP + r"*-")
 _GATE_CLI = (r"(?:--|(?:^|[\s\"'\[,])-)[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP
              + r"+[^\s\-]")
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
