@@ -1059,13 +1059,14 @@ def hostile_round_9(seed: int = 14) -> list[Case]:
     for fmt in ("ftp = ftplib.FTP('files.acme.io', 'backup', '{s}')", "ftps = FTP_TLS('ftp.acme.io', 'ops', '{s}')",
                 "db = MySQLdb.connect('localhost', 'app', '{s}', 'shop')",
                 'conn = pymysql.connect("db.acme.io", "app", "{s}", "shop")',
-                "ssh.connect('10.0.0.5', 22, 'root', '{s}')"):
+                "ssh.connect('10.0.0.5', 22, 'root', '{s}')", "sftp = pysftp.Connection('files.acme.io', 'ops', '{s}')",
+                "ftp = Net::FTP.new('ftp.acme.io', 'ops', '{s}')"):
         add("positional-credential", fmt)
     # 2. a list, map or section named as secrets, its values under harmless names or none
     for fmt in ('{{"passwords": {{"prod": "{s}", "dev": "devpass"}}}}', "passwords:\n  - {s}\n  - {s}x\n",
                 "secrets:\n  stripe: {s}\n  region: eu\n", "[secrets]\nstripe = \"{s}\"\nregion = \"eu\"\n",
                 "[app.credentials]\nsmtp = '{s}'\n", 'tokens = ["{s}", "{s}y"]\n',
-                "db:\n  passwords: [\"{s}\", \"{s}z\"]\n"):
+                "db:\n  passwords: [\"{s}\", \"{s}z\"]\n", "[secrets]\n# live keys\nstripe_live = \"{s}\"\n"):
         add("secret-named-collection", fmt)
     for fmt in ('{{"api_keys": ["{k}", null]}}', "api_keys:\n  openai: {k}\n", "const apiKeys = ['{k}'];",
                 "AUTH_TOKENS = {{'ci': '{k}', 'user': 'bot'}}"):
@@ -1077,7 +1078,7 @@ def hostile_round_9(seed: int = 14) -> list[Case]:
                 "[vault]\nunseal_key = '''\n{s}\n'''\n", 'secret_key = """\n{s}\n"""\n',
                 '@secure()\nparam adminPassword string = \'{s}\'', 'var dbPassword string = "{s}"',
                 "DECLARE @password varchar(64) = '{s}';", 'public static string AuthToken {{ get; }} = "{s}";',
-                "PASSWORD = %q({s})", "ApiSecret = %Q{{{s}}}"):
+                "PASSWORD = %q({s})", "ApiSecret = %Q{{{s}}}", "DB_PASSWORD = <<~EOS\n  {s}\nEOS\n"):
         add("syntax-not-followed", fmt)
     pw = g.password(symbols="!#%*+.")
     enc = base64.b64encode(pw.encode()).decode()
@@ -1139,4 +1140,6 @@ def clean_round_9() -> list[str]:
             "security find-generic-password -a $USER -s openai -w", "mysql -u root -p shop",
             'password: !!str ""', "app password: see 1Password",
             "echo " + base64.b64encode(b"nginx:1.27.0-alpine3.20").decode() + " | base64 -d",
+            "greeting = <<~EOS\n  hello\nEOS", "requests.get('api.acme.io', 'a', 'v2.4.1')",
+            "print('example.com', 1, 'hello world')", "os.path.join('docs.md', 'x', 'y')",
             "echo " + base64.b64encode(b"sha256:" + b"4f9a" * 16).decode() + " | base64 -d"]

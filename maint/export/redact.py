@@ -255,7 +255,8 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|machine\s|\+[1-9]\d{6}|&[A-Za-z_][\w.\-]*=|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
                 r"|(?:(?m:^)|\\n|\")[ \t]*\[[\w.\- ]*" + _GATE_KW
-                + r"[\w.\- ]*\][ \t]*(?:\r?\n|\\+(?:r\\+)?n)[ \t]*[^\s=\[#;\\]"
+                + r"[\w.\- ]*\][ \t]*(?:\r?\n|\\+(?:r\\+)?n)(?:[ \t]*[#;][^\n\\]*(?:\r?\n|\\+(?:r\\+)?n))*"
+                r"[ \t]*[^\s=\[#;\\]"
                 r"|cat[ \t]+[^\s\\]*(?i:cred|pass|secret|token|api[_\-]?key)[^\s\\]*[ \t]*(?:\r?\n|\\+(?:r\\+)?n)"
                 r"|jsonpath="
                 # round 7: commands with a secret in a place of their own (_ARG_RULES), echo into a secret file
@@ -278,6 +279,8 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 # round 9: positional credentials in well-known calls, gh secret set, macOS security, postfix's
                 # sasl_passwd, recovery codes under their heading
                 r"|(?:connect|FTP|FTP_TLS|SMTP|SMTP_SSL)[ \t]*\([ \t]*\\*[\"']|gh[ \t]+secret[ \t]|security[ \t]+add-"
+                r"|\([ \t]*\\*[\"'](?:localhost|\d{1,3}(?:\.\d{1,3}){3}|[\w\-]+(?:\.[\w\-]+)*\.[a-z]{2,24})"
+                r"\\*[\"'][ \t]*,"
                 r"|(?:(?m:^)|\\n|\")[ \t]*\[[\w.\-]+\](?::[\w\-]{1,20})?[ \t]+[^\s:\\]+:\S"
                 r"|(?i:recovery|backup)[ \t]+codes"
                 r"|(?:Client(?:V\d+)?|API|Api|algoliasearch)[ \t]*\([^)\n]*[\"'][A-Za-z0-9_\-]{8}"
@@ -967,6 +970,18 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             _container_spans(text, start, pos, spans)  # secrets = ["…", "…"], {prod: "…"}
             if len(spans) > found:
                 continue  # else a value of its own ({…}: ODBC's PWD={…})
+        if form == "assign" and text.startswith("<<", pos) and not text.startswith("<<<", pos):
+            doc = _HEREDOC.match(text, pos)  # PASSWORD = <<~EOS … EOS: the lines between, each line's text
+            if doc is not None:
+                body = doc.group("body")
+                if _value_is_secret(body, kind, True, name):
+                    at = doc.start("body")
+                    for line in body.split("\n"):
+                        if line.strip():
+                            lo = at + len(line) - len(line.lstrip())
+                            spans.append((lo, at + len(line.rstrip())))
+                        at += len(line) + 1
+            continue
         if text.startswith("!!", pos):  # a YAML core tag before the value (password: !!str V, !!binary V)
             tag = _YAML_TAG.match(text, pos)
             after = _TAGGED.match(text, tag.end()) if tag else None
@@ -1026,6 +1041,8 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
 
 # A Gmail app password as Google shows it: four groups of four letters, spaced (one value, masked whole)
 _SPACED_GROUPS = re.compile(r"[a-z]{4}(?:[ \u00a0][a-z]{4}){3}(?![\w\-])")
+_HEREDOC = re.compile(r"<<[~\-]?(?P<q>[\"']?)(?P<tag>[A-Za-z_]\w{0,30})(?P=q)[^\n]*\n(?P<body>[\s\S]{0,4096}?)\n[ \t]*"
+                      r"(?P=tag)\b")
 _ARN = re.compile(r"\barn:[\w\-]+:[\w\-]+:[\w\-]*:\d*:$")
 _GENERIC_CALL = re.compile(r"<[\w.,<>\[\] ?]{1,80}>[ \t]*\(")
 _CALL_END = re.compile(r"[ \t]*\)")  # NAME("value") alone: the call's only argument
@@ -1208,7 +1225,7 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span() for m in _PHONE.finditer(text))
     if "(" in text and _CRED_CALL_HINT.search(low):
         _cred_call_spans(text, spans)
-    if "(" in text and ("connect" in text or "FTP" in text or "SMTP" in text):
+    if "(" in text and ("," in text or "connect" in text):
         _positional_spans(text, spans)
     if "key:" in low:  # set("…", forKey: "password") (Swift), setObject:@"…" forKey:@"authToken" (Objective-C)
         for m in _FOR_KEY.finditer(text):
@@ -1343,13 +1360,18 @@ _HOST = re.compile(r"[\w\-]+(?:\.[\w\-]+)*\.[a-z]{2,24}")
 # connect('host', 'user', 'V', 'db'), paramiko's connect('host', 22, 'user', 'V'): a quoted argument from the third on
 # that looks like a credential (not a host, an address, a path or a word)
 _POSITIONAL_CALL = re.compile(r"(?:\bconnect|\bFTP(?:_TLS)?|\bSMTP(?:_SSL)?)[ \t]*"
-                              r"\((?P<args>[ \t]*\\*[\"'][^()\n]{0,400})\)")
+                              r"\((?P<args>[ \t]*\\*[\"'][^()\n]{0,400})\)"
+                              # any call whose first argument is a host: pysftp.Connection('h', 'u', 'V'),
+                              # Net::FTP.new('h', 'u', 'V')
+                              r"|\((?P<hargs>[ \t]*(?P<q>\\*[\"'])(?:localhost|\d{1,3}(?:\.\d{1,3}){3}"
+                              r"|[\w\-]+(?:\.[\w\-]+)*\.[a-z]{2,24})(?P=q)[ \t]*,[^()\n]{0,400})\)")
 
 
 def _positional_spans(text: str, spans: list[tuple[int, int]]) -> None:
     for call in _POSITIONAL_CALL.finditer(text):
-        at, index = call.start("args"), 0
-        for a in _QUOTED_ARG.finditer(text, call.start("args"), call.end("args")):
+        g = "args" if call.group("args") is not None else "hargs"
+        at, index = call.start(g), 0
+        for a in _QUOTED_ARG.finditer(text, call.start(g), call.end(g)):
             index += text.count(",", at, a.start())
             at = a.end()
             v = a.group("v")
