@@ -767,7 +767,8 @@ def secret_cases(seed: int = 14) -> list[Case]:
             for _ in range(2):
                 cases.append(_bare(g, family, maker()))
     return (cases + _named(g) + leak_classes(seed) + hostile_round(seed) + hostile_round_3(seed) + hostile_round_4(seed)
-            + hostile_round_5(seed) + hostile_round_6(seed) + hostile_round_7(seed) + hostile_round_8(seed))
+            + hostile_round_5(seed) + hostile_round_6(seed) + hostile_round_7(seed) + hostile_round_8(seed)
+            + hostile_round_9(seed))
 
 
 def phone_cases(seed: int = 14) -> list[Case]:
@@ -925,6 +926,7 @@ def clean_texts(seed: int = 14) -> list[str]:
             "mc alias list", "openssl passwd -6 -stdin", "lftp -e 'mirror' sftp://files.acme.io",
             "restic -r /srv/repo --password-file /etc/restic/pass snapshots",
             "ipmitool -I lanplus -H 10.0.0.9 -E sel list"]
+    out += clean_round_9()
     return out
 
 
@@ -1029,3 +1031,115 @@ def hostile_round_8(seed: int = 14) -> list[Case]:
     c.append(Case("masked-and-element-pairs", f"<server><id>central</id><password>{enc}</password></server>",
                   enc[1:-1]))
     return c
+
+
+def hostile_round_9(seed: int = 14) -> list[Case]:
+    """A ninth try (2026-12-07, redact-hostile-2, a fresh corpus: 36 of 326 leaked): the classes that leaked.
+    Credentials passed by position beside an id or a user (AWS SDK constructors, ftplib, MySQLdb, paramiko); values
+    in a list, map or section whose name says secrets (api_keys: [V], passwords: {prod: V}, [secrets]); valid syntax
+    the rules did not follow (JSON's line end before a colon, YAML's !!str and !!binary, TOML's multi-line strings
+    with the value on the next line, a type between name and =, C#'s { get; } = V, Ruby's %q(V)); command-line
+    passwords (-p after -u in one command, mysql's quoted -p'V', gh secret set --body, security -w); a Gmail app
+    password in its four spaced groups; postfix's sasl_passwd and recovery codes under their heading."""
+    g = Gen(seed + 9191)
+    c: list[Case] = []
+
+    def add(family: str, fmt: str, n: int = 1) -> None:
+        for _ in range(n):
+            s = g.password(symbols="._+")  # not YAML's indicators (#, !, *, %): they may not start a plain value
+            c.append(Case(family, fmt.format(s=s), s))
+
+    # 1. by position: the secret beside its (masked) access key id; a password after host and user
+    for fmt in ('creds := credentials.NewStaticCredentialsProvider("{ak}", "{sk}", "")',
+                "s3 = boto3.client('s3', 'eu-west-1', None, False, None, None, '{ak}', '{sk}')",
+                "new AWS.Credentials('{ak}', '{sk}')", 'new BasicAWSCredentials("{ak}", "{sk}");',
+                'aws.Credentials{{AccessKeyID: os.Getenv("X"), Value: f("{ak}",\n    "{sk}")}}'):
+        ak, sk = "AKIA" + g.s(UPPER_ALNUM, 16), g.s(B64, 40)
+        c.append(Case("positional-credential", fmt.format(ak=ak, sk=sk), sk, also=(ak,)))
+    for fmt in ("ftp = ftplib.FTP('files.acme.io', 'backup', '{s}')", "ftps = FTP_TLS('ftp.acme.io', 'ops', '{s}')",
+                "db = MySQLdb.connect('localhost', 'app', '{s}', 'shop')",
+                'conn = pymysql.connect("db.acme.io", "app", "{s}", "shop")',
+                "ssh.connect('10.0.0.5', 22, 'root', '{s}')", "sftp = pysftp.Connection('files.acme.io', 'ops', '{s}')",
+                "ftp = Net::FTP.new('ftp.acme.io', 'ops', '{s}')"):
+        add("positional-credential", fmt)
+    # 2. a list, map or section named as secrets, its values under harmless names or none
+    for fmt in ('{{"passwords": {{"prod": "{s}", "dev": "devpass"}}}}', "passwords:\n  - {s}\n  - {s}x\n",
+                "secrets:\n  stripe: {s}\n  region: eu\n", "[secrets]\nstripe = \"{s}\"\nregion = \"eu\"\n",
+                "[app.credentials]\nsmtp = '{s}'\n", 'tokens = ["{s}", "{s}y"]\n',
+                "db:\n  passwords: [\"{s}\", \"{s}z\"]\n", "[secrets]\n# live keys\nstripe_live = \"{s}\"\n"):
+        add("secret-named-collection", fmt)
+    for fmt in ('{{"api_keys": ["{k}", null]}}', "api_keys:\n  openai: {k}\n", "const apiKeys = ['{k}'];",
+                "AUTH_TOKENS = {{'ci': '{k}', 'user': 'bot'}}"):
+        key = g.b62(36)
+        c.append(Case("secret-named-collection", fmt.format(k=key), key))
+    # 3. valid syntax the rules did not follow
+    for fmt in ('{{\n  "password"\n    :\n    "{s}"\n}}', '{{"db": {{"password"\r\n: "{s}"}}}}',
+                "mysql:\n  root_password: !!str {s}\n", 'db:\n  password: !!str "{s}"\n',
+                "[vault]\nunseal_key = '''\n{s}\n'''\n", 'secret_key = """\n{s}\n"""\n',
+                '@secure()\nparam adminPassword string = \'{s}\'', 'var dbPassword string = "{s}"',
+                "DECLARE @password varchar(64) = '{s}';", 'public static string AuthToken {{ get; }} = "{s}";',
+                "PASSWORD = %q({s})", "ApiSecret = %Q{{{s}}}", "DB_PASSWORD = <<~EOS\n  {s}\nEOS\n"):
+        add("syntax-not-followed", fmt)
+    pw = g.password(symbols="!#%*+.")
+    enc = base64.b64encode(pw.encode()).decode()
+    c.append(Case("syntax-not-followed", f"smtp:\n  password: !!binary {enc}\n", enc))
+    # 4. command lines: -p after -u in one command, mysql's quoted -p, gh secret set --body, security -w
+    for fmt in ("mysql -u root -p'{s}' -e 'show databases'", 'mysql -h db -uapp -p"{s}" shop',
+                'gh secret set DEPLOY_KEY --body "{s}" --repo acme/api', "gh secret set NPM_TOKEN -b {s}",
+                "az login --service-principal -u 5c6d7e8f-1111-4111-8111-11111111bbbb -p {s} --tenant acme.io",
+                "security add-generic-password -a $USER -s openai -w {s}",
+                "security add-internet-password -a ops -s git.acme.io -w '{s}'",
+                "twine upload -u acme -p {s} dist/*", "cf login -a api.run.acme.io -u ops -p {s}",
+                "some-cli --username deploy --verbose -p '{s}'"):
+        add("command-line-user-then-p", fmt)
+    # 5. a value in four spaced groups (a Gmail app password)
+    for fmt in ("gmail app password: {v}", "SMTP_PASSWORD={v}", "my app password is {v}", '"password": "{v}"'):
+        v = " ".join(g.s(string.ascii_lowercase, 4) for _ in range(4))
+        c.append(Case("spaced-app-password", fmt.format(v=v), v))
+    # 6. no name beside them: postfix's sasl_passwd, recovery codes under their heading, user:password in base64
+    for user in ("ci-robot", "deploy@acme.io"):
+        enc = base64.b64encode(f"{user}:{g.password(symbols='!#%*+.')}".encode()).decode()
+        c.append(Case("nameless-formats", f"Decode it with `echo {enc} | base64 -d`", enc))
+    for fmt in ("[smtp.gmail.com]:587 alerts@acme.io:{v}",
+                "# /etc/postfix/sasl_passwd\n[mail.acme.io]:submission ops:{v}\n"):
+        v = g.s(string.ascii_lowercase, 16)
+        c.append(Case("nameless-formats", fmt.format(v=v), v))
+    lc = string.ascii_lowercase + string.digits
+    codes = [g.s(lc, 5) + "-" + g.s(lc, 5) for _ in range(8)]
+    codes = [code[:2] + str(i) + code[3:] for i, code in enumerate(codes)]  # a digit in each, as GitHub's mostly have
+    c.append(Case("nameless-formats", "GitHub recovery codes\n" + "\n".join(codes), codes[0],
+                  also=tuple(codes[1:])))
+    codes = [f"{g.rng.randint(1000, 9999)} {g.rng.randint(1000, 9999)}" for _ in range(6)]
+    c.append(Case("nameless-formats", "Your Google backup codes:\n\n" + "\n".join(f"{i + 1}. {x}" for i, x in
+                                                                                    enumerate(codes)),
+                  codes[0], also=tuple(codes[1:])))
+    return c
+
+
+def clean_round_9() -> list[str]:
+    """Look-alikes of round 9's classes, and the clean cases redact-hostile-2 found altered: a package's version
+    under a name that ends in token or auth, a setting that names an algorithm or a backend."""
+    return ['"dependencies": {"jsonwebtoken": "^9.0.2"}',
+            '"devDependencies": {"@types/jsonwebtoken": "^9.0.6", "csrf-token": "3.1.0"}',
+            '{"dependencies": {"next-auth": "^4.24.5", "express-bearer-token": "^2.4.0"}}',
+            "security:\n  password_hashing: argon2id\n  secret_rotation_days: 30",
+            "llm:\n  token_budget: 2000\n  key_format: pem\n  secret_backend: vault",
+            "jwt:\n  algorithm: HS256\n  token_signing: rs256", "PASSWORD_HASHERS = ['argon2']",
+            "docker run -u 1000 -p 8080:80 nginx", "docker run --user app -p 127.0.0.1:5432:5432/tcp postgres",
+            "python -u train.py -p config/prod.yaml", "sudo -u postgres psql -p 5433",
+            "ftp = ftplib.FTP('files.acme.io')", "conn = sqlite3.connect('/tmp/state.db')",
+            "client.connect('mqtt.acme.io', 1883, 60)", "db = MySQLdb.connect(host, user, password, 'shop')",
+            'tokens = ["Hello", ",", " world"]',
+            '{"tokens": {"input": 1200, "output": 300, "model": "gpt-4o-2024-08-06"}}',
+            "secrets:\n  provider: vault\n  mount: /run/secrets\n  name: db-creds", '[secrets]\nbackend = "vault"\n',
+            "api_keys:\n  - name: prod\n    created: 2024-05-01", '{"api_keys": [{"id": "key_01", "last_used": null}]}',
+            "Backup codes\nenabled", "Recovery codes: see the vault", "recovery codes\nsave them somewhere safe",
+            "[smtp.gmail.com]:587", "relayhost = [smtp.gmail.com]:587", 'var name string = "alice"',
+            'public string Name { get; } = "alice";', 'public string ApiKey { get; } = "";', "greeting = %q(hello)",
+            "password: %(db_pass)s", "gh secret set DEPLOY_KEY < key.txt", "gh secret list",
+            "security find-generic-password -a $USER -s openai -w", "mysql -u root -p shop",
+            'password: !!str ""', "app password: see 1Password",
+            "echo " + base64.b64encode(b"nginx:1.27.0-alpine3.20").decode() + " | base64 -d",
+            "greeting = <<~EOS\n  hello\nEOS", "requests.get('api.acme.io', 'a', 'v2.4.1')",
+            "print('example.com', 1, 'hello world')", "os.path.join('docs.md', 'x', 'y')",
+            "echo " + base64.b64encode(b"sha256:" + b"4f9a" * 16).decode() + " | base64 -d"]

@@ -544,3 +544,47 @@ def test_values_found_by_their_place(text, expected):
 ])
 def test_names_and_places_that_hold_no_secret_stay(text):
     assert redact_text(text) == text
+
+
+# -- a ninth hostile try (redact-hostile-2): each class by its design, the mask keeping the structure ---------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # a collection named as secrets: each value directly in it, not its harmless neighbours
+    ("passwords:\n  - Hunter2!xq7\n  - Xk3!dLq9zz\nhost: db", "passwords:\n  - [REDACTED]\n  - [REDACTED]\nhost: db"),
+    ("secrets:\n  stripe: Hunter2!xq7\n  region: eu-west-1\n  user: app",
+     "secrets:\n  stripe: [REDACTED]\n  region: eu-west-1\n  user: app"),
+    ('[secrets]\nstripe = "Hunter2!xq7"\nregion = "eu"\n[server]\nport = "Xk3!dLq9zz"',
+     '[secrets]\nstripe = "[REDACTED]"\nregion = "eu"\n[server]\nport = "Xk3!dLq9zz"'),
+    ('{"api_keys": ["Ab3dEf6hIj9kLm2nOp5q", null], "user": "Xk3!dLq9zz"}',
+     '{"api_keys": ["[REDACTED]", null], "user": "Xk3!dLq9zz"}'),
+    # syntax: a YAML tag stays, the value after it goes; a multi-line string keeps its lines
+    ("smtp:\n  password: !!binary SHVudGVyMiF4cTc=", "smtp:\n  password: !!binary [REDACTED]"),
+    ("unseal_key = '''\nHunter2!xq7\n'''", "unseal_key = '''\n[REDACTED]\n'''"),
+    ('var dbPassword string = "Hunter2!xq7"', 'var dbPassword string = "[REDACTED]"'),
+    ("PASSWORD = %q(Hunter2!xq7)", "PASSWORD = %q([REDACTED])"),
+    # command lines: -p after -u in one command, a port is no password
+    ("twine upload -u acme -p Hunter2!xq7 dist/*", "twine upload -u acme -p [REDACTED] dist/*"),
+    ("docker run -u 1000 -p 8080:80 nginx && twine upload -u acme -p Hunter2!xq7",
+     "docker run -u 1000 -p 8080:80 nginx && twine upload -u acme -p [REDACTED]"),
+    ("mysql -u root -p'Hunter2!xq7' shop", "mysql -u root -p'[REDACTED]' shop"),
+    # by position: the secret beside its access key id, the password after host and user
+    ("new AWS.Credentials('AKIAIOSFODNN7EXAMPLE', 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY')",
+     "new AWS.Credentials('[REDACTED]', '[REDACTED]')"),
+    ("ssh.connect('10.0.0.5', 22, 'root', 'Hunter2!xq7')", "ssh.connect('10.0.0.5', 22, 'root', '[REDACTED]')"),
+    # a value in four spaced groups, whole; postfix's sasl_passwd; recovery codes under their heading
+    ("gmail app password: abcd efgh ijkl mnop", "gmail app password: [REDACTED]"),
+    ("[smtp.gmail.com]:587 alerts@acme.io:mgrfohsjgelmmqcb", "[smtp.gmail.com]:587 alerts@acme.io:[REDACTED]"),
+    ("GitHub recovery codes\nme4tr-svs0z\nvq29l-f562h\n\nKeep them safe.",
+     "GitHub recovery codes\n[REDACTED]\n[REDACTED]\n\nKeep them safe."),
+])
+def test_round_9_classes_keep_the_structure(text, expected):
+    assert redact_text(text) == expected
+
+
+def test_a_collection_named_as_secrets_in_a_trace_tool_input():
+    """The trace redacts tool input value by value (redact_value): a list or a map named as secrets is judged there
+    as in JSON text, and its harmless neighbours stay."""
+    value = {"passwords": {"prod": "Hunter2!xq7", "dev_host": "db.local"}, "api_keys": ["Ab3dEf6hIj9kLm2nOp5q"],
+             "tokens": {"input": 1200, "model": "gpt-4o-2024-08-06"}}
+    assert redact_value(value) == {"passwords": {"prod": MASK, "dev_host": "db.local"}, "api_keys": [MASK],
+                                   "tokens": {"input": 1200, "model": "gpt-4o-2024-08-06"}}

@@ -1,4 +1,4 @@
-"""Issue 26's leak classes (and those of later hostile tries, tests.secret_corpus.hostile_round_5 to 8)
+"""Issue 26's leak classes (and those of later hostile tries, tests.secret_corpus.hostile_round_5 to 9)
 through every export format: each class's cases are stored the way Hermes stores them (a prompt, a
 tool call's arguments, a tool result, a reply; a BLOB for the BLOB class) and exported with --redact
 in jsonl, md, qmd, html, trace and --only user-prompts (jsonl and md). Unredacted, the same export
@@ -10,11 +10,19 @@ from collections import defaultdict
 import pytest
 
 from maint.export.redact import MASK
-from tests.secret_corpus import hostile_round_5, hostile_round_6, hostile_round_7, hostile_round_8, leak_classes
+from tests.secret_corpus import (
+    hostile_round_5,
+    hostile_round_6,
+    hostile_round_7,
+    hostile_round_8,
+    hostile_round_9,
+    leak_classes,
+)
 from tests.storegen import StoreBuilder
 
 CLASSES: dict[str, list] = defaultdict(list)
-for _case in leak_classes() + hostile_round_5() + hostile_round_6() + hostile_round_7() + hostile_round_8():
+for _case in (leak_classes() + hostile_round_5() + hostile_round_6() + hostile_round_7() + hostile_round_8()
+              + hostile_round_9()):
     CLASSES[_case.family].append(_case)
 
 FORMATS = {

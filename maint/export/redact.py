@@ -187,6 +187,9 @@ _LOCAL_WORDS = (
     "|geslo|slaptažodis|slaptažodį|parool|parooli|salasõna|apiトークン|apiキー|トークン|令牌|토큰"
     "|password|passphrase|passwd")
 
+# A type written between a name and "=" (Go's var dbPassword string = "…", Bicep's param x string = '…')
+_TYPE_WORD = r"(?:\[\])?(?:string|securestring|str|&str|byte|bytes|text|varchar(?:\(\d{1,5}\))?|char\*?|\[\]byte)"
+
 # -- the gate ------------------------------------------------------------------------------------
 # One automaton over the whole text, compiled by RE2 (linear time, a DFA): it matches wherever any
 # rule below could (a keyword with a separator after it, a shape's prefix, a place's marker, an
@@ -212,6 +215,8 @@ _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
              + _GATE_VALUE +
               r"|" + _GATE_SP + r"*\|" + _GATE_SP + r"*[^\s|]+" + _GATE_SP + r"*\|"  # | NAME | value |
               r"|\\*[\"']\]?" + _GATE_SP + r"*,"  # "NAME", value
+              r"|\\*[\"'](?:[ \t\r\n]|\\+[rnt])+:"  # "NAME"\n  : value (strict JSON allows line ends there)
+              r"|" + _GATE_SP + r"+(?i:" + _TYPE_WORD + ")" + _GATE_SP + r"*="  # NAME string = "value" (Go, Bicep)
               r"|(?:\\*[\"'])?\]?" + _GATE_SP + r"*\(" + _GATE_SP + r"*\\*[\"']"  # NAME("value")
               # NAME 'v', NAME v$
               r"|" + _GATE_SP + r"+(?:\\*[\"']|\[|(?i:is|was)" + _GATE_SP + r"|[^\s\"'`=:]+" + _GATE_SP
@@ -221,6 +226,11 @@ _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
 _GATE_PAIR = (r"<(?i:name|key)>[^<\n]*" + _GATE_KW + "|"
               r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP
               + r"*\\*[\"']?[\w./\-]*" + _GATE_KW + r"|(?i:variable)" + _GATE_SP + r"+\\*[\"'][\w.\-]*" + _GATE_KW)
+# a collection named tokens (the gate's names leave out "tokens": MAX_TOKENS is everywhere): tokens = [, "tokens": {,
+# and a YAML list (tokens: then - V; not Python's "if n > MAX_TOKENS:" or "for t in tokens:" and its block)
+_GATE_CONTAINER = (r"(?i:tokens)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP + r"*[\[{]"
+                   r"|(?:^|[^\w.\-])(?i:tokens)" + _GATE_SP + r"*:" + _GATE_SP + r"*(?:\r?\n|\\+r?\\+n)"
+                   + _GATE_SP + r"*-")
 _GATE_CLI = (r"(?:--|(?:^|[\s\"'\[,])-)[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP
              + r"+[^\s\-]")
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
@@ -245,7 +255,8 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|machine\s|\+[1-9]\d{6}|&[A-Za-z_][\w.\-]*=|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
                 r"|(?:(?m:^)|\\n|\")[ \t]*\[[\w.\- ]*" + _GATE_KW
-                + r"[\w.\- ]*\][ \t]*(?:\r?\n|\\+(?:r\\+)?n)[ \t]*[^\s=\[#;\\]"
+                + r"[\w.\- ]*\][ \t]*(?:\r?\n|\\+(?:r\\+)?n)(?:[ \t]*[#;][^\n\\]*(?:\r?\n|\\+(?:r\\+)?n))*"
+                r"[ \t]*[^\s=\[#;\\]"
                 r"|cat[ \t]+[^\s\\]*(?i:cred|pass|secret|token|api[_\-]?key)[^\s\\]*[ \t]*(?:\r?\n|\\+(?:r\\+)?n)"
                 r"|jsonpath="
                 # round 7: commands with a secret in a place of their own (_ARG_RULES), echo into a secret file
@@ -264,7 +275,14 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|\b(?:https?|xhs?)[ \t](?:[^\n]*[ \t])?-(?:a|-auth)[ \t=]"
                 r"|(?i:credential|passwordauthentication|plainauth|basicauth|set_?password|login|authenticate|pdo"
                 r"|mysqli(?:_connect)?|(?:change|update)user_?password|dbi->connect)[ \t]*\("
-                r"|(?:set|init);[ \t]*\}[ \t]*="
+                r"|(?:get|set|init);[ \t]*\}[ \t]*="
+                # round 9: positional credentials in well-known calls, gh secret set, macOS security, postfix's
+                # sasl_passwd, recovery codes under their heading
+                r"|(?:connect|FTP|FTP_TLS|SMTP|SMTP_SSL)[ \t]*\([ \t]*\\*[\"']|gh[ \t]+secret[ \t]|security[ \t]+add-"
+                r"|\([ \t]*\\*[\"'](?:localhost|\d{1,3}(?:\.\d{1,3}){3}|[\w\-]+(?:\.[\w\-]+)*\.[a-z]{2,24})"
+                r"\\*[\"'][ \t]*,"
+                r"|(?:(?m:^)|\\n|\")[ \t]*\[[\w.\-]+\](?::[\w\-]{1,20})?[ \t]+[^\s:\\]+:\S"
+                r"|(?i:recovery|backup)[ \t]+codes"
                 r"|(?:Client(?:V\d+)?|API|Api|algoliasearch)[ \t]*\([^)\n]*[\"'][A-Za-z0-9_\-]{8}"
                 r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
                 # a CSV/TSV header naming a secret column; a sentence naming a secret, then ": V" or "is/was/to/as V"
@@ -322,7 +340,8 @@ def _compile_gate() -> Any:
     options = re2.Options()
     options.max_mem = 64 << 20
     gate = re2.Set.SearchSet(options)
-    for pattern in ("|".join((_GATE_NAME, _GATE_PAIR, _GATE_CLI)), _GATE_SHAPES, _GATE_PLACES, _GATE_B64, _GATE_HIDDEN):
+    names = "|".join((_GATE_NAME, _GATE_PAIR, _GATE_CLI, _GATE_CONTAINER))
+    for pattern in (names, _GATE_SHAPES, _GATE_PLACES, _GATE_B64, _GATE_HIDDEN):
         gate.Add(pattern.encode())  # indices NAMES, SHAPES, PLACES, BASE64: which rules can match; HIDDEN
     gate.Compile()
     # the binding's own Set (a list of hits, empty for none): its Python wrapper cost as much as the
@@ -489,7 +508,7 @@ _NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pw",
 # Bounded repeats: a keyword inside a long run ("keykeykey...") costs at most ~100 steps, never the run.
 _TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"']|`)?(?P<sub>\])?"
              # "AWS Secret Access Key [None]: …" (aws configure) puts a bracket before the colon
-             r"(?:(?P<sep>(?:[ \t]+\[[^\]\n]{0,20}\])?[ \t]*"
+             r"(?:(?P<sep>(?:[ \t]+\[[^\]\n]{0,20}\])?(?:(?<=[\"'])\s{1,40}(?=:)|[ \t]*)"
              # a type between the name and "=": api_key: str = …, apiKey: string = …, TOKEN: &str = …
              r"(?::[ \t]*[&*]?[\w.]{1,40}(?:<[^<>\n]{0,40}>|\[[^\[\]\n]{0,40}\])?\??[ \t]*(?==[^=]))?"
              # NAME=, NAME:, NAME:=, NAME =>, NAME <-; "NAME", value (define, setenv); <NAME>value; NAME("value")
@@ -498,6 +517,8 @@ _TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"']|`)?(?
              # | NAME | value | (a Markdown table row)
              r"|(?P<cell>\|)(?=[ \t]*[^\s|]+[ \t]*\|)))[ \t]*"
              r"|(?P<prose>[ \t]+(?:is|was)[ \t]+(?:now[ \t]+)?)"
+             # a type between the name and "=" (Go's var dbPassword string = "…", Bicep's param x string = '…')
+             r"|(?P<typed>[ \t]+" + _TYPE_WORD + r"[ \t]*=(?!=)[ \t]*)(?=\\*[\"'`]|%[qQ]?[(\[{<|])"
              # NAME 'value' (SQL, #define), NAME value at the end of a line (properties, ENV, set -x)
              r"|(?P<ws>[ \t]+)(?=\\*[\"']|[^\s\"'`=:]+[ \t]*(?:\r?\n|$)))"
              # a value follows (on the same line, or a YAML block below), not an obvious code reference
@@ -517,12 +538,14 @@ _PROSE_VALUE = re.compile(r"[^\s\"'`]{6,}(?<![.,;:!?)])")
 _VALUE = re.compile(
     r"(?:[bBrRuU]{1,2}(?=[\"'])|N(?='))?"  # b'…', r"…" (Python, Rust), N'…' (SQL Server)
     r"(?:(?P<esc>\\+)(?P<eqq>[\"'])(?P<eq>.*?)(?P=esc)(?P=eqq)"  # \"value\" inside JSON-encoded strings, any level
-    r"|\"\"\"(?P<tq>.*?)\"\"\"|'''(?P<tsq>.*?)'''"  # """value""" (TOML, Python)
+    r"|\"\"\"(?P<tq>[\s\S]{0,4096}?)\"\"\"|'''(?P<tsq>[\s\S]{0,4096}?)'''"  # """value""" (TOML, Python), lines too
     r"|\"(?P<dq>(?:[^\"\\\n]|\\.|\\\n)*)\""     # "value" (a shell continuation, backslash-newline, too)
     r"|'(?P<sq>[^'\n]*)'"                        # 'value'
     r"|(?:`|\$\()echo[ \t]+(?P<echo>[^`)\s]+)"      # `echo value`, $(echo value)
     r"|`(?P<bq>[^`\n]+)`"                          # `value` (Markdown inline code)
     r"|\{(?P<br>[^{}\s]+)\}(?=[;\s\"']|$)"              # {value} (ODBC's PWD={…};)
+    # Ruby's %q(value), %Q{value}, %(value) (not Python's %(name)s)
+    r"|%[qQ]?(?:\((?P<rp>[^()\n]+)\)(?!\w)|\{(?P<rc>[^{}\n]+)\}|\[(?P<rs>[^\[\]\n]+)\]|<(?P<ra>[^<>\n]+)>)"
     r"|(?P<uq>(?:[^\s\"'`\\;&,<>(){}\[\]|]|\\u[0-9a-fA-F]{4})+))")      # bare value (\u escapes too)
 _LINE_VALUE = re.compile(r"[^\n\"'\\]*")
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
@@ -555,6 +578,8 @@ _NEUTRAL_LAST = {
     "bits", "secs", "seconds", "ms", "timeout", "exchange", "flow", "grant", "request",
     "response", "server", "service", "scope", "scopes", "audience", "issuer", "user", "username",
     "login", "email", "account", "lifetime", "duration", "age", "weight", "weights", "bias",
+    # a setting that chooses how secrets are kept, not one (password_hashing: argon2id, secret_backend: vault)
+    "hashing", "hasher", "hashers", "backend", "backends", "engine", "driver", "cipher", "kdf",
 }
 # key alone is a secret only beside a qualifier that is not one of these (sort_key, session_key ...).
 _KEY_NOT = {"sort", "primary", "foreign", "cache", "partition", "idempotency", "dict", "hot", "shortcut", "map",
@@ -584,7 +609,14 @@ _NOT_VALUES = {
     "if", "when", "then", "else", "env", "environment", "value", "values", "default", "example", "sample", "stored",
     "saved", "rotated", "revoked", "valid", "used", "type", "text", "file", "secret", "password", "token", "key",
     "files", "compat", "sss", "nis", "winbind", "systemd",  # nsswitch.conf's sources (passwd: files systemd)
+    # a plain word naming an algorithm or a backend (hashing: argon2id, secret_store: vault): a choice, not a secret
+    "argon2", "argon2id", "argon2i", "bcrypt", "scrypt", "pbkdf2", "pbkdf2_sha256", "sha256", "sha512", "sha1", "md5",
+    "hs256", "hs384", "hs512", "rs256", "es256", "vault", "keyring", "keychain", "kms",
 }
+# A version or a version range (package.json: "jsonwebtoken": "^9.0.2", "csrf-token": "3.1.0"): no secret
+_VERSION = re.compile(r"(?:[\^~]|[<>]=?|==?)?[ \t]*v?\d{1,6}(?:\.(?:\d{1,6}|[x*])){1,3}(?:-[\w.]{1,40})?"
+                      r"(?:\+[\w.]{1,40})?"
+                      r"(?:[ \t]*(?:\|\||-|[<>]=?)[ \t]*v?\d{1,6}(?:\.(?:\d{1,6}|[x*])){0,3}(?:-[\w.]{1,40})?)*")
 _CODE_ROOTS = {"self", "this", "os", "process", "config", "settings", "cfg", "env", "args", "opts", "options",
                "params", "request", "req", "ctx", "context", "app", "conf", "data", "payload", "body", "response",
                "resp", "module", "window", "secrets", "vars", "inputs", "props", "state", "client", "creds",
@@ -639,6 +671,104 @@ def name_kind(name: str) -> str | None:
     return kind
 
 
+# -- collections named as secrets ----------------------------------------------------------------
+# api_keys: [V], passwords: {prod: V}, secrets:\n  stripe: V, [secrets]\n stripe = "V", tokens = ["V"]: the name is
+# the collection's, and its values sit under harmless names of their own (or none). A value directly in such a
+# collection is masked when it looks like a credential on its own; a child named harmlessly (user, host, region,
+# url ...) or a secret by its own name (the name rules judge it) is left to those.
+@lru_cache(maxsize=4096)
+def container_kind(name: str) -> str | None:
+    """"password" or "token" for a collection named as secrets (plural too: passwords, api_keys, tokens), else None."""
+    kind = name_kind(name)
+    if kind not in ("password", "token") and len(name) > 3 and name[-1] in "sS":
+        kind = name_kind(name[:-1])  # api_keys, passwords, tokens, AUTH_TOKENS
+    return kind if kind in ("password", "token") else None
+
+
+def _neutral_child(name: str) -> bool:
+    parts = [p.lower() for p in _PARTS.findall(name)]
+    return not parts or parts[-1] in _NEUTRAL_LAST or name_kind(name) is not None
+
+
+_SYMBOLS = frozenset("!#$%^&*+=~@?")
+
+
+def contained_secret(value: str, kind: str) -> bool:
+    """A value in a collection named as secrets (kind: its container_kind) that looks like a credential alone, 8
+    characters or more: a symbol with digits or both cases, both cases and digits, or a random-looking 16 (a
+    token: both cases and digits, 32 hex digits, or a symbol with a digit). Words, versions, regions, hosts, paths
+    and addresses are not."""
+    v = value.strip()
+    if len(v) < 8 or len(v) > 512 or MASK in v or any(c.isspace() for c in v) or _HOST.fullmatch(v) and v.islower() \
+            or _EMAIL.fullmatch(v) or not _value_is_secret(v, "password", True):
+        return False
+    digit = any(c.isdigit() for c in v)
+    symbol = any(c in _SYMBOLS for c in v)
+    upper, lower = v.lower() != v, v.upper() != v
+    if kind == "password":  # not eu-west-1, gpt-4o, v2.4.1: a word with a digit
+        return symbol and (digit or upper and lower) or upper and lower and digit or len(v) >= 16 and _looks_random(v)
+    return (len(v) >= 10 and upper and lower and digit or len(v) >= 32 and _HEX_KEY.fullmatch(v) is not None
+            or symbol and digit and (upper or lower))
+
+
+_EMAIL = re.compile(r"[^@\s]+@[\w\-]+(?:\.[\w\-]+)+")
+_INLINE_ITEM = re.compile(r"\s*(?:(?P<k>[\w.\-]{1,100}|\"[^\"\n]{1,100}\"|'[^'\n]{1,100}')\s*[:=]\s*)?"
+                          r"(?:\"(?P<d>[^\"\\\n]*)\"|'(?P<s>[^'\n]*)'|(?P<u>[^\s,\]}\"'#][^,\]}\n]*?))\s*(?:,|(?=[\]}]))")
+_BLOCK_ITEM = re.compile(r"[ \t]*(?:-[ \t]+|(?P<k>[\w.\-]{1,100}|\"[^\"\n]{1,100}\"|'[^'\n]{1,100}')[ \t]*[:=][ \t]*)"
+                         r"(?:\"(?P<d>[^\"\\\n]*)\"|'(?P<s>[^'\n]*)'|(?P<u>[^\s\"'#|>\[{](?:[^\n]*?[^\s])?))"
+                         r"(?:[ \t]+#[^\n]*)?[ \t]*\r?$")
+
+
+def _container_spans(text: str, start: int, pos: int, spans: list[tuple[int, int]]) -> None:
+    """The values directly in a collection named as secrets: the name starts at *start*, its value at *pos* (an
+    inline [ or {, or the line end of a YAML block)."""
+    name = text[start:pos].split(":")[0].split("=")[0].strip(" \t\"'\\]")
+    kind = container_kind(name)
+    if kind is None:
+        return
+    if text[pos] in "[{":  # an inline list or map (TOML, YAML flow, Python, JS): up to its closing bracket
+        close = "]" if text[pos] == "[" else "}"
+        end = text.find(close, pos + 1, pos + 4096)
+        at = pos + 1
+        while 0 <= at < end:
+            m = _INLINE_ITEM.match(text, at, end + 1)
+            if m is None or m.end() == at:
+                break
+            _contained_item(m, kind, spans)
+            at = m.end()
+        return
+    line_start = text.rfind("\n", 0, start) + 1
+    indent = start - line_start
+    at = text.find("\n", pos) + 1
+    child = None
+    while 0 < at < len(text):
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        line = text[at:end]
+        content = line.lstrip(" \t")
+        if content.strip() and not content.startswith("#"):
+            depth = len(line) - len(content)
+            if depth <= indent and not (content.startswith("- ") and depth == indent):
+                break  # the collection ended (a list may sit at its name's own indent in YAML)
+            child = depth if child is None else child
+            if depth == child:  # a direct child, not a deeper one
+                m = _BLOCK_ITEM.match(text, at, end)
+                if m is not None:
+                    _contained_item(m, kind, spans)
+        at = end + 1
+
+
+def _contained_item(m: re.Match, kind: str, spans: list[tuple[int, int]]) -> None:
+    key = m.group("k")
+    if key is not None and _neutral_child(key.strip("\"'")):
+        return  # user:, host:, region: … or a name the name rules judge
+    g = "d" if m.group("d") is not None else "s" if m.group("s") is not None else "u"
+    if contained_secret(m.group(g), kind):
+        lo, hi = m.span(g)
+        hi -= len(m.group(g)) - len(m.group(g).rstrip())
+        spans.append((lo, hi))
+
+
 def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> bool:
     v = value.strip()
     if not v or MASK in v or len(v) < 3:
@@ -676,6 +806,8 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
             return False  # api_key=api_key
     if v.replace(".", "", 1).isdigit():
         return len(v) >= (4 if kind == "password" else 12)
+    if v[0] in "^~<>=v0123456789" and _VERSION.fullmatch(v):
+        return False  # a version range ("next-auth": "^4.24.5")
     if kind == "random":
         return len(v) >= 16 and _looks_random(v)
     return True
@@ -692,9 +824,16 @@ _CURL_USER = re.compile(r"(?:\s-u|--user|--proxy-user)[ \t=]+([\"']?)[^\s:\"']+:
 # htpasswd -b[c…] FILE USER PASSWORD (-n: no file): the password is the last positional argument
 _HTPASSWD = re.compile(r"\bhtpasswd(?:[ \t]+-[a-zA-Z]*b[a-zA-Z]*)(?:[ \t]+-[a-zA-Z]+)*[ \t]+(?:\S+[ \t]+)?\S+[ \t]+"
                        r"(?P<v>[^\s\"';|&<>]+)")
-_MYSQL_P = re.compile(r"\b(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]*?\s-p(?P<v>[^\s\"']+)")
+_MYSQL_P = re.compile(r"\b(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]*?\s-p(?P<q>\\*[\"']?)(?P<v>[^\s\"']+)(?P=q)")
 _SSHPASS = re.compile(r"\b(?:sshpass\s+-p|redis-cli\b[^\n]*?\s-a|(?:docker|podman|nerdctl|skopeo|helm registry|oc)"
                       r"\s+login\b[^\n]*?\s-p)\s*([\"']?)(?P<v>[^\s\"']+)\1")
+# -u USER … -p V (--user, --username) in one command: twine, cf, az, mongosh …; the value must look like a credential
+# (docker run -u 1000 -p 8080:80 publishes a port; python -u app.py -p config/x.yaml names a file)
+_USER_THEN_P = re.compile(r"(?<!\S)(?:-u|--user(?:name)?)(?:[ \t]+|=)(?P<u>[^\s\-][^\s]*)"
+                          r"(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+-p"
+                          r"(?:[ \t]+(?P<q>\\*[\"']?)|(?=\\*[\"'])(?P<q2>\\*[\"']))"
+                          r"(?P<v>[^\s\"'\-][^\s\"']*)(?:(?P=q)|(?P=q2))")
+_PORTS = re.compile(r"[\d.:\[\]a-f]*\d(?:/(?:tcp|udp|sctp))?")
 _NETRC = re.compile(r"\bmachine\s+\S+\s+login\s+\S+\s+password\s+(?P<v>\S+)")
 _PHONE = re.compile(r"(?<![\w+])\+[1-9]\d{6,14}(?![A-Za-z0-9])")
 _FORM = re.compile(r"[A-Za-z_][\w.\-]*=[^&\s]*(?:&[A-Za-z_][\w.\-]*=[^&\s]*)+")
@@ -726,8 +865,16 @@ def _ppk_spans(text: str, spans: list[tuple[int, int]]) -> None:
 _GLIMT = re.compile(r"(?<=[+\-])glimt-[0-9A-Za-z_\-]{25}(?![0-9A-Za-z_])")
 
 
+# The secret key as the next argument after its access key id: NewStaticCredentialsProvider("AKIA…", "V", ""),
+# new AWS.Credentials('AKIA…', 'V'), boto3.client(…, 'AKIA…', 'V'): the id is masked by its shape, the secret beside it
+_AWS_BESIDE = re.compile(r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?P<q>\\*[\"'`])[ \t]*,\s{0,40}(?P=q)"
+                         r"(?P<v>[A-Za-z0-9/+=_\-]{16,128})(?P=q)")
+
+
 def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
     """Shapes, searched only inside runs of 20+ token characters (found on a byte translation)."""
+    if "AKIA" in text or "ASIA" in text or "ABIA" in text or "ACCA" in text:
+        spans.extend(m.span("v") for m in _AWS_BESIDE.finditer(text) if _looks_random(m.group("v")))
     if "glimt-" in text:
         spans.extend(m.span() for m in _GLIMT.finditer(text))
     raw = text.encode("utf-8", "surrogatepass")
@@ -785,6 +932,9 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         name = text[start:done]
         kind = name_kind(name)
         if kind is None:
+            # a list, a map or a section named as secrets (api_keys:, passwords = [...]): the values in it
+            if not cli and container_kind(name) is not None and _form(m) == "assign":
+                _container_spans(text, start, pos, spans)
             continue  # most names found: token_count, MAX_TOKENS, keyboard ...
         form = "cli" if cli else _form(m)
         if start and text[start - 1] == "$" and form != "assign":
@@ -796,6 +946,10 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
         if start >= 2 and text[start - 2:start] == "${" and text[pos:pos + 1] == "?":
             continue  # ${DB_PASSWORD:?unset}: the shell's error message for an unset variable, not a value
         if form == "prose":
+            spaced = _SPACED_GROUPS.match(text, pos)
+            if spaced is not None and kind == "password":
+                spans.append(spaced.span())
+                continue
             v = _PROSE_VALUE.match(text, pos)
             if v and kind in ("password", "token") and _value_is_secret(v.group(), kind, False, name) \
                     and _looks_random(v.group()) | any(c in "!#$%^&*_-+=~.@?" for c in v.group()[1:]):
@@ -808,9 +962,32 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             if form in ("assign", "cli") or form == "space" and text[pos:pos + 1] in ("\"", "'"):
                 _header_span(text, pos, kind, spans)
             continue
-        if text[pos] in "|>\r\n" and form == "assign" and text[m.end("n"):pos].strip(" \t\"'\\]").startswith(":"):
+        if text[pos] in "|>\r\n" and form == "assign" and text[m.end("n"):pos].strip(" \t\r\n\"'\\]").startswith(":"):
             _yaml_block_span(text, start, pos, name, kind, spans)
             continue
+        if form == "assign" and text[pos] in "[{" and container_kind(name) is not None:
+            found = len(spans)
+            _container_spans(text, start, pos, spans)  # secrets = ["…", "…"], {prod: "…"}
+            if len(spans) > found:
+                continue  # else a value of its own ({…}: ODBC's PWD={…})
+        if form == "assign" and text.startswith("<<", pos) and not text.startswith("<<<", pos):
+            doc = _HEREDOC.match(text, pos)  # PASSWORD = <<~EOS … EOS: the lines between, each line's text
+            if doc is not None:
+                body = doc.group("body")
+                if _value_is_secret(body, kind, True, name):
+                    at = doc.start("body")
+                    for line in body.split("\n"):
+                        if line.strip():
+                            lo = at + len(line) - len(line.lstrip())
+                            spans.append((lo, at + len(line.rstrip())))
+                        at += len(line) + 1
+            continue
+        if text.startswith("!!", pos):  # a YAML core tag before the value (password: !!str V, !!binary V)
+            tag = _YAML_TAG.match(text, pos)
+            after = _TAGGED.match(text, tag.end()) if tag else None
+            if after is None:
+                continue
+            pos = after.end() - 1
         if form == "assign" and text[pos] in "(\"'":
             chain = _literal_chain(text, pos)
             if chain is not None:  # TOKEN = ("ghp_…"\n "…"), apiKey = "…" +\n "…"
@@ -841,6 +1018,18 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
                 continue
             if not _strong(value.rstrip(".,;:!?)") if form == "space" else value):
                 continue  # "the X-Api-Key header.": a word ending a sentence
+        if group == "uq" and len(value) == 4:
+            spaced = _SPACED_GROUPS.match(text, v.start(group))
+            if spaced is not None and _value_is_secret(value, kind, False, name):
+                spans.append(spaced.span())  # a Gmail app password, four groups of four letters: all of it
+                continue
+        if group in ("tq", "tsq"):  # a multi-line string: its content, not the line ends around it
+            lo, hi = v.span(group)
+            lo += len(value) - len(value.lstrip())
+            hi -= len(value) - len(value.rstrip())
+            if hi > lo and _value_is_secret(value, kind, True, name):
+                spans.append((lo, hi))
+            continue
         if kind in ("token", "random") and group != "uq" and " " in value \
                 and value.split(" ", 1)[0].lower() in _SCHEMES:
             # "Authorization"-like value under another name: keep the scheme word
@@ -850,6 +1039,10 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             spans.append(v.span(group))
 
 
+# A Gmail app password as Google shows it: four groups of four letters, spaced (one value, masked whole)
+_SPACED_GROUPS = re.compile(r"[a-z]{4}(?:[ \u00a0][a-z]{4}){3}(?![\w\-])")
+_HEREDOC = re.compile(r"<<[~\-]?(?P<q>[\"']?)(?P<tag>[A-Za-z_]\w{0,30})(?P=q)[^\n]*\n(?P<body>[\s\S]{0,4096}?)\n[ \t]*"
+                      r"(?P=tag)\b")
 _ARN = re.compile(r"\barn:[\w\-]+:[\w\-]+:[\w\-]*:\d*:$")
 _GENERIC_CALL = re.compile(r"<[\w.,<>\[\] ?]{1,80}>[ \t]*\(")
 _CALL_END = re.compile(r"[ \t]*\)")  # NAME("value") alone: the call's only argument
@@ -930,7 +1123,9 @@ def _yaml_block_span(text: str, start: int, pos: int, name: str, kind: str, span
                 break
             if lo is None:
                 if not block and (_YAML_KEY.match(content) or content.startswith(("- ", "#"))):
-                    return  # a nested mapping or a list: its own names decide
+                    if container_kind(name) is not None:
+                        _container_spans(text, start, pos, spans)  # secrets:\n  stripe: V, passwords:\n  - V
+                    return  # a nested mapping or a list: its own names decide the rest
                 lo = at + len(line) - len(content)
             hi = at + len(line.rstrip())
             if not block:
@@ -1016,6 +1211,12 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             spans.extend(m.span("v") for m in _MYSQL_P.finditer(text))
         if "sshpass" in text or "redis-cli" in text or "login" in text:
             spans.extend(m.span("v") for m in _SSHPASS.finditer(text))
+        if "-p" in text and ("-u" in text or "--user" in text):
+            for m in _USER_THEN_P.finditer(text):
+                v = m.group("v")
+                if _strong(v) and not _PORTS.fullmatch(v) and (_looks_random(v) or any(c in _SYMBOLS for c in v)) \
+                        and _value_is_secret(v, "password", True):
+                    spans.append(m.span("v"))
     if "htpasswd" in text:
         spans.extend(m.span("v") for m in _HTPASSWD.finditer(text) if _value_is_secret(m.group("v"), "password", True))
     if "machine" in text:
@@ -1024,6 +1225,8 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span() for m in _PHONE.finditer(text))
     if "(" in text and _CRED_CALL_HINT.search(low):
         _cred_call_spans(text, spans)
+    if "(" in text and ("," in text or "connect" in text):
+        _positional_spans(text, spans)
     if "key:" in low:  # set("…", forKey: "password") (Swift), setObject:@"…" forKey:@"authToken" (Objective-C)
         for m in _FOR_KEY.finditer(text):
             name = m.group("n") or m.group("n2")  # forKey: Keys.apiToken: the constant's last part
@@ -1050,7 +1253,8 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         _csv_spans(text, spans)
     if words:
         spans.extend(m.span("v") for m in _PROSE_COLON.finditer(text)
-                     if _strong(m.group("v")) and _value_is_secret(m.group("v"), "password", False)
+                     if _strong(m.group("v")) and not m.group("v").startswith("!!")  # a YAML tag (!!binary V)
+                     and _value_is_secret(m.group("v"), "password", False)
                      and _looks_random(m.group("v")) | any(c in "!#$%^&*_-+=~.@?" for c in m.group("v")[1:])
                      and "(" not in m.group("v") and not _ARN.search(text, max(0, m.start() - 120), m.start()))
     if "securestring" in low:
@@ -1070,6 +1274,11 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         _arg_spans(text, low, spans)
     if "\n" in text and ("[" in text or "cat" in text):
         _file_output_spans(text, spans)
+    if "]" in text and ":" in text:
+        spans.extend(m.span("v") for m in _SASL_PASSWD.finditer(text)
+                     if _value_is_secret(m.group("v"), "password", True))
+    if "codes" in low and "\n" in text:
+        _code_spans(text, spans)
     if "|" in text and "---" in text and words:
         _table_spans(text, spans)
     if words:
@@ -1132,8 +1341,9 @@ _FOR_KEY = re.compile(r"@?(?P<q>\\*[\"'])(?P<v>[^\"'\n\\]+)(?P=q)[ \t]*,?[ \t]*(
                       r"(?:@?(?P<q2>\\*[\"'])(?P<n>[\w.\-]{1,100})(?P=q2)|[\w.]{0,100}?(?P<n2>\w{1,100})(?![\w.]))")
 _ADD_MASK = re.compile(r"::add-mask::(?P<v>[^\s\"'\\]+)")
 # C#: public string ClientSecret { get; set; } = "…";
-_CS_PROPERTY = re.compile(r"(?P<n>[A-Za-z_]\w{0,100})[ \t]*\{[ \t]*get;[ \t]*(?:(?:private|protected|internal)[ \t]+)?"
-                          r"(?:set|init);[ \t]*\}[ \t]*=[ \t]*(?P<q>@?\\*\")(?P<v>[^\"\n\\]+)\\*\"")
+_CS_PROPERTY = re.compile(r"(?P<n>[A-Za-z_]\w{0,100})[ \t]*\{[ \t]*get;[ \t]*"
+                          r"(?:(?:(?:private|protected|internal)[ \t]+)?"
+                          r"(?:set|init);[ \t]*)?\}[ \t]*=[ \t]*(?P<q>@?\\*\")(?P<v>[^\"\n\\]+)\\*\"")
 # An SDK's client made with its key as a literal: DeepgramClient("…"), cohere.ClientV2("…"),
 # meraki.DashboardAPI('…'), algoliasearch('APPID', '…'): an argument of 20 or more token characters that mixes
 # letters and digits (not a UUID, a path or an address)
@@ -1144,6 +1354,30 @@ _CLIENT_KEY = re.compile(r"[A-Za-z0-9_\-]{20,}")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _QUOTED_ARG = re.compile(r"(\\*[\"'])(?P<v>[^\"'\n\\]*)\1")
 _HOST = re.compile(r"[\w\-]+(?:\.[\w\-]+)*\.[a-z]{2,24}")
+
+
+# Calls that take (host, [port,] user, password, …) by position: ftplib.FTP('host', 'user', 'V'), MySQLdb/pymysql
+# connect('host', 'user', 'V', 'db'), paramiko's connect('host', 22, 'user', 'V'): a quoted argument from the third on
+# that looks like a credential (not a host, an address, a path or a word)
+_POSITIONAL_CALL = re.compile(r"(?:\bconnect|\bFTP(?:_TLS)?|\bSMTP(?:_SSL)?)[ \t]*"
+                              r"\((?P<args>[ \t]*\\*[\"'][^()\n]{0,400})\)"
+                              # any call whose first argument is a host: pysftp.Connection('h', 'u', 'V'),
+                              # Net::FTP.new('h', 'u', 'V')
+                              r"|\((?P<hargs>[ \t]*(?P<q>\\*[\"'])(?:localhost|\d{1,3}(?:\.\d{1,3}){3}"
+                              r"|[\w\-]+(?:\.[\w\-]+)*\.[a-z]{2,24})(?P=q)[ \t]*,[^()\n]{0,400})\)")
+
+
+def _positional_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    for call in _POSITIONAL_CALL.finditer(text):
+        g = "args" if call.group("args") is not None else "hargs"
+        at, index = call.start(g), 0
+        for a in _QUOTED_ARG.finditer(text, call.start(g), call.end(g)):
+            index += text.count(",", at, a.start())
+            at = a.end()
+            v = a.group("v")
+            if index >= 2 and _strong(v) and "@" not in v and "://" not in v and not _HOST.fullmatch(v) and (
+                    _looks_random(v) or any(c in _SYMBOLS for c in v)) and _value_is_secret(v, "password", True):
+                spans.append(a.span("v"))
 
 
 def _cred_call_spans(text: str, spans: list[tuple[int, int]]) -> None:
@@ -1282,6 +1516,11 @@ _ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool | str], ...] = (
           (("http", "xh"), r"https?|xhs?", (r"-a[ \t]+", r"--auth[ \t=]+"), r"[^\s:\"']*:"),
           (("lftp",), r"lftp", (r"-u[ \t]+",), r"[^\s,\"']+,"))
       for flag in flags),
+    # round 9: gh secret set NAME --body V (-b V), macOS security add-generic-password … -w V
+    (("gh ",), r"\bgh[ \t]+secret[ \t]+set\b[^\n]*?[ \t](?:--body|-b)(?:[ \t]+|=)" + _Q
+     + r"(?P<v>[^\s\"'\-][^\s\"']*)(?P=q)", False),
+    (("security",), r"\bsecurity[ \t]+add-(?:generic|internet)-password\b[^\n]*?[ \t]-w[ \t]+" + _Q
+     + r"(?P<v>[^\s\"'\-][^\s\"']*)(?P=q)", False),
     (("nuget",), r"\bnuget(?:\.exe)?[ \t]+setapikey[ \t]+" + _Q + r"(?P<v>[^\s\"'\-][^\s\"']*)(?P=q)", False),
     (("wpa_passphrase",), r"\bwpa_passphrase[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\S+)[ \t]+" + _Q
      + r"(?P<v>[^\s\"']+)(?P=q)", False),
@@ -1316,12 +1555,59 @@ _CAT_FILE = re.compile(r"\bcat[ \t]+(?P<f>[^\s|;&<>]+)[ \t]*\r?\n(?P<out>(?:[^\n
 _SECRET_FILE = re.compile(r"(?i)cred|pass|secret|token|api[_\-]?key")
 
 
+# [secrets] (TOML, ini) then its lines: the values named harmlessly in a section named as secrets
+_SECTION = re.compile(r"(?m)^[ \t]*\[(?P<n>[\w.\- ]{1,60})\][ \t]*\r?$")
+# postfix's sasl_passwd: [host]:port user:PASSWORD
+_SASL_PASSWD = re.compile(r"(?m)^[ \t]*\[[\w.\-]+\](?::[\w\-]{1,20})?[ \t]+[^\s:]+:(?P<v>[^\s:]+)[ \t]*\r?$")
+# recovery (backup) codes under a heading that names them, one or two a line
+_CODES_HEADING = re.compile(r"(?i)\b(?:recovery|backup)[ \t]+codes?\b[^\n]{0,80}\r?\n(?:[ \t]*\r?\n)?")
+_CODE_LINE = re.compile(r"[ \t]*(?:[-*•]|\d{1,2}[.)])?[ \t]*(?P<c>[A-Za-z0-9]{4,12}(?:[- ][A-Za-z0-9]{4,12})?)"
+                        r"(?:[ \t]+(?P<c2>[A-Za-z0-9]{4,12}(?:-[A-Za-z0-9]{4,12})?))?[ \t]*\r?$")
+
+
+def _section_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    for m in _SECTION.finditer(text):
+        kind = container_kind(m.group("n").strip().rsplit(".", 1)[-1])
+        if kind is None:
+            continue
+        at = m.end() + 1
+        while at < len(text):
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            if text[at:end].lstrip().startswith("["):
+                break  # the next section
+            item = _BLOCK_ITEM.match(text, at, end)
+            if item is not None and item.group("k") is not None:
+                _contained_item(item, kind, spans)
+            at = end + 1
+
+
+def _code_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    pos = 0
+    while (m := _CODES_HEADING.search(text, pos)) is not None:
+        found, digits, at = [], 0, m.end()
+        while at < len(text) and len(found) < 64:
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            line = _CODE_LINE.match(text, at, end)
+            if line is None:
+                break
+            codes = [line.span(g) for g in ("c", "c2") if line.group(g) is not None]
+            found += codes
+            digits += sum(any(c.isdigit() for c in text[a:b]) for a, b in codes)
+            at = end + 1
+        if len(found) >= 2 and 2 * digits >= len(found):  # codes, not a list of words
+            spans.extend(found)
+        pos = max(m.end(), at)  # the lines read are not read again
+
+
 def _file_output_spans(text: str, spans: list[tuple[int, int]]) -> None:
     if "[" in text:
         for m in _INI_SECTION.finditer(text):
             kind = name_kind(m.group("n").strip())
             if kind is not None and _strong(m.group("v")) and _value_is_secret(m.group("v"), kind, False):
                 spans.append(m.span("v"))
+        _section_spans(text, spans)
     if "cat" in text:
         for m in _CAT_FILE.finditer(text):
             base = m.group("f").rsplit("/", 1)[-1]
@@ -1435,7 +1721,8 @@ _PROSE_IS = re.compile(r"(?i)(?<![a-z])(?:password|passphrase|passcode|passwd|ap
 # copula standing as a word of its own (ist, lautet, è, es, est, is, är, je, jest, là, adalah, είναι, هي, היא ...).
 # A copula is a whole word (a value "ESSBDM…" after "Kennwort" is no Spanish "es"); a few words (12-24
 # characters, no sentence end) may stand between the word and its separator ("la password del server è").
-_ARG_HINT = re.compile(r"jsonpath|mosquitto|openssl|rar[ \t]|ssh-keygen|login|poetry|b2[ \t]+a|bundle|oracle:|community"
+_ARG_HINT = re.compile(r"gh[ \t]+secret|security[ \t]+add-|jsonpath"
+                       r"|mosquitto|openssl|rar[ \t]|ssh-keygen|login|poetry|b2[ \t]+a|bundle|oracle:|community"
                        r"|mc[ \t]| [07] |cqlsh|cbq|sqlcmd|bcp|osql|isql|influx|ipmitool|psexec|snmp|ldappasswd|nuget"
                        r"|freerdp|http|xh[ \t]|lftp|--from-literal|wpa_passphrase|snmp-server|createuser|rman"
                        r"|azurewebsites|appid=|echo|printf|<<<|<\(")
@@ -1801,8 +2088,19 @@ def _base64_spans(text: str, spans: list[tuple[int, int]]) -> None:
             plain = raw.decode("utf-8")
         except (binascii.Error, ValueError):
             continue
-        if not _CONTROL.search(plain) and find_secrets(plain):
+        if not _CONTROL.search(plain) and (find_secrets(plain) or _basic_credentials(plain)):
             spans.append(run.span())
+
+
+# user:password encoded alone (HTTP Basic's credentials, a registry's auth, echo … | base64 -d): the password part
+# must look like a credential on its own (not a port, a tag, a digest: nginx:1.27, sha256:<hex>)
+_USER_PASSWORD = re.compile(r"[\w.@+\-]{2,64}:(?P<p>[^\s:]{8,128})")
+
+
+def _basic_credentials(plain: str) -> bool:
+    m = _USER_PASSWORD.fullmatch(plain.strip())
+    return (m is not None and not _HEX_KEY.fullmatch(m.group("p").lower())
+            and contained_secret(m.group("p"), "password"))
 
 
 def redact_text(text: str) -> str:
@@ -1910,6 +2208,7 @@ def _walk(root: Any, name: str | None, level: int) -> Any:
     stack = [(root, out_root, name)]
     while stack:
         src, dst, owner = stack.pop()
+        within = container_kind(owner) if owner.__class__ is str else None  # {"passwords": {"prod": …}}
         if isinstance(src, dict):
             pair = _pair_name(src)
             for k, v in src.items():
@@ -1932,7 +2231,11 @@ def _walk(root: Any, name: str | None, level: int) -> Any:
                     dst[key] = child
                     stack.append((v, child, vname))
                 else:
-                    new = _leaf(v, vname, level)
+                    if within is not None and v.__class__ is str and k.__class__ is str and not _neutral_child(k) \
+                            and contained_secret(v, within):
+                        new = MASK
+                    else:
+                        new = _leaf(v, vname, level)
                     changed |= new is not v
                     dst[key] = new
         else:
@@ -1945,7 +2248,11 @@ def _walk(root: Any, name: str | None, level: int) -> Any:
                     flag = None
                 else:
                     is_flag = v.__class__ is str and v.startswith("-") and len(v) <= 64
-                    new = _leaf(v, flag if flag is not None and not is_flag else owner, level)
+                    if within is not None and flag is None and v.__class__ is str and name_kind(owner) is None \
+                            and contained_secret(v, within):
+                        new = MASK  # {"api_keys": ["…"]}: a list named as secrets
+                    else:
+                        new = _leaf(v, flag if flag is not None and not is_flag else owner, level)
                     flag = v.lstrip("-") if is_flag and name_kind(v.lstrip("-")) is not None else None
                     changed |= new is not v
                     dst.append(new)
