@@ -296,6 +296,52 @@ def test_an_error_after_the_copy_says_the_store_was_replaced_and_where_the_old_o
     assert "after_the_snapshot" not in session_ids(db)
 
 
+def test_a_stop_during_the_copy_leaves_the_store_as_it_was(hermes_home, cli, monkeypatch):
+    """Hostile try 14, R5: the copy was one backup step, which no signal reaches: SIGTERM to the restore of a 2.8 GB
+    snapshot waited 17 s, then the store was the snapshot's. The copy goes in steps (one lock and one commit still);
+    a stop between two rolls the copy back: the store is as it was."""
+    from maint.errors import Terminated
+    from maint.ops import restore as restore_mod
+
+    db = _store(hermes_home / "state.db", n=30)
+    snap = _snapshot(hermes_home)
+    with StoreBuilder(db) as b:
+        b.session("after_the_snapshot", age=1, messages=2)  # the restore would take this one away
+    before = session_ids(db)
+    steps = []
+
+    def stop_after_the_first_step():
+        steps.append(1)
+        raise Terminated(15)
+
+    monkeypatch.setattr(restore_mod, "COPY_STEP_PAGES", 1)
+    monkeypatch.setattr(restore_mod, "_between_steps", stop_after_the_first_step)
+    result = cli("restore", snap, "--yes")
+    assert result.exit_code == 143, result.output
+    assert steps == [1] and session_ids(db) == before
+    assert query(db, "PRAGMA quick_check") == [("ok",)]
+
+
+def test_a_stop_after_the_copy_says_the_store_was_replaced(hermes_home, cli, monkeypatch):
+    """Hostile try 14, R3: SIGTERM once the copy had committed ended with the generic "terminated" line: no word that
+    the store now holds the snapshot, nor where the previous store is."""
+    from maint.errors import Terminated
+    from maint.ops import restore as restore_mod
+
+    _store(hermes_home / "state.db")
+    snap = _snapshot(hermes_home)
+
+    def stopped(name):
+        if name == "restore_checkpointed":  # after the copy's commit
+            raise Terminated(15)
+
+    monkeypatch.setattr(restore_mod, "crash_point", stopped)
+    result = cli("restore", snap, "--yes")
+    assert result.exit_code == 143, result.output
+    safety = list((hermes_home / "state-snapshots").glob("*.pre-restore*.db"))
+    assert "copied into the store" in result.stderr and len(safety) == 1 and str(safety[0]) in result.stderr
+
+
 def test_a_commit_while_the_safety_snapshot_is_taken_stops_the_restore(hermes_home, cli, monkeypatch):
     """Hostile try 9, L6: a Hermes that opens the store, writes and closes (a one-shot turn, a cron run) holds
     nothing when the holder checks look; what it committed after the safety snapshot's read began and before the

@@ -39,8 +39,9 @@ def describe(exc: BaseException) -> tuple[str, int]:
         import signal
 
         name = signal.Signals(exc.signum).name
+        done = f"; {exc.done}" if getattr(exc, "done", None) else ""
         return (f"terminated by {name}; finished transactions are committed, the store is consistent, "
-                "temporary files were removed", 128 + exc.signum)
+                f"temporary files were removed{done}", 128 + exc.signum)
     import apsw  # imported here so that --help never loads SQLite
 
     if isinstance(exc, apsw.Error):
