@@ -497,7 +497,12 @@ class Store:
 
     @property
     def fts_tables(self) -> list[str]:
-        return [t for t in ("messages_fts", "messages_fts_trigram", "messages_fts_cjk") if self.has_table(t)]
+        """Hermes's search indexes present: FTS5 indexes by those names (another virtual table under one is not)."""
+        from maint.store.sqlutil import is_fts5_sql
+
+        sql = dict(self.conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN "
+                                     "('messages_fts', 'messages_fts_trigram', 'messages_fts_cjk')").fetchall())
+        return [t for t in ("messages_fts", "messages_fts_trigram", "messages_fts_cjk") if is_fts5_sql(sql.get(t))]
 
     # -- reads ---------------------------------------------------------
     def rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
