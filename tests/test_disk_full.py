@@ -166,6 +166,27 @@ def test_read_only_folder_still_reads_a_wal_store(small_fs):
         subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], capture_output=True)
 
 
+def test_a_store_on_a_full_disk_is_named_full_not_a_disk_io_error(small_fs, tmp_path):
+    """Hostile try 12, P13: a WAL store at rest on a full filesystem cannot be read (no room for its -shm), and
+    stats and doctor said "cannot open store (disk I/O error)": doctor could not name the one condition that
+    stops Hermes too."""
+    folder = small_fs / "s"
+    folder.mkdir(mode=0o700)
+    db = _store(folder / "state.db", sessions=5, messages=3)
+    assert query(db, "PRAGMA journal_mode") == [("wal",)]
+    for suffix in ("-wal", "-shm"):  # at rest: the first read has to make them
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    (small_fs / "ballast").write_bytes(b"x" * shutil.disk_usage(small_fs).free)
+    assert shutil.disk_usage(small_fs).free == 0
+    home = tmp_path / "home"
+    home.mkdir()
+    for argv in (["stats"], ["doctor"], ["list"]):
+        result = run_subprocess(*argv, "--db", db, env={"HERMES_HOME": str(home)})
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.strip() == (f"hermes-maint: error: {db}: the filesystem holding the store is full: SQLite "
+                                         f"cannot create {db}-shm to read it; free some space"), result.stderr
+
+
 def test_a_dry_run_works_on_a_read_only_store(small_fs):
     db = _store(small_fs / "state.db", sessions=5, messages=3)
     remount = subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], capture_output=True, text=True)

@@ -140,6 +140,29 @@ def test_options_fts5_would_ignore_neither_stop_a_prune_nor_change(tmp_path, row
     assert_index_whole(db)
 
 
+def test_only_fts5_indexes_are_taken_for_them_an_fts5vocab_table_is_left_alone(tmp_path, cli):
+    """Hostile try 12, P14: a stock ``fts5vocab`` table over an index (term statistics) was taken for an FTS5
+    index with shadow tables: prune and the nightly sweep stopped at "SQLError: zz_vocab_config"."""
+    db = hermes_store(tmp_path / "state.db", sessions=10, messages=5)
+    conn = apsw.Connection(str(db))
+    conn.execute("CREATE VIRTUAL TABLE zz_vocab USING fts5vocab(messages_fts, row)")
+    conn.execute("CREATE VIRTUAL TABLE messages_fts_cjk USING fts5vocab('messages_fts_trigram', 'col')")
+    conn.close()
+    before = configs(db)
+    result = cli("prune", "--db", db, "--older-than", "30", "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    with open_store(db) as store:
+        assert fts5_tables(store.conn) == TABLES and store.fts_tables == TABLES
+    assert json.loads(result.stdout)["deleted"] == 10
+    assert configs(db) == before
+    assert_index_whole(db)
+    conn = apsw.Connection(str(db))
+    try:  # still there, and counting what is left
+        assert conn.execute("SELECT doc FROM zz_vocab WHERE term = 'recent'").fetchone()[0] == 5
+    finally:
+        conn.close()
+
+
 def test_a_run_killed_with_merges_held_is_put_right_by_the_next(tmp_path):
     db = hermes_store(tmp_path / "state.db")
     before = configs(db)

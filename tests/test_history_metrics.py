@@ -81,6 +81,43 @@ def test_a_damaged_history_row_is_skipped(store):
         assert history.append(st, "archive", {"session_ids": []}).seq == 3
 
 
+def test_history_reads_only_the_rows_it_shows_and_skips_an_oversized_one_unread(store, cli, monkeypatch, caplog):
+    """Hostile try 12, P16: every stored run was parsed before the newest were kept (300,000 rows: 6.7 s and
+    513 MB to show one). The key carries the sequence: the newest are read first and the read stops at the
+    limit; a row past the size bound is named and skipped, not parsed. Counted, not timed."""
+    import sqlite3
+
+    conn = sqlite3.connect(store)
+    conn.executemany("INSERT INTO state_meta(key, value) VALUES (?, ?)",
+                     ((f"{PREFIX}prune.{i:012d}", json.dumps({"at": 1000.0 + i, "rows": i, "report": {"n": i}}))
+                      for i in range(1, 501)))
+    conn.executemany("INSERT INTO state_meta(key, value) VALUES (?, ?)",
+                     ((f"{PREFIX}sweep.{i:012d}", json.dumps({"at": 500.0 + i, "rows": i, "report": {}}))
+                      for i in range(1, 201)))
+    big = json.dumps({"at": 9999.0, "rows": 1, "report": {"x": "y" * (2 << 20)}})
+    conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?)", (f"{PREFIX}prune.{501:012d}", big))
+    conn.commit()
+    conn.close()
+    parsed = []
+    real = history._parse
+    monkeypatch.setattr(history, "_parse", lambda key, value: parsed.append(key) or real(key, value))
+    with open_store(store, readonly=True) as st:
+        assert [e.seq for e in history.entries(st, "prune", 2)] == [500, 499]
+        assert parsed == [f"{PREFIX}prune.{i:012d}" for i in (500, 499)]  # not the big one, nor the 498 older
+        parsed.clear()
+        assert [(e.kind, e.seq) for e in history.entries(st, limit=3)] == [("prune", 500), ("prune", 499),
+                                                                           ("prune", 498)]
+        assert len(parsed) == 6  # three of each kind present, at most
+        parsed.clear()
+        assert history.latest(st, "prune").seq == 500 and len(parsed) == 1
+    result = cli("history", "--db", store, "--kind", "prune", "--limit", "1", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [r["seq"] for r in report["runs"]] == [500]
+    assert report["skipped"] == [{"key": f"{PREFIX}prune.{501:012d}", "bytes": len(big)}]
+    assert f"history row '{PREFIX}prune.{501:012d}': {len(big)} bytes" in caplog.text
+
+
 @pytest.mark.parametrize("value", [
     '{"at": 1.0, "rows": 1e400, "report": {}}',          # rows read as inf
     '{"at": 1e400, "rows": 1, "report": {}}',            # a time read as inf

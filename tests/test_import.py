@@ -400,6 +400,39 @@ def test_bad_files_are_one_line_errors_and_write_nothing(tmp_path, kind, needle)
     assert file_hash(db) == before
 
 
+def test_a_time_past_now_plus_a_day_is_refused_with_its_line_before_any_write(tmp_path):
+    """Hostile try 12, P12: times from year 9999 passed the range check: the session listed first as "just now"
+    for good, and no prune or sweep ever took it. Later than now plus a day is refused as 1e999 is; a clock a
+    day ahead is not."""
+    import time
+
+    db = _store(tmp_path / "state.db", "v30")
+    first = json.loads(export_all(db).splitlines()[0])
+
+    def fresh(sid, **changes):
+        return {**first, "id": sid, "title": None, **changes,
+                "messages": [{**m, "session_id": sid, "id": None} for m in first["messages"]]}
+
+    year_9999 = 253402300000
+    f = tmp_path / "in.jsonl"
+    before = file_hash(db)
+    for key, bad in [("started_at", year_9999), ("ended_at", year_9999), ("last_activity_at", year_9999),
+                     ("last_activity_at", str(year_9999)), ("last_read_at", time.time() + 2.5 * 86400),
+                     ("timestamp", year_9999)]:
+        record = fresh("future", **({} if key == "timestamp" else {key: bad}))
+        if key == "timestamp":
+            record["messages"][-1]["timestamp"] = bad
+        f.write_text(json.dumps(fresh("fine")) + "\n" + json.dumps(record) + "\n")
+        r = run("import", f, "--db", db, "--yes")
+        assert r.returncode == 2, (key, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "line 2: session 'future'" in r.stderr, r.stderr
+        assert f"{key} {bad!r} is later than now plus one day" in r.stderr and "Traceback" not in r.stderr
+        assert file_hash(db) == before
+    ahead = time.time() + 12 * 3600  # a clock half a day ahead: taken
+    f.write_text(json.dumps(fresh("ahead", started_at=ahead, last_activity_at=ahead)) + "\n")
+    assert do_import(db, f)["imported"] == ["ahead"]
+
+
 def test_import_needs_yes_without_a_terminal(tmp_path):
     db = _store(tmp_path / "state.db", "v22")
     f = tmp_path / "all.jsonl"

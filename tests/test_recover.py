@@ -338,6 +338,41 @@ def test_salvage_of_an_intact_store_is_complete(tmp_path, hermes_home, cli, layo
     assert hits == query(db, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'topic1'") and hits[0][0] > 0
 
 
+def test_salvage_skips_and_names_a_virtual_table_whose_module_this_sqlite_lacks(tmp_path, hermes_home, cli):
+    """Hostile try 12, P14: a sqlite-vec ``vec0`` table (a module this SQLite lacks) stopped the whole salvage at
+    "SQLError: vec0", and an ``fts5vocab`` table was taken for a search index and failed the copy's check. The
+    rest is salvaged; the table we cannot make, and the trigger that writes to it, are named and left out."""
+    import apsw
+
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout="v30") as b:
+        for i in range(5):
+            b.session(f"s{i}", age=3, messages=4)
+    conn = apsw.Connection(str(db))
+    conn.execute("CREATE VIRTUAL TABLE zz_vocab USING fts5vocab(messages_fts, row)")
+    conn.execute("CREATE TABLE msg_vec_rowids (rowid INTEGER PRIMARY KEY, id TEXT)")  # one of vec0's own tables
+    conn.execute("INSERT INTO msg_vec_rowids (rowid, id) VALUES (1, 'm1')")
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("INSERT INTO sqlite_master (type, name, tbl_name, rootpage, sql) VALUES ('table', 'msg_vec', "
+                 "'msg_vec', 0, 'CREATE VIRTUAL TABLE msg_vec USING vec0(embedding float[4])')")
+    conn.execute("INSERT INTO sqlite_master (type, name, tbl_name, rootpage, sql) VALUES ('trigger', 'msg_vec_ai', "
+                 "'messages', 0, 'CREATE TRIGGER msg_vec_ai AFTER INSERT ON messages BEGIN "
+                 "INSERT INTO msg_vec (rowid, embedding) VALUES (new.id, ''[1,2,3,4]''); END')")
+    conn.close()
+    new = tmp_path / "copy.db"
+    r = cli("recover", "--db", db, "--salvage", new)
+    assert r.exit_code == 0, r.output
+    assert "virtual table msg_vec: not made in the new file (no such module: vec0)" in r.stdout
+    assert "trigger msg_vec_ai: not made in the new file (names msg_vec, left out)" in r.stdout
+    assert "Salvaged 5 session(s) and 20 message(s)" in r.stdout and "partial" in r.stdout
+    assert query(new, "SELECT id, session_id, content FROM messages ORDER BY id") == \
+        query(db, "SELECT id, session_id, content FROM messages ORDER BY id")
+    assert query(new, "SELECT * FROM msg_vec_rowids") == [(1, "m1")]
+    names = {n for (n,) in query(new, "SELECT name FROM sqlite_master")}
+    assert "zz_vocab" in names and not names & {"msg_vec", "msg_vec_ai"}
+    assert query(new, "SELECT doc FROM zz_vocab WHERE term = 'topic1'")[0][0] > 0
+
+
 def _bloated(path, megabytes=4):
     with StoreBuilder(path, layout="v22") as b:
         for i in range(5):

@@ -69,6 +69,8 @@ def _render_salvage(r: dict) -> None:
         lost += [f"{t['dropped']} row(s) whose parent was lost"] if t["dropped"] else []
         if lost:
             click.echo(f"  {t['table']}: {t['copied']} copied; " + "; ".join(lost))
+    for s in r.get("skipped", []):
+        click.echo(f"  {s['kind']} {printable(s['name'])}: not made in the new file ({printable(s['reason'])})")
     if r["placeholder_sessions"]:
         click.echo(f"  {r['placeholder_sessions']} placeholder session(s) (source 'recovered') hold messages whose "
                    "session row was lost")

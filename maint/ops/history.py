@@ -11,11 +11,12 @@ Long id lists are cut to :data:`LIST_CAP` items (the full count is kept under
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ PREFIX = "hermes_maint.history."
 KEEP = 100
 LIST_CAP = 50
 SEQ_DIGITS = 12
+MAX_ROW_BYTES = 1 << 20  # a run's report is a few kB (its lists cut to LIST_CAP); a row past this is not ours
 KINDS = ("sweep", "prune", "archive", "optimize", "backup", "restore", "import", "repair-prompts",
          "repair-profiles", "repair-routing", "repair-fts", "recover")
 
@@ -158,23 +160,43 @@ def _parse(key: str, value: str | None) -> Entry | None:
         return None
 
 
-def entries(store: Store, kind: str | None = None, limit: int | None = None) -> list[Entry]:
-    """Runs newest first, of one kind or all of them."""
-    if kind is not None:
-        low, high = _range(kind)
-    else:
-        low, high = PREFIX, PREFIX[:-1] + "/"
-    found = [e for e in (_parse(k, v) for k, v in store.conn.execute(
-        "SELECT key, value FROM state_meta WHERE key >= ? AND key < ?", (low, high))) if e is not None]
+def _newest_first(store: Store, kind: str, skipped: list[dict[str, Any]] | None = None) -> Iterator[Entry]:
+    """One kind's runs, newest first, read a row at a time (its key carries the sequence, so the key index
+    gives the order): a caller that stops after n reads about n rows, not the whole history (hostile try 12,
+    P16: 300,000 rows were parsed to show one). A row over :data:`MAX_ROW_BYTES` is named and skipped
+    unread; a damaged row is skipped."""
+    low, high = _range(kind)
+    cursor = store.conn.cursor()
+    try:
+        for key, size, value in cursor.execute(
+                "SELECT key, octet_length(value), CASE WHEN octet_length(value) <= ? THEN value END "
+                "FROM state_meta WHERE key >= ? AND key < ? ORDER BY key DESC", (MAX_ROW_BYTES, low, high)):
+            if size is not None and size > MAX_ROW_BYTES:
+                log.warning("history row %r: %d bytes, more than a run's report holds (%d): skipped, not read",
+                            key, size, MAX_ROW_BYTES)
+                if skipped is not None:
+                    skipped.append({"key": key, "bytes": size})
+                continue
+            entry = _parse(key, value)
+            if entry is not None:
+                yield entry
+    finally:
+        cursor.close()
+
+
+def entries(store: Store, kind: str | None = None, limit: int | None = None,
+            skipped: list[dict[str, Any]] | None = None) -> list[Entry]:
+    """Runs newest first, of one kind or all of them (the kinds we record), reading about *limit* rows a kind.
+    Rows skipped for their size are added to *skipped*."""
+    found: list[Entry] = []
+    for one in (KINDS if kind is None else (kind,)):
+        found.extend(itertools.islice(_newest_first(store, one, skipped), limit))
     found.sort(key=lambda e: (e.at, e.seq), reverse=True)
     return found[:limit] if limit is not None else found
 
 
 def latest(store: Store, kind: str, accept: Callable[[Entry], bool] = lambda e: True) -> Entry | None:
-    for entry in entries(store, kind):
-        if accept(entry):
-            return entry
-    return None
+    return next((entry for entry in _newest_first(store, kind) if accept(entry)), None)
 
 
 def latest_by_kind(store: Store, kinds: Iterable[str] = KINDS) -> dict[str, Entry]:
@@ -197,5 +219,6 @@ def record(path: Any, kind: str, report: dict[str, Any], *, seconds: float | Non
 def history_report(target: StoreTarget, kind: str | None = None, limit: int = 20) -> dict[str, Any]:
     """``hermes-maint history`` on one store, read-only: its last *limit* runs (of *kind*), newest first."""
     with open_store(target.path, readonly=True) as store:
-        runs = entries(store, kind, limit)
-    return {"store": str(target.path), "kind": kind, "runs": [e.as_dict() for e in runs]}
+        skipped: list[dict[str, Any]] = []
+        runs = entries(store, kind, limit, skipped)
+    return {"store": str(target.path), "kind": kind, "runs": [e.as_dict() for e in runs], "skipped": skipped}

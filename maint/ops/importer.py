@@ -51,6 +51,7 @@ import itertools
 import json
 import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,6 +227,30 @@ def _time_ok(value: Any, *, null: bool) -> bool:
     return (value is None and null) or (_number(value) and _value_problem(value) is None)
 
 
+# A session's or message's time may be this far past now (a clock a day ahead); a later one is refused: a session
+# from year 9999 lists first for good and no retention ever takes it (hostile try 12, P12).
+FUTURE_SKEW_S = 86400.0
+SESSION_TIMES = ("started_at", "ended_at", "last_activity_at", "last_read_at")
+
+
+def _seconds(value: Any) -> float | None:
+    """A time as SQLite's REAL affinity stores it: a number, or text that reads as one (else None)."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return float(value) if _number(value) and _value_problem(value) is None else None
+
+
+def _future_problem(where: str, key: str, value: Any, bound: float) -> str | None:
+    seconds = _seconds(value)
+    if seconds is None or seconds <= bound:
+        return None
+    return (f"{where}: {key} {value!r} is later than now plus one day (expected a time in seconds since 1970 "
+            f"up to {bound:.0f}, as Hermes writes them)")
+
+
 # Hermes's keep/archive flags: 0 or 1 (any other value is neither to its `= 0`/`= 1` tests; M8)
 FLAGS = ("archived", "pinned")
 
@@ -268,6 +293,7 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
     except files.FileRefused as exc:
         raise UsageError(f"FILE: {exc} ({EXPECTED})") from None
     limit = record_limit()
+    latest = time.time() + FUTURE_SKEW_S
     with fh:
         for n in itertools.count(1):
             raw = fh.readline(limit + 1)  # read in the file object's chunks, never more than the bound
@@ -301,6 +327,9 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                 raise _bad(path, n, f"session {sid!r} lacks source or started_at (a number, or text as exported)")
             if not _time_ok(obj.get("ended_at"), null=True):
                 raise _bad(path, n, f"session {sid!r}: ended_at is not a time (a number, text as exported, or null)")
+            for key in SESSION_TIMES:
+                if problem := _future_problem(f"session {sid!r}", key, obj.get(key), latest):
+                    raise _bad(path, n, problem)
             parent = obj.get("parent_session_id")
             if parent is not None and (not isinstance(parent, str) or not parent or parent == sid):
                 raise _bad(path, n, f"session {sid!r}: parent_session_id {parent!r} is not another session's id "
@@ -351,6 +380,9 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                                         "integer")
                 if not _time_ok(m.get("timestamp"), null=True):
                     raise _bad(path, n, f"session {sid!r}: message {i}'s timestamp is not a time")
+                if problem := _future_problem(f"session {sid!r} message {i}", "timestamp", m.get("timestamp"),
+                                              latest):
+                    raise _bad(path, n, problem)
                 _check_values(path, n, m, f"session {sid!r} message", "message")
                 for k, v in m.items():
                     mcols[k] = mcols.get(k, 0) + (v is not None)

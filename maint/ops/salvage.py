@@ -30,6 +30,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -43,6 +44,7 @@ from maint import files
 from maint.errors import MaintError, UsageError
 from maint.ops import fts
 from maint.ops.vacuum import room_problem, write_limit_reached
+from maint.store.sqlutil import fts5_indexes, is_fts5_sql, is_virtual_sql
 from maint.store.connection import PROGRESS_STEPS, Store, check_regular_file, connect, held_file, scaled_write_limit_s
 
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
@@ -150,24 +152,60 @@ def _schema(src: apsw.Connection, path: Path) -> list[tuple[str, str, str, str]]
 
 
 def _shadow_tables(schema: list[tuple[str, str, str, str]]) -> set[str]:
-    virtual = [name for kind, name, _, sql in schema if kind == "table" and (sql or "").upper().startswith(
-        "CREATE VIRTUAL TABLE")]
+    virtual = [name for kind, name, _, sql in schema if kind == "table" and is_fts5_sql(sql)]
     return {f"{v}_{s}" for v in virtual for s in ("data", "idx", "content", "docsize", "config")}
 
 
-def build_schema(dst: apsw.Connection, schema: list[tuple[str, str, str, str]]) -> list[str]:
-    """The damaged store's own schema in the new file; the ordinary tables to fill, in creation order."""
+def _names(sql: str, names: list[str]) -> list[str]:
+    """Which of *names* the statement mentions (as a word, quoted or not)."""
+    return [n for n in names if re.search(rf"(?<![\w$]){re.escape(n)}(?![\w$])", sql, re.IGNORECASE)]
+
+
+def _cannot_make(sql: str) -> str | None:
+    """Why this SQLite cannot make the virtual table (no such module: vec0), tried on a scratch connection: a
+    failed CREATE in the new file, written without a journal, would leave its schema row behind."""
+    scratch = connect(":memory:")
+    try:
+        scratch.execute(sql)
+    except apsw.Error as exc:
+        return str(exc)
+    finally:
+        scratch.close()
+    return None
+
+
+def build_schema(dst: apsw.Connection, schema: list[tuple[str, str, str, str]],
+                 skipped: list[dict[str, str]] | None = None) -> list[str]:
+    """The damaged store's own schema in the new file; the ordinary tables to fill, in creation order.
+
+    A virtual table whose module this SQLite lacks (sqlite-vec's ``vec0``) cannot be made here: it is left out
+    and named in *skipped*, with the triggers and views that name it, and the rest of the store is salvaged
+    (hostile try 12, P14: the first such table stopped the salvage). Its own tables' rows are copied as they are.
+    """
+    skipped = [] if skipped is None else skipped
     shadow = _shadow_tables(schema)
     tables = []
     for kind, name, _, sql in schema:
         if not sql or name.startswith("sqlite_") or name in shadow:
             continue
-        if kind == "table":
-            dst.execute(sql)
-            if not sql.upper().startswith("CREATE VIRTUAL TABLE"):
-                tables.append(name)
-    for kind, _, _, sql in schema:  # views, triggers and indexes once every table exists
+        if kind != "table":
+            continue
+        if is_virtual_sql(sql):
+            if reason := _cannot_make(sql):
+                skipped.append({"name": name, "kind": "virtual table", "reason": reason})
+            else:
+                dst.execute(sql)
+            continue
+        if dst.execute("SELECT 1 FROM sqlite_master WHERE name = ? COLLATE NOCASE", (name,)).fetchone():
+            continue  # made by a virtual table above (its shadow table)
+        dst.execute(sql)
+        tables.append(name)
+    gone = [s["name"] for s in skipped]
+    for kind, name, _, sql in schema:  # views, triggers and indexes once every table exists
         if sql and kind in ("view", "trigger", "index"):
+            if missing := _names(sql, gone):
+                skipped.append({"name": name, "kind": kind, "reason": f"names {', '.join(missing)}, left out"})
+                continue
             dst.execute(sql)
     return tables
 
@@ -284,8 +322,7 @@ def verify(dst: apsw.Connection) -> list[str]:
     problems = [r[0] for r in dst.execute("PRAGMA integrity_check") if r[0] != "ok"]
     if dst.execute("PRAGMA foreign_key_check").fetchall():
         problems.append("foreign key violations remain")
-    for (name,) in dst.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND "
-                               "sql LIKE 'CREATE VIRTUAL TABLE%fts5%'").fetchall():
+    for name in fts5_indexes(dst):
         if problem := fts.content_check(dst, name):
             problems.append(f"search index {problem}")
     return problems
@@ -412,8 +449,9 @@ def _fill_bounded(src: apsw.Connection, dst: apsw.Connection, schema: list, stor
     dst.execute("PRAGMA journal_mode = OFF")  # a new file: a failed build is removed, not rolled back
     dst.execute("PRAGMA synchronous = OFF")
     dst.execute("PRAGMA foreign_keys = OFF")
+    skipped: list[dict[str, str]] = []
     with dst:
-        tables = build_schema(dst, schema)
+        tables = build_schema(dst, schema, skipped)
     results: dict[str, TableResult] = {}
     for table in tables:
         with dst:  # one transaction per table
@@ -428,7 +466,8 @@ def _fill_bounded(src: apsw.Connection, dst: apsw.Connection, schema: list, stor
     lost = {t: r for t, r in results.items() if r.unread or r.rejected or r.dropped or r.unreadable}
     counts = {t: dst.execute(f"SELECT COUNT(*) FROM {_q(t)}").fetchone()[0] for t in ("sessions", "messages")}
     return {"store": str(store_path), "salvage": str(new) if new else None, "dry_run": new is None,
-            "complete": not lost and not links["placeholders"], "sessions": counts["sessions"],
+            "complete": not lost and not links["placeholders"] and not skipped, "skipped": skipped,
+            "sessions": counts["sessions"],
             "messages": counts["messages"], "tables": [r.as_dict() for r in results.values()],
             "lost_tables": sorted(lost), "placeholder_sessions": links["placeholders"],
             "unlinked_sessions": links["unlinked"], "source_fingerprint": fingerprint,

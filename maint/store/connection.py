@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import logging
 import math
 import os
@@ -497,7 +498,12 @@ class Store:
 
     @property
     def fts_tables(self) -> list[str]:
-        return [t for t in ("messages_fts", "messages_fts_trigram", "messages_fts_cjk") if self.has_table(t)]
+        """Hermes's search indexes present: FTS5 indexes by those names (another virtual table under one is not)."""
+        from maint.store.sqlutil import is_fts5_sql
+
+        sql = dict(self.conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN "
+                                     "('messages_fts', 'messages_fts_trigram', 'messages_fts_cjk')").fetchall())
+        return [t for t in ("messages_fts", "messages_fts_trigram", "messages_fts_cjk") if is_fts5_sql(sql.get(t))]
 
     # -- reads ---------------------------------------------------------
     def rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
@@ -911,6 +917,10 @@ def _flat_memory(conn: apsw.Connection, readonly: bool) -> None:
         conn.execute(pragma).fetchall()
 
 
+SHM_ERRORS = {apsw.SQLITE_IOERR_SHMOPEN, apsw.SQLITE_IOERR_SHMSIZE, apsw.SQLITE_IOERR_SHMMAP,
+              apsw.SQLITE_IOERR_SHMLOCK}
+
+
 def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Connection, str | None]:
     """A connection, and a note when a read-only store had to be opened another way.
 
@@ -920,6 +930,7 @@ def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Con
     commits cannot be read there, so that case is refused with what to do.
     """
     flags = (apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE) | apsw.SQLITE_OPEN_URI
+    conn = None
     try:
         # The first statement waits like every later one (the handler comes with the connection): a
         # rollback-journal store's writer holds its lock for each commit, and refusing on the spot
@@ -929,6 +940,17 @@ def _connect(path: Path, readonly: bool, busy_timeout_ms: int) -> tuple[apsw.Con
             _flat_memory(conn, readonly)
             conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         return conn, None
+    except apsw.IOError as exc:
+        if conn is None or conn.system_errno != errno.ENOSPC:
+            raise
+        conn.close()
+        # A WAL store's first read makes its -shm (32 KiB): on a full disk SQLite says only "disk I/O error"
+        # (hostile try 12, P13), and doctor could not name the one condition that stops Hermes too.
+        if exc.extendedresult in SHM_ERRORS:
+            raise StoreError(f"{path}: the filesystem holding the store is full: SQLite cannot create {path}-shm "
+                             "to read it; free some space") from None
+        raise StoreError(f"{path}: the filesystem holding the store is full: SQLite cannot open it; free some "
+                         "space") from None
     except (apsw.ReadOnlyError, apsw.CantOpenError):
         journal = Path(f"{path}-journal")
         if readonly and journal.exists() and journal.stat().st_size > 0:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from maint.crashpoints import crash_point
 from maint.store.batching import run_steps
 from maint.store.connection import Store
+from maint.store.sqlutil import fts5_indexes
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +45,7 @@ STRUCTURE_ROWID = 10  # FTS5 keeps its segment list in this row of <table>_data
 
 def fts5_tables(conn) -> list[str]:
     """The store's FTS5 tables (Hermes 0.19.0: messages_fts and messages_fts_trigram)."""
-    return [r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%' "
-        "AND lower(sql) LIKE '%using fts5%' ORDER BY name")]
+    return fts5_indexes(conn)
 
 
 def structure_blob(conn, table: str) -> bytes | None:

@@ -121,6 +121,8 @@ def find_holders(db: Path) -> HolderReport:
     if not targets:
         return report
     on_linux = os.path.isdir("/proc/self/fd")
+    shut = _shut_owners(db) if os.geteuid() != 0 else None
+    root_pids: list[int] = []
     for proc in psutil.process_iter(["pid", "cmdline", "name"]):
         pid = proc.info["pid"]
         if pid in exclude:
@@ -134,6 +136,10 @@ def find_holders(db: Path) -> HolderReport:
                 # Even root cannot see its files: it lives outside our namespaces, the
                 # same blind spot as another container sharing the volume.
                 report.outside.append(pid)
+            elif on_linux and (who := _unreadable_as_user(pid, shut)) == "cannot open":
+                continue
+            elif on_linux and who == "root":
+                root_pids.append(pid)
             else:
                 report.unknown.append(f"pid {pid}: access denied")
             continue
@@ -145,7 +151,51 @@ def find_holders(db: Path) -> HolderReport:
             report.holders.append(Holder(pid=pid, cmdline=cmd, files=sorted(set(files)),
                                          connections=files.count(db.name), name=proc.info.get("name") or "",
                                          argv=list(proc.info.get("cmdline") or [])))
+    if root_pids:  # one line, not one "access denied" per root process (hostile try 12, P15)
+        report.unknown.insert(0, f"root's processes ({len(root_pids)}) cannot be checked by a user: run as root, "
+                                 "or pass --force")
     return report
+
+
+def _shut_owners(db: Path) -> set[int] | None:
+    """The owners of the store's files when none of them grants group or other access (so a process of another
+    user cannot open them); None when one does, or cannot be read."""
+    owners = set()
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            st = os.stat(f"{db}{suffix}")
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+        if st.st_mode & 0o077:
+            return None
+        owners.add(st.st_uid)
+    return owners or None
+
+
+def _unreadable_as_user(pid: int, shut: set[int] | None) -> str:
+    """Why a user's scan could not read a process: "root" (any of its ids is root's), "cannot open" (another
+    user's process with no capability, while the store's files grant nobody but their owner access: it cannot
+    have them open), or "unknown"."""
+    uids: set[int] = set()
+    caps = None
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Uid:"):
+                    uids = {int(x) for x in line.split()[1:]}
+                elif line.startswith(b"CapEff:"):
+                    caps = int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        return "unknown"
+    if not uids:
+        return "unknown"
+    if 0 in uids:
+        return "root"
+    if shut is not None and caps == 0 and not uids & shut:
+        return "cannot open"
+    return "unknown"
 
 
 @dataclass

@@ -4,6 +4,7 @@ packed, JSON written in pieces, and the --cwd prefix rule the SQL functions call
 from __future__ import annotations
 
 import json
+import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -11,6 +12,31 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 IN_CHUNK = 900
+
+# An FTS5 index's statement: the module named exactly (``fts5vocab`` and the like are other modules).
+_VIRTUAL = re.compile(r"\s*CREATE\s+VIRTUAL\s+TABLE\b", re.IGNORECASE)
+_FTS5_MODULE = re.compile(r"\bUSING\s+(?:fts5|\"fts5\"|'fts5'|`fts5`|\[fts5\])\s*\(", re.IGNORECASE)
+
+
+def fts5_indexes(conn) -> list[str]:
+    """The store's FTS5 indexes, by name: virtual tables made with ``USING fts5(`` that have FTS5's
+    ``_config`` shadow table. Any other virtual table (an ``fts5vocab`` table over an index, sqlite-vec's
+    ``vec0``) is not one, and is left alone (hostile try 12, P14: an fts5vocab table stopped prune and sweep
+    at "zz_vocab_config")."""
+    rows = conn.execute("SELECT name, sql, type, rootpage FROM sqlite_master").fetchall()
+    shadow = {name for name, _, kind, root in rows if kind == "table" and root}
+    return sorted(name for name, sql, kind, root in rows
+                  if kind == "table" and not root and is_fts5_sql(sql) and f"{name}_config" in shadow)
+
+
+def is_virtual_sql(sql: object) -> bool:
+    """True for a ``CREATE VIRTUAL TABLE`` statement, whatever its module."""
+    return isinstance(sql, str) and bool(_VIRTUAL.match(sql))
+
+
+def is_fts5_sql(sql: object) -> bool:
+    """True for a ``CREATE VIRTUAL TABLE … USING fts5(…)`` statement (not fts5vocab, nor any other module)."""
+    return is_virtual_sql(sql) and bool(_FTS5_MODULE.search(sql))
 
 
 def chunks(items: Sequence, size: int = IN_CHUNK) -> Iterator[list]:
