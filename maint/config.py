@@ -21,7 +21,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from maint import files
 from maint.errors import MaintError, UsageError
-from maint.store.targets import hermes_home
+from maint.store.targets import hermes_home, profile_of
 
 SESSION_DEFAULTS: dict[str, Any] = {
     "auto_prune": False,
@@ -91,27 +91,10 @@ def config_path_for(store: Path | None, profile: str | None = None) -> Path:
         # reached by a relative path or through another link (try 14, R1): the home's own profiles decide
         if os.path.lexists(beside) or "profiles" in (given.parent.name, folder.parent.name):
             return beside
-        profile = _profile_holding(Path(store).expanduser())
-        if profile is not None:
+        profile = profile_of(store)
+        if profile not in (None, "default"):
             return hermes_home() / "profiles" / profile / "config.yaml"
     return hermes_home() / "config.yaml"
-
-
-def _profile_holding(store: Path) -> str | None:
-    """The profile of $HERMES_HOME whose state.db is the file *store* names, if one is."""
-    try:
-        st = os.stat(store)
-        names = os.listdir(hermes_home() / "profiles")
-    except OSError:
-        return None
-    for name in sorted(names):
-        try:
-            other = os.stat(hermes_home() / "profiles" / name / "state.db")
-        except OSError:
-            continue
-        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
-            return name
-    return None
 
 
 def load_config(path: Path | None = None, *, store: Path | None = None) -> Config:

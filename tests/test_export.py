@@ -532,7 +532,8 @@ def test_md_to_a_file_name_writes_that_file_not_a_folder(store, tmp_path):
 def test_a_bulk_trace_to_a_file_name_is_refused_not_made_a_folder(store, tmp_path):
     """Hostile try 12, P6: `export tr.jsonl --format trace --source cli` made a folder named tr.jsonl (md and qmd
     refuse the same); one session to tr.jsonl is that file."""
-    for name, fmt in (("tr.jsonl", "trace"), ("T.Jsonl", "trace"), ("O1.MD", "md"), ("o.QMD", "qmd")):
+    for name, fmt in (("tr.jsonl", "trace"), ("T.Jsonl", "trace"), ("O1.MD", "md"), ("o.QMD", "qmd"),
+                      ("o8.jsonl", "md"), ("o7.markdown", "md"), ("o6.md ", "md"), ("t.md", "trace")):  # R6
         bulk = run_export(tmp_path / name, "--db", store, "--format", fmt, "--source", "cli")  # Q2: any case
         assert bulk.returncode == 2 and "names one file" in bulk.stderr and "give a folder" in bulk.stderr, \
             (name, bulk.stderr)

@@ -292,3 +292,19 @@ def test_a_stray_session_whose_id_the_target_holds_with_the_same_messages_but_an
         assert rows(default, "SELECT title, input_tokens FROM sessions WHERE id = 'c1'") == [
             ("DEFAULT TITLE (renamed)", 999999)]
         assert "kept [stray_sessions] c1" in result.stdout and "another row" in result.stdout, result.stdout
+
+
+def test_a_move_into_a_store_of_an_older_schema_keeps_what_it_has_no_column_for(home):
+    """Hostile try 14, R8: the copy wrote only the columns both stores have, and the stray session was then deleted:
+    the values of a column the profile's older store lacks were in no live store. Such a move is kept and named."""
+    default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"
+    conn = sqlite3.connect(default)
+    conn.execute("ALTER TABLE messages ADD COLUMN display_kind TEXT")
+    conn.execute("UPDATE messages SET display_kind = 'card' WHERE session_id = 'c1'")
+    conn.commit()
+    conn.close()
+    r = cli_json("--apply", "--yes")
+    skipped = [d for d in r["applied"] if "c1" in d["session_ids"]]
+    assert skipped and skipped[0]["skipped"] and "messages.display_kind" in skipped[0]["reason"], r["applied"]
+    assert rows(default, "SELECT COUNT(*) FROM messages WHERE session_id = 'c1' AND display_kind = 'card'") == [(4,)]
+    assert rows(coder, "SELECT COUNT(*) FROM sessions WHERE id = 'c1'") == [(0,)]

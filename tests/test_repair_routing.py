@@ -143,3 +143,26 @@ def test_one_session_row_that_is_not_utf8_is_named_and_the_rest_examined(hermes_
     assert result.exit_code == 0, result.output
     assert "its row holds text that is not UTF-8; not examined" in result.stderr
     assert query(path, "SELECT session_key FROM sessions WHERE id = 'tg_orphan'") == [("agent:main:telegram:dm:42",)]
+
+
+def test_a_linked_profile_folder_is_still_that_profile(hermes_home, tmp_path, monkeypatch):
+    """Hostile try 14, R9: the profile of a store was read from its resolved path: a profile whose folder is a
+    link (profiles/p2 -> /data/p2) was none, which turned off the rule that a chat of another profile is not
+    routed to this store. One answer for every module now, by the file's identity."""
+    from maint.ops.routing import store_owner
+    from maint.store.targets import profile_of
+
+    real = tmp_path / "data" / "p2"
+    real.mkdir(parents=True)
+    (hermes_home / "profiles").mkdir(exist_ok=True)
+    (hermes_home / "profiles" / "p2").symlink_to(real)
+    store = hermes_home / "profiles" / "p2" / "state.db"
+    with StoreBuilder(store) as b:
+        b.session("s", age=1)
+    with StoreBuilder(hermes_home / "state.db") as b:
+        b.session("d", age=1)
+    monkeypatch.chdir(real)
+    for path in (store, real / "state.db", "state.db", hermes_home / "profiles" / "p2" / ".." / "p2" / "state.db"):
+        assert store_owner(path) == "p2" and profile_of(path) == "p2", path
+    assert store_owner(hermes_home / "state.db") == "default"
+    assert store_owner(tmp_path / "elsewhere.db") is None

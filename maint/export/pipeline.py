@@ -252,7 +252,7 @@ def _entries(store: Store, chosen: Sequence[str], req: ExportRequest,
             return [{"path": path, "ids": [chosen[0]]}], folder
         if output == STDOUT:
             raise UsageError("OUTPUT -: a bulk trace export writes one file per session; give a folder")
-        if _names_a_file(output, (".jsonl",)):  # as md/qmd (hostile try 12, P6: a folder named tr.jsonl was made)
+        if _names_a_file(output, FILE_SUFFIXES):  # as md/qmd (hostile try 12, P6: a folder named tr.jsonl was made)
             raise UsageError(f"OUTPUT: {output} names one file, but this export writes {len(chosen)} traces (one per "
                              "session); give a folder (e.g. traces/)")
         folder = _folder_of(output)
@@ -266,6 +266,9 @@ def _entries(store: Store, chosen: Sequence[str], req: ExportRequest,
                              "(one per session); give a folder (e.g. exports/)")
         path, folder = _single_file(output, safe_name(groups[0][0], suffix))
         return [{"path": path, "ids": groups[0]}], Path(path).parent
+    if not single and _names_a_file(output, FILE_SUFFIXES):  # another kind's name (try 14, R6: o8.jsonl, o7.markdown)
+        raise UsageError(f"OUTPUT: {output} names one file, but a bulk {fmt} export writes one document per session; "
+                         "give a folder (e.g. exports/)")
     if output == STDOUT:
         if not single or req.lineage == "logical" and len(_groups(store, chosen, req.lineage)) > 1:
             raise UsageError(f"OUTPUT -: stdout takes one document; a bulk {fmt} export writes one file per "
@@ -281,10 +284,14 @@ def _entries(store: Store, chosen: Sequence[str], req: ExportRequest,
     return out, folder
 
 
+FILE_SUFFIXES = (".jsonl", ".json", ".md", ".markdown", ".qmd", ".html", ".htm", ".txt")  # names of one document
+
+
 def _names_a_file(output: str | None, suffixes: tuple[str, ...]) -> bool:
-    """OUTPUT reads as one file of these kinds: not stdout, no trailing slash, not an existing folder."""
+    """OUTPUT reads as one file of these kinds (any case, trailing blanks aside): not stdout, no trailing slash, not
+    an existing folder."""
     return bool(output) and output != STDOUT and not output.endswith(("/", os.sep)) \
-        and Path(output).suffix.lower() in suffixes and not Path(output).expanduser().is_dir()
+        and Path(output.rstrip()).suffix.lower() in suffixes and not Path(output).expanduser().is_dir()
 
 
 def _records_beside(entries: list[dict[str, Any]], chosen: Sequence[str]) -> list[dict[str, Any]]:

@@ -347,6 +347,14 @@ def apply_findings(stores: dict[str, Path], findings: list[Finding]) -> list[dic
                 continue
             with open_store(dst_path) as dst:
                 lost = _unmovable_tables(src, dst, f.session_ids)
+                lost_cols = _unmovable_columns(src, dst, f.session_ids)
+                if lost_cols:
+                    # a profile not opened since a Hermes upgrade keeps the older schema: the copy would drop these
+                    # values, and the stray session would then be deleted (hostile try 14, R8)
+                    done.append({**f.as_dict(), "to": str(dst_path), "skipped": True,
+                                 "reason": f"{dst_path} has no column {', '.join(lost_cols)} to receive their values "
+                                           "(an older schema: let Hermes open that profile once); nothing moved"})
+                    continue
                 if lost:
                     done.append({**f.as_dict(), "to": str(dst_path), "skipped": True,
                                  "reason": f"{dst_path} has no {', '.join(lost)} table to receive their rows "
@@ -367,6 +375,19 @@ def apply_findings(stores: dict[str, Path], findings: list[Finding]) -> list[dic
                     _move_routing(src, dst, f.routing_keys)
         done.append({**f.as_dict(), "to": str(dst_path)})
     return done
+
+
+def _unmovable_columns(src: Store, dst: Store, ids: list[str]) -> list[str]:
+    """``table.column`` the target store lacks where *ids* hold values (in the session rows or their messages)."""
+    lost = []
+    for table, key in (("sessions", "id"), ("messages", "session_id")):
+        have = set(dst.columns(table))
+        for col in (c for c in src.columns(table) if c not in have):
+            quoted = '"' + col.replace('"', '""') + '"'
+            if any(src.scalar(f"SELECT 1 FROM {table} WHERE {key} IN ({ph(c)}) AND {quoted} IS NOT NULL LIMIT 1", c)
+                   for c in chunks(ids)):
+                lost.append(f"{table}.{col}")
+    return lost
 
 
 def _unmovable_tables(src: Store, dst: Store, ids: list[str]) -> list[str]:

@@ -28,7 +28,7 @@ from maint.store.catalog import SessionInfo, load_sessions
 from maint.store.connection import Store, open_store
 from maint.store.holders import refuse_if_held
 from maint.store.snapshots import copy_stores
-from maint.store.targets import hermes_home
+from maint.store.targets import profile_of
 from maint.store.text_check import readable_row_sql, unreadable_rows
 
 if TYPE_CHECKING:
@@ -48,14 +48,8 @@ IDENTITY_COLUMNS = ("chat_id", "chat_type", "thread_id", "user_id", "origin_json
 
 
 def store_owner(path: Path) -> str | None:
-    """The profile a store belongs to, from its place under HERMES_HOME; None outside that tree."""
-    home = hermes_home().resolve()
-    parent = Path(path).resolve().parent
-    if parent == home:
-        return "default"
-    if parent.parent == home / "profiles":
-        return parent.name
-    return None
+    """The profile a store belongs to (:func:`maint.store.targets.profile_of`); None outside HERMES_HOME."""
+    return profile_of(path)
 
 
 def _profiles(store: Store) -> dict[str, str | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,29 @@ class StoreTarget:
     @property
     def name(self) -> str:
         return self.profile or "default"
+
+
+def profile_of(store: Path | str) -> str | None:
+    """Which profile of $HERMES_HOME a store is: "default" for its state.db, NAME for profiles/NAME/state.db; None
+    for a store outside the home. Decided by the file itself (device and inode), so any path to it answers alike: a
+    linked profile folder, a relative path, ``..`` (hostile tries 13 and 14, Q1, R1, R9: config resolution and
+    repair-routing each decided by folder names and took a linked profile for none)."""
+    try:
+        st = os.stat(Path(store).expanduser())
+    except OSError:
+        return None
+    home = hermes_home()
+    candidates = [("default", home / "state.db")]
+    with contextlib.suppress(OSError):
+        candidates += [(name, home / "profiles" / name / "state.db") for name in sorted(os.listdir(home / "profiles"))]
+    for name, path in candidates:
+        try:
+            other = os.stat(path)
+        except OSError:
+            continue
+        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            return name
+    return None
 
 
 def profile_store(name: str) -> Path:
