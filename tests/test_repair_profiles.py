@@ -308,3 +308,27 @@ def test_a_move_into_a_store_of_an_older_schema_keeps_what_it_has_no_column_for(
     assert skipped and skipped[0]["skipped"] and "messages.display_kind" in skipped[0]["reason"], r["applied"]
     assert rows(default, "SELECT COUNT(*) FROM messages WHERE session_id = 'c1' AND display_kind = 'card'") == [(4,)]
     assert rows(coder, "SELECT COUNT(*) FROM sessions WHERE id = 'c1'") == [(0,)]
+
+
+def test_a_stop_while_the_stores_are_copied_leaves_no_partial_snapshot(home, cli, monkeypatch):
+    """Hostile try 14, R7: a stop during repair-profiles' snapshot of every store (one uninterruptible copy each)
+    left a `repair-profiles-<stamp>/` holding the first store only, under its final name: an incomplete set that
+    looks like a snapshot. The copies go in steps and an interrupted set is removed."""
+    from maint.errors import Terminated
+    from maint.store import snapshots
+
+    paths = list(home.rglob("state.db"))
+    before = {p: file_hash(p) for p in paths}
+    real, calls = snapshots.connect_checked, []
+
+    def second_copy_stopped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise Terminated(15)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(snapshots, "connect_checked", second_copy_stopped)
+    result = cli("repair-profiles", "--apply", "--yes")
+    assert result.exit_code == 143, result.output
+    assert not list((home / "state-snapshots").glob("repair-profiles-*")), list((home / "state-snapshots").iterdir())
+    assert {p: file_hash(p) for p in paths} == before

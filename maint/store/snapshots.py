@@ -72,6 +72,9 @@ def prepare_folder(folder: Path | None, store: Path) -> Path:
         raise MaintError(f"{exc}; no snapshot was made") from None
 
 
+COPY_STEP_PAGES = 4096  # 16 MB of 4 KB pages a step
+
+
 def copy_stores(stores: dict[str, Path], label: str) -> Path:
     """Copies of every store through SQLite's backup API, in a timestamped folder named for *label*
     inside the snapshot folder (made and opened as backup does: no link followed, 0700, owned as its home)."""
@@ -83,13 +86,27 @@ def copy_stores(stores: dict[str, Path], label: str) -> Path:
             n += 1
             name = f"{base}-{n}"
         with snapshots.subfolder(name, create=True) as folder:
-            for profile, path in stores.items():
-                os.close(folder.create(f"{profile}.state.db"))
-                # the store whose links were judged, not whatever its name leads to by now (hostile try 5, H1)
-                src = connect_checked(path, check_regular_file(path), apsw.SQLITE_OPEN_READONLY)
-                dst = connect(str(folder.path / f"{profile}.state.db"))
-                with dst.backup("main", src, "main") as backup:
-                    backup.step()
-                dst.close()
-                src.close()
+            made: list[str] = []
+            try:
+                for profile, path in stores.items():
+                    made.append(f"{profile}.state.db")
+                    os.close(folder.create(made[-1]))
+                    # the store whose links were judged, not whatever its name leads to by now (hostile try 5, H1)
+                    src = connect_checked(path, check_regular_file(path), apsw.SQLITE_OPEN_READONLY)
+                    dst = connect(str(folder.path / made[-1]))
+                    try:
+                        with dst.backup("main", src, "main") as backup:
+                            while not backup.done:  # in steps: a stop is honoured between two (try 14, R7)
+                                backup.step(COPY_STEP_PAGES)
+                    finally:
+                        dst.close()
+                        src.close()
+            except BaseException:
+                # an incomplete set is no snapshot: nothing of it stays to be taken for one (try 14, R7)
+                for made_name in made:
+                    for suffix in ("", "-journal", "-wal", "-shm"):
+                        folder.unlink(made_name + suffix)
+                with contextlib.suppress(OSError):
+                    os.rmdir(name, dir_fd=snapshots.fd)
+                raise
             return folder.path
