@@ -369,7 +369,8 @@ def apply_findings(stores: dict[str, Path], findings: list[Finding]) -> list[dic
                             delete_sessions(src, conn, f.session_ids)
                     if why:
                         done.append({**f.as_dict(), "to": str(dst_path), "skipped": True,
-                                     "reason": f"{why}; the stray copy was kept (run again to move it)"})
+                                     "reason": f"{why}; the stray copy was kept"
+                                               + ("" if "under one id" in why else " (run again to move it)")})
                         continue
                 if f.routing_keys:
                     _move_routing(src, dst, f.routing_keys)
