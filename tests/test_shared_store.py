@@ -3,10 +3,11 @@
 import json
 import os
 import sqlite3
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, file_hash, query, run_subprocess, session_ids
+from tests.conftest import file_hash, query, run_subprocess, session_ids
 from tests.storegen import StoreBuilder, small_store
 
 
@@ -317,20 +318,22 @@ def test_a_process_mapping_a_file_whose_name_is_not_utf8_stops_no_run(tmp_path):
 def test_a_users_holder_check_summarises_roots_processes_and_skips_those_that_cannot_open_the_store(tmp_path):
     """Hostile try 12, P15: as a user, restore and set-journal-mode always refused "holder check incomplete: pid 1:
     access denied; pid 2: …" (root's processes are unreadable to a user), so every user learned --force. Another
-    user's process that cannot open the store (0600 files) is not unknown; root's are named once."""
+    user's process that cannot open the store (0600 files) is not unknown; root's are named once.
+
+    The check runs in this (root) process with alice's effective ids (/proc answers by them), and bob's process is
+    /bin/cat: no interpreter another user must be able to execute (root's home may be 0700)."""
     import shutil
     import subprocess
-    import sys
     import tempfile
 
+    from maint.store.holders import HeldStore, find_holders, refuse_if_held
+
     alice, bob = 1001, 1003
-    top = tempfile.mkdtemp(prefix="hm-holders-", dir="/tmp")  # somewhere alice can reach (not under root's tmp)
+    top = tempfile.mkdtemp(prefix="hm-holders-", dir="/tmp")
     os.chown(top, alice, alice)
-    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; print('ready', flush=True); sys.stdin.read()"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, user=bob, group=bob,
+    sleeper = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, user=bob, group=bob,
                                extra_groups=[])
     try:
-        assert sleeper.stdout.readline().strip() == "ready"
         db = small_store(tmp_path / "state.db")
         folder = os.path.join(top, "store")
         os.mkdir(folder, 0o700)
@@ -338,29 +341,36 @@ def test_a_users_holder_check_summarises_roots_processes_and_skips_those_that_ca
         mine = os.path.join(folder, "state.db")
         shutil.copy(db, mine)
         os.chown(mine, alice, alice)
-        code = ("import json, sys; from maint.store.holders import find_holders; r = find_holders(sys.argv[1]);"
-                "print(json.dumps({'holders': [h.pid for h in r.holders], 'unknown': r.unknown}))")
 
-        def as_alice(mode):
-            os.chmod(mine, mode)
-            run = subprocess.run([sys.executable, "-c", code, mine], capture_output=True, text=True, cwd=REPO,
-                                 user=alice, group=alice, extra_groups=[], timeout=120)
-            assert run.returncode == 0, run.stderr
-            return json.loads(run.stdout)
+        def as_alice(check):
+            os.setegid(alice)
+            os.seteuid(alice)
+            try:
+                return check()
+            finally:
+                os.seteuid(0)
+                os.setegid(0)
 
-        shut = as_alice(0o600)
-        assert shut["holders"] == [] and shut["unknown"][0].startswith("root's processes (")
-        assert shut["unknown"][0].endswith(") cannot be checked by a user: run as root, or pass --force")
-        assert not any("access denied" in u for u in shut["unknown"]), shut  # bob's sleeper included
-        opened = as_alice(0o644)  # bob could open it now: his process is unknown again
-        assert f"pid {sleeper.pid}: access denied" in opened["unknown"]
-        assert opened["unknown"][0].startswith("root's processes (")  # still once, first (their count varies)
         os.chmod(mine, 0o600)
-        refused = subprocess.run([sys.executable, "-m", "maint", "set-journal-mode", "delete", "--db", mine],
-                                 capture_output=True, text=True, cwd=REPO, user=alice, group=alice, extra_groups=[],
-                                 env={**os.environ, "HERMES_HOME": folder}, timeout=120)
-        assert refused.returncode != 0 and "root's processes (" in refused.stderr, refused.stderr
-        assert "pid 1: access denied" not in refused.stderr
+        shut = as_alice(lambda: find_holders(mine))
+        assert shut.holders == [] and shut.unknown[0].startswith("root's processes (")
+        assert shut.unknown[0].endswith(") cannot be checked by a user: run as root, or pass --force")
+        assert not any("access denied" in u for u in shut.unknown), shut.unknown  # bob's process included
+        os.chmod(mine, 0o644)  # bob could open it now: his process is unknown again
+        opened = as_alice(lambda: find_holders(mine))
+        assert f"pid {sleeper.pid}: access denied" in opened.unknown
+        assert opened.unknown[0].startswith("root's processes (")  # still once, first (their count varies)
+        os.chmod(mine, 0o600)
+
+        def refused():
+            try:
+                refuse_if_held(Path(mine), force=False, doing="switch its journal mode", advice="")
+            except HeldStore as exc:
+                return str(exc)
+            return None
+
+        line = as_alice(refused)
+        assert line is not None and "root's processes (" in line and "pid 1: access denied" not in line, line
     finally:
         sleeper.stdin.close()
         sleeper.wait(timeout=30)
