@@ -302,6 +302,7 @@ def test_a_stop_during_the_copy_leaves_the_store_as_it_was(hermes_home, cli, mon
     a stop between two rolls the copy back: the store is as it was."""
     from maint.errors import Terminated
     from maint.ops import restore as restore_mod
+    from maint.store import snapshots as snapshots_mod
 
     db = _store(hermes_home / "state.db", n=30)
     snap = _snapshot(hermes_home)
@@ -314,7 +315,7 @@ def test_a_stop_during_the_copy_leaves_the_store_as_it_was(hermes_home, cli, mon
         steps.append(1)
         raise Terminated(15)
 
-    monkeypatch.setattr(restore_mod, "COPY_STEP_PAGES", 1)
+    monkeypatch.setattr(snapshots_mod, "COPY_STEP_PAGES", 1)
     monkeypatch.setattr(restore_mod, "_between_steps", stop_after_the_first_step)
     result = cli("restore", snap, "--yes")
     assert result.exit_code == 143, result.output

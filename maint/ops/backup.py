@@ -58,7 +58,7 @@ from maint import json_text
 from maint.export.files import safe_name
 from maint.store.batching import Batcher, pacer_for
 from maint.store.connection import (READ_CACHE_KB, REQUIRED_TABLES, Store, as_found, check_regular_file, connect,
-                                    connect_checked, flat_memory_pragmas, open_store, refuse_computed_columns)
+                                    connect_checked, flat_memory_pragmas, open_store, refuse_unreadable_store)
 from maint.store.snapshots import default_folder, prepare_folder, refuse_untrusted_folder
 from maint.store.targets import StoreTarget, hermes_home
 from maint.ops.vacuum import DiskUsage, file_size_limit, with_margin, write_limit_reached
@@ -134,7 +134,7 @@ def _check_file(path: Path) -> dict[str, Any]:
         missing = [t for t in REQUIRED_TABLES if t not in tables]
         if missing:
             raise StoreError(f"{path}: not a Hermes store (missing table {', '.join(missing)}); refusing")
-        refuse_computed_columns(conn, path)
+        refuse_unreadable_store(conn, path)
         problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
         if problems != ["ok"]:
             raise StoreError(f"{path}: failed PRAGMA quick_check ({'; '.join(map(str, problems[:3]))}); refusing")

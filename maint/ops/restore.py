@@ -40,6 +40,7 @@ from maint.store.connection import (schema_problem, _check_header, _persist_wal,
                                     check_regular_file, check_writable, connect_checked, header_journal_mode)
 from maint.store.holders import STOP_HERMES, HolderReport, refuse_if_held
 from maint.store.runlock import run_lock
+from maint.store import snapshots
 from maint.store.targets import StoreTarget
 from maint.flow import Operator
 
@@ -214,7 +215,7 @@ def _copy_from(conn: apsw.Connection, src: apsw.Connection,
                 # in steps, one write lock and one commit still (the destination's transaction spans them): a stop
                 # between two ends the run with the store as it was (hostile try 14, R5: one step(-1) of a 2.8 GB
                 # snapshot held SIGTERM 17 s, then left the store replaced)
-                backup.step(COPY_STEP_PAGES)
+                backup.step(snapshots.COPY_STEP_PAGES)  # a stop waits for one step at most
                 _between_steps()
     except apsw.BusyError:
         raise StoreError("the store was locked by another process past the busy timeout; the restore did not "
@@ -225,9 +226,6 @@ def _copy_from(conn: apsw.Connection, src: apsw.Connection,
         raise MaintError(f"SQLite refused to copy into the store ({exc}); the store is unchanged") from None
     finally:
         src.close()
-
-
-COPY_STEP_PAGES = 4096  # 16 MB of 4 KB pages a step: a stop waits for one step at most
 
 
 def _between_steps() -> None:

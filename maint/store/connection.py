@@ -303,7 +303,14 @@ def check_writable(path: Path) -> os.stat_result:
 CHECKPOINT_GRACE_S, CHECKPOINT_POLL_S = 3.0, 0.05
 
 
-def refuse_computed_columns(conn: apsw.Connection, path: Path) -> None:
+def _not_utf8(path: Path, encoding: str) -> StoreError:
+    """The one line for a store whose text is not UTF-8, read from the header (before SQLite opens the file, so
+    before a hot journal is rolled back) or from SQLite itself (a ``-wal`` may hold another page 1)."""
+    return StoreError(f"{path}: its text encoding is {encoding}; Hermes writes UTF-8 stores and hermes-maint reads "
+                      "only those (convert it: sqlite3 OLD .dump | sqlite3 NEW); refusing, nothing was written")
+
+
+def refuse_unreadable_store(conn: apsw.Connection, path: Path) -> None:
     """Refuse a store SQLite reads in UTF-16 (the header's byte 56 said UTF-8, but a ``-wal`` may hold another
     page 1: hostile try 13, Q3), or with a VIRTUAL generated column (Hermes's schema has none). Every read of
     such a column's rows computes an expression of the store's own, and one such step may take seconds: no
@@ -311,9 +318,7 @@ def refuse_computed_columns(conn: apsw.Connection, path: Path) -> None:
     backup's checks running for minutes past SIGTERM)."""
     encoding = conn.execute("PRAGMA encoding").fetchall()[0][0]
     if encoding != "UTF-8":
-        raise StoreError(f"{path}: its text encoding is {encoding}; Hermes writes UTF-8 stores and hermes-maint "
-                         "reads only those (convert it: sqlite3 OLD .dump | sqlite3 NEW); refusing, nothing was "
-                         "written")
+        raise _not_utf8(path, encoding)
     found = [f"{t}.{c}" for t, c in conn.execute(
         "SELECT m.name, x.name FROM sqlite_master AS m, pragma_table_xinfo(m.name) AS x "
         "WHERE m.type = 'table' AND m.sql NOT LIKE 'CREATE VIRTUAL%' AND x.hidden = 2")]
@@ -396,8 +401,7 @@ def _check_header_once(path: Path) -> tuple[int, int] | None:
         # our checks and copies read text as UTF-8 bytes, and a copy between encodings fails after the fact
         # (hostile try 12, P3/P4: a UTF-16 snapshot was restored, then reported as an error)
         name = {2: "UTF-16le", 3: "UTF-16be"}.get(encoding, f"unknown ({encoding})")
-        raise StoreError(f"{path}: its text encoding is {name}; Hermes writes UTF-8 stores and hermes-maint reads "
-                         "only those (convert it: sqlite3 OLD .dump | sqlite3 NEW); refusing, nothing was written")
+        raise _not_utf8(path, name)
     if pages and change_counter == valid_for and size < pages * page_size:
         return size, pages * page_size
     return None
@@ -1019,7 +1023,7 @@ def open_store(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int
             shapes = {r[0]: r[1] for r in conn.execute("SELECT name, type FROM sqlite_master")}
             named = ", ".join(f"{t} (a {shapes[t]} here)" if t in shapes else t for t in missing)
             raise StoreError(f"{path}: not a Hermes session store (missing table {named}); refusing")
-        refuse_computed_columns(conn, path)
+        refuse_unreadable_store(conn, path)
         needed = {"id", "source", "started_at", "ended_at", "parent_session_id"}
         if not needed <= set(store.columns("sessions")):
             lacking = ", ".join(sorted(needed - set(store.columns("sessions"))))

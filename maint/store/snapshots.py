@@ -72,7 +72,7 @@ def prepare_folder(folder: Path | None, store: Path) -> Path:
         raise MaintError(f"{exc}; no snapshot was made") from None
 
 
-COPY_STEP_PAGES = 4096  # 16 MB of 4 KB pages a step
+COPY_STEP_PAGES = 4096  # 16 MB of 4 KB pages a step (restore's copy too): a stop waits for one step at most
 
 
 def copy_stores(stores: dict[str, Path], label: str) -> Path:
