@@ -1,3 +1,3 @@
-from maint.cli import main
+from maint.entry import main
 
 main()

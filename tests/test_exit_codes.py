@@ -259,3 +259,23 @@ def test_a_stop_signal_ends_a_run_inside_one_long_sqlite_step(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err and took < 60, (took, err)  # the 3 s grace, not the rest of the check
     assert file_hash(db) == before
+
+
+@pytest.mark.parametrize("how", ["console-script", "python -m maint"])
+def test_ctrl_c_while_the_cli_modules_import_is_130_without_traceback(how):
+    """Hostile try 13, Q5: the console script ran `from maint.cli import main` before main()'s guard: Ctrl-C in the
+    ~0.3 s that click and the command modules take to import printed a KeyboardInterrupt traceback (exit 1).
+    Here the import of maint.cli itself is interrupted, as a Ctrl-C at that moment would."""
+    import tomllib
+
+    script = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["hermes-maint"]
+    module, func = script.split(":")
+    start = (f"from {module} import {func}\n{func}()" if how == "console-script"
+             else "import runpy\nrunpy.run_module('maint', run_name='__main__')")
+    code = ("import builtins\nreal = builtins.__import__\n"
+            "def interrupted(name, *args, **kwargs):\n"
+            "    if name == 'maint.cli':\n        raise KeyboardInterrupt\n"
+            "    return real(name, *args, **kwargs)\n"
+            "builtins.__import__ = interrupted\n" + start)
+    proc = subprocess.run([sys.executable, "-c", code, "stats"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == errors.EXIT_INTERRUPTED and "Traceback" not in proc.stderr, (proc.returncode, proc.stderr)
