@@ -29,6 +29,7 @@ The rules live here once, so a new command gets them by using it:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
@@ -645,6 +646,21 @@ class Folder:
         except FileNotFoundError:
             return False
 
+    def publish(self, temp: str, name: str) -> None:
+        """Give our file *temp* the name *name*, never over an existing file (:class:`FileExistsError`): a hard link,
+        then the temporary name goes; where the filesystem has no hard links (vfat, exFAT, CIFS without unix
+        extensions: EPERM / EOPNOTSUPP), a rename that refuses an existing name (hostile try 12, P10: a backup
+        onto a USB stick always failed "cannot write there")."""
+        try:
+            os.link(self._plain(temp), self._plain(name), src_dir_fd=self.fd, dst_dir_fd=self.fd,
+                    follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP):
+                raise
+            _rename_noreplace(self.fd, self._plain(temp), self._plain(name), self.path)
+            return
+        self.unlink(temp)
+
     def sync(self) -> None:
         """Make a rename or link in this folder durable (best effort: some filesystems refuse)."""
         with contextlib.suppress(OSError):
@@ -830,14 +846,31 @@ class Folder:
             if replace:
                 os.rename(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
             else:
-                os.link(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
-                self.unlink(temp)
+                self.publish(temp, name)
             self.sync()
         except BaseException:
             self.unlink(temp)
             raise
         finally:
             os.close(fd)
+
+
+RENAME_NOREPLACE = 1  # linux/fs.h
+
+
+def _rename_noreplace(dir_fd: int, old: str, new: str, where: Path) -> None:
+    """``renameat2(RENAME_NOREPLACE)`` in one folder (glibc >= 2.28; Python has no wrapper)."""
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    failed = errno.ENOSYS if fn is None else 0
+    if fn is not None and fn(dir_fd, os.fsencode(old), dir_fd, os.fsencode(new), RENAME_NOREPLACE) != 0:
+        failed = ctypes.get_errno()
+    if failed == errno.EEXIST:
+        raise FileExistsError(failed, os.strerror(failed), str(where / new))
+    if failed in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        raise OSError(errno.EOPNOTSUPP, "this filesystem has no hard links nor a rename that keeps an existing "
+                      "file; write to another filesystem", str(where))
+    if failed:
+        raise OSError(failed, os.strerror(failed), str(where / new))
 
 
 WORK_PREFIX = "hermes-maint-"

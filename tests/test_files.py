@@ -215,6 +215,52 @@ def test_a_failed_metrics_rename_leaves_no_temporary_file(tmp_path, monkeypatch)
     assert [p.name for p in tmp_path.iterdir()] == [".hermes.prom.lock"]  # the lock stays: it is no temporary file
 
 
+def _no_hard_links(monkeypatch):
+    """What vfat, exFAT and CIFS without unix extensions answer to link(2)."""
+    def eperm(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", eperm)
+
+
+@pytest.mark.parametrize("command", ["backup", "optimize --into", "recover --salvage"])
+def test_a_file_is_published_on_a_filesystem_without_hard_links(tmp_path, monkeypatch, cli, command):
+    """Hostile try 12, P10: files are published by link(2), never over an existing name; on a filesystem without
+    hard links (a USB stick) `backup DEST` always failed "cannot write there (Operation not permitted)", as did
+    optimize --into and recover --salvage. Now a rename that refuses an existing name takes the link's place."""
+    db = _store(tmp_path / "state.db")
+    out = tmp_path / "stick"
+    out.mkdir(mode=0o700)
+    _no_hard_links(monkeypatch)
+    args = {"backup": ["backup", out], "optimize --into": ["optimize", "--into", out / "c.db"],
+            "recover --salvage": ["recover", "--salvage", out / "c.db"]}[command]
+    result = cli(*args, "--db", db)
+    assert result.exit_code == 0, result.output
+    made = [p.name for p in out.iterdir()]
+    assert not [n for n in made if "partial" in n], made
+    if command == "backup":
+        assert len([n for n in made if n.endswith(".db")]) == 1 and len([n for n in made if n.endswith(".json")]) == 1
+    else:
+        assert made == ["c.db"]
+
+
+def test_without_hard_links_an_existing_name_is_still_never_replaced(tmp_path, monkeypatch):
+    _no_hard_links(monkeypatch)
+    (tmp_path / "taken").write_bytes(b"theirs")
+    with files.Folder.open(tmp_path) as folder:
+        temp, fd = folder.temporary("taken")
+        os.write(fd, b"ours")
+        os.close(fd)
+        with pytest.raises(FileExistsError):
+            folder.publish(temp, "taken")
+        folder.publish(temp, "free")
+    with files.atomic_file(tmp_path / "new", replace=False) as fh:  # the file module's own writes (a new config)
+        fh.write(b"made")
+    assert (tmp_path / "taken").read_bytes() == b"theirs" and (tmp_path / "free").read_bytes() == b"ours"
+    assert (tmp_path / "new").read_bytes() == b"made" and stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["free", "new", "taken"]
+
+
 # -- owned like the folder (or the store) after a root run ----------------------------------------
 
 class Chowns:

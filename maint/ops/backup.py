@@ -434,7 +434,7 @@ def _write_sidecar(folder: files.Folder, name: str, meta: dict[str, Any]) -> Non
         os.write(fd, (json.dumps(meta, indent=1) + "\n").encode())
         os.fsync(fd)
         crash_point("sidecar_partial")
-        os.link(tmp, side, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
+        folder.publish(tmp, side)
     finally:
         folder.unlink(tmp)
         os.close(fd)
@@ -532,9 +532,8 @@ def _take(store_path: Path, folder: files.Folder, label: str, kind: str, compact
         made.append(name + ".json")
         crash_point("backup_sidecar")
         # never replaces an existing file
-        os.link(partial.name, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
+        folder.publish(partial.name, name)
         made = []  # the snapshot is in place: from here on nothing is taken back
-        folder.unlink(partial.name)
         folder.sync()
     except OSError as exc:
         _discard(folder, made, fd)

@@ -386,7 +386,7 @@ def salvage(store_path: Path, new_path: Path | None, *, dry_run: bool = False) -
                         report = _fill(src, dst, schema, store_path, new, fingerprint, started)
                         os.fsync(fd)
                         _refuse_changed(store_path, fingerprint)  # before the new file gets its name, not after
-                        os.link(temp, new.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
+                        folder.publish(temp, new.name)
                         folder.sync()
                         return report
                     finally:

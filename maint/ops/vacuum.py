@@ -297,7 +297,7 @@ def vacuum_into(store: Store, dest: Path, disk_usage: DiskUsage = shutil.disk_us
             sessions, messages, started = _vacuum_verified(store, tmp, fd, dest)
             os.fsync(fd)
             # never replaces a file that appeared meanwhile
-            os.link(temp, dest.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd, follow_symlinks=False)
+            folder.publish(temp, dest.name)
             folder.sync()
         except FileExistsError:
             raise MaintError(f"{dest}: appeared while the copy was written; not replaced, nothing was kept") from None
