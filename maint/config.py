@@ -21,7 +21,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from maint import files
 from maint.errors import MaintError, UsageError
-from maint.store.targets import hermes_home, profile_of
+from maint.store.targets import hermes_home, home_of, is_default_name
 
 SESSION_DEFAULTS: dict[str, Any] = {
     "auto_prune": False,
@@ -82,7 +82,7 @@ def config_path_for(store: Path | None, profile: str | None = None) -> Path:
     store obeyed the default profile's retention and pruned it).
     """
     if profile is not None:
-        return hermes_home() / "profiles" / profile / "config.yaml"
+        return (hermes_home() if is_default_name(profile) else hermes_home() / "profiles" / profile) / "config.yaml"
     if store is not None:
         given = Path(store).expanduser().parent
         folder = Path(os.path.realpath(Path(store).expanduser())).parent
@@ -91,9 +91,9 @@ def config_path_for(store: Path | None, profile: str | None = None) -> Path:
         # reached by a relative path or through another link (try 14, R1): the home's own profiles decide
         if os.path.lexists(beside) or "profiles" in (given.parent.name, folder.parent.name):
             return beside
-        profile = profile_of(store)
-        if profile not in (None, "default"):
-            return hermes_home() / "profiles" / profile / "config.yaml"
+        home = home_of(store)  # the folder whose store it is, not a name (hostile try 15, S1: profiles/default)
+        if home is not None:
+            return home / "config.yaml"
     return hermes_home() / "config.yaml"
 
 

@@ -63,6 +63,33 @@ def test_a_profiles_store_reads_its_own_config_whichever_flag_names_it(hermes_ho
     assert "retention_days: 1" in (hermes_home / "config.yaml").read_text()
 
 
+@pytest.mark.parametrize("via", ["its path under profiles/", "the linked folder's own path", "a relative path"])
+def test_a_folder_named_default_under_profiles_is_no_alias_of_the_home(hermes_home, cli, tmp_path, monkeypatch, via):
+    """Hostile try 15, S1: profiles/default (a folder Hermes never makes: `default` is its name for the home) linked
+    to /data/default: `sweep --force --db /data/default/state.db` took the store for the home's and pruned 160 of
+    162 by the home's retention, while its path under profiles/ read its own folder's config. Now the folder
+    decides, whatever the path; `--profile default` is the home itself, as Hermes's `-p default` is, and
+    --all-profiles leaves the folder out, as Hermes's profile list does."""
+    (hermes_home / "config.yaml").write_text("sessions: {auto_prune: true, retention_days: 1}\n")
+    (hermes_home / "config.yaml").chmod(0o600)
+    _store(hermes_home / "state.db", "home_old")
+    real = tmp_path / "data" / "default"
+    real.mkdir(parents=True, mode=0o700)
+    (hermes_home / "profiles").mkdir(exist_ok=True)
+    (hermes_home / "profiles" / "default").symlink_to(real)
+    _store(real / "state.db", "other_old")
+    db = {"its path under profiles/": str(hermes_home / "profiles" / "default" / "state.db"),
+          "the linked folder's own path": str(real / "state.db"), "a relative path": "state.db"}[via]
+    monkeypatch.chdir(hermes_home / "profiles" / "default")
+    report = cli.json("sweep", "--force", "--db", db)
+    assert not report["swept"] and report["pruned_ids"] == [], report
+    assert report["config"] == str(hermes_home / "profiles" / "default" / "config.yaml")
+    for name in ("default", "Default"):
+        assert cli.json("prune", "--dry-run", "--profile", name)["session_ids"] == ["home_old"]
+    result = cli("prune", "--dry-run", "--all-profiles", "--json")
+    assert [json.loads(line)["session_ids"] for line in result.stdout.splitlines()] == [["home_old"]], result.output
+
+
 def test_conflicting_target_flags(hermes_home, cli, tmp_path):
     result = cli("stats", "--db", tmp_path / "x.db", "--profile", "a")
     assert result.exit_code == 2 and "mutually exclusive" in result.stderr

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from maint.errors import MaintError, StoreError
-from maint.store.targets import hermes_home
+from maint.store.targets import hermes_home, profile_folders
 from maint.store import guard
 from maint.store.delete import delete_sessions
 from maint.store.sqlutil import chunks, ph
@@ -76,9 +76,8 @@ def file_id(path: Path) -> tuple[int, int] | None:
 
 def _candidate_stores(home: Path) -> list[tuple[str, Path]]:
     out = [(DEFAULT, home / "state.db")] if (home / "state.db").is_file() else []
-    pdir = home / "profiles"
-    if pdir.is_dir():
-        out += [(c.name, c / "state.db") for c in sorted(pdir.iterdir()) if (c / "state.db").is_file()]
+    out += [(name, home / "profiles" / name / "state.db") for name in profile_folders(home)
+            if (home / "profiles" / name / "state.db").is_file()]
     return out
 
 
@@ -105,10 +104,7 @@ def profile_stores(home: Path | None = None) -> dict[str, Path]:
 
 def existing_profiles(home: Path | None = None) -> set[str]:
     home = home or hermes_home()
-    names = {DEFAULT}
-    if (home / "profiles").is_dir():
-        names |= {c.name for c in (home / "profiles").iterdir() if c.is_dir()}
-    return names
+    return {DEFAULT} | {name for name in profile_folders(home) if (home / "profiles" / name).is_dir()}
 
 
 @dataclass

@@ -31,27 +31,51 @@ class StoreTarget:
         return self.profile or "default"
 
 
-def profile_of(store: Path | str) -> str | None:
-    """Which profile of $HERMES_HOME a store is: "default" for its state.db, NAME for profiles/NAME/state.db; None
-    for a store outside the home. Decided by the file itself (device and inode), so any path to it answers alike: a
-    linked profile folder, a relative path, ``..`` (hostile tries 13 and 14, Q1, R1, R9: config resolution and
+def is_default_name(name: str) -> bool:
+    """``default`` (any case) names the home itself, as Hermes's ``-p default`` does; a folder of that name under
+    profiles/ is none of Hermes's profiles (its own list skips it)."""
+    return name.strip().casefold() == "default"
+
+
+def profile_folders(home: Path) -> list[str]:
+    """The names under ``home/profiles`` that may be profiles: every entry but one named like the home's alias."""
+    with contextlib.suppress(OSError):
+        return [n for n in sorted(os.listdir(home / "profiles")) if not is_default_name(n)]
+    return []
+
+
+def home_of(store: Path | str) -> Path | None:
+    """The Hermes home a store is the state.db of: $HERMES_HOME, or $HERMES_HOME/profiles/NAME; None for a store
+    outside the home. Decided by the file itself (device and inode), so any path to it answers alike: a linked
+    profile folder, a relative path, ``..`` (hostile tries 13 and 14, Q1, R1, R9: config resolution and
     repair-routing each decided by folder names and took a linked profile for none)."""
     try:
         st = os.stat(Path(store).expanduser())
     except OSError:
         return None
     home = hermes_home()
-    candidates = [("default", home / "state.db")]
-    with contextlib.suppress(OSError):
-        candidates += [(name, home / "profiles" / name / "state.db") for name in sorted(os.listdir(home / "profiles"))]
-    for name, path in candidates:
+    folders = [home]
+    with contextlib.suppress(OSError):  # every folder under profiles/ is its own home, as its path says
+        folders += [home / "profiles" / name for name in sorted(os.listdir(home / "profiles"))]
+    for folder in folders:
         try:
-            other = os.stat(path)
+            other = os.stat(folder / "state.db")
         except OSError:
             continue
         if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
-            return name
+            return folder
     return None
+
+
+def profile_of(store: Path | str) -> str | None:
+    """Which profile of $HERMES_HOME a store is: "default" for its state.db, NAME for profiles/NAME/state.db; None
+    for a store outside the home (:func:`home_of`), or in a profiles/ folder named like the home's alias."""
+    folder = home_of(store)
+    if folder is None:
+        return None
+    if folder == hermes_home():
+        return "default"
+    return None if is_default_name(folder.name) else folder.name
 
 
 def profile_store(name: str) -> Path:
@@ -74,6 +98,8 @@ def resolve_targets(db: str | Path | None, profile: str | None, all_profiles: bo
             raise UsageError("--db: empty path (expected the path of a state.db file)")
         return [StoreTarget(Path(db).expanduser(), None, explicit=True)]
     if profile is not None:
+        if is_default_name(profile):  # Hermes's `-p default`: the home itself (hostile try 15, S1)
+            return [StoreTarget(hermes_home() / "state.db", None)]
         return [StoreTarget(profile_store(profile), profile)]
     home = hermes_home()
     targets = [StoreTarget(home / "state.db", None)]
@@ -106,7 +132,8 @@ def _mark_aliases(targets: list[StoreTarget]) -> list[StoreTarget]:
 
 
 def _profile_targets(pdir: Path) -> list[StoreTarget]:
-    """Every entry of profiles/ that is (or links to) a folder, or that cannot be told apart from one."""
+    """Every entry of profiles/ that is (or links to) a folder, or that cannot be told apart from one; not one named
+    like the home's alias (``default``), which Hermes never uses (its own profile list skips it)."""
     if not os.path.lexists(pdir):
         return []
     try:
@@ -115,6 +142,8 @@ def _profile_targets(pdir: Path) -> list[StoreTarget]:
         return [StoreTarget(pdir, "*", problem=f"{pdir}: cannot list the profiles ({exc.strerror})")]
     out = []
     for child in children:
+        if is_default_name(child.name):
+            continue
         try:
             is_folder = child.is_dir()  # follows a link
         except OSError:
