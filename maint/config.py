@@ -75,11 +75,10 @@ def config_path_for(store: Path | None, profile: str | None = None) -> Path:
     """The config.yaml Hermes itself uses for a store: a profile is a HERMES_HOME of its own.
 
     The default store reads $HERMES_HOME/config.yaml, a profile's store
-    $HERMES_HOME/profiles/NAME/config.yaml; a store given with --db reads the config.yaml beside
-    it when there is one (that folder is its Hermes home), else $HERMES_HOME/config.yaml — except a
-    profile's store (``…/profiles/NAME/state.db``), whose home is its own folder with or without a
-    config.yaml there, as ``--profile NAME`` reads it (hostile try 12, P18: ``sweep --db`` on a profile's
-    store obeyed the default profile's retention and pruned it).
+    $HERMES_HOME/profiles/NAME/config.yaml, whatever path names the file; any other store given with --db reads
+    the config.yaml beside it (that folder is its Hermes home), defaults when there is none: never the runner's
+    home's (hostile try 12, P18: ``sweep --db`` on a profile's store obeyed the default profile's retention and
+    pruned it; try 15, S4: root's retention pruned another user's store whose home had no config.yaml).
     """
     if profile is not None:
         return (hermes_home() if is_default_name(profile) else hermes_home() / "profiles" / profile) / "config.yaml"
@@ -92,8 +91,7 @@ def config_path_for(store: Path | None, profile: str | None = None) -> Path:
         if os.path.lexists(beside) or "profiles" in (given.parent.name, folder.parent.name):
             return beside
         home = home_of(store)  # the folder whose store it is, not a name (hostile try 15, S1: profiles/default)
-        if home is not None:
-            return home / "config.yaml"
+        return (home or given) / "config.yaml"
     return hermes_home() / "config.yaml"
 
 

@@ -289,14 +289,12 @@ def test_a_prune_that_refuses_without_confirmation_puts_nothing_back_either(tmp_
 
 def test_a_sweep_skipped_by_its_interval_still_puts_back_what_a_killed_run_left(tmp_path):
     db = killed_with_pieces_out(tmp_path)
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.yaml").write_text("sessions: {auto_prune: true, retention_days: 90, min_interval_hours: 24}\n")
+    (db.parent / "config.yaml").write_text("sessions: {auto_prune: true, retention_days: 90, min_interval_hours: 24}\n")
     conn = sqlite3.connect(db)  # Hermes's own start-up sweep has just run
     conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('last_auto_prune', strftime('%s','now'))")
     conn.commit()
     conn.close()
-    swept = run_subprocess("sweep", "--db", db, "--json", env={"HERMES_HOME": str(home)})
+    swept = run_subprocess("sweep", "--db", db, "--json")
     assert swept.returncode == 0, swept.stderr
     assert json.loads(swept.stdout)["swept"] is False
     assert fts_rows(db, "messages_fts", "big") == fts_rows(db, "messages_fts_trigram", "big") == 240

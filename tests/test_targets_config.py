@@ -90,6 +90,22 @@ def test_a_folder_named_default_under_profiles_is_no_alias_of_the_home(hermes_ho
     assert [json.loads(line)["session_ids"] for line in result.stdout.splitlines()] == [["home_old"]], result.output
 
 
+def test_a_store_outside_the_home_never_reads_the_runners_config(hermes_home, cli, tmp_path):
+    """Hostile try 15, S4: `--db` on a store outside $HERMES_HOME with no config.yaml beside it (another user's
+    Hermes home, run on defaults) read the runner's $HERMES_HOME/config.yaml: root's `retention_days: 1` pruned
+    160 of alice's 162 sessions. The store's own folder is its home: defaults when it has no config.yaml."""
+    (hermes_home / "config.yaml").write_text("sessions: {auto_prune: true, retention_days: 1}\n")
+    (hermes_home / "config.yaml").chmod(0o600)
+    other = tmp_path / "alice" / ".hermes"
+    other.mkdir(parents=True, mode=0o700)
+    _store(other / "state.db", "alice_old")
+    report = cli.json("sweep", "--force", "--db", str(other / "state.db"))
+    assert not report["swept"] and report["pruned_ids"] == [], report
+    assert report["config"] == str(other / "config.yaml")
+    assert cli("autoprune", "on", "--db", str(other / "state.db")).exit_code == 0  # written where it is read
+    assert (other / "config.yaml").exists() and "retention_days: 1" in (hermes_home / "config.yaml").read_text()
+
+
 def test_conflicting_target_flags(hermes_home, cli, tmp_path):
     result = cli("stats", "--db", tmp_path / "x.db", "--profile", "a")
     assert result.exit_code == 2 and "mutually exclusive" in result.stderr
