@@ -294,20 +294,27 @@ def test_a_stray_session_whose_id_the_target_holds_with_the_same_messages_but_an
         assert "kept [stray_sessions] c1" in result.stdout and "another row" in result.stdout, result.stdout
 
 
-def test_a_move_into_a_store_of_an_older_schema_keeps_what_it_has_no_column_for(home):
+@pytest.mark.parametrize("table", ["messages", "session_model_usage", "gateway_routing"])
+def test_a_move_into_a_store_of_an_older_schema_keeps_what_it_has_no_column_for(home, table):
     """Hostile try 14, R8: the copy wrote only the columns both stores have, and the stray session was then deleted:
-    the values of a column the profile's older store lacks were in no live store. Such a move is kept and named."""
+    the values of a column the profile's older store lacks were in no live store. Such a move is kept and named.
+    Hostile try 15, S2: the same for a column of the usage rows (and the routing rows) the move carries."""
     default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"
+    where = "session_key = 'agent:coder:telegram:dm:1'" if table == "gateway_routing" else "session_id = 'c1'"
     conn = sqlite3.connect(default)
-    conn.execute("ALTER TABLE messages ADD COLUMN display_kind TEXT")
-    conn.execute("UPDATE messages SET display_kind = 'card' WHERE session_id = 'c1'")
+    conn.execute(f"ALTER TABLE {table} ADD COLUMN display_kind TEXT")
+    conn.execute(f"UPDATE {table} SET display_kind = 'card' WHERE {where}")
     conn.commit()
     conn.close()
+    held = rows(default, f"SELECT COUNT(*) FROM {table} WHERE {where} AND display_kind = 'card'")
+    assert held[0][0] > 0
     r = cli_json("--apply", "--yes")
-    skipped = [d for d in r["applied"] if "c1" in d["session_ids"]]
-    assert skipped and skipped[0]["skipped"] and "messages.display_kind" in skipped[0]["reason"], r["applied"]
-    assert rows(default, "SELECT COUNT(*) FROM messages WHERE session_id = 'c1' AND display_kind = 'card'") == [(4,)]
-    assert rows(coder, "SELECT COUNT(*) FROM sessions WHERE id = 'c1'") == [(0,)]
+    kept = [d for d in r["applied"] if d.get("skipped") and f"{table}.display_kind" in d["reason"]]
+    assert len(kept) == 1, r["applied"]
+    assert ("c1" in kept[0]["session_ids"]) == (table != "gateway_routing")  # routing goes as a finding of its own
+    assert rows(default, f"SELECT COUNT(*) FROM {table} WHERE {where} AND display_kind = 'card'") == held
+    if table != "gateway_routing":
+        assert rows(coder, "SELECT COUNT(*) FROM sessions WHERE id = 'c1'") == [(0,)]
 
 
 def test_a_stop_while_the_stores_are_copied_leaves_no_partial_snapshot(home, cli, monkeypatch):

@@ -216,6 +216,9 @@ def scan(home: Path | None = None, legacy_main: str | None = None) -> tuple[dict
     return stores, out
 
 
+SIDE_TABLES = ("session_model_usage", "telegram_dm_topic_bindings")  # rows of a session the move carries with it
+
+
 def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str] | None = None) -> None:
     """Copy sessions (parents first), messages, usage and topic bindings; one transaction in *dst*."""
     cols = src.shared_columns(dst, "sessions")
@@ -245,7 +248,7 @@ def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str
             for m in src.iter_rows(f"SELECT {', '.join(mcols)} FROM messages WHERE session_id = ? ORDER BY id",
                                    (r["id"],)):
                 conn.execute(f"INSERT INTO messages ({', '.join(mcols)}) VALUES ({ph(mcols)})", list(m.values()))
-            for table in ("session_model_usage", "telegram_dm_topic_bindings"):
+            for table in SIDE_TABLES:
                 if src.has_table(table) and dst.has_table(table):
                     tcols = src.shared_columns(dst, table)
                     for t in src.iter_rows(f"SELECT {', '.join(tcols)} FROM {table} WHERE session_id = ?",
@@ -273,7 +276,7 @@ def _why_not_removable(src: Store, dst: Store, ids: list[str]) -> str | None:
         if src.conn.execute(row, (sid,)).fetchall() != dst.conn.execute(row, (sid,)).fetchall():
             return (f"{sid} is also a session of {dst.path} with another row (title, marks or figures differ: two "
                     "sessions under one id: keep both, or delete one by hand)")
-        for table in ("session_model_usage", "telegram_dm_topic_bindings"):  # what the copy carries besides
+        for table in SIDE_TABLES:  # what the copy carries besides
             if src.has_table(table) and dst.has_table(table):
                 tcols = sorted(c for c in src.shared_columns(dst, table) if c != "id")
                 q = f"SELECT {', '.join(tcols)} FROM {table} WHERE session_id = ?"
@@ -343,7 +346,7 @@ def apply_findings(stores: dict[str, Path], findings: list[Finding]) -> list[dic
                 continue
             with open_store(dst_path) as dst:
                 lost = _unmovable_tables(src, dst, f.session_ids)
-                lost_cols = _unmovable_columns(src, dst, f.session_ids)
+                lost_cols = _unmovable_columns(src, dst, f.session_ids, f.routing_keys)
                 if lost_cols:
                     # a profile not opened since a Hermes upgrade keeps the older schema: the copy would drop these
                     # values, and the stray session would then be deleted (hostile try 14, R8)
@@ -374,15 +377,25 @@ def apply_findings(stores: dict[str, Path], findings: list[Finding]) -> list[dic
     return done
 
 
-def _unmovable_columns(src: Store, dst: Store, ids: list[str]) -> list[str]:
-    """``table.column`` the target store lacks where *ids* hold values (in the session rows or their messages)."""
+def _unmovable_columns(src: Store, dst: Store, ids: list[str], routing_keys: list[list[str]]) -> list[str]:
+    """``table.column`` the target store lacks where the move holds values: the session rows, their messages and
+    the side tables the copy carries (hostile try 15, S2: a usage column of a newer schema), and the routing rows."""
     lost = []
-    for table, key in (("sessions", "id"), ("messages", "session_id")):
+    tables = [("sessions", "id"), ("messages", "session_id")]
+    tables += [(t, "session_id") for t in SIDE_TABLES if src.has_table(t) and dst.has_table(t)]
+    if routing_keys and src.has_table("gateway_routing") and dst.has_table("gateway_routing"):
+        tables.append(("gateway_routing", ""))  # keyed by (scope, session_key)
+    for table, key in tables:
         have = set(dst.columns(table))
         for col in (c for c in src.columns(table) if c not in have):
             quoted = '"' + col.replace('"', '""') + '"'
-            if any(src.scalar(f"SELECT 1 FROM {table} WHERE {key} IN ({ph(c)}) AND {quoted} IS NOT NULL LIMIT 1", c)
-                   for c in chunks(ids)):
+            if key:
+                held = any(src.scalar(f"SELECT 1 FROM {table} WHERE {key} IN ({ph(c)}) AND {quoted} IS NOT NULL "
+                                      "LIMIT 1", c) for c in chunks(ids))
+            else:
+                held = any(src.scalar(f"SELECT 1 FROM {table} WHERE scope = ? AND session_key = ? AND {quoted} IS "
+                                      "NOT NULL LIMIT 1", tuple(k)) for k in routing_keys)
+            if held:
                 lost.append(f"{table}.{col}")
     return lost
 
@@ -390,7 +403,7 @@ def _unmovable_columns(src: Store, dst: Store, ids: list[str]) -> list[str]:
 def _unmovable_tables(src: Store, dst: Store, ids: list[str]) -> list[str]:
     """Side tables with rows for *ids* that the target store lacks: moving would drop those rows."""
     lost = []
-    for table in ("telegram_dm_topic_bindings", "session_model_usage"):
+    for table in SIDE_TABLES:
         if src.has_table(table) and not dst.has_table(table) and any(
                 src.scalar(f"SELECT 1 FROM {table} WHERE session_id IN ({ph(c)}) LIMIT 1", c) for c in chunks(ids)):
             lost.append(table)
