@@ -339,3 +339,65 @@ def test_a_stop_while_the_stores_are_copied_leaves_no_partial_snapshot(home, cli
     assert result.exit_code == 143, result.output
     assert not list((home / "state-snapshots").glob("repair-profiles-*")), list((home / "state-snapshots").iterdir())
     assert {p: file_hash(p) for p in paths} == before
+
+
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_the_snapshot_of_every_store_is_not_restarted_by_hermes_writing_meanwhile(hermes_home, monkeypatch, journal):
+    """Hostile try 15, S5: the snapshot of every store (repair-profiles and repair-routing --apply) stepped the backup
+    API with no read snapshot held: each commit of a live Hermes between two steps restarted the copy from page 1
+    (a 1.2 GB store beside a writer committing every 0.45 s: not done after 180 s). A WAL store is now copied from
+    one read snapshot; a rollback-journal one, whose readers would hold Hermes's writers off, is refused after a
+    bounded number of restarts."""
+    from maint.errors import MaintError
+    from maint.store import snapshots
+
+    db = hermes_home / "state.db"
+    with StoreBuilder(db) as b:
+        for i in range(40):
+            b.session(f"s{i}", age=1, messages=20)
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA journal_mode={journal}")
+    conn.commit()
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    steps = []
+
+    def hermes_commits():
+        steps.append(1)
+        assert len(steps) <= 10 * pages  # a copy restarted at every commit never ends
+        conn.execute("INSERT INTO state_meta(key, value) VALUES (?, 'x')", (f"k{len(steps)}",))
+        conn.commit()
+
+    monkeypatch.setattr(snapshots, "COPY_STEP_PAGES", 1)
+    monkeypatch.setattr(snapshots, "_after_step", hermes_commits)
+    if journal == "delete":
+        with pytest.raises(MaintError, match="changed 51 times"):
+            snapshots.copy_stores({"default": db}, "repair-profiles")
+        assert not list((hermes_home / "state-snapshots").glob("repair-profiles-*/*"))
+        return
+    folder = snapshots.copy_stores({"default": db}, "repair-profiles")
+    assert len(steps) == pages
+    copy = sqlite3.connect(folder / "default.state.db")
+    assert copy.execute("PRAGMA quick_check").fetchone() == ("ok",)
+    assert copy.execute("SELECT COUNT(*) FROM messages").fetchone() == (800,)
+    assert copy.execute("SELECT COUNT(*) FROM state_meta WHERE key LIKE 'k%'").fetchone() == (0,)  # its moment
+
+
+def test_a_snapshot_copy_sqlite_refuses_names_the_copy_not_the_store(home, cli, monkeypatch):
+    """Hostile try 15, S6: a symlink the folder's owner planted at the copy's `-journal` was refused by SQLite (held),
+    but the only line was "the store cannot be written or opened (not an error)": no file named, the copy called
+    the store. The line names the copy and its store; the incomplete snapshot is removed."""
+    import apsw
+
+    from maint.store import snapshots
+
+    def refused(src, dst, path):
+        raise apsw.CantOpenError("not an error")
+
+    paths = list(home.rglob("state.db"))
+    before = {p: file_hash(p) for p in paths}
+    monkeypatch.setattr(snapshots, "_copy", refused)
+    result = cli("repair-profiles", "--apply", "--yes")
+    assert result.exit_code == 1, result.output
+    line, = result.stderr.strip().splitlines()
+    assert "snapshot copy of" in line and ".state.db" in line and "not an error" not in line, line
+    assert not list((home / "state-snapshots").glob("repair-profiles-*")) and {p: file_hash(p) for p in paths} == before

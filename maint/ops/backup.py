@@ -237,7 +237,7 @@ def copy_online(store: Store, dest: Path, *, on_step: Callable[[int, int], None]
                     took = time.monotonic() - started
                     stats.steps += 1
                     stats.longest_step_ms = max(stats.longest_step_ms, took * 1000)
-                    if previous is not None and backup.remaining > previous:
+                    if previous is not None and backup.remaining >= previous:  # no progress: restarted
                         stats.restarts += 1
                         if stats.restarts > MAX_RESTARTS:
                             raise MaintError(
