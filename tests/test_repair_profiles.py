@@ -401,3 +401,16 @@ def test_a_snapshot_copy_sqlite_refuses_names_the_copy_not_the_store(home, cli, 
     line, = result.stderr.strip().splitlines()
     assert "snapshot copy of" in line and ".state.db" in line and "not an error" not in line, line
     assert not list((home / "state-snapshots").glob("repair-profiles-*")) and {p: file_hash(p) for p in paths} == before
+
+
+def test_a_snapshot_set_that_cannot_be_made_leaves_no_folder(hermes_home):
+    """Hostile try 15, S8: a profile folder name too long to make its copy's name (ENAMETOOLONG) left an empty
+    `repair-profiles-<stamp>/` each run: the clean-up's unlink of that name raised too, before the folder's rmdir."""
+    from maint.store import snapshots
+
+    db = hermes_home / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("s", age=1)
+    with pytest.raises(OSError, match="too long"):
+        snapshots.copy_stores({"default": db, "p" * 250: db}, "repair-profiles")
+    assert not list((hermes_home / "state-snapshots").glob("repair-profiles-*"))

@@ -166,3 +166,28 @@ def test_a_linked_profile_folder_is_still_that_profile(hermes_home, tmp_path, mo
         assert store_owner(path) == "p2" and profile_of(path) == "p2", path
     assert store_owner(hermes_home / "state.db") == "default"
     assert store_owner(tmp_path / "elsewhere.db") is None
+
+
+@pytest.mark.parametrize("where", ["another home's profile", "no home"])
+def test_a_donor_of_another_profile_is_refused_when_this_home_does_not_know_the_store(hermes_home, tmp_path, cli,
+                                                                                     where):
+    """Hostile try 15, S7: the rule that another profile's chat is not routed here was off whenever the store was not
+    one of $HERMES_HOME's (a cron without HERMES_HOME, another home): `repair-routing --db …/profiles/p1/state.db
+    --apply` gave p1's orphan the key of a donor whose row and key name profile `other`. The rule holds with the
+    owner unknown (by the rows), and a store in a `profiles/NAME/` folder is NAME's by its path."""
+    from maint.ops.routing import store_owner
+
+    path = tmp_path / ("elsewhere/profiles/p1" if where == "another home's profile" else "loose") / "state.db"
+    path.parent.mkdir(parents=True)
+    with StoreBuilder(path) as b:
+        tg = dict(source="telegram", user_id="42", chat_id="42", chat_type="dm", ended=False)
+        b.session("other_donor", age=1, started_age=2, session_key="agent:other:telegram:dm:42", profile_name="other",
+                  **tg)
+        b.session("p1_orphan", age=0.5, started_age=1 - M, messages=4, **tg)
+    assert store_owner(path) == ("p1" if where == "another home's profile" else None)
+    r = report(cli, path)
+    (orphan,) = [o for o in r["findings"] if o["orphan_id"] == "p1_orphan"]
+    assert not orphan["adoptable"] and orphan["donor_id"] is None, orphan
+    result = cli("repair-routing", "--db", path, "--apply", "--yes")
+    assert result.exit_code == 0, result.output
+    assert query(path, "SELECT session_key FROM sessions WHERE id = 'p1_orphan'") == [(None,)]

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from maint.errors import MaintError, StoreError
-from maint.store.targets import hermes_home, profile_folders
+from maint.store.targets import hermes_home, key_profile, profile_folders
 from maint.store import guard
 from maint.store.delete import delete_sessions
 from maint.store.sqlutil import chunks, ph
@@ -47,16 +47,6 @@ if TYPE_CHECKING:
     from maint.flow import Operator
 
 DEFAULT = "default"
-
-
-def key_profile(session_key: str | None) -> str | None:
-    """``agent:<ns>:...`` -> the profile it names; ``agent:main`` is the default profile."""
-    if not session_key or not session_key.startswith("agent:"):
-        return None
-    ns = session_key.split(":", 2)[1] if session_key.count(":") >= 2 else None
-    if not ns:
-        return None
-    return DEFAULT if ns == "main" else ns
 
 
 def normalize_profile(name: str | None) -> str | None:

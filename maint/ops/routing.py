@@ -20,6 +20,7 @@ does not resume. Branch, delegate and ``tool`` rows are unrouted by design and n
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,7 @@ from maint.store.catalog import SessionInfo, load_sessions
 from maint.store.connection import Store, open_store
 from maint.store.holders import refuse_if_held
 from maint.store.snapshots import copy_stores
-from maint.store.targets import profile_of
+from maint.store.targets import is_default_name, key_profile, profile_of
 from maint.store.text_check import readable_row_sql, unreadable_rows
 
 if TYPE_CHECKING:
@@ -48,8 +49,16 @@ IDENTITY_COLUMNS = ("chat_id", "chat_type", "thread_id", "user_id", "origin_json
 
 
 def store_owner(path: Path) -> str | None:
-    """The profile a store belongs to (:func:`maint.store.targets.profile_of`); None outside HERMES_HOME."""
-    return profile_of(path)
+    """The profile a store belongs to (:func:`maint.store.targets.profile_of`); outside this $HERMES_HOME (a cron
+    without it, another user's home) a store in a ``profiles/NAME/`` folder is NAME's by its path, as its config is
+    (hostile try 15, S7); None when nothing says."""
+    found = profile_of(path)
+    if found is not None:
+        return found
+    for p in (Path(path).expanduser(), Path(os.path.realpath(Path(path).expanduser()))):
+        if p.parent.parent.name == "profiles" and not is_default_name(p.parent.name):
+            return p.parent.name
+    return None
 
 
 def _profiles(store: Store) -> dict[str, str | None]:
@@ -90,6 +99,11 @@ def find_orphans(store: Store, max_gap_s: float = DEFAULT_MAX_GAP_S, owner: str 
     def profile_of(s: SessionInfo) -> str | None:
         return profiles.get(s.id) or owner
 
+    def same_profile(d: SessionInfo, mine: str | None) -> bool:
+        """A donor of the orphan's own profile, by its row and by the profile its key names; the rule holds when
+        the store's owner is unknown too (hostile try 15, S7: a donor of profile 'other' adopted an orphan)."""
+        return profile_of(d) == mine and (mine is None or key_profile(d.session_key) in (None, mine))
+
     keyed = [s for s in sessions.values() if s.session_key and s.end_reason != REPAIR_END_REASON]
     routed_sources = {s.source for s in keyed}
     orphans = sorted((s for s in sessions.values()
@@ -104,8 +118,7 @@ def find_orphans(store: Store, max_gap_s: float = DEFAULT_MAX_GAP_S, owner: str 
         if o.parent_id:
             evidence = "lineage"
             parent = sessions.get(o.parent_id)
-            if parent and parent.session_key and parent.source == o.source and (
-                    owner is None or profile_of(parent) == mine):
+            if parent and parent.session_key and parent.source == o.source and same_profile(parent, mine):
                 donor = parent
             else:
                 reason = "its parent session carries no routing identity of this platform"
@@ -115,7 +128,7 @@ def find_orphans(store: Store, max_gap_s: float = DEFAULT_MAX_GAP_S, owner: str 
                           and (not d.user_id or not o.user_id or d.user_id == o.user_id)
                           and o.started_at - max_gap_s <= d.last_active <= o.started_at + max_gap_s
                           and d.last_active < o.last_active
-                          and (owner is None or profile_of(d) == mine)]
+                          and same_profile(d, mine)]
             if not candidates:
                 reason = f"no routed session of this platform went quiet within {max_gap_s:g}s of its start"
             elif len(candidates) > 1:

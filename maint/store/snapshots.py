@@ -142,7 +142,8 @@ def copy_stores(stores: dict[str, Path], label: str) -> Path:
                 # an incomplete set is no snapshot: nothing of it stays to be taken for one (try 14, R7)
                 for made_name in made:
                     for suffix in ("", "-journal", "-wal", "-shm"):
-                        folder.unlink(made_name + suffix)
+                        with contextlib.suppress(OSError):  # a name too long to make is too long to remove (S8)
+                            folder.unlink(made_name + suffix)
                 with contextlib.suppress(OSError):
                     os.rmdir(name, dir_fd=snapshots.fd)
                 raise

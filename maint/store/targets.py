@@ -37,6 +37,16 @@ def is_default_name(name: str) -> bool:
     return name.strip().casefold() == "default"
 
 
+def key_profile(session_key: str | None) -> str | None:
+    """``agent:<ns>:...`` -> the profile a gateway session key names; ``agent:main`` is the default profile."""
+    if not session_key or not session_key.startswith("agent:"):
+        return None
+    ns = session_key.split(":", 2)[1] if session_key.count(":") >= 2 else None
+    if not ns:
+        return None
+    return "default" if ns == "main" else ns
+
+
 def profile_folders(home: Path) -> list[str]:
     """The names under ``home/profiles`` that may be profiles: every entry but one named like the home's alias."""
     with contextlib.suppress(OSError):
