@@ -768,7 +768,7 @@ def secret_cases(seed: int = 14) -> list[Case]:
                 cases.append(_bare(g, family, maker()))
     return (cases + _named(g) + leak_classes(seed) + hostile_round(seed) + hostile_round_3(seed) + hostile_round_4(seed)
             + hostile_round_5(seed) + hostile_round_6(seed) + hostile_round_7(seed) + hostile_round_8(seed)
-            + hostile_round_9(seed))
+            + hostile_round_9(seed) + hostile_round_10(seed))
 
 
 def phone_cases(seed: int = 14) -> list[Case]:
@@ -926,7 +926,7 @@ def clean_texts(seed: int = 14) -> list[str]:
             "mc alias list", "openssl passwd -6 -stdin", "lftp -e 'mirror' sftp://files.acme.io",
             "restic -r /srv/repo --password-file /etc/restic/pass snapshots",
             "ipmitool -I lanplus -H 10.0.0.9 -E sel list"]
-    out += clean_round_9()
+    out += clean_round_9() + clean_round_10()
     return out
 
 
@@ -1143,3 +1143,39 @@ def clean_round_9() -> list[str]:
             "greeting = <<~EOS\n  hello\nEOS", "requests.get('api.acme.io', 'a', 'v2.4.1')",
             "print('example.com', 1, 'hello world')", "os.path.join('docs.md', 'x', 'y')",
             "echo " + base64.b64encode(b"sha256:" + b"4f9a" * 16).decode() + " | base64 -d"]
+
+
+def hostile_round_10(seed: int = 14) -> list[Case]:
+    """A tenth try (2026-12-07, redact-hostile-3, a fresh corpus: 86 of 299 leaked): the classes that leaked.
+    Vendor tokens whose prefix was not in the shape list, bare in a sentence that names nothing."""
+    g = Gen(seed + 10101)
+    c: list[Case] = []
+    lower_digits = string.ascii_lowercase + string.digits
+
+    def uid() -> str:
+        return str(uuid.UUID(int=g.rng.getrandbits(128), version=4))
+
+    # 1. vendor token shapes, bare in prose (no name beside them) and in a config line
+    vendors = [
+        "nvapi-" + g.s(B64URL, 64), "csk-" + g.s(lower_digits, 48), "BSA" + g.b62(28), "e2b_" + g.s(HEX, 40),
+        "hcaik_01" + g.s(lower_digits, 56), "pat-na1-" + uid(), "CCIPAT_" + g.b62(22) + "_" + g.s(HEX, 40),
+        "sb_secret_" + g.b62(31), "00" + g.b62(40), f"2/{g.s(string.digits, 16)}/{g.s(string.digits, 16)}:"
+        + g.s(HEX, 32), g.b62(76) + "AZDO" + g.b62(4), "live_" + g.b62(40), "sandbox_" + g.b62(40),
+        "live_" + g.s(HEX, 35), "oauth:" + g.s(lower_digits, 30), "xaat-" + uid(), "bkua_" + g.s(HEX, 40),
+        "rnd_" + g.b62(32), "napi_" + g.s(lower_digits, 64), "as-" + g.b62(22),
+        f"pk_{g.s(string.digits, 8)}_" + g.s(UPPER_ALNUM, 32), "access-production-" + uid(), "BBDC-" + g.b62(44),
+        "SWMTKN-1-" + g.s(lower_digits, 50) + "-" + g.s(lower_digits, 25), "v4.local." + g.s(B64URL, 120),
+        f"st.{uid()}.{g.s(HEX, 32)}.{g.s(HEX, 32)}", "aio_" + g.b62(28), "pa-" + g.b62(43), "jina_" + g.b62(60),
+        "u+" + g.b62(18), "0201036c6e64" + g.s(HEX, 200), "phx_" + g.b62(43), "ddp_" + g.b62(36)]
+    for n, v in enumerate(vendors):
+        fmt = ("ran it with {v} and got HTTP 200", "{v}", "it worked once I pasted {v} into the field",
+               "client = Client(\"{v}\")")[n % 4]
+        c.append(Case("vendor-shape-bare", fmt.format(v=v), v))
+    return c
+
+
+def clean_round_10() -> list[str]:
+    """Look-alikes of round 10's classes and the clean cases redact-hostile-3 found altered."""
+    return ["ship it as-is and see", "live_stream_processing_handler_for_events_now", "test_redact_formats_ok",
+            '{"aio_username": "acme-labs", "feed": "temperature"}', "rnd_seed_value = 42",
+            "sandbox_environment_name = 'staging'", "oauth:callback handled", "00:00:00.000000"]

@@ -147,6 +147,39 @@ _FAMILIES: list[tuple[str, str]] = [
     ("sonar", r"sq[upa]_[a-f0-9]{40}"),
     ("twitter-bearer", r"A{22}[A-Za-z0-9%]{80,100}"),
     ("gitlab-session", r"_gitlab_session=[0-9a-z]{32}"),
+    # round 10 (redact-hostile-3): prefixed families found bare in prose, and gitleaks's rules of the same kind
+    ("nvidia", r"nvapi-[A-Za-z0-9_\-]{40,}"),
+    ("cerebras", r"csk-[a-z0-9]{40,}"),
+    ("brave", r"BSA[A-Za-z0-9_\-]{25,32}(?![A-Za-z0-9_\-])"),
+    ("e2b", r"e2b_[a-f0-9]{40}"),
+    ("honeycomb", r"hc[ax][ilm]k_[a-z0-9]{50,}"),
+    ("hubspot", r"pat-(?:na|eu|ap)\d-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
+    ("circleci", r"CCIP(?:AT|RJ)_[A-Za-z0-9]{16,}_[a-f0-9]{40}"),
+    ("supabase-secret", r"sb_secret_[A-Za-z0-9_\-]{20,}"),
+    ("okta", r"00[A-Za-z0-9_\-]{40}(?![A-Za-z0-9_\-])"),
+    ("asana", r"[012]/\d{13,17}/\d{13,17}:[a-f0-9]{32}"),
+    ("azure-devops", r"[A-Za-z0-9]{76}AZDO[A-Za-z0-9]{4}(?![A-Za-z0-9])"),
+    ("gocardless/lob", r"(?:live|sandbox)_[A-Za-z0-9_=\-]{35,40}(?![A-Za-z0-9_=\-])|test_[a-f0-9]{35}(?![a-f0-9])"),
+    ("twitch", r"oauth:[a-z0-9]{30}(?![A-Za-z0-9])"),
+    ("axiom", r"xa[ap]t-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
+    ("buildkite", r"bk(?:ua|at)_[a-f0-9]{40}"),
+    ("render", r"rnd_[A-Za-z0-9]{32,}"),
+    ("neon", r"napi_[a-z0-9]{60,}"),
+    ("modal", r"as-[A-Za-z0-9]{22}(?![A-Za-z0-9])"),
+    ("clickup", r"pk_\d{6,10}_[A-Z0-9]{32}"),
+    ("plaid", r"access-(?:sandbox|development|production)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}"
+              r"-[0-9a-f]{12}"),
+    ("bitbucket-dc", r"BBDC-[A-Za-z0-9+/]{40,}"),
+    ("docker-swarm", r"SWMTKN-1-[a-z0-9]{50}-[a-z0-9]{25}"),
+    ("paseto-local", r"v[1-4]\.local\.[A-Za-z0-9_\-]{40,}"),
+    ("infisical", r"st\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.[a-f0-9]{32}\.[a-f0-9]{32}"),
+    ("adafruit", r"aio_[A-Za-z0-9]{28}(?![A-Za-z0-9])"),
+    ("voyage", r"pa-[A-Za-z0-9_\-]{40,}"),
+    ("jina", r"jina_[A-Za-z0-9]{40,}"),
+    ("pagerduty", r"u\+[A-Za-z0-9_\-]{18}(?![A-Za-z0-9_\-])"),
+    ("lnd-macaroon", r"0201036c6e64[0-9a-f]{60,}"),
+    ("posthog-personal", r"phx_[A-Za-z0-9]{43}"),
+    ("deno-deploy", r"dd[pw]_[A-Za-z0-9]{36}"),
     # webhooks: the secret is the path; the host stays readable
     ("slack-webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{20,}"),
     ("discord-webhook", r"discord(?:app)?\.com/api/webhooks/\d{16,20}/[A-Za-z0-9_\-]{40,}"),
@@ -160,7 +193,9 @@ _FAMILIES: list[tuple[str, str]] = [
 _SHAPES = re.compile(r"(?<![A-Za-z0-9_\-])(?:" + "|".join(p for _, p in _FAMILIES) + ")")
 # Prefixes that identifiers also use: the body after them must look random.
 _LOOSE_PREFIXES = ("sk_", "fw", "fpk_", "tvly-", "fal_", "fc-", "bb_live_", "am_", "exa_", "syt_", "retaindb_",
-                   "hsk-", "mem0_", "brv_", "gAAAA", "vc", "nf", "xox", "xapp-", "eyJ")
+                   "hsk-", "mem0_", "brv_", "gAAAA", "vc", "nf", "xox", "xapp-", "eyJ",
+                   # round 10: prefixes that words and identifiers also start with (as-is, live_stream_…)
+                   "BSA", "00", "live_", "sandbox_", "test_", "rnd_", "as-", "pa-", "u+", "aio_", "csk-")
 _RUN_CHARS = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.+/=~:")
 # Token characters become "a", everything else (UTF-8 lead and continuation bytes too) a space:
 # a shape can only be present where 20 of them stand in a row (documented formats are all longer).
@@ -169,7 +204,7 @@ _RUN_20 = b"a" * 20
 _RUN = re.compile(_RUN_20 + b"*")
 _HEX = b"0123456789abcdef-"
 _PLAIN = _HEX + b":.TZ+"
-_HEX_SHAPES = re.compile(rb"fc-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}")
+_HEX_SHAPES = re.compile(rb"fc-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}|0201036c6e64")
 _ID_RUN = re.compile(rb"(?:call|toolu|msg|chatcmpl|run|req|resp|asst|thread|batch)[_\-][A-Za-z0-9_\-]+")
 
 
@@ -310,6 +345,12 @@ _GATE_SHAPES = (
     r"|API-|sha256~|rdme_|tk-us-|xkeysib-|sm_[aps]at_|shippo_|sgp_|tfp_|AQVN"
     r"|NRJS-|NRII-|sq[upa]_|AAAAAAAAAAAAAAAAAAAAAA|_gitlab_session=|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/"
     r"|hooks\.zapier\.com/|make\.com/|integromat\.com/|ifttt\.com/"
+    # round 10
+    r"|nvapi-|csk-|e2b_|hc[ax][ilm]k_|pat-(?:na|eu|ap)\d-|CCIP(?:AT|RJ)_|sb_secret_|AZDO[A-Za-z0-9]{4}"
+    r"|oauth:[a-z0-9]|xa[ap]t-|bk(?:ua|at)_|rnd_|napi_|access-(?:sandbox|development|production)-|BBDC-|SWMTKN-"
+    r"|v[1-4]\.local\.|aio_|jina_|0201036c6e64|phx_|dd[pw]_"
+    r"|" + _GATE_TOKEN_START + r"(?:BSA[A-Za-z0-9]{8}|00[A-Za-z0-9_\-]{8}|[012]/\d{8}|(?:live|sandbox)_[A-Za-z0-9]"
+    r"|test_[a-f0-9]{8}|as-[A-Za-z0-9]{8}|pk_\d|st\.[0-9a-f]{8}-|pa-[A-Za-z0-9_\-]{8}|u\+[A-Za-z0-9_\-]{8})"
     r"|" + _GATE_TOKEN_START + r"(?:SK[0-9a-fA-F]{8}|AC[0-9a-f]{8}"
     r"|(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30}|s\.[A-Za-z0-9]{24}|AAAA[A-Za-z0-9_\-]{7}:"
     r"|pat[A-Za-z0-9]{14}\.|t1\.[A-Za-z0-9_\-]|oy2[a-z0-9])")
