@@ -1178,4 +1178,20 @@ def clean_round_10() -> list[str]:
     """Look-alikes of round 10's classes and the clean cases redact-hostile-3 found altered."""
     return ["ship it as-is and see", "live_stream_processing_handler_for_events_now", "test_redact_formats_ok",
             '{"aio_username": "acme-labs", "feed": "temperature"}', "rnd_seed_value = 42",
-            "sandbox_environment_name = 'staging'", "oauth:callback handled", "00:00:00.000000"]
+            "sandbox_environment_name = 'staging'", "oauth:callback handled", "00:00:00.000000",
+            # the clean cases redact-hostile-3 found altered: a lock file's hash under a package named *token*, a
+            # header built by code (and its closing brace), Helm's names of a Secret and its key, a cmdlet that
+            # reads a password, a secret mount spec, a CA hash after a flag named *token*, an inline source map, a
+            # placeholder of x's, a Mapbox public pk. token
+            '{"packages": {"node_modules/jsonwebtoken": {"version": "9.0.2", "integrity": "sha512-yc9wQBl9OzimTcpp23'
+            'BNbHoTM+MB3P5Y+bJje/Zdqru5iGO9m1BnGcdmDOxb+W/tak546OG9tWwxNH691Vo6Nw=="}}}',
+            'headers = {"Authorization": "Bearer " + token, "X-Api-Key": api_key}',
+            "auth:\n  existingSecret: pg-credentials\n  secretKeys:\n    adminPasswordKey: postgres-password\n",
+            "$password = Read-Host -AsSecureString -Prompt 'Password'",
+            "docker build --secret id=npmrc,src=$HOME/.npmrc -t app .",
+            "kubeadm join 10.0.0.1:6443 --discovery-token-ca-cert-hash sha256:0aa3cf80745f487b661a2d32a41688b5a60bcb9"
+            "57b95ab5d5ab5b4139fbdbf01",
+            "//# sourceMappingURL=data:application/json;base64,eyJ2ZXJzaW9uIjogMywgInNvdXJjZXMiOiBbImEudHMiXSwgIm1hc"
+            "HBpbmdzIjogIkFBQUEsU0FBU0EsR0FBRyJ9",
+            "STRIPE_SECRET_KEY=sk_live_xxxxxxxxxxxxxxxxxxxxxxxx\nOPENAI_API_KEY=sk-...\n",
+            "mapboxgl.accessToken = 'pk.eyJ1IjoiYWNtZSIsImEiOiJjbHgwYWJjIn0.Q1w2E3r4T5y6U7i8O9p0Aa';"]

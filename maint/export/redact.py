@@ -621,6 +621,7 @@ _NEUTRAL_LAST = {
     "login", "email", "account", "lifetime", "duration", "age", "weight", "weights", "bias",
     # a setting that chooses how secrets are kept, not one (password_hashing: argon2id, secret_backend: vault)
     "hashing", "hasher", "hashers", "backend", "backends", "engine", "driver", "cipher", "kdf",
+    "integrity", "resolved",  # a lock file's entry (package-lock: integrity: sha512-…)
 }
 # key alone is a secret only beside a qualifier that is not one of these (sort_key, session_key ...).
 _KEY_NOT = {"sort", "primary", "foreign", "cache", "partition", "idempotency", "dict", "hot", "shortcut", "map",
@@ -665,7 +666,15 @@ _CODE_ROOTS = {"self", "this", "os", "process", "config", "settings", "cfg", "en
                "fs", "pkgs", "lib", "random_password"}
 _PCT_VAR = re.compile(r"%[A-Za-z_][\w.]*%")
 _BRACED_KEY = re.compile(r"\{[A-Za-z0-9+/]{16,}={0,2}\}")
-_PUBLIC_SHAPE = re.compile(r"pk_(?:live|test)_[A-Za-z0-9]{20,}")
+_PUBLIC_SHAPE = re.compile(r"pk_(?:live|test)_[A-Za-z0-9]{20,}|pk\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}")
+_DIGEST = re.compile(r"(?i:sha(?:1|224|256|384|512)|md5)(?::[0-9a-fA-F]{32,128}|-[A-Za-z0-9+/]{27,88}={0,2})")
+_PLACEHOLDER_BODY = re.compile(r"(?:[A-Za-z0-9]{1,10}[_\-]){0,3}(?:x{6,}|X{6,}|\*{6,}|0{12,})")
+_CLOSED_IDENT = re.compile(r"[A-Za-z_][\w.]*[)}\]]+[,;]?")
+_CMDLET = re.compile(r"(?:Read|Get|ConvertTo|ConvertFrom|Import|New|Invoke|Unprotect)-[A-Z][A-Za-z]+")
+_MOUNT_SPEC = re.compile(r"(?:id|type|src|source|target|dst|env|mode|required)=[^\s,]*")
+# Helm's existingSecret and …PasswordKey name a Secret and a key in it; their values are such names
+_REF_NAME = re.compile(r"^(?i:existing)|(?i:password)_?(?i:key)$")
+_K8S_NAME = re.compile(r"[a-z][a-z0-9]*(?:[\-.][a-z][a-z0-9]*)+")
 _IDENT = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
 _PATH = re.compile(r"(?:~|\.\.?)?(?:/[\w.\-@]+)+/?")
 
@@ -720,6 +729,8 @@ def name_kind(name: str) -> str | None:
 @lru_cache(maxsize=4096)
 def container_kind(name: str) -> str | None:
     """"password" or "token" for a collection named as secrets (plural too: passwords, api_keys, tokens), else None."""
+    if "/" in name:
+        return None  # node_modules/jsonwebtoken, @types/jsonwebtoken: a package, not a collection of tokens
     kind = name_kind(name)
     if kind not in ("password", "token") and len(name) > 3 and name[-1] in "sS":
         kind = name_kind(name[:-1])  # api_keys, passwords, tokens, AUTH_TOKENS
@@ -819,6 +830,12 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
     low = v.lower()
     if low in _NOT_VALUES or low.strip("*.x…") == "":
         return False
+    if _DIGEST.fullmatch(v) or _PLACEHOLDER_BODY.fullmatch(v):
+        return False  # sha256:<hex>, sha512-<base64> (a hash, an integrity value); sk_live_xxxx… (a placeholder)
+    if not quoted and (_CLOSED_IDENT.fullmatch(v) or _CMDLET.fullmatch(v) or _MOUNT_SPEC.fullmatch(v)):
+        return False  # api_key} (code closing a brace), Read-Host (a cmdlet reads it), id=npmrc (a mount spec)
+    if name and _REF_NAME.search(name) and _K8S_NAME.fullmatch(v):
+        return False  # existingSecret: pg-credentials, adminPasswordKey: postgres-password (a Secret's, a key's name)
     if v[0] == "{" and _BRACED_KEY.fullmatch(v) and _looks_random(v):
         return True  # Maven's encrypted {…} password (reversible with the master password), not a template
     if v[0] in "$<{" or v.startswith(("%(", "%env(", "#{")) or v.endswith(">") or _PCT_VAR.fullmatch(v):
@@ -845,6 +862,9 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
         if low == name.lower().lstrip("-") or (name and low.endswith(name.lower().split("_")[-1])
                                                 and "_" in low):
             return False  # api_key=api_key
+        squashed = low.replace("_", "")
+        if name and "_" in low and name.lower().replace("-", "").replace("_", "").endswith(squashed):
+            return False  # "X-Api-Key": api_key (the variable named as the header)
     if v.replace(".", "", 1).isdigit():
         return len(v) >= (4 if kind == "password" else 12)
     if v[0] in "^~<>=v0123456789" and _VERSION.fullmatch(v):
@@ -938,6 +958,8 @@ def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
             if token.startswith(_LOOSE_PREFIXES) and not _random_body(token):
                 continue
             lo = m.start()
+            if token.startswith("eyJ") and (text.endswith("base64,", 0, lo) or text.endswith("pk.", 0, lo)):
+                continue  # a data: URI's content (an inline source map), a Mapbox public pk. token
             if token.startswith(("hooks.", "discord")):  # keep the host and route, mask the path
                 lo += token.index("/", token.index("/") + 1) + 1
             spans.append((lo, m.end()))
@@ -1200,6 +1222,8 @@ def _header_span(text: str, pos: int, kind: str, spans: list[tuple[int, int]]) -
     end = pos + len(value)
     if kind == "auth":
         first, _, rest = value.partition(" ")
+        if first.lower() in _SCHEMES and not rest.strip():
+            return  # "Bearer " + token: the scheme alone, the credential added by code
         if first.lower() in _SCHEMES and rest.strip():
             pos += len(first) + 1 + (len(rest) - len(rest.lstrip()))
             value = rest.strip()
@@ -1797,7 +1821,7 @@ _CSV_HEADS = {d: re.compile(r"(?m)^(?P<head>[ \"]*[\w .\-]+[ \"]*(?:" + d + r"[ 
               for d in (",", ";", "\t")}
 # "use this secret for the staging box: VALUE" (a strong value after a colon in a sentence naming a secret)
 _PROSE_COLON = re.compile(r"(?i)\b(?:password|passphrase|passcode|secret|token|api key|credentials?)\b[^.:\n]{0,60}?"
-                          r":(?!//)"
+                          r"(?<!sha1)(?<!sha256)(?<!sha384)(?<!sha512)(?<!md5):(?!//)"  # not sha256:<hex>
                           r"[ \t]*(?P<v>[^\s\"'`]+)")
 
 
