@@ -1171,6 +1171,29 @@ def hostile_round_10(seed: int = 14) -> list[Case]:
         fmt = ("ran it with {v} and got HTTP 200", "{v}", "it worked once I pasted {v} into the field",
                "client = Client(\"{v}\")")[n % 4]
         c.append(Case("vendor-shape-bare", fmt.format(v=v), v))
+
+    def add(family: str, fmt: str, secret: str | None = None) -> None:
+        s = secret or g.password(symbols="._+~^")
+        c.append(Case(family, fmt.format(s=s), s))
+
+    # 2. a secret passed by position to a well-known call; user:password about to be base64-encoded
+    for fmt in ('token = jwt.encode({{"sub": user.id}}, "{s}", algorithm="HS256")',
+                "const token = jwt.sign({{ sub: user.id }}, '{s}', {{ expiresIn: '1h' }});",
+                "JWT.encode(payload, '{s}', 'HS256')", 'sig = hmac.new(b"{s}", body, hashlib.sha256).hexdigest()',
+                "const sig = crypto.createHmac('sha256', '{s}').update(raw).digest('hex')",
+                'cipher = AES.new(b"{s}", AES.MODE_GCM)', 'void setup() {{\n  WiFi.begin("HomeNet-5G", "{s}");\n}}',
+                'conn.simple_bind_s("cn=admin,dc=corp", "{s}")',
+                '$ua->credentials("api.example.com:443", "Restricted", "etl", "{s}");',
+                'credentials += Credentials("Sonatype Nexus", "oss.sonatype.org", "acme", "{s}")',
+                "const sequelize = new Sequelize('app', 'app_user', '{s}', {{ host: 'db', dialect: 'postgres' }});",
+                "#0 /var/www/vendor/laravel/framework/src/Illuminate/Database/Connectors/Connector.php(70): "
+                "PDO->__construct('mysql:host=db;p...', 'forge', '{s}', Array)",
+                "$sig = hash_hmac('sha256', $payload, '{s}');", 'new SecretKeySpec("{s}".getBytes(), "HmacSHA256")',
+                'headers = {{"Authorization": "Basic " + base64.b64encode(b"svc:{s}").decode()}}',
+                "const auth = 'Basic ' + btoa('api:{s}');",
+                "const auth = Buffer.from(`deploy:{s}`).toString('base64');"):
+        add("secret-by-position", fmt)
+    add("secret-by-position", 'f = Fernet(b"{s}")', g.b64url(32) + "=")
     return c
 
 
@@ -1194,4 +1217,11 @@ def clean_round_10() -> list[str]:
             "//# sourceMappingURL=data:application/json;base64,eyJ2ZXJzaW9uIjogMywgInNvdXJjZXMiOiBbImEudHMiXSwgIm1hc"
             "HBpbmdzIjogIkFBQUEsU0FBU0EsR0FBRyJ9",
             "STRIPE_SECRET_KEY=sk_live_xxxxxxxxxxxxxxxxxxxxxxxx\nOPENAI_API_KEY=sk-...\n",
-            "mapboxgl.accessToken = 'pk.eyJ1IjoiYWNtZSIsImEiOiJjbHgwYWJjIn0.Q1w2E3r4T5y6U7i8O9p0Aa';"]
+            "mapboxgl.accessToken = 'pk.eyJ1IjoiYWNtZSIsImEiOiJjbHgwYWJjIn0.Q1w2E3r4T5y6U7i8O9p0Aa';",
+            # class 2's look-alikes: a key passed as a variable, a template, a short word, an algorithm name
+            'token = jwt.encode(payload, settings.SECRET_KEY, algorithm="HS256")',
+            'jwt.decode(token, options={"verify_signature": False})', "x = jwt.decode(t, key, algorithms=['HS256'])",
+            "const b = Buffer.from(`${user}:${pass}`).toString('base64')", "hmac.new(key, msg, hashlib.sha256)",
+            "new Sequelize('app', 'app_user', process.env.DB_PASS, { host: 'db' })", "WiFi.begin(ssid, password);",
+            "Buffer.from('hello world:again').toString('base64')", "const auth = 'Basic ' + btoa(x);",
+            "crypto.createHmac('sha256', secret).update(raw)"]

@@ -319,6 +319,12 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|(?:(?m:^)|\\n|\")[ \t]*\[[\w.\-]+\](?::[\w\-]{1,20})?[ \t]+[^\s:\\]+:\S"
                 r"|(?i:recovery|backup)[ \t]+codes"
                 r"|(?:Client(?:V\d+)?|API|Api|algoliasearch)[ \t]*\([^)\n]*[\"'][A-Za-z0-9_\-]{8}"
+                # round 10: a secret by position in a well-known call, user:password about to be base64-encoded
+                r"|(?:jwt|JWT|Jwt)\.(?:encode|sign|verify|decode)[ \t]*\(|(?:hmac|HMAC|AES|DES3|ChaCha20|Blowfish)"
+                r"\.new[ \t]*\(|createHmac|OpenSSL::HMAC|hash_hmac|Fernet[ \t]*\(|SecretKeySpec|WiFi\.begin"
+                r"|bind_s[ \t]*\(|simple_bind|Sequelize[ \t]*\(|(?i:credentials)[ \t]*\(|__construct[ \t]*\("
+                r"|new[ \t]+PDO|(?:btoa|Buffer\.from|b64encode|encodeToString|encode64|base64_encode"
+                r"|EncodeToString)[ \t]*\("
                 r"|:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S"
                 # a CSV/TSV header naming a secret column; a sentence naming a secret, then ": V" or "is/was/to/as V"
                 r"|[,;\t][ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*(?:[\r\n,;\t]|\\+[nrt])"
@@ -1292,6 +1298,11 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         _cred_call_spans(text, spans)
     if "(" in text and ("," in text or "connect" in text):
         _positional_spans(text, spans)
+    if "(" in text:
+        _secret_arg_spans(text, spans)
+        if ":" in text:
+            spans.extend(m.span("v") for m in _BASIC_ENCODE.finditer(text)
+                          if _value_is_secret(m.group("v"), "password", True))
     if "key:" in low:  # set("…", forKey: "password") (Swift), setObject:@"…" forKey:@"authToken" (Objective-C)
         for m in _FOR_KEY.finditer(text):
             name = m.group("n") or m.group("n2")  # forKey: Keys.apiToken: the constant's last part
@@ -1443,6 +1454,64 @@ def _positional_spans(text: str, spans: list[tuple[int, int]]) -> None:
             if index >= 2 and _strong(v) and "@" not in v and "://" not in v and not _HOST.fullmatch(v) and (
                     _looks_random(v) or any(c in _SYMBOLS for c in v)) and _value_is_secret(v, "password", True):
                 spans.append(a.span("v"))
+
+
+# Well-known calls that take a secret by position (the index of the argument): a JWT's signing key, an HMAC's or a
+# cipher's key, a Wi-Fi password, an LDAP bind's password, a database's password after its user, an HTTP realm's
+# password. Arguments are split at the commas outside brackets and quotes, so jwt.sign({ sub: id }, 'V', {…}) counts.
+_SECRET_ARG_CALLS: list[tuple[str, int]] = [
+    (r"\b(?:jwt|JWT|jose\.jwt|Jwt)\.(?:encode|sign|verify|decode)", 1), (r"\b(?:hmac|HMAC)\.new", 0),
+    (r"\bcreateHmac", 1), (r"\bOpenSSL::HMAC\.(?:hexdigest|digest|base64digest)", 1), (r"\bhash_hmac", 2),
+    (r"\bFernet", 0), (r"\b(?:AES|DES3|ChaCha20(?:_Poly1305)?|Blowfish)\.new", 0), (r"\bSecretKeySpec", 0),
+    (r"\bWiFi\.begin", 1), (r"\b(?:simple_bind_s|simple_bind|bind_s)", 1), (r"\bSequelize", 2),
+    (r"->credentials", 3), (r"(?<![\w.])Credentials", 3), (r"PDO->__construct|\bnew[ \t]+PDO", 2),
+]
+_SECRET_ARG_CALL = re.compile("(?:" + "|".join(f"(?P<c{i}>{p})" for i, (p, _) in enumerate(_SECRET_ARG_CALLS))
+                              + r")[ \t]*\(")
+_LITERAL_ARG = re.compile(r"[ \t\r\n]*(?:new[ \t]+)?(?:[bBrRuU]{1,2})?(?P<q>\\*[\"'`])(?P<v>[^\"'`\n\\]{1,512})(?P=q)")
+_OPENERS, _CLOSERS = "([{", ")]}"
+
+
+def _call_args(text: str, pos: int, limit: int = 2000) -> list[int]:
+    """The start of each argument of the call whose "(" is at *pos* (commas outside brackets and quotes)."""
+    starts, depth, quote, at, end = [pos + 1], 0, "", pos + 1, min(len(text), pos + limit)
+    while at < end:
+        c = text[at]
+        if quote:
+            if c == "\\":
+                at += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'`":
+            quote = c
+        elif c in _OPENERS:
+            depth += 1
+        elif c in _CLOSERS:
+            if depth == 0:
+                return starts
+            depth -= 1
+        elif c == "," and depth == 0:
+            starts.append(at + 1)
+        at += 1
+    return starts
+
+
+def _secret_arg_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    for call in _SECRET_ARG_CALL.finditer(text):
+        index = _SECRET_ARG_CALLS[int(call.lastgroup[1:])][1]
+        starts = _call_args(text, call.end() - 1)
+        if index < len(starts):
+            m = _LITERAL_ARG.match(text, starts[index])
+            if m is not None and len(m.group("v")) >= 6 and _value_is_secret(m.group("v"), "password", True) \
+                    and not _HOST.fullmatch(m.group("v")):
+                spans.append(m.span("v"))
+
+
+# user:password in plain text about to be base64-encoded for HTTP Basic: btoa('api:V'), Buffer.from(`u:V`),
+# base64.b64encode(b"u:V"), Base64.strict_encode64("u:V"), []byte("u:V")
+_BASIC_ENCODE = re.compile(r"(?:\bbtoa|\bBuffer\.from|b64encode|encodeToString|encode64|\bbase64_encode"
+                           r"|EncodeToString)[ \t]*\((?:[ \t]*\[\]byte\()?[ \t]*[bBuU]?(?P<q>\\*[\"'`])"
+                           r"[^:\"'`\s\\]{1,64}:(?P<v>[^\"'`\s\\]{1,256})(?P=q)")
 
 
 def _cred_call_spans(text: str, spans: list[tuple[int, int]]) -> None:
@@ -1967,6 +2036,7 @@ def _find(text: str, low: str, words: list[str], hits: Any = (NAMES, SHAPES, PLA
             _chain_spans(text, spans)
     if BASE64 in hits:
         _base64_spans(text, spans)
+    spans = [span for span in spans if span[1] > span[0]]  # an empty value ('Basic ' + …) is no mask's place
     if not spans:
         return spans
     _repeated_spans(text, spans)
