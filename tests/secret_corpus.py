@@ -1194,6 +1194,15 @@ def hostile_round_10(seed: int = 14) -> list[Case]:
                 "const auth = Buffer.from(`deploy:{s}`).toString('base64');"):
         add("secret-by-position", fmt)
     add("secret-by-position", 'f = Fernet(b"{s}")', g.b64url(32) + "=")
+
+    # 3. the keys of a collection named as secrets are the secrets; collection names the rule missed
+    for fmt in ("allowed_tokens:\n  {k}: ci\n  {k2}: deploy\n",
+                '{{"api_keys": {{"{k}": {{"owner": "bob"}}, "{k2}": {{}}}}}}',
+                'VALID_API_KEYS = {{\n    "{k}": "partner-a",\n    "{k2}": "partner-b",\n}}\n',
+                'region = "eu-west-1"\napi_credentials = {{\n  prod    = "{k}"\n  staging = "{k2}"\n}}\n',
+                '{{\n    "github-oauth": {{\n        "github.com": "{k}",\n        "ghe.acme.io": "{k2}"\n    }}\n}}'):
+        k, k2 = g.b62(40), g.b62(32)
+        c.append(Case("secret-collection-keys", fmt.format(k=k, k2=k2), k, also=(k2,)))
     return c
 
 
@@ -1224,4 +1233,9 @@ def clean_round_10() -> list[str]:
             "const b = Buffer.from(`${user}:${pass}`).toString('base64')", "hmac.new(key, msg, hashlib.sha256)",
             "new Sequelize('app', 'app_user', process.env.DB_PASS, { host: 'db' })", "WiFi.begin(ssid, password);",
             "Buffer.from('hello world:again').toString('base64')", "const auth = 'Basic ' + btoa(x);",
-            "crypto.createHmac('sha256', secret).update(raw)"]
+            "crypto.createHmac('sha256', secret).update(raw)",
+            # class 3's look-alikes: a collection named as secrets keyed by names, a map of model names
+            "api_tokens:\n  ci-runner: {scopes: [read]}\n  deploy-bot: {scopes: [write]}\n",
+            '{"api_keys": {"partner-a": {"owner": "bob"}, "partner_b_2024": {}}}',
+            '{"github-oauth": {"github.com": "${GITHUB_TOKEN}"}}', 'timeouts = {\n  read = 30\n  write = 60\n}\n',
+            '{"tokens": {"gpt-4o-2024-08-06": 1200, "claude-3-5-sonnet-20241022": 300}}']

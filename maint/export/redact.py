@@ -265,7 +265,10 @@ _GATE_PAIR = (r"<(?i:name|key)>[^<\n]*" + _GATE_KW + "|"
 # and a YAML list (tokens: then - V; not Python's "if n > MAX_TOKENS:" or "for t in tokens:" and its block)
 _GATE_CONTAINER = (r"(?i:tokens)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP + r"*[\[{]"
                    r"|(?:^|[^\w.\-])(?i:tokens)" + _GATE_SP + r"*:" + _GATE_SP + r"*(?:\r?\n|\\+r?\\+n)"
-                   + _GATE_SP + r"*-")
+                   + _GATE_SP + r"*-"
+                   # round 10: a YAML map named *tokens whose keys are the tokens (allowed_tokens: then V: ci)
+                   r"|(?i:tokens)" + _GATE_SP + r"*:" + _GATE_SP + r"*(?:\r?\n|(?:\\+r)?\\+n)" + _GATE_SP
+                   + r"+[A-Za-z0-9_\-]{16}")
 _GATE_CLI = (r"(?:--|(?:^|[\s\"'\[,])-)[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP
              + r"+[^\s\-]")
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
@@ -740,7 +743,16 @@ def container_kind(name: str) -> str | None:
     kind = name_kind(name)
     if kind not in ("password", "token") and len(name) > 3 and name[-1] in "sS":
         kind = name_kind(name[:-1])  # api_keys, passwords, tokens, AUTH_TOKENS
+    if kind is None and name.lower().endswith(("-oauth", "_oauth", ".oauth")):
+        return "token"  # composer's "github-oauth": {"github.com": "V"} (a map of hosts to tokens)
     return kind if kind in ("password", "token") else None
+
+
+def secret_key(key: str, kind: str) -> bool:
+    """A key of a collection named as secrets that is itself a credential ({"api_keys": {"V": {…}}}, allowed_tokens:
+    then V: ci): what contained_secret takes, 16 characters or more and random-looking (not a name: prod, partner-a)."""
+    return (len(key) >= 16 and _looks_random(key) and len(_PARTS.findall(key)) * 4 >= len(key)
+            and contained_secret(key, kind))  # short parts: not X509CertificateThumbprint
 
 
 def _neutral_child(name: str) -> bool:
@@ -771,7 +783,8 @@ def contained_secret(value: str, kind: str) -> bool:
 
 _EMAIL = re.compile(r"[^@\s]+@[\w\-]+(?:\.[\w\-]+)+")
 _INLINE_ITEM = re.compile(r"\s*(?:(?P<k>[\w.\-]{1,100}|\"[^\"\n]{1,100}\"|'[^'\n]{1,100}')\s*[:=]\s*)?"
-                          r"(?:\"(?P<d>[^\"\\\n]*)\"|'(?P<s>[^'\n]*)'|(?P<u>[^\s,\]}\"'#][^,\]}\n]*?))\s*(?:,|(?=[\]}]))")
+                          r"(?:\"(?P<d>[^\"\\\n]*)\"|'(?P<s>[^'\n]*)'|(?P<u>[^\s,\]}\"'#][^,\]}\n]*?))"
+                          r"(?:\s*,|[ \t]*(?=\r?\n)|\s*(?=[\]}]))")  # HCL's map: one item a line, no commas
 _BLOCK_ITEM = re.compile(r"[ \t]*(?:-[ \t]+|(?P<k>[\w.\-]{1,100}|\"[^\"\n]{1,100}\"|'[^'\n]{1,100}')[ \t]*[:=][ \t]*)"
                          r"(?:\"(?P<d>[^\"\\\n]*)\"|'(?P<s>[^'\n]*)'|(?P<u>[^\s\"'#|>\[{](?:[^\n]*?[^\s])?))"
                          r"(?:[ \t]+#[^\n]*)?[ \t]*\r?$")
@@ -818,6 +831,11 @@ def _container_spans(text: str, start: int, pos: int, spans: list[tuple[int, int
 
 def _contained_item(m: re.Match, kind: str, spans: list[tuple[int, int]]) -> None:
     key = m.group("k")
+    if key is not None and secret_key(key.strip("\"'"), kind):
+        lo, hi = m.span("k")
+        quoted = key[:1] in "\"'"
+        spans.append((lo + quoted, hi - quoted))  # the key is the credential (its value names its owner)
+        return
     if key is not None and _neutral_child(key.strip("\"'")):
         return  # user:, host:, region: … or a name the name rules judge
     g = "d" if m.group("d") is not None else "s" if m.group("s") is not None else "u"
@@ -2349,7 +2367,7 @@ def _walk(root: Any, name: str | None, level: int) -> Any:
             for k, v in src.items():
                 key = k
                 if k.__class__ is str and len(k) >= 8:
-                    key = redact_text(k)
+                    key = MASK if within is not None and secret_key(k, within) else redact_text(k)
                     if key is not k:
                         changed = True
                         while key in dst or key in src:
