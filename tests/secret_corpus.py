@@ -1203,6 +1203,34 @@ def hostile_round_10(seed: int = 14) -> list[Case]:
                 '{{\n    "github-oauth": {{\n        "github.com": "{k}",\n        "ghe.acme.io": "{k2}"\n    }}\n}}'):
         k, k2 = g.b62(40), g.b62(32)
         c.append(Case("secret-collection-keys", fmt.format(k=k, k2=k2), k, also=(k2,)))
+
+    # 4. defaults, names and syntaxes not read, prose, tables, values apart from their names
+    for fmt in ("SECRET_KEY = config('SECRET_KEY', default='{s}')",
+                'config.secret_token = ENV.fetch("SECRET_TOKEN") {{ "{s}" }}',
+                "const apiKey = String.fromEnvironment('API_KEY', defaultValue: '{s}');",
+                "[domain/corp]\nldap_default_authtok_type = password\nldap_default_authtok = {s}",
+                "sentinel monitor mymaster 10.0.0.5 6379 2\nsentinel auth-pass mymaster {s}",
+                '[{{app, [{{db_user, "app"}}, {{password, "{s}"}}]}}].', 'Dim connPwd As String = "{s}"',
+                "router(config)# snmp-server community {s} RW 10",
+                "* OK IMAP4rev1 ready\na001 LOGIN alice {s}\na001 OK",
+                "I type /msg NickServ IDENTIFY {s} but it says invalid", "use this PAT: {s}",
+                "This is the deploy token, keep it safe:\n\n```\n{s}\n```",
+                "<table><tr><td>username</td><td>admin</td></tr><tr><td>password</td><td>{s}</td></tr></table>",
+                "403 Client Error: Forbidden for url: https://api.example.com/v2/apikey/{s}/usage",
+                "ValidationError: 1 validation error for Settings\napi_key\n  String should have at least 48 "
+                "characters [type=string_too_short, input_value='{s}', input_type=str]",
+                "Failed to bind properties under 'app.payments':\n\n    Property: app.payments.api-secret\n"
+                "    Value: \"{s}\"\n    Origin: class path resource [application.yml]",
+                "<UserAccounts><AdministratorPassword><Value>{s}</Value></AdministratorPassword></UserAccounts>",
+                'request.setValue("{s}", forHTTPHeaderField: "X-Api-Key")',
+                '{{"url": "https://vault.internal/v1/secret/data/app", "headers": [["X-Vault-Token", "{s}"]]}}'):
+        add("value-apart-or-unread-name", fmt, g.b62(24) + "+" + g.s(B62, 8))
+    for fmt in ('secret_id = "{u}"', "vault write auth/approle/login role_id={r} secret_id={u}"):
+        u = uid()
+        c.append(Case("value-apart-or-unread-name", fmt.format(u=u, r=uid()), u))
+    key = g.s(HEX, 64)
+    c.append(Case("value-apart-or-unread-name", f"openssl enc -aes-256-cbc -K {key} -iv {g.s(HEX, 32)} -in db.sql",
+                  key))
     return c
 
 
@@ -1238,4 +1266,10 @@ def clean_round_10() -> list[str]:
             "api_tokens:\n  ci-runner: {scopes: [read]}\n  deploy-bot: {scopes: [write]}\n",
             '{"api_keys": {"partner-a": {"owner": "bob"}, "partner_b_2024": {}}}',
             '{"github-oauth": {"github.com": "${GITHUB_TOKEN}"}}', 'timeouts = {\n  read = 30\n  write = 60\n}\n',
-            '{"tokens": {"gpt-4o-2024-08-06": 1200, "claude-3-5-sonnet-20241022": 300}}']
+            '{"tokens": {"gpt-4o-2024-08-06": 1200, "claude-3-5-sonnet-20241022": 300}}',
+            # class 4's look-alikes
+            "aws secretsmanager get-secret-value --secret-id prod/db-password",
+            '{"SecretId": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/db-AbC123"}',
+            '{"required": ["api_key", "model"]}', "please login first then continue", "<td>token</td><td>count</td>",
+            "LOG_LEVEL = config('LOG_LEVEL', default='info')", "a001 OK LOGIN completed",
+            'timeout = ENV.fetch("TIMEOUT") { "30" }', "the token: see below", "Dim name As String = \"alice\""]

@@ -223,7 +223,8 @@ _LOCAL_WORDS = (
     "|password|passphrase|passwd")
 
 # A type written between a name and "=" (Go's var dbPassword string = "…", Bicep's param x string = '…')
-_TYPE_WORD = r"(?:\[\])?(?:string|securestring|str|&str|byte|bytes|text|varchar(?:\(\d{1,5}\))?|char\*?|\[\]byte)"
+_TYPE_WORD = (r"(?:(?i:as)[ \t]+)?(?:\[\])?(?:string|securestring|str|&str|byte|bytes|text|varchar(?:\(\d{1,5}\))?"
+              r"|char\*?|\[\]byte)")
 
 # -- the gate ------------------------------------------------------------------------------------
 # One automaton over the whole text, compiled by RE2 (linear time, a DFA): it matches wherever any
@@ -322,6 +323,16 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|(?:(?m:^)|\\n|\")[ \t]*\[[\w.\-]+\](?::[\w\-]{1,20})?[ \t]+[^\s:\\]+:\S"
                 r"|(?i:recovery|backup)[ \t]+codes"
                 r"|(?:Client(?:V\d+)?|API|Api|algoliasearch)[ \t]*\([^)\n]*[\"'][A-Za-z0-9_\-]{8}"
+                # round 10: values apart from their names (_APART), a prose name before a fenced value, a header pair
+                r"|(?i:default|defaultValue|fallback)[ \t]*[=:][ \t]*\\*[\"']|\)[ \t]*(?:\{|do)[ \t]*\\*[\"']"
+                r"|\{[ \t]*[a-z_]*" + _GATE_KW + r"\w*[ \t]*,[ \t]*\\*[\"']"
+                r"|<t[dh][^>]{0,60}>[ \t]*[\w.\- ]*" + _GATE_KW + r"[\w.\- ]*</t[dh]>"
+                r"|/(?i:api[_\-]?key|apikey|token|access[_\-]?token|secret|key)/[A-Za-z0-9_\-.~]{16}"
+                r"|input_value=|Property:[ \t]*[\w.\-\[\]]*" + _GATE_KW + r"|>[ \t\r\n]*<(?i:value)>"
+                r"|sentinel[ \t]+auth-pass|snmp-server[ \t]+community|[ \t](?i:login)[ \t]|(?i:nickserv)|\s-K[ \t]"
+                r"|forHTTPHeaderField:|(?i:\bpat)[ \t]*:"
+                r"|(?i:password|passphrase|secret|token|key|credentials?|pat)\b[^.:\n\\]*:[ \t]*(?:\r?\n|\\+n)"
+                r"(?:[ \t]*(?:\r?\n|\\+n))*[ \t]*(?:```|~~~)"
                 # round 10: a secret by position in a well-known call, user:password about to be base64-encoded
                 r"|(?:jwt|JWT|Jwt)\.(?:encode|sign|verify|decode)[ \t]*\(|(?:hmac|HMAC|AES|DES3|ChaCha20|Blowfish)"
                 r"\.new[ \t]*\(|createHmac|OpenSSL::HMAC|hash_hmac|Fernet[ \t]*\(|SecretKeySpec|WiFi\.begin"
@@ -601,6 +612,7 @@ _LINE_VALUE = re.compile(r"[^\n\"'\\]*")
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 _PASSWORD_WORDS = {"password", "passwd", "pass", "pwd", "pw", "passphrase", "secret", "secrets", "credential",
+                   "authtok",
                    "credentials", "creds", "privatekey", "secretkey", "requirepass", "masterauth", "passcode",
                    "passkey", "pincode", "sshpass", "mnemonic", "psk", "bindpw", "rootpw", "adminpw", "passin",
                    "passout"}
@@ -708,6 +720,8 @@ def name_kind(name: str) -> str | None:
     parts = [p for p in parts if not p.isdigit()] or parts
     if parts[-3:] == ["private", "key", "id"]:
         return "token"  # a GCP service account's private_key_id: it names the live key, masked with it
+    if parts[-2:] == ["secret", "id"]:
+        return "secret_id"  # Vault AppRole's secret_id (a UUID); Secrets Manager's SecretId names a secret
     if not parts or parts[-1] in _NEUTRAL_LAST:
         return None
     kind = None
@@ -849,6 +863,8 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
     v = value.strip()
     if not v or MASK in v or len(v) < 3:
         return False
+    if kind == "secret_id":
+        return _UUID.fullmatch(v.strip("\"'")) is not None
     if v.endswith(("...", "…")) and len(v.rstrip(".…")) <= 10:
         return False  # sk-..., ghp_…: a prefix shown as a placeholder
     low = v.lower()
@@ -1316,12 +1332,15 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         _cred_call_spans(text, spans)
     if "(" in text and ("," in text or "connect" in text):
         _positional_spans(text, spans)
+    if _APART_HINT.search(text):
+        _apart_spans(text, spans)
     if "(" in text:
         _secret_arg_spans(text, spans)
         if ":" in text:
             spans.extend(m.span("v") for m in _BASIC_ENCODE.finditer(text)
                           if _value_is_secret(m.group("v"), "password", True))
-    if "key:" in low:  # set("…", forKey: "password") (Swift), setObject:@"…" forKey:@"authToken" (Objective-C)
+    # set("…", forKey: "password") (Swift), setObject:@"…" forKey:@"authToken" (Objective-C), forHTTPHeaderField:
+    if "key:" in low or "headerfield:" in low:
         for m in _FOR_KEY.finditer(text):
             name = m.group("n") or m.group("n2")  # forKey: Keys.apiToken: the constant's last part
             kind = name_kind(name)
@@ -1345,7 +1364,7 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         spans.extend(m.span("v") for m in _PGPASS.finditer(text) if _value_is_secret(m.group("v"), "password", True))
     if words and ("," in text or ";" in text or "\t" in text):
         _csv_spans(text, spans)
-    if words:
+    if words or "pat" in low:
         spans.extend(m.span("v") for m in _PROSE_COLON.finditer(text)
                      if _strong(m.group("v")) and not m.group("v").startswith("!!")  # a YAML tag (!!binary V)
                      and _value_is_secret(m.group("v"), "password", False)
@@ -1431,7 +1450,7 @@ _CRED_CALL = re.compile(r"(?i)(?:credentials?|passwordauthentication|plainauth|b
                         r"|authenticate|pdo|mysqli(?:_connect)?|(?:change|update)user_?password|dbi->connect)"
                         r"[ \t]*\((?P<args>(?:[^()\n]|\([^()\n]{0,200}\)){0,400})\)")  # Some("…") inside
 # A value before the name it is stored under: keychain.set("…", forKey: "password"), [d setObject:@"…" forKey:@"token"]
-_FOR_KEY = re.compile(r"@?(?P<q>\\*[\"'])(?P<v>[^\"'\n\\]+)(?P=q)[ \t]*,?[ \t]*(?:forKey|key):[ \t]*"
+_FOR_KEY = re.compile(r"@?(?P<q>\\*[\"'])(?P<v>[^\"'\n\\]+)(?P=q)[ \t]*,?[ \t]*(?:forKey|key|forHTTPHeaderField):[ \t]*"
                       r"(?:@?(?P<q2>\\*[\"'])(?P<n>[\w.\-]{1,100})(?P=q2)|[\w.]{0,100}?(?P<n2>\w{1,100})(?![\w.]))")
 _ADD_MASK = re.compile(r"::add-mask::(?P<v>[^\s\"'\\]+)")
 # C#: public string ClientSecret { get; set; } = "…";
@@ -1530,6 +1549,56 @@ def _secret_arg_spans(text: str, spans: list[tuple[int, int]]) -> None:
 _BASIC_ENCODE = re.compile(r"(?:\bbtoa|\bBuffer\.from|b64encode|encodeToString|encode64|\bbase64_encode"
                            r"|EncodeToString)[ \t]*\((?:[ \t]*\[\]byte\()?[ \t]*[bBuU]?(?P<q>\\*[\"'`])"
                            r"[^:\"'`\s\\]{1,64}:(?P<v>[^\"'`\s\\]{1,256})(?P=q)")
+
+
+# Values apart from their names (round 10): config('SECRET_KEY', default='V'), String.fromEnvironment('API_KEY',
+# defaultValue: 'V'), ENV.fetch("SECRET_TOKEN") { "V" }; an Erlang tuple {password, "V"}; a table cell beside one that
+# names it (<td>password</td><td>V</td>); a URL path segment after one (/apikey/V/); pydantic's input_value under
+# the field's name; Spring's Property:/Value: lines; XML's <AdministratorPassword><Value>V</Value>; protocol lines
+# (sentinel auth-pass NAME V, snmp-server community V, IMAP's LOGIN user V, NickServ IDENTIFY V, openssl -K hex)
+_APART = re.compile(
+    r"(?P<q0>\\*[\"'])(?P<n>[\w.\-]{1,100})(?P=q0)[ \t]*,[^()\n]{0,200}?\b(?:default|defaultValue|fallback)"
+    r"[ \t]*[=:][ \t]*(?P<q>\\*[\"'])(?P<v>[^\"'\n\\]{1,512})(?P=q)"
+    r"|fetch\([ \t]*(?P<q1>\\*[\"'])(?P<n1>[\w.\-]{1,100})(?P=q1)[ \t]*\)[ \t]*(?:\{|do\b)[ \t]*(?P<q2>\\*[\"'])"
+    r"(?P<v1>[^\"'\n\\]{1,512})(?P=q2)"
+    r"|\{[ \t]*(?P<n2>[a-z_]\w{0,60})[ \t]*,[ \t]*(?P<q3>\\*[\"'])(?P<v2>[^\"'\n\\]{1,512})(?P=q3)[ \t]*\}"
+    r"|<t[dh][^>]{0,60}>[ \t]*(?P<n3>[\w.\- ]{1,60}?)[ \t]*</t[dh]>\s*<td[^>]{0,60}>[ \t]*(?P<v3>[^<\n]{1,200}?)"
+    r"[ \t]*</td>"
+    r"|/(?P<n4>(?i:api[_\-]?key|apikey|token|access[_\-]?token|secret|key))/(?P<v4>[A-Za-z0-9_\-.~+]{16,200})(?=[/?#\s\"']|$)"
+    r"|(?m:^)(?P<n5>[\w.]{1,100})[ \t]*\r?\n[ \t]+[^\n]*?\binput_value=(?P<q5>[\"'])(?P<v5>[^\"'\n]{1,512})(?P=q5)"
+    r"|Property:[ \t]*(?P<n6>[\w.\-\[\]]{1,200})[ \t]*\r?\n[ \t]*Value:[ \t]*(?P<q6>\"?)(?P<v6>[^\"\n]{1,512})(?P=q6)"
+    r"|<(?P<n7>[\w:.\-]{0,60}(?i:password|passwd|secret|token|key))>[ \t\r\n]*<(?i:value)>(?P<v7>[^<\n]{1,512})</"
+    r"|\bsentinel[ \t]+(?P<n8>auth-pass)[ \t]+\S+[ \t]+(?P<v8>[^\s\"']+)"
+    r"|\bsnmp-server[ \t]+(?P<n9>community)[ \t]+(?P<v9>[^\s\"']+)"
+    r"|(?m:^)[ \t]*[\w.*]{1,16}[ \t]+(?i:login)[ \t]+[^\s\"']+[ \t]+(?P<v10>[^\s\"']+)[ \t]*(?=\r?\n|$)"
+    r"|(?i:nickserv)[ \t]+(?i:identify)[ \t]+(?P<v11>[^\s\"']+)(?:[ \t]+(?P<v13>[^\s\"']+))?"
+    r"|\bopenssl[ \t][^\n]*?\s-K[ \t]+(?P<v12>[0-9a-fA-F]{16,128})\b")
+_APART_HINT = re.compile(r"(?i)default|fallback|fetch\(|\{[ \t]*[a-z_]*(?:pass|secret|token|key|pwd|auth)|</t[dh]>"
+                         r"|/(?:api[_\-]?key|token|access[_\-]?token|secret|key)/|input_value=|Property:|<value>"
+                         r"|sentinel|snmp-server|login|nickserv|openssl")
+_APART_NAMED = (("n", "v"), ("n1", "v1"), ("n2", "v2"), ("n3", "v3"), ("n4", "v4"), ("n5", "v5"), ("n6", "v6"),
+                ("n7", "v7"), ("n8", "v8"), ("n9", "v9"), (None, "v10"), (None, "v11"), (None, "v12"), (None, "v13"))
+
+
+def _apart_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    for m in _APART.finditer(text):
+        for n, g in _APART_NAMED:
+            if m.group(g) is None:
+                continue
+            v = m.group(g)
+            if n is None:  # by its place alone: it must look like a credential
+                if _strong(v) and (_looks_random(v) or any(c in _SYMBOLS for c in v)) \
+                        and _value_is_secret(v, "password", True):
+                    spans.append(m.span(g))
+                continue  # NickServ IDENTIFY [account] password: either word may be the password
+            name = m.group(n)
+            kind = name_kind(name.rsplit(".", 1)[-1]) or name_kind(name)
+            if name in ("auth-pass", "community"):
+                kind = "password"
+            if kind is not None and kind not in ("auth", "line") and _value_is_secret(v, kind, True, name) and (
+                    n not in ("n3", "n4") or _strong(v) and (_looks_random(v) or any(c in _SYMBOLS for c in v))):
+                spans.append(m.span(g))
+            break
 
 
 def _cred_call_spans(text: str, spans: list[tuple[int, int]]) -> None:
@@ -1907,8 +1976,10 @@ _PGPASS = re.compile(r"(?m)^(?=[^:\s]*[A-Za-z*])[^:\s#]+:(?:\d{2,5}|\*):(?=[^:\s
 _CSV_HEADS = {d: re.compile(r"(?m)^(?P<head>[ \"]*[\w .\-]+[ \"]*(?:" + d + r"[ \"]*[\w .\-]+[ \"]*)+)\r?$")
               for d in (",", ";", "\t")}
 # "use this secret for the staging box: VALUE" (a strong value after a colon in a sentence naming a secret)
-_PROSE_COLON = re.compile(r"(?i)\b(?:password|passphrase|passcode|secret|token|api key|credentials?)\b[^.:\n]{0,60}?"
+_PROSE_COLON = re.compile(r"(?i)\b(?:password|passphrase|passcode|secret|token|api key|credentials?|pat)\b"
+                          r"[^.:\n]{0,60}?"
                           r"(?<!sha1)(?<!sha256)(?<!sha384)(?<!sha512)(?<!md5):(?!//)"  # not sha256:<hex>
+                          r"(?:[ \t]*\r?\n(?:[ \t]*\r?\n)*[ \t]*(?:```|~~~)[\w\-]*[ \t]*\r?\n)?"  # a fence below
                           r"[ \t]*(?P<v>[^\s\"'`]+)")
 
 
@@ -2411,6 +2482,13 @@ def _walk(root: Any, name: str | None, level: int) -> Any:
                     dst.append(new)
             if len(src) >= 3 and _argv_spans(src, dst):
                 changed = True
+            elif len(src) == 2 and src[0].__class__ is str and src[1].__class__ is str and dst[1] is src[1] \
+                    and len(src[0]) <= 100 and name_kind(src[0]) is not None and _strong(src[1]) and (
+                    _looks_random(src[1]) or any(c in _SYMBOLS for c in src[1])):
+                new = _leaf(src[1], src[0], level)  # a header as a [name, value] pair ([["X-Vault-Token", "V"]])
+                if new is not src[1]:
+                    dst[1] = new
+                    changed = True
     return out_root if changed else root
 
 
