@@ -1228,6 +1228,9 @@ def hostile_round_10(seed: int = 14) -> list[Case]:
     for fmt in ('secret_id = "{u}"', "vault write auth/approle/login role_id={r} secret_id={u}"):
         u = uid()
         c.append(Case("value-apart-or-unread-name", fmt.format(u=u, r=uid()), u))
+    s = g.password(symbols="!+*^")
+    table = f"| variable | value |\n|---|---|\n| `DB_PASSWORD` | `{s}` |\n| `DB_HOST` | `db` |"
+    c.append(Case("value-apart-or-unread-name", table, s))
     key = g.s(HEX, 64)
     c.append(Case("value-apart-or-unread-name", f"openssl enc -aes-256-cbc -K {key} -iv {g.s(HEX, 32)} -in db.sql",
                   key))

@@ -249,7 +249,7 @@ _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
               # NAME=, NAME:, "NAME"] =, NAME <-
               r"(?:\\*[\"'`])?\]?" + _GATE_SP + r"*(?::|[?+]?=|<-|<<<|\x{ff1a}|\x{ff1d}|(?:\|\||\?\?|&&)=)"
              + _GATE_VALUE +
-              r"|" + _GATE_SP + r"*\|" + _GATE_SP + r"*[^\s|]+" + _GATE_SP + r"*\|"  # | NAME | value |
+              r"|`?" + _GATE_SP + r"*\|" + _GATE_SP + r"*[^\s|]+" + _GATE_SP + r"*\|"  # | NAME | value |, | `N` |
               r"|\\*[\"']\]?" + _GATE_SP + r"*,"  # "NAME", value
               r"|\\*[\"'](?:[ \t\r\n]|\\+[rnt])+:"  # "NAME"\n  : value (strict JSON allows line ends there)
               r"|" + _GATE_SP + r"+(?i:" + _TYPE_WORD + ")" + _GATE_SP + r"*="  # NAME string = "value" (Go, Bicep)
