@@ -1231,6 +1231,16 @@ def hostile_round_10(seed: int = 14) -> list[Case]:
     s = g.password(symbols="!+*^")
     table = f"| variable | value |\n|---|---|\n| `DB_PASSWORD` | `{s}` |\n| `DB_HOST` | `db` |"
     c.append(Case("value-apart-or-unread-name", table, s))
+    v, w = g.b62(40), g.b62(24)
+    c.append(Case("value-apart-or-unread-name", f"The user gave the API key earlier; I will pass {v} as the bearer "
+                  "value in the curl call.", v))
+    v = g.b62(64)
+    c.append(Case("value-apart-or-unread-name", f"Your new API key (copy it now, it will not be shown again):\n"
+                  f"{v}\n{w}", v, also=(w,)))
+    v = "u+" + g.b62(9) + "-" + g.b62(8)
+    c.append(Case("vendor-shape-bare", f'pd_client = pdpyras.APISession("{v}")', v))
+    v = base64.b64encode(g.password().encode()).decode()
+    c.append(Case("value-apart-or-unread-name", f"dn: uid=bob,ou=people,dc=corp\nuid: bob\nuserPassword:: {v}\n", v))
     key = g.s(HEX, 64)
     c.append(Case("value-apart-or-unread-name", f"openssl enc -aes-256-cbc -K {key} -iv {g.s(HEX, 32)} -in db.sql",
                   key))
@@ -1275,4 +1285,7 @@ def clean_round_10() -> list[str]:
             '{"SecretId": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/db-AbC123"}',
             '{"required": ["api_key", "model"]}', "please login first then continue", "<td>token</td><td>count</td>",
             "LOG_LEVEL = config('LOG_LEVEL', default='info')", "a001 OK LOGIN completed",
-            'timeout = ENV.fetch("TIMEOUT") { "30" }', "the token: see below", "Dim name As String = \"alice\""]
+            'timeout = ENV.fetch("TIMEOUT") { "30" }', "the token: see below", "Dim name As String = \"alice\"",
+            "Token:\nsee the docs for details",
+            "std::string password::get() { return x; }", "you can pass arguments as keyword args",
+            "The API key (see below):\n\n```bash\nexport OPENAI_API_KEY=$(pass show openai)\n```"]

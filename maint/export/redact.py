@@ -285,7 +285,7 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|(?i:config(?:ure)?)(?::set|[ \t]+set)[ \t]|(?i:set[ \t]+password)|@(?:tcp|unix|udp)\("
                 r"|(?:\|\||\?\?|[ \t]or)[ \t]*\\*[\"']"
                 r"|\|[ \t]*[\w .\-]*" + _GATE_KW + r"[\w .\-]*[ \t]*\|[^\n]*\r?\n[ \t]*\|?[ \t]*:?-{3,}"
-                r"|(?i:\buse)[ \t]+[^\s]{6,}[ \t]+(?i:as)[ \t]"
+                r"|(?i:\b(?:use|pass))[ \t]+[^\s]{6,}[ \t]+(?i:as)[ \t]"
                 r"|(?:^|[^A-Za-z0-9_])(?i:" + _LOCAL_WORDS.removesuffix("|password|passphrase|passwd") + ")"
                 r"|(?i:pass(?:word|phrase|wd))[ \t]+[^\s]*\d"
                 r"|(?i:creds|credentials)[^\n./]*[ \t][^\s/]+[ \t]*/[ \t]*[^\s/]"
@@ -332,7 +332,7 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|sentinel[ \t]+auth-pass|snmp-server[ \t]+community|[ \t](?i:login)[ \t]|(?i:nickserv)|\s-K[ \t]"
                 r"|forHTTPHeaderField:|(?i:\bpat)[ \t]*:"
                 r"|(?i:password|passphrase|secret|token|key|credentials?|pat)\b[^.:\n\\]*:[ \t]*(?:\r?\n|\\+n)"
-                r"(?:[ \t]*(?:\r?\n|\\+n))*[ \t]*(?:```|~~~)"
+                r"(?:[ \t]*(?:\r?\n|\\+n))*[ \t]*(?:```|~~~|[A-Za-z0-9_\-]{16})"
                 # round 10: a secret by position in a well-known call, user:password about to be base64-encoded
                 r"|(?:jwt|JWT|Jwt)\.(?:encode|sign|verify|decode)[ \t]*\(|(?:hmac|HMAC|AES|DES3|ChaCha20|Blowfish)"
                 r"\.new[ \t]*\(|createHmac|OpenSSL::HMAC|hash_hmac|Fernet[ \t]*\(|SecretKeySpec|WiFi\.begin"
@@ -555,6 +555,8 @@ _SNAKE = re.compile(r"[a-z]+(?:[_\-][a-z0-9]+)*")
 def _random_body(token: str) -> bool:
     """The part after the prefix is random, not snake_case words (sk_learn_model_v2, am_pm_format);
     a body of 30 or more that is not words counts as a key whatever its letters."""
+    if token.startswith(("u+", "00", "BSA")):
+        return _looks_random(token[2:])  # no separator after these prefixes: the body is the rest
     body = re.split(r"[_\-.]", token, maxsplit=1)[-1]
     if _SNAKE.fullmatch(body) and max(len(s) for s in re.split(r"[_\-]", body)) < 16:
         return False
@@ -574,6 +576,8 @@ _TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"']|`)?(?
              r"(?::[ \t]*[&*]?[\w.]{1,40}(?:<[^<>\n]{0,40}>|\[[^\[\]\n]{0,40}\])?\??[ \t]*(?==[^=]))?"
              # NAME=, NAME:, NAME:=, NAME =>, NAME <-; "NAME", value (define, setenv); <NAME>value; NAME("value")
              r"(?::=|=>|<<<|<-|[?+]=|(?:\|\||\?\?|&&)=|=(?!=)|:(?![/:=])|(?P<comma>,)|(?P<xml>>)"
+             # LDIF's base64 value (userPassword:: <base64>)
+             r"|::(?=[ \t]+[A-Za-z0-9+/]{8,}={0,2}[ \t]*(?:\r?\n|$))"
              r"|(?P<call>\()(?=[ \t]*\\*[\"'])"
              # | NAME | value | (a Markdown table row)
              r"|(?P<cell>\|)(?=[ \t]*[^\s|]+[ \t]*\|)))[ \t]*"
@@ -1935,8 +1939,8 @@ _CREDS_SLASH = re.compile(r"(?i)\b(?:creds|credentials)\b[^\n.]{0,40}?(?::|\bare
 _PROSE_IS = re.compile(r"(?i)(?<![a-z])(?:password|passphrase|passcode|passwd|api[ _\-]?key|secret|token)(?![a-rt-z])"
                        r"(?:\*\*|`)?[^.:\n`\\=(){}]{0,40}?\b(?:is|was|to|as)[ \t]+(?:now[ \t]+)?[`\"']?"
                        r"(?P<v>[^\s\"'`]+)"
-                       r"|(?i:\buse)[ \t]+[`\"']?(?P<v2>[^\s\"'`]{6,})[`\"']?[ \t]+(?i:as)[ \t]+(?:[\w\-]+[ \t]+){0,3}"
-                       r"(?i:password|passphrase|token|secret|api key)\b")
+                       r"|(?i:\b(?:use|pass))[ \t]+[`\"']?(?P<v2>[^\s\"'`]{6,})[`\"']?[ \t]+(?i:as)[ \t]+"
+                       r"(?:[\w\-]+[ \t]+){0,3}(?i:password|passphrase|token|secret|api key|bearer)\b")
 # The word password (secret, key) in other languages, and how a sentence gives it its value: a separator
 # (":", "=", "->", full-width ones), a particle joined to the word (Japanese は, Korean 는/은, Chinese 是/为) or a
 # copula standing as a word of its own (ist, lautet, è, es, est, is, är, je, jest, là, adalah, είναι, هي, היא ...).
@@ -1979,7 +1983,8 @@ _CSV_HEADS = {d: re.compile(r"(?m)^(?P<head>[ \"]*[\w .\-]+[ \"]*(?:" + d + r"[ 
 _PROSE_COLON = re.compile(r"(?i)\b(?:password|passphrase|passcode|secret|token|api key|credentials?|pat)\b"
                           r"[^.:\n]{0,60}?"
                           r"(?<!sha1)(?<!sha256)(?<!sha384)(?<!sha512)(?<!md5):(?!//)"  # not sha256:<hex>
-                          r"(?:[ \t]*\r?\n(?:[ \t]*\r?\n)*[ \t]*(?:```|~~~)[\w\-]*[ \t]*\r?\n)?"  # a fence below
+                          # the value on a line below, in a fence or alone
+                          r"(?:[ \t]*\r?\n(?:[ \t]*\r?\n)*(?:[ \t]*(?:```|~~~)[\w\-]*[ \t]*\r?\n)?)?"
                           r"[ \t]*(?P<v>[^\s\"'`]+)")
 
 
