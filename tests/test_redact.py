@@ -588,3 +588,19 @@ def test_a_collection_named_as_secrets_in_a_trace_tool_input():
              "tokens": {"input": 1200, "model": "gpt-4o-2024-08-06"}}
     assert redact_value(value) == {"passwords": {"prod": MASK, "dev_host": "db.local"}, "api_keys": [MASK],
                                    "tokens": {"input": 1200, "model": "gpt-4o-2024-08-06"}}
+
+
+def test_round_10_shape_prefixes_pass_the_gate_only_with_a_body():
+    """Round 10's vendor prefixes in the gate: a bare token passes it, but an escaped line end before a name
+    ("\\napi_key" spells napi_), a git SHA or a timestamp that starts with 00 (Okta's prefix) do not, so the
+    gate's second look still sets OpenAI(api_key=api_key) aside."""
+    from maint.export.redact import gate
+
+    for text in ('{"output": "x = 1\\napi_key = os.environ[\'K\']\\nclient = OpenAI(api_key=api_key)\\n"}',
+                 "commit 003f3053f479b7421bfed0d36b7521aa00c1d2e3", '"updated": "2026-11-30T10:00:00.000000Z"',
+                 "ship it as-is", "live_stream"):
+        assert not gate(text.encode()), text
+    for token in ("napi_" + "k3v9" * 16, "00FNwf63Hz5mmAfPi54vx7vE_C5DMQCEPMKq0dIPhy", "u+SgZlCfAl3-s4C8RUx7",
+                  "as-RUsLJTth0sUEBhiPOcSVVp"):
+        assert gate(f"ran it with {token} and got HTTP 200".encode()), token
+        assert token not in redact_text(f"ran it with {token} and got HTTP 200")

@@ -366,10 +366,14 @@ _GATE_SHAPES = (
     r"|NRJS-|NRII-|sq[upa]_|AAAAAAAAAAAAAAAAAAAAAA|_gitlab_session=|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/"
     r"|hooks\.zapier\.com/|make\.com/|integromat\.com/|ifttt\.com/"
     # round 10
-    r"|nvapi-|csk-|e2b_|hc[ax][ilm]k_|pat-(?:na|eu|ap)\d-|CCIP(?:AT|RJ)_|sb_secret_|AZDO[A-Za-z0-9]{4}"
-    r"|oauth:[a-z0-9]|xa[ap]t-|bk(?:ua|at)_|rnd_|napi_|access-(?:sandbox|development|production)-|BBDC-|SWMTKN-"
-    r"|v[1-4]\.local\.|aio_|jina_|0201036c6e64|phx_|dd[pw]_"
-    r"|" + _GATE_TOKEN_START + r"(?:BSA[A-Za-z0-9]{8}|00[A-Za-z0-9_\-]{8}|[012]/\d{8}|(?:live|sandbox)_[A-Za-z0-9]"
+    # (a prefix that a word or an escaped line end can spell, as "\napi_key", is followed by a few body characters;
+    # Okta's 00… by a character no hex digest has in its first eight)
+    r"|nvapi-|csk-[a-z0-9]{8}|e2b_[a-f0-9]{8}|hc[ax][ilm]k_|pat-(?:na|eu|ap)\d-|CCIP(?:AT|RJ)_|sb_secret_"
+    r"|AZDO[A-Za-z0-9]{4}|oauth:[a-z0-9]|xa[ap]t-|bk(?:ua|at)_[a-f0-9]{8}|rnd_[A-Za-z0-9]{8}|napi_[a-z0-9]{8}"
+    r"|access-(?:sandbox|development|production)-|BBDC-|SWMTKN-"
+    r"|v[1-4]\.local\.|aio_[A-Za-z0-9]{8}|jina_[A-Za-z0-9]{8}|0201036c6e64|phx_[A-Za-z0-9]{8}|dd[pw]_[A-Za-z0-9]{8}"
+    r"|" + _GATE_TOKEN_START + r"(?:BSA[A-Za-z0-9]{8}|00[A-Za-z0-9_\-]{0,6}[g-zA-Z][A-Za-z0-9_\-]{3}|[012]/\d{8}"
+    r"|(?:live|sandbox)_[A-Za-z0-9_\-]{0,7}[A-Z0-9]"
     r"|test_[a-f0-9]{8}|as-[A-Za-z0-9]{8}|pk_\d|st\.[0-9a-f]{8}-|pa-[A-Za-z0-9_\-]{8}|u\+[A-Za-z0-9_\-]{8})"
     r"|" + _GATE_TOKEN_START + r"(?:SK[0-9a-fA-F]{8}|AC[0-9a-f]{8}"
     r"|(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30}|s\.[A-Za-z0-9]{24}|AAAA[A-Za-z0-9_\-]{7}:"
