@@ -817,6 +817,60 @@ def test_two_sessions_of_one_file_with_one_title_refuse_the_file(tmp_path):
     assert file_hash(db) == before and not {"fresh", "fresh2"} & session_ids(db)
 
 
+def _new(db, sid, **changes):
+    rec = _fresh_record(db, **changes)
+    return {**rec, "id": sid, "messages": [{**m, "session_id": sid} for m in rec["messages"]]}
+
+
+@pytest.mark.parametrize("case", ["a number title", "a swap by --replace", "a title given up later in the file"])
+def test_titles_are_checked_as_sqlite_keeps_them_in_the_order_they_are_written(tmp_path, case):
+    """Hostile try 15, S3: title 5 (a JSON number: SQLite keeps '5') beside "5", and --replace moving titles
+    between sessions (a swap; a new session taking the title a later line's session gives up), passed the check:
+    SQLite's unique index then stopped the import mid-file, earlier lineages committed. Now refused before the
+    first write: a title is text, and the sessions are followed in the order they are written."""
+    db = _store(tmp_path / "state.db", "v30")
+    f = tmp_path / "titles.jsonl"
+    args = []
+    if case == "a number title":
+        lines = [_new(db, "n1", title=5), _new(db, "n2", title="5")]
+        expect = "is not text"
+    else:
+        args = ["--replace"]
+        recs = {json.loads(line)["id"]: json.loads(line) for line in export_all(db).splitlines()}
+        for r in recs.values():
+            r.pop("timings")
+        if case == "a swap by --replace":
+            lines = [{**recs["c1"], "title": "proj #2"}, {**recs["c2"], "title": "proj"}]
+        else:
+            # n1 began before c1, so it is written first: it would take 'proj' while c1 still has it
+            lines = [_new(db, "n1", title="proj", started_at=recs["c1"]["started_at"] - 1000),
+                     {**recs["c1"], "title": "other"}]
+        expect = "'proj"
+    f.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    before = file_hash(db)
+    dry = run("import", f, "--db", db, "--dry-run", *args)
+    assert dry.returncode == 2 and expect in dry.stderr, dry.stderr
+    r = do_import(db, f, *args, expect=2)
+    assert len(r.stderr.strip().splitlines()) == 1 and expect in r.stderr, r.stderr
+    assert file_hash(db) == before
+
+
+def test_a_refused_transaction_is_not_counted_as_imported(tmp_path):
+    """Hostile try 15, S3: when SQLite refused a session's rows, the line said "the 159 sessions imported before it
+    stay" while the refused transaction had rolled back more of them than the one lineage counted."""
+    db = _store(tmp_path / "state.db", "v30")
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TRIGGER refuse_n5 BEFORE INSERT ON sessions WHEN NEW.id = 'n5' "
+                 "BEGIN SELECT RAISE(ABORT, 'constraint failed'); END")
+    conn.commit()
+    conn.close()
+    f = tmp_path / "many.jsonl"
+    f.write_text("".join(json.dumps(_new(db, f"n{i}")) + "\n" for i in range(6)))
+    r = do_import(db, f, expect=1)
+    kept = len({"n0", "n1", "n2", "n3", "n4"} & session_ids(db))
+    assert f"the {kept} sessions imported before" in r.stderr, (kept, r.stderr)
+
+
 def test_a_title_moved_between_sessions_by_replace_is_not_refused(tmp_path, layout):
     """--replace writes c1 without its title and a new session with it: no session keeps a taken title."""
     db = _store(tmp_path / "state.db", layout)

@@ -119,6 +119,7 @@ class Record:
     newest: float | None = None  # the newest numeric message timestamp
     kept_children: list[str] = field(default_factory=list)
     title: str | None = None
+    title_given: bool = False  # the record has a "title" field (an UPDATE without it keeps the stored title)
 
 
 @dataclass
@@ -355,6 +356,10 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                     raise _bad(path, n, f"session {sid!r}: system_prompts entry {h[:80]!r} is not the SHA-256 of "
                                         "its text (a prompt is stored under sha256(text), hex); refusing the file")
             title = obj.get("title")
+            if title is not None and not isinstance(title, str):
+                # SQLite would keep 5 as '5', the same title as "5" (hostile try 15, S3): Hermes writes text
+                raise _bad(path, n, f"session {sid!r}: title {str(title)[:80]!r} is not text (expected a JSON string "
+                                    "or null)")
             if isinstance(title, str):
                 if title in titled:
                     raise _bad(path, n, f"session {sid!r} has the title {title[:80]!r}, as session {titled[title]!r} "
@@ -399,7 +404,7 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                                **_markers(obj.get("model_config")))
             records[sid] = Record(line=n, offset=start, length=len(raw), info=info, messages=len(msgs),
                                   digest=hashlib.sha256(raw).digest(), newest=newest, kept_children=list(kept),
-                                  title=title if isinstance(title, str) else None)
+                                  title=title if isinstance(title, str) else None, title_given="title" in obj)
     if not records:
         raise UsageError(f"{path}: no session records ({EXPECTED})")
     _refuse_cycles(path, records, set(records), lambda sid: None)
@@ -490,26 +495,42 @@ def plan_import(store: Store, path: Path, read: ExportFile | None = None, *, rep
         return store.scalar("SELECT parent_session_id FROM sessions WHERE id = ?", (sid,))
 
     _refuse_cycles(Path(path), records, written, stored_parent)
-    _refuse_taken_titles(store, Path(path), records, written)
-    return ImportPlan(path=Path(path), records=records, units=_units(records), session_columns=read.session_columns,
+    units = _units(records)
+    _refuse_taken_titles(store, Path(path), records, [sid for u in units for sid in u if sid in written])
+    return ImportPlan(path=Path(path), records=records, units=units, session_columns=read.session_columns,
                       message_columns=read.message_columns, missing=missing, existing=existing, busy=busy)
 
 
-def _refuse_taken_titles(store: Store, path: Path, records: dict[str, Record], written: set[str]) -> None:
+def _refuse_taken_titles(store: Store, path: Path, records: dict[str, Record], order: list[str]) -> None:
     """Titles are unique in Hermes (its ``idx_sessions_title_unique``; hermes-agent's own import fails on a taken
-    one): a session written with a title another stored session keeps is refused before the first write, also in
-    a store that lacks that index."""
-    titles = {r.title: sid for sid, r in records.items() if r.title is not None and sid in written}
-    for chunk in chunks(list(titles)):
-        for other, title in store.conn.execute(f"SELECT id, title FROM sessions WHERE title IN ({ph(chunk)})", chunk):
-            sid = titles[title]
-            mine = records.get(other)
-            if other == sid or (other in written and mine is not None and mine.title != title):
-                continue  # its own title, or a session this import gives another title
-            raise _bad(path, records[sid].line, f"session {sid!r} has the title {title[:80]!r}, which session "
-                                                f"{other!r} of the store has: titles are unique in Hermes; rename one "
-                                                "of them (`hermes-maint rename`) or give it another title in the "
-                                                "file; nothing was imported")
+    one): a session written with a title another session has at that moment is refused before the first write,
+    also in a store that lacks that index. The sessions are followed in the order they are written (*order*), so a
+    title a replaced session gives up earlier in the file may be taken later, not the other way round (hostile
+    try 15, S3: a swap of two titles passed the check, then SQLite's index stopped the import mid-file)."""
+    holder: dict[str, str] = {}  # title -> the session that has it now
+    wanted = sorted({records[sid].title for sid in order if records[sid].title is not None})
+    for chunk in chunks(wanted):
+        holder.update({title: other for other, title in store.conn.execute(
+            f"SELECT id, title FROM sessions WHERE title IN ({ph(chunk)})", chunk)})
+    stored: dict[str, str] = {}  # session -> its title in the store now, for the sessions this import writes
+    for chunk in chunks(order):
+        stored.update(store.conn.execute(
+            f"SELECT id, title FROM sessions WHERE id IN ({ph(chunk)}) AND title IS NOT NULL", chunk))
+    for sid in order:
+        rec = records[sid]
+        if not rec.title_given:
+            continue  # an UPDATE without the field keeps the stored title (an INSERT leaves it null)
+        if holder.get(old := stored.get(sid)) == sid:
+            del holder[old]
+        other = holder.get(rec.title) if rec.title is not None else None
+        if other is not None and other != sid:
+            later = " (this file gives it another title later: move a title in two steps)" if other in stored else ""
+            raise _bad(path, rec.line, f"session {sid!r} has the title {rec.title[:80]!r}, which session {other!r} "
+                                       f"of the store has{later}: titles are unique in Hermes; rename one of them "
+                                       "(`hermes-maint rename`) or give it another title in the file; nothing was "
+                                       "imported")
+        if rec.title is not None:
+            holder[rec.title] = sid
 
 
 def _replace_guard(store: Store, records: dict[str, Record], existing: set[str]) -> dict[str, str]:
@@ -581,6 +602,7 @@ class _Writer:
 
     def __init__(self, store: Store, plan: ImportPlan, replace: bool, result: ImportResult):
         self.store, self.plan, self.replace, self.result = store, plan, replace, result
+        self.committed = 0  # sessions of the transactions committed before the current one
         self.scols = [r[1] for r in store.conn.execute("PRAGMA table_info(sessions)")]
         self.mcols = [r[1] for r in store.conn.execute("PRAGMA table_info(messages)")]
         self.sblobs, self.mblobs = _blob_columns(store, "sessions"), _blob_columns(store, "messages")
@@ -606,9 +628,8 @@ class _Writer:
         raw = self.fh.read(rec.length)
         if hashlib.sha256(raw).digest() != rec.digest:
             raise MaintError(f"{self.plan.path}: changed while it was being imported (line {rec.line} differs from "
-                             f"what was checked); stopped before writing session {sid}: the "
-                             f"{len(self.result.imported) + len(self.result.replaced)} sessions imported before it "
-                             "stay, whole (import the file again once it is final)")
+                             f"what was checked); stopped before writing session {sid}: the {self.committed} sessions "
+                             "imported before it stay, whole (import the file again once it is final)")
         return json_text.loads(raw)
 
     def exists(self, sid: str) -> bool:
@@ -629,9 +650,8 @@ class _Writer:
             except apsw.ConstraintError as exc:
                 raise MaintError(
                     f"session {sid} (line {self.plan.records[sid].line}): SQLite refused its rows ({exc}); its "
-                    f"lineage ({len(ids)} sessions) was rolled back with the transaction; the "
-                    f"{len(self.result.imported) - done} sessions imported before it stay (a second run skips "
-                    "them)") from None
+                    f"transaction was rolled back, whole lineages; the {self.committed} sessions imported before "
+                    "it stay (a second run skips them)") from None
             done += 1
         return done
 
@@ -793,6 +813,8 @@ def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, dro
     writer = _Writer(store, plan, replace, result)
     try:
         def apply(units: list[list[str]]) -> int:
+            marks = len(result.imported), len(result.replaced)
+            writer.committed = sum(marks)
             try:
                 done = sum(writer.unit(store.conn, u) for u in units)
                 writer.flush(store.conn)
@@ -800,7 +822,12 @@ def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, dro
                 ids = [sid for u in units for sid in u]
                 raise MaintError(f"SQLite refused the messages of sessions {', '.join(ids[:5])}"
                                  f"{' …' if len(ids) > 5 else ''} ({exc}); their transaction was rolled back, "
-                                 f"whole lineages; sessions imported before stay (a second run skips them)") from None
+                                 f"whole lineages; the {writer.committed} sessions imported before stay (a second "
+                                 "run skips them)") from None
+            except BaseException:
+                # the transaction's sessions are rolled back: not counted as imported (hostile try 15, S3)
+                del result.imported[marks[0]:], result.replaced[marks[1]:]
+                raise
             finally:
                 writer.pending.clear()
                 writer.pending_ids.clear()
