@@ -414,3 +414,46 @@ def test_a_snapshot_set_that_cannot_be_made_leaves_no_folder(hermes_home):
     with pytest.raises(OSError, match="too long"):
         snapshots.copy_stores({"default": db, "p" * 250: db}, "repair-profiles")
     assert not list((hermes_home / "state-snapshots").glob("repair-profiles-*"))
+
+
+def test_a_stray_title_the_target_has_is_named_and_the_rest_of_the_run_goes_on(home):
+    """Hostile try 15, S11: a stray session whose title another session of the profile's store has stopped the whole
+    run at SQLite's unique index ("a constraint refused the change (sessions.title)"), no session named, every later
+    finding undone. The clash is named with the other clash rules and the run goes on."""
+    default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"
+    for path, sid in ((default, "c1"), (coder, "own")):
+        conn = sqlite3.connect(path)
+        conn.execute("UPDATE sessions SET title = 'Weekly plan' WHERE id = ?", (sid,))
+        conn.commit()
+        conn.close()
+    result = run_subprocess("repair-profiles", "--apply", "--yes", "--json")
+    assert result.returncode == 0, result.stderr
+    applied = json.loads(result.stdout)["applied"]
+    (kept,) = [d for d in applied if "c1" in d["session_ids"]]
+    assert kept.get("skipped") and "'Weekly plan' is session own's" in kept["reason"], kept
+    assert rows(default, "SELECT title FROM sessions WHERE id = 'c1'") == [("Weekly plan",)]
+    assert rows(coder, "SELECT COUNT(*) FROM sessions WHERE id = 'pn1'") == [(1,)]  # the writer's stray went on
+
+
+def test_a_copy_the_target_had_that_went_on_is_not_told_to_run_again(home):
+    """Hostile try 15, S10: the profile's own copy of a stray session had gone on (7 messages against the stray's 4):
+    every run said "was written to since it was copied … (run again to move it)", though this run copied nothing
+    and no run ever would."""
+    default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"
+    src = sqlite3.connect(default)
+    dst = sqlite3.connect(coder)
+    have = {r[1] for r in dst.execute("PRAGMA table_info(sessions)")}
+    scols = [r[1] for r in src.execute("PRAGMA table_info(sessions)") if r[1] in have]
+    dst.execute(f"INSERT INTO sessions ({', '.join(scols)}) VALUES ({', '.join('?' * len(scols))})",
+                src.execute(f"SELECT {', '.join(scols)} FROM sessions WHERE id = 'c1'").fetchone())
+    for i in range(7):
+        dst.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('c1', 'user', ?, 1)", (str(i),))
+    dst.commit()
+    src.close()
+    dst.close()
+    for _ in range(2):
+        result = run_subprocess("repair-profiles", "--apply", "--yes", "--json")
+        assert result.returncode == 0, result.stderr
+        (kept,) = [d for d in json.loads(result.stdout)["applied"] if "c1" in d["session_ids"]]
+        assert kept.get("skipped") and "run again" not in kept["reason"] and "7 messages" in kept["reason"], kept
+    assert rows(default, "SELECT COUNT(*) FROM messages WHERE session_id = 'c1'") == [(4,)]
