@@ -189,11 +189,12 @@ def test_a_session_written_to_after_its_copy_keeps_its_stray_copy(home, cli, mon
     copy = profiles._copy_sessions
 
     def copy_then_hermes_writes(src, dst, ids, rekey=None):
-        copy(src, dst, ids, rekey)
+        had = copy(src, dst, ids, rekey)
         if "c1" in ids:
             with sqlite3.connect(default) as conn:
                 conn.execute("INSERT INTO messages (session_id, role, content, timestamp) "
                              "VALUES ('c1', 'user', 'written after the copy', 1)")
+        return had
 
     monkeypatch.setattr(profiles, "_copy_sessions", copy_then_hermes_writes)
     result = cli("repair-profiles", "--apply", "--yes", "--json")
@@ -447,7 +448,8 @@ def test_a_copy_the_target_had_that_went_on_is_not_told_to_run_again(home):
     dst.execute(f"INSERT INTO sessions ({', '.join(scols)}) VALUES ({', '.join('?' * len(scols))})",
                 src.execute(f"SELECT {', '.join(scols)} FROM sessions WHERE id = 'c1'").fetchone())
     for i in range(7):
-        dst.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('c1', 'user', ?, 1)", (str(i),))
+        dst.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('c1', 'user', ?, 1)",
+                    (str(i),))
     dst.commit()
     src.close()
     dst.close()
