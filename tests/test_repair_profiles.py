@@ -459,3 +459,38 @@ def test_a_copy_the_target_had_that_went_on_is_not_told_to_run_again(home):
         (kept,) = [d for d in json.loads(result.stdout)["applied"] if "c1" in d["session_ids"]]
         assert kept.get("skipped") and "run again" not in kept["reason"] and "7 messages" in kept["reason"], kept
     assert rows(default, "SELECT COUNT(*) FROM messages WHERE session_id = 'c1'") == [(4,)]
+
+
+@pytest.mark.parametrize("where", ["sessions", "gateway_routing"])
+def test_a_key_that_is_not_text_stops_neither_the_repair_nor_doctor(home, cli, where):
+    """Hostile try 15, S12: one session_key stored as a BLOB (in sessions or gateway_routing) of the default store of a
+    home with profiles ended repair-profiles (every form) and doctor's profiles check (the daily job) in a TypeError
+    traceback. A key that is not text names no profile; the rest of the check and the repair go on."""
+    conn = sqlite3.connect(home / "state.db")
+    if where == "sessions":
+        conn.execute("UPDATE sessions SET session_key = X'ff' WHERE id = 'mine'")
+    else:
+        conn.execute("INSERT INTO gateway_routing(scope, session_key, entry_json, updated_at) "
+                     "VALUES ('', X'ff', '{}', 1)")
+    conn.commit()
+    conn.close()
+    report = cli("repair-profiles", "--json")
+    assert report.exit_code == 0 and "c1" in report.stdout, report.output
+    doctor = cli("doctor", "--all-profiles")
+    assert "Traceback" not in doctor.output and not isinstance(doctor.exception, TypeError), doctor.output
+    applied = cli("repair-profiles", "--apply", "--yes")
+    assert applied.exit_code == 0, applied.output
+    assert rows(home / "profiles" / "coder" / "state.db", "SELECT COUNT(*) FROM sessions WHERE id = 'c1'") == [(1,)]
+
+
+def test_a_profile_folder_whose_name_is_not_utf8_stops_no_repair(home, cli):
+    """Hostile try 15, S13: a folder profiles/p\\xff (no name Hermes makes) stopped repair-profiles for the whole home
+    ("a value is not valid UTF-8 text"), the real stray sessions neither reported nor moved. It is left out, as
+    Hermes's own profile list leaves out a name it would not make."""
+    import shutil
+
+    odd = os.fsencode(home / "profiles") + b"/p\xff"
+    os.mkdir(odd)
+    shutil.copy(home / "profiles" / "writer" / "state.db", odd + b"/state.db")
+    report = cli("repair-profiles", "--json")
+    assert report.exit_code == 0 and "c1" in report.stdout, report.output
