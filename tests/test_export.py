@@ -310,6 +310,31 @@ def test_verified_delete_removes_session_and_children(store, tmp_path):
     assert len(rec["messages"]) == 3
 
 
+@pytest.mark.parametrize("value", ["started_at a week ahead", "an infinite cost", "archived -1", "its own parent",
+                                   "an empty role"])
+def test_verified_delete_refuses_a_session_its_own_files_would_not_import_back(tmp_path, value):
+    """Hostile try 15, S15: the files are the undo, but values export writes and import refuses (a time a clock
+    ahead wrote, +Inf, archived -1, a self-parent, an empty role) passed: "verified and deleted", then `import` of
+    that file refused it, and the session was in no store. The files now pass import's own reading first."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("s", age=30, messages=3)
+    sql = {"started_at a week ahead": "UPDATE sessions SET started_at = strftime('%s','now') + 7 * 86400",
+           "an infinite cost": "UPDATE sessions SET estimated_cost_usd = 1e999",
+           "archived -1": "UPDATE sessions SET archived = -1",
+           "its own parent": "UPDATE sessions SET parent_session_id = 's'",
+           "an empty role": "UPDATE messages SET role = '' WHERE id = (SELECT MIN(id) FROM messages)"}[value]
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA foreign_keys = OFF")
+    conn.execute(sql)
+    conn.commit()
+    conn.close()
+    out = tmp_path / "bk"
+    r = run_export(out, "--db", db, "--session-id", "s", "--delete-after-verified", "--yes")
+    assert r.returncode == 1 and "would not import back" in r.stderr, r.stderr
+    assert "s" in session_ids(db) and (out / "hermes_session_s.jsonl").exists()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another user here")
 @pytest.mark.parametrize("owner, mode, inside, refused", [
     (1002, 0o755, "", "is owned by another user (uid 1002)"),  # mallory's folder
