@@ -91,15 +91,15 @@ def test_missing_session_id_exits_nonzero_without_file(store, tmp_path):
     assert r.returncode == 1 and "nope" in r.stderr and not out.exists()
 
 
-def test_max_export_messages_refused(store, hermes_home, tmp_path):
-    (hermes_home / "config.yaml").write_text("sessions:\n  max_export_messages: 3\n")
+def test_max_export_messages_refused(store, tmp_path):
+    config = Path(store).parent / "config.yaml"  # the store's own home's config
+    config.write_text("sessions:\n  max_export_messages: 3\n")
     out = tmp_path / "x.jsonl"
-    r = run_export(out, "--db", store, "--session-id", "old_cli", env={"HERMES_HOME": str(hermes_home)})
+    r = run_export(out, "--db", store, "--session-id", "old_cli")
     assert r.returncode == 1 and "4 stored messages" in r.stderr and "max_export_messages" in r.stderr
     assert not out.exists()
-    (hermes_home / "config.yaml").write_text("sessions:\n  max_export_messages: 0\n")
-    assert run_export(out, "--db", store, "--session-id", "old_cli",
-                      env={"HERMES_HOME": str(hermes_home)}).returncode == 0
+    config.write_text("sessions:\n  max_export_messages: 0\n")
+    assert run_export(out, "--db", store, "--session-id", "old_cli").returncode == 0
 
 
 def test_dry_run_writes_nothing(store, tmp_path):
