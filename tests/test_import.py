@@ -342,6 +342,28 @@ def test_the_undo_of_a_verified_delete_does_not_depend_on_the_order_of_its_files
     assert query(db, "SELECT COUNT(*) FROM state_meta WHERE key LIKE 'hermes_maint.unlinked_from.%'") == [(0,)]
 
 
+@pytest.mark.parametrize("order", [("G", "C"), ("C", "G")])
+def test_the_undo_of_two_chained_verified_deletes_links_both_in_either_order(tmp_path, order):
+    """Hostile try 15, S16: G's verified delete kept its branch C (unlinked), C's kept its branch K; importing the
+    two files in the order they were made left C's parent NULL: G's import came while C was gone (its note was
+    dropped), and C's record carries the link nulled. A child the store lacks keeps its note, and its own import
+    links it."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("G", age=30, messages=2, end_reason="branched")
+        b.session("C", age=20, parent="G", model_config={"_branched_from": "G"}, messages=2, end_reason="branched")
+        b.session("K", age=10, parent="C", model_config={"_branched_from": "C"}, messages=2)
+    for sid in ("G", "C"):
+        r = run("export", f"{tmp_path / sid}/", "--db", db, "--session-id", sid, "--delete-after-verified", "--yes")
+        assert r.returncode == 0, r.stderr
+    assert query(db, "SELECT id, parent_session_id FROM sessions") == [("K", None)]
+    for sid in order:
+        do_import(db, tmp_path / sid / f"hermes_session_{sid}.jsonl")
+    assert query(db, "SELECT id, parent_session_id FROM sessions ORDER BY id") == [
+        ("C", "G"), ("G", None), ("K", "C")]
+    assert query(db, "SELECT COUNT(*) FROM state_meta WHERE key LIKE 'hermes_maint.unlinked_from.%'") == [(0,)]
+
+
 def test_a_files_kept_children_never_re_parent_sessions_the_store_did_not_unlink(tmp_path):
     """Hostile try 10, M4: the undo relinked every session a record's `kept_children` named, whatever this store
     had done: a crafted file made four unrelated root sessions (a pinned one among them) branches of its own

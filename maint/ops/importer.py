@@ -704,20 +704,38 @@ class _Writer:
             self.result.imported.append(sid)
         self.messages(conn, sid, obj["messages"])
         self.relink(conn, sid, self.waiting_children(conn, sid))
+        if row.get("parent_session_id") is None:
+            self.back_to_parent(conn, sid)
 
     def waiting_children(self, conn, sid: str) -> list[str]:
         """Sessions this store's verified delete (the children it kept) or an earlier import (the files of one
         verified delete imported child first, hostile try 9, L14) unlinked from *sid*, by the store's own notes
         (:data:`maint.store.delete.PARENT_NOTE`): a file's ``kept_children`` alone never re-parents a session
-        (hostile try 10, M4). The notes go with this answer."""
+        (hostile try 10, M4). The notes of the children the store holds go with this answer; a child the store
+        lacks (deleted since, by a verified delete of its own) keeps its note, and is linked when it comes back
+        (:meth:`back_to_parent`)."""
         if not self.store.has_table("state_meta"):
             return []
         where = "substr(key, 1, ?) = ? AND value = ?"
         args = (len(PARENT_NOTE), PARENT_NOTE, sid)
         children = [k[len(PARENT_NOTE):] for (k,) in conn.execute(f"SELECT key FROM state_meta WHERE {where}", args)]
-        if children:
-            conn.execute(f"DELETE FROM state_meta WHERE {where}", args)
-        return children
+        present = [c for c in children if self.exists(c)]
+        if present:
+            conn.executemany("DELETE FROM state_meta WHERE key = ?", [(PARENT_NOTE + c,) for c in present])
+        return present
+
+    def back_to_parent(self, conn, sid: str) -> None:
+        """*sid*, written without a parent, is linked to the parent this store unlinked it from, when that parent is
+        here now (by the store's own note, which then goes): the undo of two chained verified deletes, in the order
+        they were made (hostile try 15, S16: the first file's import brought the parent back while its kept child
+        was deleted by the second, whose record carries the link nulled)."""
+        if not self.store.has_table("state_meta"):
+            return
+        parent = conn.execute("SELECT value FROM state_meta WHERE key = ?", (PARENT_NOTE + sid,)).fetchone()
+        if parent is None or not isinstance(parent[0], str) or not self.exists(parent[0]):
+            return
+        conn.execute("DELETE FROM state_meta WHERE key = ?", (PARENT_NOTE + sid,))
+        self.relink(conn, parent[0], [sid])
 
     def relink(self, conn, sid: str, children: list[str]) -> None:
         """The undo of a verified delete: children it kept, and whose link to *sid* it removed, point at it
