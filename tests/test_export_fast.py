@@ -389,3 +389,60 @@ def test_a_blob_role_goes_the_reference_way_and_is_written_as_it_writes_it(tmp_p
             render.write_jsonl_session(store, sid, reference.append, False)
     assert "".join(out) == "".join(reference)
     assert '"role_counts": {"user\\\\xff": 1}' in "".join(out)
+
+
+def _clean_session_store(path, n, text_timestamp=False):
+    with StoreBuilder(path, layout="v31") as b:
+        b.session("clean", messages=0)
+        for i in range(n):
+            _message(b, "clean", "user", f"nothing to hide in message number {i} of this session", 1733212345.25 + i,
+                     token_count=987654)
+        if text_timestamp:
+            _message(b, "clean", "user", "a timestamp that is text", "1733212345.75 as text")
+    return path
+
+
+def test_a_row_the_gate_clears_costs_one_python_call_in_a_redacted_export(tmp_path):
+    """The rows the gate lets through are bound to the line SQL, which tells them apart itself: each more clean
+    row costs the gate's call and nothing while SQLite builds its line (a Python call per row to ask whether it
+    was let through cost as much as the question)."""
+    import sys
+
+    def calls(n):
+        db = _clean_session_store(tmp_path / f"clean{n}.db", n)
+        count = 0
+
+        def profile(frame, event, arg):
+            nonlocal count
+            count += event == "call"
+        out = []
+        with open_store(db, readonly=True) as store, store.snapshot():
+            sys.setprofile(profile)
+            try:
+                write_sessions(store, ["clean"], out.append,
+                               lambda sid: render.write_jsonl_session(store, sid, out.append, True), redact=True)
+            finally:
+                sys.setprofile(None)
+        assert b"nothing to hide in message number" in b"".join(out)
+        return count
+
+    assert calls(60) - calls(10) == 50
+
+
+def test_the_gate_reads_a_rows_texts_not_its_numbers(tmp_path, monkeypatch):
+    """Numbers are written by SQLite and never redacted: the gate is given a row's texts and blobs only (a text
+    in a column of numeric affinity still is)."""
+    from maint.export import fast_jsonl
+
+    db = _clean_session_store(tmp_path / "state.db", 3, text_timestamp=True)
+    fast_jsonl._load_redactor()
+    seen = []
+    gate = fast_jsonl.gate
+    monkeypatch.setattr(fast_jsonl, "_load_redactor", lambda: None)
+    monkeypatch.setattr(fast_jsonl, "gate", lambda texts: seen.append(texts) or gate(texts))
+    with open_store(db, readonly=True) as store, store.snapshot():
+        write_sessions(store, ["clean"], lambda b: None, lambda sid: 0, redact=True)
+    rows = [t for t in seen if b"nothing to hide" in t or b"a timestamp" in t]
+    assert len(rows) == 4
+    assert not any(b"987654" in t or b"1733212345.25" in t for t in rows)
+    assert any(b"1733212345.75 as text" in t for t in rows)

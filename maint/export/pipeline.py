@@ -521,8 +521,28 @@ def _verified_delete(store: Store, renderer: Renderer, written: list[dict]) -> t
 
     verify_files(written, renderer.rerender_digest)
     ids = list(dict.fromkeys(sid for w in written for sid in w["ids"]))  # md/qmd: a document and its record
+    _prove_importable(store, [w for w in written if renderer.req.fmt == "jsonl" or w.get("record")], ids)
     prints = {sid: p for w in written for sid, p in w["fingerprints"].items()}
     return ids, delete_if_unchanged(store, ids, prints, include_pinned=renderer.req.include_pinned)
+
+
+def _prove_importable(store: Store, records: list[dict], ids: list[str]) -> None:
+    """The files are the undo: each must pass ``import``'s own reading of a file (types, ranges, times, parent
+    links) before anything is deleted, or the session would be in no store (hostile try 15, S15: a time a day
+    ahead, an infinite cost, an empty role: "verified and deleted", then the import refused the file)."""
+    from maint.ops.importer import EXPECTED, read_export
+
+    covered = {sid for w in records for sid in w["ids"]}
+    if set(ids) - covered:
+        raise MaintError(f"session {sorted(set(ids) - covered)[0]}: no file of this export can be imported back; "
+                         "nothing deleted, files kept")
+    for w in records:
+        try:
+            read_export(Path(w["path"]), store.path)
+        except (UsageError, MaintError) as exc:
+            why = str(exc).removeprefix("FILE: ").removeprefix(f"{w['path']}: ").removesuffix(f" ({EXPECTED})")
+            raise MaintError(f"{w['path']}: would not import back, so nothing was deleted (files kept): {why}") \
+                from None
 
 
 def export_store(target: StoreTarget, req: ExportRequest, op: Operator) -> dict[str, Any]:
