@@ -310,6 +310,36 @@ def test_verified_delete_removes_session_and_children(store, tmp_path):
     assert len(rec["messages"]) == 3
 
 
+@pytest.mark.parametrize("named, sql, named_in_error", [
+    ("old_cli", "UPDATE messages SET content = X'ff00696d6789504e47' WHERE id = (SELECT MIN(id) FROM messages "
+                "WHERE session_id = 'old_cli')", "session old_cli: message {}'s content holds a BLOB (bytes)"),
+    ("old_cli", "UPDATE sessions SET title = CAST('T' AS BLOB) WHERE id = 'old_cli'",
+     "session old_cli: its row's title holds a BLOB (bytes)"),
+    ("old_cli", "UPDATE sessions SET session_key = X'ff54' WHERE id = 'old_cli'",
+     "session old_cli: its row's session_key holds a BLOB (bytes)"),
+    ("old_cli", "INSERT INTO session_model_usage (session_id, model) VALUES ('old_cli', X'ff')",
+     "session old_cli: a model_usage row's model holds a BLOB (bytes)"),
+    ("parent", "UPDATE messages SET tool_name = X'00' WHERE session_id = 'sub'",  # a delegate child's
+     "session sub: message {}'s tool_name holds a BLOB (bytes)"),
+], ids=["content", "title", "session_key", "usage_model", "delegate_tool_name"])
+def test_verified_delete_refuses_a_value_its_record_cannot_carry(store, tmp_path, named, sql, named_in_error):
+    """Hostile try 15, S14: a BLOB in a text column (as any client writing bytes stores it) is written in the
+    record as Python's bytes repr, and import stores that text: "verified and deleted", the bytes gone. The
+    session is refused, named, before anything is exported or deleted."""
+    with sqlite3.connect(store) as conn:
+        conn.execute(sql)
+        message = conn.execute("SELECT MIN(id) FROM messages WHERE typeof(content) = 'blob' OR "
+                               "typeof(tool_name) = 'blob'").fetchone()[0]
+    conn.close()
+    before = file_hash(store)
+    out = tmp_path / "bk"
+    r = run_export(f"{out}/", "--db", store, "--session-id", named, "--delete-after-verified", "--yes")
+    assert r.returncode == 1, r.stderr
+    assert named_in_error.format(message) in r.stderr and "nothing was exported or deleted" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert not out.exists() and file_hash(store) == before
+
+
 @pytest.mark.parametrize("value", ["started_at a week ahead", "an infinite cost", "archived -1", "its own parent",
                                    "an empty role"])
 def test_verified_delete_refuses_a_session_its_own_files_would_not_import_back(tmp_path, value):

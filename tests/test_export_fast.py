@@ -57,6 +57,12 @@ def awkward_store(path, layout, more=None):
                      token_count=2**63 - 1 - n if n % 2 else n + 0.5)  # a float in an integer column stays one
         for n, value in enumerate(FLOATS):  # floats and infinities in a text-affinity column are kept as REAL
             _message(b, "floats", "tool", value, t0 + 200 + n, tool_call_id=value if n % 3 else None)
+        for n, (model, value) in enumerate([("gpt-5", 1.1), ("claude \"q\"\n", 1e16), ("é😀", float("inf")),
+                                            (b"\xffblob", "n/a"), ("", 2**63 - 1), ("t\x00nul", 0.1 + 0.2)]):
+            # a session's per-model usage rows (hostile try 15, S17), sorted by every column, awkward values too
+            b.raw.execute("INSERT INTO session_model_usage (session_id, model, task, input_tokens) VALUES "
+                          "(?, ?, ?, ?)", ("floats", model, str(n % 2), value))
+        b.raw.execute("INSERT INTO session_model_usage (session_id, model) VALUES ('plain', 'gpt-5')")
         b.session("ties", messages=0)  # gaps on and near a tie of round(x, 1): half-even, not half-up
         for n, ts in enumerate([0.0, 0.00025, 0.0005, 1.0, 1.00125, 1000.0, 1000.00015, 1000.00085]):
             _message(b, "ties", "user", f"t{n}", ts)
@@ -197,6 +203,8 @@ def test_redacted_sql_lines_are_the_redacted_reference_bytes(tmp_path, layout):
                      1700000000.0 + n, tool_name=c.text[:30], finish_reason=c.text[-12:],
                      tool_calls=json.dumps([{"id": "c", "function": {"name": "w", "arguments": json.dumps(
                          {"content": c.text})}}]) if n % 3 == 1 else None)
+        b.raw.execute("INSERT INTO session_model_usage (session_id, model, billing_provider) VALUES (?, ?, ?)",
+                      ("secrets", cases[3].text, cases[4].text))  # usage rows are redacted as rows are
         if layout != "v22":
             b.session("prompted_secret", messages=1, system_prompt_hash=b.prompt(cases[2].text), tool_names="")
 

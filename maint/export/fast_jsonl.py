@@ -231,28 +231,47 @@ def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool
     with *redact*, of the row as :func:`maint.export.redact.redact_row` leaves it. ``tool_calls`` is
     written as the JSON it holds (:func:`_parsed_value`); *exprs* gives a column's value another way."""
     exprs = exprs or {}
-
-    def build(redacted: bool) -> str:
-        parts = []
-        for n, (col, affinity) in enumerate(columns):
-            parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
-            expr = exprs.get(col, f"{alias}.{_ident(col)}")
-            value = _value(expr, affinity, redacted and col not in KEEP_COLUMNS)
-            if alias == "m" and col in PARSED_COLUMNS:
-                value = _parsed_value(expr, col, value, redacted and col not in KEEP_COLUMNS)
-            parts.append(value)
-        return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
-
     if not redact or not _gated_texts(alias, columns, exprs):
-        return build(False)
+        return _fields(alias, columns, close, False, exprs)
     # Rows the gate let through (their rowids bound as a JSON array by _Hits.gate_batch: ?2 sessions, ?3
     # messages) go column by column through the redactor; SQLite alone builds the rest, and tells them apart
     # itself (a Python call per row cost as much as the test).
-    return (f"iif({alias}.rowid IN (SELECT value FROM json_each(?{HIT_PARAMS[alias]})), {build(True)}, "
-            f"{build(False)})")
+    return (f"iif({alias}.rowid IN (SELECT value FROM json_each(?{HIT_PARAMS[alias]})), "
+            f"{_fields(alias, columns, close, True, exprs)}, {_fields(alias, columns, close, False, exprs)})")
 
 
 HIT_PARAMS = {"s": 2, "m": 3}  # the line SQL's parameters holding the rows the gate let through
+
+
+def _fields(alias: str, columns: list[tuple[str, str]], close: str, redacted: bool,
+            exprs: dict[str, str] | None = None) -> str:
+    """:func:`_object`'s row, every redactable text through the redactor when *redacted* (each text gated on
+    its own: :func:`_gated`)."""
+    exprs = exprs or {}
+    parts = []
+    for n, (col, affinity) in enumerate(columns):
+        parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
+        expr = exprs.get(col, f"{alias}.{_ident(col)}")
+        value = _value(expr, affinity, redacted and col not in KEEP_COLUMNS)
+        if alias == "m" and col in PARSED_COLUMNS:
+            value = _parsed_value(expr, col, value, redacted and col not in KEEP_COLUMNS)
+        parts.append(value)
+    return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
+
+
+USAGE_TABLE = "session_model_usage"  # render.USAGE_TABLE
+
+
+def _usage(store: Store, redact: bool) -> str:
+    """SQL: the session's ``"model_usage"`` key as :func:`maint.export.render.model_usage` gives it (its rows, in
+    column order, sorted by every column), or '' when the store has no such table. Usage rows are few (a model, a
+    provider and a task each): redacted, each text goes through the redactor's own gate."""
+    if not store.has_table(USAGE_TABLE):
+        return "''"
+    columns = _columns(store, USAGE_TABLE)
+    order = ", ".join(f"u.{_ident(c)}" for c, _ in columns)
+    return (f"(SELECT concat(', \"model_usage\": [', group_concat({_fields('u', columns, '}', redact)}, ', ' "
+            f"ORDER BY {order}), ']') FROM {USAGE_TABLE} u WHERE u.session_id = s.id)")
 
 
 def _gated_texts(alias: str, columns: list[tuple[str, str]], exprs: dict[str, str] | None = None) -> str:
@@ -384,8 +403,9 @@ def line_sql(store: Store, redact: bool = False) -> str:
                              ORDER BY p.hash), '}}',
                 iif(SUM(typeof(p.hash) <> 'text'), char(0), ''))
                 FROM system_prompts p WHERE {where})"""
+    tail = f"{prompts}, {_usage(store, redact)}"
     return f"""SELECT j.key, s.rowid IS NOT NULL, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id),
-        CAST({_messages(message_cols, head, prompts, redact)} AS BLOB)
+        CAST({_messages(message_cols, head, tail, redact)} AS BLOB)
         FROM json_each(?1) j LEFT JOIN sessions s ON s.id = j.value"""
 
 

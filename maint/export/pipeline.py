@@ -140,13 +140,15 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
         raise MaintError(f"{skipped[0].describe()}; it cannot be exported as it is stored, so nothing was "
                          "exported or deleted")
     if req.delete_after_verified:
-        from maint.export.verified_delete import family, refuse_if_busy
+        from maint.export.verified_delete import family, refuse_if_busy, refuse_lossy_values
 
         with store.snapshot():
             _refuse_splitting_a_lineage(store, chosen[0])
             chosen = family(store, chosen[0])  # the named session first, then its delegates
             refuse_if_busy(store, chosen, include_pinned=req.include_pinned)
             bad = unreadable_sessions(store, "SELECT value FROM json_each(?)", (json.dumps(list(chosen)),))
+            if not bad:
+                refuse_lossy_values(store, chosen)  # a value its record would not carry as stored
         if bad:
             raise MaintError(f"{bad[0].describe()} (a delegate of {chosen[0]}); it cannot be exported as it is "
                              "stored, so nothing was exported or deleted")
