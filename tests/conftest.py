@@ -16,6 +16,17 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
+def _a_home_of_its_own(tmp_path_factory, monkeypatch):
+    """No test reads or writes the runner's own ~/.hermes: a test that names its store with --db and no
+    HERMES_HOME would read that home's config.yaml (a `auto_prune: true` someone left there changed what a
+    sweep did) and leave restore's safety snapshots in its state-snapshots/. Each test starts with an empty
+    home of its own; the ``hermes_home`` fixture gives one the test can see."""
+    home = tmp_path_factory.mktemp("default-home")
+    home.chmod(0o700)
+    monkeypatch.setenv("HERMES_HOME", str(home))
+
+
+@pytest.fixture(autouse=True)
 def _root_logging_as_found():
     """`jobs run` points the root logger at the stderr of the CliRunner it ran under; a later test's log line
     would then go to that closed stream, and logging prints "--- Logging error ---" with a traceback into the

@@ -2,9 +2,10 @@
 
 A copy of ``render.write_jsonl_session`` with the ``Timings`` and ``iter_messages`` it used, as they
 were before the export learned to build lines in SQLite; do not change it with the product. Changed
-once since, by the format (issue 25): Hermes's keys (``last_active``) and ``tool_calls`` written as the
+twice since, by the format: (issue 25) Hermes's keys (``last_active``) and ``tool_calls`` written as the
 JSON it holds, as multimodal ``content`` behind Hermes's ``\\x00json:`` prefix, judged and minified here
-in Python, independently of the SQLite ``json()`` the product uses.
+in Python, independently of the SQLite ``json()`` the product uses; (hostile try 15, S17) the session's
+``session_model_usage`` rows as ``model_usage``, every column, sorted by all of them.
 """
 
 from __future__ import annotations
@@ -183,5 +184,10 @@ def jsonl_line(conn, session_id: str) -> tuple[str, int]:
         parts.append(("," if n else "") + _message(msg))
         n += 1
     tail = "" if prompts is None else ', "system_prompts": ' + _dumps(prompts)
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'session_model_usage'").fetchall():
+        cols = [r[1] for r in conn.execute("PRAGMA table_info(session_model_usage)")]
+        order = ", ".join('"' + c + '"' for c in cols)
+        tail += ', "model_usage": ' + _dumps(list(_rows(
+            conn, f"SELECT * FROM session_model_usage WHERE session_id = ? ORDER BY {order}", (session_id,))))
     parts.append("]" + tail + ', "timings": ' + _dumps(timings.block()) + "}\n")
     return "".join(parts), n

@@ -350,3 +350,62 @@ def test_paced_writes_run_the_jobs_own_after_commit_after_each_commit():
                                batcher=Batcher(target_s=0.0, max_load=1), after_commit=lambda: calls.append("job"))
     assert total == 3
     assert calls == ["job"] * 3
+
+
+class FixedRate(Batcher):
+    """A batcher whose rate is what the test says (the measured rate would follow the machine)."""
+
+    def observe(self, work, seconds):
+        pass
+
+
+def test_chunks_follow_a_unit_heavier_than_a_chunk_while_there_is_room():
+    """A unit heavier than a chunk starts a transaction, and that transaction used to end right after it:
+    on the Hermes-built store such transactions held the lock 40-75 ms, a quarter of the run's, each paying a
+    commit and a pause. Chunks now follow it while there is room, as they follow any chunk."""
+    units = [1, 50, 1, 1]  # a chunk is 10, the unit of 50 is over it
+    opened: list[list[list[int]]] = []
+
+    @contextlib.contextmanager
+    def tx():
+        opened.append([])
+        yield
+
+    def apply(batch):
+        opened[-1].append(list(batch))
+        return len(batch)
+
+    total = run_batched(units, lambda u: u, apply, tx, Pacer(lambda: 0),
+                        batcher=FixedRate(target_s=60.0, chunk_s=0.01, rate=1000))
+    assert total == 4 and opened == [[[1]], [[50], [1, 1]]]  # the big unit still starts its transaction
+
+
+def test_no_transaction_commits_empty_after_a_lightened_units_last_step():
+    """A lightened unit waited for the transaction after the one whose step found nothing left, so that
+    transaction committed having done nothing (and paid a pause). Now the unit goes in it."""
+    pieces = [True, True, False]
+    log: list[list[str]] = []
+
+    class OneStepEach(FixedRate):
+        def room_for_another(self, held_s):
+            return False  # one step, or one chunk, per transaction
+
+    def lighten(unit):
+        def step():
+            log[-1].append("piece" if pieces[0] else "none")
+            return pieces.pop(0)
+        return step
+
+    @contextlib.contextmanager
+    def tx():
+        log.append([])
+        yield
+
+    def apply(batch):
+        log[-1].extend(f"unit {u}" for u in batch)
+        return len(batch)
+
+    run_batched([5000, 1], lambda u: u, apply, tx, Pacer(lambda: 0), lighten=lighten,
+                batcher=OneStepEach(target_s=1.0, chunk_s=0.01, rate=1000, max_load=10**9))
+    assert log == [["piece"], ["piece"], ["none", "unit 5000"], ["unit 1"]]
+    assert all(any(e != "none" for e in entries) for entries in log)  # none committed having done nothing

@@ -11,7 +11,9 @@ reasoning details, a delegate child and a compression continuation. Then:
   ``hermes_state_portability.py`` / ``hermes_state_messages.py``) and of our older format
   (tool_calls as the stored string) gives back the store it was exported from, row for row;
 * our line carries every key Hermes's line carries, with the same values where Hermes writes the
-  stored value (our extra keys: ``timings``, ``system_prompts``, ``kept_children``).
+  stored value (our extra keys: ``timings``, ``system_prompts``, ``model_usage``, ``kept_children``);
+* our line's ``model_usage`` (the session's ``session_model_usage`` rows, which Hermes's line lacks) is
+  ignored by Hermes's import and put back by ours.
 """
 
 from __future__ import annotations
@@ -70,6 +72,11 @@ def hermes_store(path: Path) -> Path:
         t = T0
         db.create_session("s1", "cli", model="claude-sonnet", system_prompt="You are Hermes.", cwd="/home/u/proj")
         t = _conversation(db, "s1", 3, t)
+        # per-model usage, as Hermes's agent loop records it (session_model_usage: our line carries the rows)
+        db.update_token_counts("s1", input_tokens=1200, output_tokens=340, model="claude-sonnet",
+                               estimated_cost_usd=0.0123, billing_provider="anthropic", api_call_count=3)
+        db.update_token_counts("s1", input_tokens=50, output_tokens=7, model="gpt-5-mini",
+                               billing_provider="openai", api_call_count=1)
         db.create_session("s1_sub", "subagent", model="claude-haiku", parent_session_id="s1",
                           model_config={"_delegate_from": "s1"})
         t = _conversation(db, "s1_sub", 1, t)
@@ -145,6 +152,7 @@ def source(tmp_path):
 
 def test_hermes_imports_our_export_as_it_imports_its_own(tmp_path, source):
     ours = our_export(source)
+    assert [len(r["model_usage"]) for r in ours if r["id"] == "s1"] == [2]  # a key Hermes's import must ignore
     db = SessionDB(source)
     theirs = db.export_all()
     db.close()
@@ -171,6 +179,25 @@ def test_hermes_imports_our_export_as_it_imports_its_own(tmp_path, source):
     assert rows(tmp_path / "from_ours.db", "sessions", "id") == rows(tmp_path / "from_theirs.db", "sessions", "id")
 
 
+def test_our_import_of_our_export_brings_back_the_usage_rows_hermes_import_leaves_out(tmp_path, source):
+    """Hostile try 15, S17: our line carried no session_model_usage rows, so a verified delete's undo lost the
+    per-model split. Ours carries them and puts them back; Hermes's import reads the same line and leaves them
+    out (it restores conversations, not accounting)."""
+    file = write_lines(tmp_path / "ours.jsonl", our_export(source))
+    (tmp_path / "mine").mkdir()
+    mine = empty_store(tmp_path / "mine" / "state.db")
+    our_import(mine, file)
+    assert rows(mine, "session_model_usage", "session_id, model") == rows(source, "session_model_usage",
+                                                                          "session_id, model")
+    assert len(rows(source, "session_model_usage", "model")) == 2
+    db = SessionDB(tmp_path / "hermes.db")
+    try:
+        assert db.import_sessions([json.loads(line) for line in file.read_text().splitlines()])["imported"] == 4
+    finally:
+        db.close()
+    assert rows(tmp_path / "hermes.db", "session_model_usage", "model") == []
+
+
 def test_our_line_has_hermes_keys_and_values(source):
     ours = {r["id"]: r for r in our_export(source)}
     db = SessionDB(source)
@@ -182,7 +209,7 @@ def test_our_line_has_hermes_keys_and_values(source):
     for sid, line in ours.items():
         oracle = theirs[sid]
         assert list(oracle)[:-1] == [k for k in line if k in oracle][:-1]  # Hermes's keys, in its order
-        assert set(line) - set(oracle) <= {"timings", "system_prompts", "kept_children"}
+        assert set(line) - set(oracle) <= {"timings", "system_prompts", "model_usage", "kept_children"}
         for key in oracle:
             if key != "messages":
                 assert line[key] == oracle[key], key

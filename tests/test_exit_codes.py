@@ -159,9 +159,10 @@ def test_help_imports_no_heavy_dependency():
 
 
 def test_no_module_imports_the_cli_back():
+    fronts = ("__main__.py", "entry.py")  # the CLI's two entries (python -m maint, the console script)
     offenders = [str(p.relative_to(REPO)) for p in (REPO / "maint").rglob("*.py")
-                 if p.name != "__main__.py" and re.search(r"^\s*(from maint\.cli |import maint\.cli)",
-                                                          p.read_text(), re.M)]
+                 if p.name not in fronts and re.search(r"^\s*(from maint\.cli |import maint\.cli)",
+                                                       p.read_text(), re.M)]
     assert offenders == []
 
 

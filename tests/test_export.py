@@ -91,15 +91,15 @@ def test_missing_session_id_exits_nonzero_without_file(store, tmp_path):
     assert r.returncode == 1 and "nope" in r.stderr and not out.exists()
 
 
-def test_max_export_messages_refused(store, hermes_home, tmp_path):
-    (hermes_home / "config.yaml").write_text("sessions:\n  max_export_messages: 3\n")
+def test_max_export_messages_refused(store, tmp_path):
+    config = Path(store).parent / "config.yaml"  # the store's own home's config
+    config.write_text("sessions:\n  max_export_messages: 3\n")
     out = tmp_path / "x.jsonl"
-    r = run_export(out, "--db", store, "--session-id", "old_cli", env={"HERMES_HOME": str(hermes_home)})
+    r = run_export(out, "--db", store, "--session-id", "old_cli")
     assert r.returncode == 1 and "4 stored messages" in r.stderr and "max_export_messages" in r.stderr
     assert not out.exists()
-    (hermes_home / "config.yaml").write_text("sessions:\n  max_export_messages: 0\n")
-    assert run_export(out, "--db", store, "--session-id", "old_cli",
-                      env={"HERMES_HOME": str(hermes_home)}).returncode == 0
+    config.write_text("sessions:\n  max_export_messages: 0\n")
+    assert run_export(out, "--db", store, "--session-id", "old_cli").returncode == 0
 
 
 def test_dry_run_writes_nothing(store, tmp_path):
@@ -308,6 +308,61 @@ def test_verified_delete_removes_session_and_children(store, tmp_path):
     assert not {"parent", "sub"} & session_ids(store)
     (rec,) = jsonl((out / "hermes_session_sub.jsonl").read_text())
     assert len(rec["messages"]) == 3
+
+
+@pytest.mark.parametrize("named, sql, named_in_error", [
+    ("old_cli", "UPDATE messages SET content = X'ff00696d6789504e47' WHERE id = (SELECT MIN(id) FROM messages "
+                "WHERE session_id = 'old_cli')", "session old_cli: message {}'s content holds a BLOB (bytes)"),
+    ("old_cli", "UPDATE sessions SET title = CAST('T' AS BLOB) WHERE id = 'old_cli'",
+     "session old_cli: its row's title holds a BLOB (bytes)"),
+    ("old_cli", "UPDATE sessions SET session_key = X'ff54' WHERE id = 'old_cli'",
+     "session old_cli: its row's session_key holds a BLOB (bytes)"),
+    ("old_cli", "INSERT INTO session_model_usage (session_id, model) VALUES ('old_cli', X'ff')",
+     "session old_cli: a model_usage row's model holds a BLOB (bytes)"),
+    ("parent", "UPDATE messages SET tool_name = X'00' WHERE session_id = 'sub'",  # a delegate child's
+     "session sub: message {}'s tool_name holds a BLOB (bytes)"),
+], ids=["content", "title", "session_key", "usage_model", "delegate_tool_name"])
+def test_verified_delete_refuses_a_value_its_record_cannot_carry(store, tmp_path, named, sql, named_in_error):
+    """Hostile try 15, S14: a BLOB in a text column (as any client writing bytes stores it) is written in the
+    record as Python's bytes repr, and import stores that text: "verified and deleted", the bytes gone. The
+    session is refused, named, before anything is exported or deleted."""
+    with sqlite3.connect(store) as conn:
+        conn.execute(sql)
+        message = conn.execute("SELECT MIN(id) FROM messages WHERE typeof(content) = 'blob' OR "
+                               "typeof(tool_name) = 'blob'").fetchone()[0]
+    conn.close()
+    before = file_hash(store)
+    out = tmp_path / "bk"
+    r = run_export(f"{out}/", "--db", store, "--session-id", named, "--delete-after-verified", "--yes")
+    assert r.returncode == 1, r.stderr
+    assert named_in_error.format(message) in r.stderr and "nothing was exported or deleted" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert not out.exists() and file_hash(store) == before
+
+
+@pytest.mark.parametrize("value", ["started_at a week ahead", "an infinite cost", "archived -1", "its own parent",
+                                   "an empty role"])
+def test_verified_delete_refuses_a_session_its_own_files_would_not_import_back(tmp_path, value):
+    """Hostile try 15, S15: the files are the undo, but values export writes and import refuses (a time a clock
+    ahead wrote, +Inf, archived -1, a self-parent, an empty role) passed: "verified and deleted", then `import` of
+    that file refused it, and the session was in no store. The files now pass import's own reading first."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("s", age=30, messages=3)
+    sql = {"started_at a week ahead": "UPDATE sessions SET started_at = strftime('%s','now') + 7 * 86400",
+           "an infinite cost": "UPDATE sessions SET estimated_cost_usd = 1e999",
+           "archived -1": "UPDATE sessions SET archived = -1",
+           "its own parent": "UPDATE sessions SET parent_session_id = 's'",
+           "an empty role": "UPDATE messages SET role = '' WHERE id = (SELECT MIN(id) FROM messages)"}[value]
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA foreign_keys = OFF")
+    conn.execute(sql)
+    conn.commit()
+    conn.close()
+    out = tmp_path / "bk"
+    r = run_export(out, "--db", db, "--session-id", "s", "--delete-after-verified", "--yes")
+    assert r.returncode == 1 and "would not import back" in r.stderr, r.stderr
+    assert "s" in session_ids(db) and (out / "hermes_session_s.jsonl").exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another user here")

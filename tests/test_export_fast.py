@@ -57,6 +57,12 @@ def awkward_store(path, layout, more=None):
                      token_count=2**63 - 1 - n if n % 2 else n + 0.5)  # a float in an integer column stays one
         for n, value in enumerate(FLOATS):  # floats and infinities in a text-affinity column are kept as REAL
             _message(b, "floats", "tool", value, t0 + 200 + n, tool_call_id=value if n % 3 else None)
+        for n, (model, value) in enumerate([("gpt-5", 1.1), ("claude \"q\"\n", 1e16), ("é😀", float("inf")),
+                                            (b"\xffblob", "n/a"), ("", 2**63 - 1), ("t\x00nul", 0.1 + 0.2)]):
+            # a session's per-model usage rows (hostile try 15, S17), sorted by every column, awkward values too
+            b.raw.execute("INSERT INTO session_model_usage (session_id, model, task, input_tokens) VALUES "
+                          "(?, ?, ?, ?)", ("floats", model, str(n % 2), value))
+        b.raw.execute("INSERT INTO session_model_usage (session_id, model) VALUES ('plain', 'gpt-5')")
         b.session("ties", messages=0)  # gaps on and near a tie of round(x, 1): half-even, not half-up
         for n, ts in enumerate([0.0, 0.00025, 0.0005, 1.0, 1.00125, 1000.0, 1000.00015, 1000.00085]):
             _message(b, "ties", "user", f"t{n}", ts)
@@ -197,6 +203,8 @@ def test_redacted_sql_lines_are_the_redacted_reference_bytes(tmp_path, layout):
                      1700000000.0 + n, tool_name=c.text[:30], finish_reason=c.text[-12:],
                      tool_calls=json.dumps([{"id": "c", "function": {"name": "w", "arguments": json.dumps(
                          {"content": c.text})}}]) if n % 3 == 1 else None)
+        b.raw.execute("INSERT INTO session_model_usage (session_id, model, billing_provider) VALUES (?, ?, ?)",
+                      ("secrets", cases[3].text, cases[4].text))  # usage rows are redacted as rows are
         if layout != "v22":
             b.session("prompted_secret", messages=1, system_prompt_hash=b.prompt(cases[2].text), tool_names="")
 
@@ -381,3 +389,60 @@ def test_a_blob_role_goes_the_reference_way_and_is_written_as_it_writes_it(tmp_p
             render.write_jsonl_session(store, sid, reference.append, False)
     assert "".join(out) == "".join(reference)
     assert '"role_counts": {"user\\\\xff": 1}' in "".join(out)
+
+
+def _clean_session_store(path, n, text_timestamp=False):
+    with StoreBuilder(path, layout="v31") as b:
+        b.session("clean", messages=0)
+        for i in range(n):
+            _message(b, "clean", "user", f"nothing to hide in message number {i} of this session", 1733212345.25 + i,
+                     token_count=987654)
+        if text_timestamp:
+            _message(b, "clean", "user", "a timestamp that is text", "1733212345.75 as text")
+    return path
+
+
+def test_a_row_the_gate_clears_costs_one_python_call_in_a_redacted_export(tmp_path):
+    """The rows the gate lets through are bound to the line SQL, which tells them apart itself: each more clean
+    row costs the gate's call and nothing while SQLite builds its line (a Python call per row to ask whether it
+    was let through cost as much as the question)."""
+    import sys
+
+    def calls(n):
+        db = _clean_session_store(tmp_path / f"clean{n}.db", n)
+        count = 0
+
+        def profile(frame, event, arg):
+            nonlocal count
+            count += event == "call"
+        out = []
+        with open_store(db, readonly=True) as store, store.snapshot():
+            sys.setprofile(profile)
+            try:
+                write_sessions(store, ["clean"], out.append,
+                               lambda sid: render.write_jsonl_session(store, sid, out.append, True), redact=True)
+            finally:
+                sys.setprofile(None)
+        assert b"nothing to hide in message number" in b"".join(out)
+        return count
+
+    assert calls(60) - calls(10) == 50
+
+
+def test_the_gate_reads_a_rows_texts_not_its_numbers(tmp_path, monkeypatch):
+    """Numbers are written by SQLite and never redacted: the gate is given a row's texts and blobs only (a text
+    in a column of numeric affinity still is)."""
+    from maint.export import fast_jsonl
+
+    db = _clean_session_store(tmp_path / "state.db", 3, text_timestamp=True)
+    fast_jsonl._load_redactor()
+    seen = []
+    gate = fast_jsonl.gate
+    monkeypatch.setattr(fast_jsonl, "_load_redactor", lambda: None)
+    monkeypatch.setattr(fast_jsonl, "gate", lambda texts: seen.append(texts) or gate(texts))
+    with open_store(db, readonly=True) as store, store.snapshot():
+        write_sessions(store, ["clean"], lambda b: None, lambda sid: 0, redact=True)
+    rows = [t for t in seen if b"nothing to hide" in t or b"a timestamp" in t]
+    assert len(rows) == 4
+    assert not any(b"987654" in t or b"1733212345.25" in t for t in rows)
+    assert any(b"1733212345.75 as text" in t for t in rows)

@@ -107,6 +107,31 @@ def test_one_named_session_with_bad_text_is_named_not_a_usage_error(store, tmp_p
     assert not (tmp_path / "one.jsonl").exists()
 
 
+def test_a_bad_byte_in_a_usage_row_names_its_session_and_blocks_no_other(tmp_path):
+    """The jsonl record carries the session's session_model_usage rows (hostile try 15, S17): one bad byte in one
+    of them is the session's stored text, named and skipped by the whole-store export (it stopped every export
+    line), refused by a verified delete, found by doctor's daily check."""
+    from maint.store.text_check import TextMark, unreadable_since
+
+    path = tmp_path / "state.db"
+    with StoreBuilder(path) as b:
+        for n, sid in enumerate(GOOD):
+            b.session(sid, age=50 + n, messages=3)
+        b.session("badusage", age=40, messages=2)
+        b.raw.execute("INSERT INTO session_model_usage (session_id, model) VALUES ('badusage', CAST(x'41ff' AS TEXT))")
+    out = tmp_path / "all.jsonl"
+    result = Cli()("export", out, "--db", path)
+    assert result.exit_code == 1, result.output
+    assert "session badusage: stored text is not valid UTF-8 in session_model_usage.model; skipped" in result.stderr
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == sorted(GOOD, reverse=True)
+    deleted = Cli()("export", f"{tmp_path}/vd/", "--session-id", "badusage", "--delete-after-verified", "--yes",
+                    "--db", path)
+    assert deleted.exit_code == 1 and "session_model_usage.model" in deleted.stderr
+    with open_store(path, readonly=True) as s:
+        assert s.scalar("SELECT COUNT(*) FROM sessions WHERE id = 'badusage'") == 1
+        assert [u.id for u in unreadable_since(s, TextMark(10**9, 0.0)).bad] == ["badusage"]
+
+
 def test_verified_delete_of_a_session_with_bad_text_deletes_nothing(store, tmp_path):
     result = Cli()("export", f"{tmp_path}/out/", "--session-id", "badmsg", "--delete-after-verified", "--yes",
                    "--db", store)

@@ -200,9 +200,13 @@ class Tx:
         return False
 
 
-def test_pending_upkeep_comes_before_new_chunks_and_a_big_unit_goes_alone():
+def test_pending_upkeep_comes_before_new_chunks_and_a_big_unit_starts_the_next_transaction():
     log: list[list] = []
     debt = [3]  # three steps of leftover work
+
+    class FixedRate(Batcher):
+        def observe(self, work, seconds):
+            pass
 
     def upkeep():
         if debt[0] == 0:
@@ -215,13 +219,12 @@ def test_pending_upkeep_comes_before_new_chunks_and_a_big_unit_goes_alone():
         log[-1].append(list(batch))
         return len(batch)
 
-    units = [1, 1, 50, 1, 1]  # weights; 50 is over the chunk budget
+    units = [1, 1, 5000, 1, 1]  # weights; 5000 is over the chunk budget
     total = run_batched(units, lambda u: u, apply, lambda: Tx(log), Pacer(lambda: 0),
-                        batcher=Batcher(target_s=60, chunk_s=0.0), upkeep=upkeep)  # chunks of weight 1
+                        batcher=FixedRate(target_s=1.0, chunk_s=0.0, rate=1000), upkeep=upkeep)  # chunks of weight 1
     assert total == 5
     assert log[0] == ["merge", "merge", "merge", [1], [1]]  # the debt first, then chunks; the big one waits
-    assert log[1] == [[50]]  # alone in its transaction
-    assert log[2] == [[1], [1]]
+    assert log[1] == [[5000], [1], [1]]  # it starts the next transaction; chunks follow while there is room
     assert debt[0] == 0
 
 

@@ -342,6 +342,72 @@ def test_the_undo_of_a_verified_delete_does_not_depend_on_the_order_of_its_files
     assert query(db, "SELECT COUNT(*) FROM state_meta WHERE key LIKE 'hermes_maint.unlinked_from.%'") == [(0,)]
 
 
+USAGE_ROWS = "SELECT * FROM session_model_usage ORDER BY session_id, model, task"
+
+
+def test_the_undo_of_a_verified_delete_brings_back_the_usage_rows(tmp_path, layout):
+    """Hostile try 15, S17: a verified delete took the session's session_model_usage rows (per model, provider and
+    task) and its file had none: the undo brought the session back without them. The record carries them (every
+    column) and import puts them back."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout=layout) as b:
+        b.session("u", age=30, messages=3)
+        b.session("other", age=20, messages=1)
+        b.raw.execute("INSERT INTO session_model_usage (session_id, model, billing_provider, task, input_tokens, "
+                      "output_tokens) VALUES ('u', 'claude-BIG', 'anthropic', '', 777, 888), "
+                      "('u', 'gpt-5', 'openai', 'compression', 5, 6), ('other', 'gpt-5', '', '', 1, 1)")
+    before = query(db, USAGE_ROWS)
+    out = tmp_path / "bk"
+    r = run("export", f"{out}/", "--db", db, "--session-id", "u", "--delete-after-verified", "--yes")
+    assert r.returncode == 0, r.stderr
+    assert query(db, "SELECT session_id FROM session_model_usage") == [("other",)]
+    do_import(db, out / "hermes_session_u.jsonl")
+    assert query(db, USAGE_ROWS) == before
+    assert do_import(db, out / "hermes_session_u.jsonl")["skipped_existing"] == ["u"]  # again: nothing added
+    assert query(db, USAGE_ROWS) == before
+
+
+def test_usage_rows_for_a_store_without_their_table_or_column_are_refused_by_name(tmp_path):
+    """A record's model_usage goes where the store has room for it; a column the store lacks is refused by name
+    (nothing written) unless --drop-missing-columns, as a session's or message's column is."""
+    db = _store(tmp_path / "state.db", "v22")
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO session_model_usage (session_id, model, billing_mode) VALUES ('alone', 'm', 'x')")
+    conn.close()
+    file = tmp_path / "all.jsonl"
+    file.write_text(export_all(db))
+    target = tmp_path / "t.db"
+    with StoreBuilder(target, layout="v30"):  # its session_model_usage has no billing_mode
+        pass
+    before = file_hash(target)
+    r = do_import(target, file, expect=1)
+    assert "session_model_usage.billing_mode (set in 1 rows)" in r.stderr and file_hash(target) == before
+    do_import(target, file, "--drop-missing-columns")
+    assert query(target, "SELECT session_id, model FROM session_model_usage") == [("alone", "m")]
+
+
+@pytest.mark.parametrize("order", [("G", "C"), ("C", "G")])
+def test_the_undo_of_two_chained_verified_deletes_links_both_in_either_order(tmp_path, order):
+    """Hostile try 15, S16: G's verified delete kept its branch C (unlinked), C's kept its branch K; importing the
+    two files in the order they were made left C's parent NULL: G's import came while C was gone (its note was
+    dropped), and C's record carries the link nulled. A child the store lacks keeps its note, and its own import
+    links it."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db) as b:
+        b.session("G", age=30, messages=2, end_reason="branched")
+        b.session("C", age=20, parent="G", model_config={"_branched_from": "G"}, messages=2, end_reason="branched")
+        b.session("K", age=10, parent="C", model_config={"_branched_from": "C"}, messages=2)
+    for sid in ("G", "C"):
+        r = run("export", f"{tmp_path / sid}/", "--db", db, "--session-id", sid, "--delete-after-verified", "--yes")
+        assert r.returncode == 0, r.stderr
+    assert query(db, "SELECT id, parent_session_id FROM sessions") == [("K", None)]
+    for sid in order:
+        do_import(db, tmp_path / sid / f"hermes_session_{sid}.jsonl")
+    assert query(db, "SELECT id, parent_session_id FROM sessions ORDER BY id") == [
+        ("C", "G"), ("G", None), ("K", "C")]
+    assert query(db, "SELECT COUNT(*) FROM state_meta WHERE key LIKE 'hermes_maint.unlinked_from.%'") == [(0,)]
+
+
 def test_a_files_kept_children_never_re_parent_sessions_the_store_did_not_unlink(tmp_path):
     """Hostile try 10, M4: the undo relinked every session a record's `kept_children` named, whatever this store
     had done: a crafted file made four unrelated root sessions (a pinned one among them) branches of its own
@@ -372,6 +438,10 @@ def test_a_files_kept_children_never_re_parent_sessions_the_store_did_not_unlink
     # hostile try 10, M8: text that reads as a number beyond range was stored as infinity; flags stored as given
     ("text_inf", "lacks source or started_at"), ("flag_text", "archived is 'yes' (expected 0, 1 or null)"),
     ("flag_five", "pinned is 5 (expected 0, 1 or null)"),
+    # hostile try 15, S17: a record's usage rows are checked as its other fields are
+    ("usage_not_list", "model_usage is not a list of usage rows"), ("usage_nested", "holds a JSON list"),
+    ("usage_other", "model_usage row 0 belongs to session 'alone'"), ("usage_column", "not a column name"),
+    ("usage_null", "session_model_usage.model is null"), ("usage_no_model", "a model_usage row has no model"),
 ])
 def test_bad_files_are_one_line_errors_and_write_nothing(tmp_path, kind, needle):
     db = _store(tmp_path / "state.db", "v22")
@@ -391,6 +461,12 @@ def test_bad_files_are_one_line_errors_and_write_nothing(tmp_path, kind, needle)
         "text_inf": json.dumps({**first, "started_at": "1e999"}) + "\n",
         "flag_text": json.dumps({**first, "archived": "yes"}) + "\n",
         "flag_five": json.dumps({**first, "pinned": 5}) + "\n",
+        "usage_not_list": json.dumps({**first, "model_usage": {"model": "m"}}) + "\n",
+        "usage_nested": json.dumps({**first, "model_usage": [{"model": ["m"]}]}) + "\n",
+        "usage_other": json.dumps({**first, "model_usage": [{"session_id": "alone", "model": "m"}]}) + "\n",
+        "usage_column": json.dumps({**first, "model_usage": [{"model) --": "m"}]}) + "\n",
+        "usage_null": json.dumps({**first, "model_usage": [{"model": None}]}) + "\n",
+        "usage_no_model": json.dumps({**first, "model_usage": [{"task": "t"}]}) + "\n",
     }[kind]
     f.write_text(body)
     before = file_hash(db)
@@ -815,6 +891,60 @@ def test_two_sessions_of_one_file_with_one_title_refuse_the_file(tmp_path):
     r = do_import(db, f, expect=2)
     assert "'fresh2'" in r.stderr and "'fresh'" in r.stderr and "line 2" in r.stderr, r.stderr
     assert file_hash(db) == before and not {"fresh", "fresh2"} & session_ids(db)
+
+
+def _new(db, sid, **changes):
+    rec = _fresh_record(db, **changes)
+    return {**rec, "id": sid, "messages": [{**m, "session_id": sid} for m in rec["messages"]]}
+
+
+@pytest.mark.parametrize("case", ["a number title", "a swap by --replace", "a title given up later in the file"])
+def test_titles_are_checked_as_sqlite_keeps_them_in_the_order_they_are_written(tmp_path, case):
+    """Hostile try 15, S3: title 5 (a JSON number: SQLite keeps '5') beside "5", and --replace moving titles
+    between sessions (a swap; a new session taking the title a later line's session gives up), passed the check:
+    SQLite's unique index then stopped the import mid-file, earlier lineages committed. Now refused before the
+    first write: a title is text, and the sessions are followed in the order they are written."""
+    db = _store(tmp_path / "state.db", "v30")
+    f = tmp_path / "titles.jsonl"
+    args = []
+    if case == "a number title":
+        lines = [_new(db, "n1", title=5), _new(db, "n2", title="5")]
+        expect = "is not text"
+    else:
+        args = ["--replace"]
+        recs = {json.loads(line)["id"]: json.loads(line) for line in export_all(db).splitlines()}
+        for r in recs.values():
+            r.pop("timings")
+        if case == "a swap by --replace":
+            lines = [{**recs["c1"], "title": "proj #2"}, {**recs["c2"], "title": "proj"}]
+        else:
+            # n1 began before c1, so it is written first: it would take 'proj' while c1 still has it
+            lines = [_new(db, "n1", title="proj", started_at=recs["c1"]["started_at"] - 1000),
+                     {**recs["c1"], "title": "other"}]
+        expect = "'proj"
+    f.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    before = file_hash(db)
+    dry = run("import", f, "--db", db, "--dry-run", *args)
+    assert dry.returncode == 2 and expect in dry.stderr, dry.stderr
+    r = do_import(db, f, *args, expect=2)
+    assert len(r.stderr.strip().splitlines()) == 1 and expect in r.stderr, r.stderr
+    assert file_hash(db) == before
+
+
+def test_a_refused_transaction_is_not_counted_as_imported(tmp_path):
+    """Hostile try 15, S3: when SQLite refused a session's rows, the line said "the 159 sessions imported before it
+    stay" while the refused transaction had rolled back more of them than the one lineage counted."""
+    db = _store(tmp_path / "state.db", "v30")
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TRIGGER refuse_n5 BEFORE INSERT ON sessions WHEN NEW.id = 'n5' "
+                 "BEGIN SELECT RAISE(ABORT, 'constraint failed'); END")
+    conn.commit()
+    conn.close()
+    f = tmp_path / "many.jsonl"
+    f.write_text("".join(json.dumps(_new(db, f"n{i}")) + "\n" for i in range(6)))
+    r = do_import(db, f, expect=1)
+    kept = len({"n0", "n1", "n2", "n3", "n4"} & session_ids(db))
+    assert f"the {kept} sessions imported before" in r.stderr, (kept, r.stderr)
 
 
 def test_a_title_moved_between_sessions_by_replace_is_not_refused(tmp_path, layout):

@@ -44,6 +44,63 @@ def test_clean_look_alikes_are_left_exactly_as_they_are():
     assert damaged == []
 
 
+def _place_rule_matches(text: str) -> set[str]:
+    """The costlier place rules of the redactor whose own pattern matches *text* (the Python scan each does)."""
+    from maint.export import redact as r
+
+    low = text.lower()
+    found = {name for name, regex in (("prose_is", r._PROSE_IS), ("prose_colon", r._PROSE_COLON),
+                                      ("pgpass", r._PGPASS), ("creds_slash", r._CREDS_SLASH)) if regex.search(text)}
+    found |= {name for name, regex in (("arg_hint", r._ARG_HINT), ("cmd_hint", r._CMD_HINT),
+                                       ("local_ascii", r._LOCAL_ASCII)) if regex.search(low)}
+    return found | {"csv" + d for d, regex in r._CSV_HEADS.items() if regex.search(text)}
+
+
+def test_the_place_rules_pass_ascii_texts_only_to_the_rules_that_can_match():
+    """place_rules (one RE2 pass) names every costlier place rule that can match an ASCII text, and the hints
+    exactly as their searches of the lower-cased text say; a text that is not ASCII goes to every rule."""
+    from maint.export.redact import PLACE_RULES, place_rules
+
+    texts = [c.text for c in CASES] + CLEAN + [_tool_call("w", {"content": c.text}) for c in CASES]
+    texts += [line for t in texts for line in t.splitlines()]
+    ascii_texts = [t for t in texts if t.isascii()]
+    assert len(ascii_texts) >= 1000
+    for t in ascii_texts:
+        can, found = place_rules(t), _place_rule_matches(t)
+        assert found <= can, t
+        assert {h for h in can if h.endswith("_hint") or h == "local_ascii"} == \
+            {h for h in found if h.endswith("_hint") or h == "local_ascii"}, t
+    assert all(set(found) <= set(PLACE_RULES) for found in map(_place_rule_matches, ascii_texts))
+    assert place_rules("ein Passwort für die Büchse") == frozenset(PLACE_RULES)
+
+
+def test_a_text_none_of_the_costlier_place_rules_can_match_is_not_scanned_by_them(monkeypatch):
+    """Counted: the gate lets the text through to the place rules (a machine, a token named), but none of the
+    costlier ones can match it, so none of them scans it (each was a Python scan of the whole text)."""
+    from maint.export import redact as r
+
+    scans = []
+
+    class Counted:
+        def __init__(self, name, regex):
+            self.name, self.regex = name, regex
+
+        def __getattr__(self, attr):
+            scans.append(self.name)
+            return getattr(self.regex, attr)
+
+    for name in ("_PROSE_IS", "_PROSE_COLON", "_PGPASS", "_CREDS_SLASH", "_ARG_HINT", "_CMD_HINT", "_LOCAL_ASCII"):
+        monkeypatch.setattr(r, name, Counted(name, getattr(r, name)))
+    monkeypatch.setattr(r, "_CSV_HEADS", {d: Counted("csv", x) for d, x in r._CSV_HEADS.items()})
+    text = "the build machine lost its token again so we rebuilt it and then the next machine too"
+    assert r.gate(text.encode()) == [r.PLACES]
+    assert redact_text(text) == text
+    assert scans == []
+    assert redact_text("the build machine lost its token again; the token is Xq7-pLm2-Rt9z-Vw4k") != \
+        "the build machine lost its token again; the token is Xq7-pLm2-Rt9z-Vw4k"
+    assert "_PROSE_IS" in scans
+
+
 def test_everything_hermes_masks_we_mask_too():
     """The oracle: Hermes 0.19.0's redact_sensitive_text over the same texts. force=True makes it mask
     whatever HERMES_REDACT_SECRETS says (the switch is read once, at import), as Hermes's own trace

@@ -189,11 +189,12 @@ def test_a_session_written_to_after_its_copy_keeps_its_stray_copy(home, cli, mon
     copy = profiles._copy_sessions
 
     def copy_then_hermes_writes(src, dst, ids, rekey=None):
-        copy(src, dst, ids, rekey)
+        had = copy(src, dst, ids, rekey)
         if "c1" in ids:
             with sqlite3.connect(default) as conn:
                 conn.execute("INSERT INTO messages (session_id, role, content, timestamp) "
                              "VALUES ('c1', 'user', 'written after the copy', 1)")
+        return had
 
     monkeypatch.setattr(profiles, "_copy_sessions", copy_then_hermes_writes)
     result = cli("repair-profiles", "--apply", "--yes", "--json")
@@ -414,3 +415,82 @@ def test_a_snapshot_set_that_cannot_be_made_leaves_no_folder(hermes_home):
     with pytest.raises(OSError, match="too long"):
         snapshots.copy_stores({"default": db, "p" * 250: db}, "repair-profiles")
     assert not list((hermes_home / "state-snapshots").glob("repair-profiles-*"))
+
+
+def test_a_stray_title_the_target_has_is_named_and_the_rest_of_the_run_goes_on(home):
+    """Hostile try 15, S11: a stray session whose title another session of the profile's store has stopped the whole
+    run at SQLite's unique index ("a constraint refused the change (sessions.title)"), no session named, every later
+    finding undone. The clash is named with the other clash rules and the run goes on."""
+    default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"
+    for path, sid in ((default, "c1"), (coder, "own")):
+        conn = sqlite3.connect(path)
+        conn.execute("UPDATE sessions SET title = 'Weekly plan' WHERE id = ?", (sid,))
+        conn.commit()
+        conn.close()
+    result = run_subprocess("repair-profiles", "--apply", "--yes", "--json")
+    assert result.returncode == 0, result.stderr
+    applied = json.loads(result.stdout)["applied"]
+    (kept,) = [d for d in applied if "c1" in d["session_ids"]]
+    assert kept.get("skipped") and "'Weekly plan' is session own's" in kept["reason"], kept
+    assert rows(default, "SELECT title FROM sessions WHERE id = 'c1'") == [("Weekly plan",)]
+    assert rows(coder, "SELECT COUNT(*) FROM sessions WHERE id = 'pn1'") == [(1,)]  # the writer's stray went on
+
+
+def test_a_copy_the_target_had_that_went_on_is_not_told_to_run_again(home):
+    """Hostile try 15, S10: the profile's own copy of a stray session had gone on (7 messages against the stray's 4):
+    every run said "was written to since it was copied … (run again to move it)", though this run copied nothing
+    and no run ever would."""
+    default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"
+    src = sqlite3.connect(default)
+    dst = sqlite3.connect(coder)
+    have = {r[1] for r in dst.execute("PRAGMA table_info(sessions)")}
+    scols = [r[1] for r in src.execute("PRAGMA table_info(sessions)") if r[1] in have]
+    dst.execute(f"INSERT INTO sessions ({', '.join(scols)}) VALUES ({', '.join('?' * len(scols))})",
+                src.execute(f"SELECT {', '.join(scols)} FROM sessions WHERE id = 'c1'").fetchone())
+    for i in range(7):
+        dst.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('c1', 'user', ?, 1)",
+                    (str(i),))
+    dst.commit()
+    src.close()
+    dst.close()
+    for _ in range(2):
+        result = run_subprocess("repair-profiles", "--apply", "--yes", "--json")
+        assert result.returncode == 0, result.stderr
+        (kept,) = [d for d in json.loads(result.stdout)["applied"] if "c1" in d["session_ids"]]
+        assert kept.get("skipped") and "run again" not in kept["reason"] and "7 messages" in kept["reason"], kept
+    assert rows(default, "SELECT COUNT(*) FROM messages WHERE session_id = 'c1'") == [(4,)]
+
+
+@pytest.mark.parametrize("where", ["sessions", "gateway_routing"])
+def test_a_key_that_is_not_text_stops_neither_the_repair_nor_doctor(home, cli, where):
+    """Hostile try 15, S12: one session_key stored as a BLOB (in sessions or gateway_routing) of the default store of a
+    home with profiles ended repair-profiles (every form) and doctor's profiles check (the daily job) in a TypeError
+    traceback. A key that is not text names no profile; the rest of the check and the repair go on."""
+    conn = sqlite3.connect(home / "state.db")
+    if where == "sessions":
+        conn.execute("UPDATE sessions SET session_key = X'ff' WHERE id = 'mine'")
+    else:
+        conn.execute("INSERT INTO gateway_routing(scope, session_key, entry_json, updated_at) "
+                     "VALUES ('', X'ff', '{}', 1)")
+    conn.commit()
+    conn.close()
+    report = cli("repair-profiles", "--json")
+    assert report.exit_code == 0 and "c1" in report.stdout, report.output
+    doctor = cli("doctor", "--all-profiles")
+    assert "Traceback" not in doctor.output and not isinstance(doctor.exception, TypeError), doctor.output
+    applied = cli("repair-profiles", "--apply", "--yes")
+    assert applied.exit_code == 0, applied.output
+    assert rows(home / "profiles" / "coder" / "state.db", "SELECT COUNT(*) FROM sessions WHERE id = 'c1'") == [(1,)]
+
+
+def test_a_profile_folder_whose_name_is_not_utf8_stops_no_repair(home, cli):
+    """Hostile try 15, S13: a folder profiles/p\\xff (no name Hermes makes) stopped repair-profiles for the whole home
+    ("a value is not valid UTF-8 text"), the real stray sessions neither reported nor moved. It is left out, as
+    Hermes's own profile list leaves out a name it would not make."""
+    import shutil
+
+    odd = os.fsencode(home / "profiles") + b"/p\xff"
+    os.mkdir(odd)
+    shutil.copy(home / "profiles" / "writer" / "state.db", odd + b"/state.db")
+    report = cli("repair-profiles", "--json")
+    assert report.exit_code == 0 and "c1" in report.stdout, report.output

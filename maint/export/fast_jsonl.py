@@ -231,30 +231,61 @@ def _object(alias: str, columns: list[tuple[str, str]], close: str, redact: bool
     with *redact*, of the row as :func:`maint.export.redact.redact_row` leaves it. ``tool_calls`` is
     written as the JSON it holds (:func:`_parsed_value`); *exprs* gives a column's value another way."""
     exprs = exprs or {}
-
-    def build(redacted: bool) -> str:
-        parts = []
-        for n, (col, affinity) in enumerate(columns):
-            parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
-            expr = exprs.get(col, f"{alias}.{_ident(col)}")
-            value = _value(expr, affinity, redacted and col not in KEEP_COLUMNS)
-            if alias == "m" and col in PARSED_COLUMNS:
-                value = _parsed_value(expr, col, value, redacted and col not in KEEP_COLUMNS)
-            parts.append(value)
-        return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
-
     if not redact or not _gated_texts(alias, columns, exprs):
-        return build(False)
-    # Rows the gate let through (maint_hits, filled by gate_rows for the batch) go column by column
-    # through the redactor; SQLite alone builds the rest.
-    return f"iif(maint_hits('{alias}', {alias}.rowid), {build(True)}, {build(False)})"
+        return _fields(alias, columns, close, False, exprs)
+    # Rows the gate let through (their rowids bound as a JSON array by _Hits.gate_batch: ?2 sessions, ?3
+    # messages) go column by column through the redactor; SQLite alone builds the rest, and tells them apart
+    # itself (a Python call per row cost as much as the test).
+    return (f"iif({alias}.rowid IN (SELECT value FROM json_each(?{HIT_PARAMS[alias]})), "
+            f"{_fields(alias, columns, close, True, exprs)}, {_fields(alias, columns, close, False, exprs)})")
+
+
+HIT_PARAMS = {"s": 2, "m": 3}  # the line SQL's parameters holding the rows the gate let through
+
+
+def _fields(alias: str, columns: list[tuple[str, str]], close: str, redacted: bool,
+            exprs: dict[str, str] | None = None) -> str:
+    """:func:`_object`'s row, every redactable text through the redactor when *redacted* (each text gated on
+    its own: :func:`_gated`)."""
+    exprs = exprs or {}
+    parts = []
+    for n, (col, affinity) in enumerate(columns):
+        parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
+        expr = exprs.get(col, f"{alias}.{_ident(col)}")
+        value = _value(expr, affinity, redacted and col not in KEEP_COLUMNS)
+        if alias == "m" and col in PARSED_COLUMNS:
+            value = _parsed_value(expr, col, value, redacted and col not in KEEP_COLUMNS)
+        parts.append(value)
+    return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
+
+
+USAGE_TABLE = "session_model_usage"  # render.USAGE_TABLE
+
+
+def _usage(store: Store, redact: bool) -> str:
+    """SQL: the session's ``"model_usage"`` key as :func:`maint.export.render.model_usage` gives it (its rows, in
+    column order, sorted by every column), or '' when the store has no such table. Usage rows are few (a model, a
+    provider and a task each): redacted, each text goes through the redactor's own gate."""
+    if not store.has_table(USAGE_TABLE):
+        return "''"
+    columns = _columns(store, USAGE_TABLE)
+    order = ", ".join(f"u.{_ident(c)}" for c, _ in columns)
+    return (f"(SELECT concat(', \"model_usage\": [', group_concat({_fields('u', columns, '}', redact)}, ', ' "
+            f"ORDER BY {order}), ']') FROM {USAGE_TABLE} u WHERE u.session_id = s.id)")
 
 
 def _gated_texts(alias: str, columns: list[tuple[str, str]], exprs: dict[str, str] | None = None) -> str:
     """A row's redactable columns (as written: *exprs*) as one UTF-8 blob, a line each (every rule that
     wants the end of a text takes the end of a line), blobs as their bytes; '' when the table has none."""
     exprs = exprs or {}
-    texts = [exprs.get(col, f"{alias}.{_ident(col)}") for col, _ in columns if col not in KEEP_COLUMNS]
+    texts = []
+    for col, affinity in columns:
+        if col in KEEP_COLUMNS:
+            continue
+        expr = exprs.get(col, f"{alias}.{_ident(col)}")
+        # a number is written by SQLite and never redacted: only texts and blobs (>= '') are gated (a column of
+        # text affinity holds no number)
+        texts.append(expr if affinity == "text" else f"iif({expr} >= '', {expr}, NULL)")
     return f"CAST(concat_ws(char(10), {', '.join(texts)}) AS BLOB)" if texts else ""
 
 
@@ -372,9 +403,10 @@ def line_sql(store: Store, redact: bool = False) -> str:
                              ORDER BY p.hash), '}}',
                 iif(SUM(typeof(p.hash) <> 'text'), char(0), ''))
                 FROM system_prompts p WHERE {where})"""
+    tail = f"{prompts}, {_usage(store, redact)}"
     return f"""SELECT j.key, s.rowid IS NOT NULL, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id),
-        CAST({_messages(message_cols, head, prompts, redact)} AS BLOB)
-        FROM json_each(?) j LEFT JOIN sessions s ON s.id = j.value"""
+        CAST({_messages(message_cols, head, tail, redact)} AS BLOB)
+        FROM json_each(?1) j LEFT JOIN sessions s ON s.id = j.value"""
 
 
 def last_active_sql(store: Store, session: str, newest: str | None = None) -> str:
@@ -417,23 +449,20 @@ def register(store: Store) -> None:
 
 
 class _Hits:
-    """The rows of the batch under way in which the redactor's gate found a candidate. Gating a
-    batch in one tight loop before SQLite builds its lines keeps the gate's automaton in the CPU's
-    caches (interleaved with the line building it ran at half the speed)."""
+    """The rows of the batch under way in which the redactor's gate found a candidate, as the line SQL's
+    parameters (:data:`HIT_PARAMS`). Gating a batch in one tight loop before SQLite builds its lines keeps
+    the gate's automaton in the CPU's caches (interleaved with the line building it ran at half the speed)."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, line: str):
         self.store = store
         self.sql = gate_sql(store)
-        self.rows: dict[str, set] = {"s": set(), "m": set()}
-        store.conn.create_scalar_function("maint_hits", self.hit, 2)
-
-    def hit(self, alias: str, rowid: Any) -> bool:
-        return rowid in self.rows[alias]
+        # as many as the line SQL numbers (a table with no text to gate has no parameter of its own)
+        self.count = max((n for n in HIT_PARAMS.values() if f"?{n}" in line), default=1) - 1
+        self.params: tuple[str, ...] = ("[]",) * self.count
 
     def gate_batch(self, batch_json: str) -> None:
-        for alias, sql in zip(("s", "m"), self.sql):
-            self.rows[alias] = {rowid for rowid, texts in self.store.conn.execute(sql, (batch_json,))
-                                if texts is not None and gate(texts)}
+        self.params = tuple(json.dumps([rowid for rowid, texts in self.store.conn.execute(sql, (batch_json,))
+                                        if texts is not None and gate(texts)]) for sql in self.sql)[:self.count]
 
 
 def _gated(text: bytes) -> str | None:
@@ -489,7 +518,7 @@ def write_sessions(store: Store, ids: Iterable[Any], write: Callable[[bytes], No
         _load_redactor()
     register(store)
     sql = line_sql(store, redact)
-    hits = _Hits(store) if redact else None
+    hits = _Hits(store, sql) if redact else None
     out = _Chunks(write)
     n = 0
     try:
@@ -500,7 +529,8 @@ def write_sessions(store: Store, ids: Iterable[Any], write: Callable[[bytes], No
                 if all(isinstance(sid, str) for sid in batch):
                     if hits is not None:
                         hits.gate_batch(json.dumps(batch))
-                    n += _write_batch(store, sql, batch, out, _Unlimited(store, reference))[0]
+                    n += _write_batch(store, sql, batch, out, _Unlimited(store, reference),
+                                      params=hits.params if hits is not None else ())[0]
                 else:
                     out.flush()
                     n += sum(reference(sid) for sid in batch)
@@ -568,7 +598,8 @@ def _paced(store: Store, sql: str, ids: Iterable[Any], out: _Chunks, reference: 
                 batch = list(itertools.takewhile(lambda sid: isinstance(sid, str), batch))
                 if hits is not None:  # gated in the transaction that builds the lines: no row escapes it
                     hits.gate_batch(json.dumps(batch))
-                got, done = _write_batch(store, sql, batch, spool_out, _Unlimited(store, reference), reads.spent)
+                got, done = _write_batch(store, sql, batch, spool_out, _Unlimited(store, reference), reads.spent,
+                                         hits.params if hits is not None else ())
             else:
                 got, done = reference(batch[0]), 1
         n += got
@@ -646,14 +677,15 @@ class _Chunks:
 
 
 def _write_batch(store: Store, sql: str, batch: list[str], out: Any, reference: _Unlimited,
-                 stop: Callable[[], bool] = lambda: False) -> tuple[int, int]:
-    """The lines of *batch*, in order, until *stop* says so after a session: (messages, sessions done)."""
+                 stop: Callable[[], bool] = lambda: False, params: tuple = ()) -> tuple[int, int]:
+    """The lines of *batch*, in order, until *stop* says so after a session: (messages, sessions done).
+    *params*: the SQL's further parameters (a redacted export's rows to redact, :class:`_Hits`)."""
     n, done = 0, 0
     while done < len(batch):
         try:
             with reference:
                 start = done
-                cursor = store.conn.execute(sql, (json.dumps(batch[start:]),))
+                cursor = store.conn.execute(sql, (json.dumps(batch[start:]), *params))
                 for key, found, count, line in cursor:
                     if key != done - start:
                         raise RuntimeError(f"export: SQLite returned session {key} of a batch in place of "

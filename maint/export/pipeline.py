@@ -140,13 +140,15 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
         raise MaintError(f"{skipped[0].describe()}; it cannot be exported as it is stored, so nothing was "
                          "exported or deleted")
     if req.delete_after_verified:
-        from maint.export.verified_delete import family, refuse_if_busy
+        from maint.export.verified_delete import family, refuse_if_busy, refuse_lossy_values
 
         with store.snapshot():
             _refuse_splitting_a_lineage(store, chosen[0])
             chosen = family(store, chosen[0])  # the named session first, then its delegates
             refuse_if_busy(store, chosen, include_pinned=req.include_pinned)
             bad = unreadable_sessions(store, "SELECT value FROM json_each(?)", (json.dumps(list(chosen)),))
+            if not bad:
+                refuse_lossy_values(store, chosen)  # a value its record would not carry as stored
         if bad:
             raise MaintError(f"{bad[0].describe()} (a delegate of {chosen[0]}); it cannot be exported as it is "
                              "stored, so nothing was exported or deleted")
@@ -519,8 +521,28 @@ def _verified_delete(store: Store, renderer: Renderer, written: list[dict]) -> t
 
     verify_files(written, renderer.rerender_digest)
     ids = list(dict.fromkeys(sid for w in written for sid in w["ids"]))  # md/qmd: a document and its record
+    _prove_importable(store, [w for w in written if renderer.req.fmt == "jsonl" or w.get("record")], ids)
     prints = {sid: p for w in written for sid, p in w["fingerprints"].items()}
     return ids, delete_if_unchanged(store, ids, prints, include_pinned=renderer.req.include_pinned)
+
+
+def _prove_importable(store: Store, records: list[dict], ids: list[str]) -> None:
+    """The files are the undo: each must pass ``import``'s own reading of a file (types, ranges, times, parent
+    links) before anything is deleted, or the session would be in no store (hostile try 15, S15: a time a day
+    ahead, an infinite cost, an empty role: "verified and deleted", then the import refused the file)."""
+    from maint.ops.importer import EXPECTED, read_export
+
+    covered = {sid for w in records for sid in w["ids"]}
+    if set(ids) - covered:
+        raise MaintError(f"session {sorted(set(ids) - covered)[0]}: no file of this export can be imported back; "
+                         "nothing deleted, files kept")
+    for w in records:
+        try:
+            read_export(Path(w["path"]), store.path)
+        except (UsageError, MaintError) as exc:
+            why = str(exc).removeprefix("FILE: ").removeprefix(f"{w['path']}: ").removesuffix(f" ({EXPECTED})")
+            raise MaintError(f"{w['path']}: would not import back, so nothing was deleted (files kept): {why}") \
+                from None
 
 
 def export_store(target: StoreTarget, req: ExportRequest, op: Operator) -> dict[str, Any]:

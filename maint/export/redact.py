@@ -1368,11 +1368,12 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
                 if _CLIENT_KEY.fullmatch(v) and not _UUID.fullmatch(v) and not _ID_RUN.fullmatch(v.encode()) and (
                         _HEX_KEY.fullmatch(v) or v.upper() != v and v.lower() != v and any(c.isdigit() for c in v)):
                     spans.append(a.span("v"))
-    if "\n" in text or text.count(":") >= 4:
+    can = place_rules(text)
+    if ("\n" in text or text.count(":") >= 4) and "pgpass" in can:
         spans.extend(m.span("v") for m in _PGPASS.finditer(text) if _value_is_secret(m.group("v"), "password", True))
     if words and ("," in text or ";" in text or "\t" in text):
-        _csv_spans(text, spans)
-    if words or "pat" in low:
+        _csv_spans(text, spans, can)
+    if (words or "pat" in low) and "prose_colon" in can:
         spans.extend(m.span("v") for m in _PROSE_COLON.finditer(text)
                      if _strong(m.group("v")) and not m.group("v").startswith("!!")  # a YAML tag (!!binary V)
                      and _value_is_secret(m.group("v"), "password", False)
@@ -1390,8 +1391,8 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
                     at += 2 + len(again)
     if "webhookb2" in text:
         spans.extend(m.span("v") for m in _TEAMS.finditer(text))
-    _command_spans(text, low, spans)
-    if _ARG_HINT.search(low):
+    _command_spans(text, low, spans, can)
+    if "arg_hint" in can if text.isascii() else _ARG_HINT.search(low):
         _arg_spans(text, low, spans)
     if "\n" in text and ("[" in text or "cat" in text):
         _file_output_spans(text, spans)
@@ -1403,18 +1404,18 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
     if "|" in text and "---" in text and words:
         _table_spans(text, spans)
     if words:
-        if "/" in text:
+        if "/" in text and "creds_slash" in can:
             for m in _CREDS_SLASH.finditer(text):
                 v = m.group("v").rstrip(".,;:!?)")
                 if _strong(v) and _value_is_secret(v, "password", False) and "/" not in v:
                     spans.append((m.start("v"), m.start("v") + len(v)))
-        for m in _PROSE_IS.finditer(text):
+        for m in _PROSE_IS.finditer(text) if "prose_is" in can else ():
             g = "v" if m.group("v") is not None else "v2"
             v = m.group(g).rstrip(".,;:!?)")
             if _strong(v) and _value_is_secret(v, "password", False) and (
                     _looks_random(v) or any(c in "!#$%^&*_-+=~.@?" for c in v[1:])):
                 spans.append((m.start(g), m.start(g) + len(v)))
-    if not text.isascii() or _LOCAL_ASCII.search(low):
+    if not text.isascii() or "local_ascii" in can:
         for m in _LOCAL_PASSWORD.finditer(text):
             v = m.group("v").rstrip(".,;:!?)。、")
             if m.group("appo") is not None and (not _looks_random(v) or len(v) < 8 or _english_word(m) and not (
@@ -1655,8 +1656,9 @@ _CMD_HINT = re.compile(r"-pw|ldap|mongo|smb|rpcclient|sqlplus|rman|expdp|impdp|s
                        r"|zip|7z|net use|net user|send |set password")
 
 
-def _command_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
-    if _CMD_HINT.search(low) or "AUTH " in text:
+def _command_spans(text: str, low: str, spans: list[tuple[int, int]], can: frozenset[str] | None = None) -> None:
+    """*can*: :func:`place_rules` of *text*, when known."""
+    if (_CMD_HINT.search(low) if can is None or not text.isascii() else "cmd_hint" in can) or "AUTH " in text:
         for m in _COMMANDS.finditer(text):
             g = next(k for k in _COMMAND_VALUES if m.group(k) is not None)
             if _value_is_secret(m.group(g), "password", True):
@@ -1992,9 +1994,49 @@ _PROSE_COLON = re.compile(r"(?i)\b(?:password|passphrase|passcode|secret|token|a
                           r"[ \t]*(?P<v>[^\s\"'`]+)")
 
 
-def _csv_spans(text: str, spans: list[tuple[int, int]]) -> None:
+# The place rules that cost most (a Python scan of the whole text each, in every text the gate lets through to
+# them) asked in one RE2 pass which of them can match: each pattern here matches wherever its rule can (the rule
+# with its lookarounds left out; the hints as they are, case-folded, since the rule reads the lower-cased text), so
+# a rule it rules out would find nothing. Only for ASCII text: beyond it \w, \d, \s, \b and case folding differ
+# between the engines, and every rule runs as before.
+_PLACE_PATTERNS = {
+    "prose_is": _PROSE_IS.pattern.replace("(?<![a-z])", "").replace("(?![a-rt-z])", ""),
+    "prose_colon": _PROSE_COLON.pattern.replace("(?!//)", "").replace(
+        "(?<!sha1)(?<!sha256)(?<!sha384)(?<!sha512)(?<!md5)", ""),
+    "pgpass": _PGPASS.pattern.replace("(?=[^:\\s]*[A-Za-z*])", ""),
+    "creds_slash": _CREDS_SLASH.pattern,
+    "arg_hint": "(?i)" + _ARG_HINT.pattern,
+    "cmd_hint": "(?i)" + _CMD_HINT.pattern,
+    "local_ascii": "(?i)" + _LOCAL_ASCII.pattern,
+    **{"csv" + d: regex.pattern for d, regex in _CSV_HEADS.items()},
+}
+PLACE_RULES = tuple(_PLACE_PATTERNS)
+_ALL_PLACE_RULES = frozenset(PLACE_RULES)
+
+
+def _compile_place_set() -> Any:
+    import re2
+
+    rules = re2.Set.SearchSet(re2.Options())
+    for pattern in _PLACE_PATTERNS.values():
+        rules.Add(pattern.encode())
+    rules.Compile()
+    return getattr(rules, "_set", rules).Match
+
+
+_PLACE_SET_MATCH = _compile_place_set()
+
+
+def place_rules(text: str) -> frozenset[str]:
+    """The costlier place rules that can match *text* (all of them for a text that is not ASCII)."""
+    if not text.isascii():
+        return _ALL_PLACE_RULES
+    return frozenset(PLACE_RULES[i] for i in _PLACE_SET_MATCH(text.encode("ascii")))
+
+
+def _csv_spans(text: str, spans: list[tuple[int, int]], can: frozenset[str] = _ALL_PLACE_RULES) -> None:
     for delim, regex in _CSV_HEADS.items():
-        if delim in text:
+        if delim in text and "csv" + delim in can:
             _delimited_spans(text, delim, regex, spans)
 
 

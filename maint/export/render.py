@@ -98,15 +98,32 @@ def referenced_prompts(store: Store, row: dict[str, Any]) -> dict[str, str] | No
         f"SELECT hash, prompt FROM system_prompts WHERE hash IN ({','.join('?' * len(refs))}) ORDER BY hash", refs)}
 
 
+USAGE_TABLE = "session_model_usage"
+
+
+def model_usage(store: Store, session_id: str) -> list[dict[str, Any]] | None:
+    """The session's per-model usage rows (every column the store has, in a fixed order); None when the layout has
+    no such table.
+
+    A delete takes them with the session and Hermes keeps them nowhere else (the row holds only totals), so a
+    backup carries them: import puts them back (hostile try 15, S17)."""
+    if not store.has_table(USAGE_TABLE):
+        return None
+    order = ", ".join(str(n) for n in range(1, len(store.columns(USAGE_TABLE)) + 1))
+    return store.rows(f"SELECT * FROM {USAGE_TABLE} WHERE session_id = ? ORDER BY {order}", (session_id,))
+
+
 def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], None], redact: bool,
                         kept_children: list[str] | None = None) -> int:
     """One line: the full session row, every stored message (flags included), the prompts it references
-    (stores with content-addressed prompts) and its timings; for a verified delete, the children it keeps and
-    unlinks (*kept_children*), so that importing the line links them again."""
+    (stores with content-addressed prompts), its per-model usage rows (stores with that table) and its timings;
+    for a verified delete, the children it keeps and unlinks (*kept_children*), so that importing the line links
+    them again."""
     from maint.export.fast_jsonl import PARSED_SQL, last_active_sql, resolved_columns
 
     row = session_row(store, session_id)
     prompts = referenced_prompts(store, row)
+    usage = model_usage(store, session_id)
     resolved = resolved_columns(store)
     if resolved:  # as upstream's get_session writes it: the prompt the hash names, else the column
         row["system_prompt"] = store.scalar(f"SELECT {resolved['system_prompt']} FROM sessions s WHERE s.id = ?",
@@ -114,6 +131,7 @@ def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], No
     if redact:
         row = redact_row(row)
         prompts = None if prompts is None else {h: redact_value(p) for h, p in prompts.items()}
+        usage = None if usage is None else [redact_row(u) for u in usage]
     head = _dumps(row)
     if len(row):  # Hermes's export_all: last_active after the row, before the messages
         last = store.scalar(f"SELECT {last_active_sql(store, '?1')}", (session_id,))
@@ -130,6 +148,8 @@ def write_jsonl_session(store: Store, session_id: str, write: Callable[[str], No
         write(("," if n else "") + _message_json(store, redact_row(msg) if redact else msg, PARSED_SQL))
         n += 1
     tail = "" if prompts is None else ', "system_prompts": ' + _dumps(prompts)
+    if usage is not None:
+        tail += ', "model_usage": ' + _dumps(usage)
     if kept_children is not None:
         tail += ', "kept_children": ' + _dumps(kept_children)
     write("]" + tail + ', "timings": ' + _dumps(timings.block()) + "}\n")

@@ -40,6 +40,45 @@ def fingerprint(store: Store, session_id: str) -> str:
     return h.hexdigest()
 
 
+def refuse_lossy_values(store: Store, ids: list[str]) -> None:
+    """A value the jsonl record cannot carry as it is stored refuses the delete, naming the session and column: a
+    BLOB in a column that is not declared BLOB (the record holds Python's bytes repr, ``"b'\\xff...'"``, which
+    import stores as that text), or text that reads as such a repr in a BLOB column (import would turn it into
+    bytes). The record would be the only copy left, and it would not be the data (hostile try 15, S14). Hermes
+    writes text there; a BLOB comes from another client writing bytes. Refusing is simpler than a tagged form of
+    bytes, which Hermes's own import would store as JSON text, and which both renderers would have to write."""
+    from maint.ops.importer import USAGE, blob_columns
+
+    for table, key, what in (("sessions", "id", "its row's"), ("messages", "session_id", "message {}'s"),
+                             (USAGE, "session_id", "a model_usage row's")):
+        if not store.has_table(table):
+            continue
+        blobs = blob_columns(store, table)
+        tests = []
+        for col in store.columns(table):
+            q = '"' + col.replace('"', '""') + '"'
+            tests.append((col, f"typeof({q}) = 'text' AND ({q} GLOB 'b''*' OR {q} GLOB 'b\"*')" if col in blobs
+                          else f"typeof({q}) = 'blob'"))
+        which = "CASE " + " ".join(f"WHEN {t} THEN {_literal(c)}" for c, t in tests) + " END"
+        row = "id" if table == "messages" else "NULL"
+        found = store.conn.execute(
+            f"SELECT {key}, {which}, {row} FROM {table} WHERE {key} IN (SELECT value FROM json_each(?)) "
+            f"AND ({' OR '.join(f'({t})' for _, t in tests)}) LIMIT 1", (json.dumps(list(ids)),)).fetchone()
+        if found:
+            sid, col, message = found
+            if col in blobs:
+                held, back = "text that reads as bytes (b'...')", "as bytes"
+            else:
+                held, back = "a BLOB (bytes)", "as the text of its Python repr"
+            raise MaintError(f"session {sid}: {what.format(message)} {col} holds {held}, which its jsonl record "
+                             f"cannot carry (import would give it back {back}; expected text or a number): refusing "
+                             "to delete it, nothing was exported or deleted")
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def refuse_if_busy(store: Store, ids: list[str], *, include_pinned: bool = False) -> None:
     """Only ended, idle sessions are deleted after an export, and pinned ones only with *include_pinned* (the
     session-write guard, as ``delete`` asks it, and more)."""

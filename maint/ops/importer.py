@@ -29,7 +29,10 @@ is not a session record refuses the import (nothing written). Then:
   without that table (v22) gets the text in the row's ``system_prompt``; a
   prompt the export lacks (written before prompts travelled with it) leaves
   the row's reference empty, reported (Hermes rebuilds it on the next turn);
-* BLOB cells, which the export writes as Python's bytes repr, are turned back
+* the session's per-model usage rows (``model_usage``, ``session_model_usage``: the split by model,
+  provider and task that the row's totals lack) go back with it; a row the store already has (its key
+  taken, as after ``--replace``) is kept as stored;
+* BLOB cells of BLOB columns, which the export writes as Python's bytes repr, are turned back
   into bytes;
 * Hermes's own exports are read too (0.19.0's ``export_session``/``export_all``
   and upstream's current ones): ``tool_calls``, multimodal ``content`` and
@@ -74,14 +77,16 @@ from maint.flow import Operator
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Keys of a session record that are not columns: ours, and what Hermes's own exports add (last_active from
 # export_all, the logical-lineage fields of md/qmd).
-NOT_COLUMNS = {"messages", "timings", "system_prompts", "kept_children", "last_active", "segments",
+NOT_COLUMNS = {"messages", "timings", "system_prompts", "kept_children", "model_usage", "last_active", "segments",
                "lineage_session_ids"}
+USAGE = "session_model_usage"  # a record's model_usage rows: render.USAGE_TABLE
 # Fields that may hold JSON structure: Hermes's export decodes them (content: multimodal parts; tool_calls:
 # the parsed list; upstream's display_metadata: an object), Hermes's import encodes them back; so do we.
 # Our own export writes tool_calls parsed too, older ones the stored string: both are read.
 STRUCTURED = {"session": {"model_config"},
               "message": {"content", "tool_calls", "reasoning_details", "codex_reasoning_items",
-                          "codex_message_items", "display_metadata"}}
+                          "codex_message_items", "display_metadata"},
+              "usage": set()}
 CONTENT_JSON_PREFIX = "\x00json:"  # hermes_state.SessionDB._encode_content
 INT64 = (-(2**63), 2**63 - 1)
 EXPECTED = ("expected one session per line as written by `hermes-maint export` or `hermes sessions export` (jsonl): "
@@ -119,6 +124,7 @@ class Record:
     newest: float | None = None  # the newest numeric message timestamp
     kept_children: list[str] = field(default_factory=list)
     title: str | None = None
+    title_given: bool = False  # the record has a "title" field (an UPDATE without it keeps the stored title)
 
 
 @dataclass
@@ -270,6 +276,8 @@ class ExportFile:
     session_columns: dict[str, int]  # column -> rows that set it (non-null)
     message_columns: dict[str, int]
     nulls: dict[str, int]  # "table.column" -> the first line that sets it to null
+    usage_columns: dict[str, int] = field(default_factory=dict)  # model_usage: column -> rows that set it
+    usage_keys: dict[frozenset, int] = field(default_factory=dict)  # the columns a usage row sets -> first line
 
 
 def read_export(path: Path, store: Path | None = None) -> ExportFile:
@@ -286,6 +294,8 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
     scols: dict[str, int] = {}
     mcols: dict[str, int] = {}
     nulls: dict[str, int] = {}  # "table.column" -> first line that sets it to null (checked against the store)
+    ucols: dict[str, int] = {}
+    ukeys: dict[frozenset, int] = {}
     titled: dict[str, str] = {}  # title -> the session that has it (titles are unique in Hermes)
     offset = 0
     try:
@@ -355,6 +365,10 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                     raise _bad(path, n, f"session {sid!r}: system_prompts entry {h[:80]!r} is not the SHA-256 of "
                                         "its text (a prompt is stored under sha256(text), hex); refusing the file")
             title = obj.get("title")
+            if title is not None and not isinstance(title, str):
+                # SQLite would keep 5 as '5', the same title as "5" (hostile try 15, S3): Hermes writes text
+                raise _bad(path, n, f"session {sid!r}: title {str(title)[:80]!r} is not text (expected a JSON string "
+                                    "or null)")
             if isinstance(title, str):
                 if title in titled:
                     raise _bad(path, n, f"session {sid!r} has the title {title[:80]!r}, as session {titled[title]!r} "
@@ -364,6 +378,20 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
             kept = obj.get("kept_children") or []
             if not isinstance(kept, list) or not all(isinstance(c, str) and c and c != sid for c in kept):
                 raise _bad(path, n, f"session {sid!r}: kept_children is not a list of session ids")
+            usage = obj.get("model_usage")
+            if usage is not None and not (isinstance(usage, list) and all(isinstance(u, dict) for u in usage)):
+                raise _bad(path, n, f"session {sid!r}: model_usage is not a list of usage rows (JSON objects of "
+                                    "column values)")
+            for i, u in enumerate(usage or []):
+                if u.get("session_id", sid) != sid:
+                    raise _bad(path, n, f"session {sid!r}: model_usage row {i} belongs to session "
+                                        f"{str(u.get('session_id'))[:80]!r}")
+                _check_values(path, n, u, f"session {sid!r} model_usage row {i}:", "usage")
+                for k, v in u.items():
+                    ucols[k] = ucols.get(k, 0) + (v is not None)
+                    if v is None:
+                        nulls.setdefault(f"{USAGE}.{k}", n)
+                ukeys.setdefault(frozenset(u), n)
             for k, v in row.items():
                 scols[k] = scols.get(k, 0) + (v is not None)
                 if v is None:
@@ -399,11 +427,11 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                                **_markers(obj.get("model_config")))
             records[sid] = Record(line=n, offset=start, length=len(raw), info=info, messages=len(msgs),
                                   digest=hashlib.sha256(raw).digest(), newest=newest, kept_children=list(kept),
-                                  title=title if isinstance(title, str) else None)
+                                  title=title if isinstance(title, str) else None, title_given="title" in obj)
     if not records:
         raise UsageError(f"{path}: no session records ({EXPECTED})")
     _refuse_cycles(path, records, set(records), lambda sid: None)
-    return ExportFile(records, scols, mcols, nulls)
+    return ExportFile(records, scols, mcols, nulls, ucols, ukeys)
 
 
 def _refuse_cycles(path: Path, records: dict[str, Record], written: set[str],
@@ -474,12 +502,19 @@ def plan_import(store: Store, path: Path, read: ExportFile | None = None, *, rep
     have_s, have_m = store.columns("sessions"), store.columns("messages")
     missing = {f"sessions.{c}": n for c, n in read.session_columns.items() if c not in have_s}
     missing.update({f"messages.{c}": n for c, n in read.message_columns.items() if c not in have_m})
-    for table in ("sessions", "messages"):
+    have_u = store.columns(USAGE) if store.has_table(USAGE) else []
+    missing.update({f"{USAGE}.{c}": n for c, n in read.usage_columns.items() if c not in have_u})
+    for table in ("sessions", "messages", *([USAGE] if have_u else [])):
         for _, col, _, notnull, default, _ in store.conn.execute(f"PRAGMA table_info({table})"):
             line = read.nulls.get(f"{table}.{col}")
             if notnull and line is not None and not (table == "messages" and col == "id"):
                 raise _bad(Path(path), line, f"{table}.{col} is null, but the store requires a value there"
                                              f"{' (leave the field out to get its default)' if default else ''}")
+            if table == USAGE and notnull and default is None and col != "session_id":
+                for keys, line in read.usage_keys.items():
+                    if col not in keys:  # SQLite would refuse the row mid-import
+                        raise _bad(Path(path), line, f"a model_usage row has no {col}, but the store requires a "
+                                                     "value there")
     existing = set()
     for chunk in chunks(list(records)):
         existing.update(r[0] for r in store.conn.execute(f"SELECT id FROM sessions WHERE id IN ({ph(chunk)})", chunk))
@@ -490,26 +525,42 @@ def plan_import(store: Store, path: Path, read: ExportFile | None = None, *, rep
         return store.scalar("SELECT parent_session_id FROM sessions WHERE id = ?", (sid,))
 
     _refuse_cycles(Path(path), records, written, stored_parent)
-    _refuse_taken_titles(store, Path(path), records, written)
-    return ImportPlan(path=Path(path), records=records, units=_units(records), session_columns=read.session_columns,
+    units = _units(records)
+    _refuse_taken_titles(store, Path(path), records, [sid for u in units for sid in u if sid in written])
+    return ImportPlan(path=Path(path), records=records, units=units, session_columns=read.session_columns,
                       message_columns=read.message_columns, missing=missing, existing=existing, busy=busy)
 
 
-def _refuse_taken_titles(store: Store, path: Path, records: dict[str, Record], written: set[str]) -> None:
+def _refuse_taken_titles(store: Store, path: Path, records: dict[str, Record], order: list[str]) -> None:
     """Titles are unique in Hermes (its ``idx_sessions_title_unique``; hermes-agent's own import fails on a taken
-    one): a session written with a title another stored session keeps is refused before the first write, also in
-    a store that lacks that index."""
-    titles = {r.title: sid for sid, r in records.items() if r.title is not None and sid in written}
-    for chunk in chunks(list(titles)):
-        for other, title in store.conn.execute(f"SELECT id, title FROM sessions WHERE title IN ({ph(chunk)})", chunk):
-            sid = titles[title]
-            mine = records.get(other)
-            if other == sid or (other in written and mine is not None and mine.title != title):
-                continue  # its own title, or a session this import gives another title
-            raise _bad(path, records[sid].line, f"session {sid!r} has the title {title[:80]!r}, which session "
-                                                f"{other!r} of the store has: titles are unique in Hermes; rename one "
-                                                "of them (`hermes-maint rename`) or give it another title in the "
-                                                "file; nothing was imported")
+    one): a session written with a title another session has at that moment is refused before the first write,
+    also in a store that lacks that index. The sessions are followed in the order they are written (*order*), so a
+    title a replaced session gives up earlier in the file may be taken later, not the other way round (hostile
+    try 15, S3: a swap of two titles passed the check, then SQLite's index stopped the import mid-file)."""
+    holder: dict[str, str] = {}  # title -> the session that has it now
+    wanted = sorted({records[sid].title for sid in order if records[sid].title is not None})
+    for chunk in chunks(wanted):
+        holder.update({title: other for other, title in store.conn.execute(
+            f"SELECT id, title FROM sessions WHERE title IN ({ph(chunk)})", chunk)})
+    stored: dict[str, str] = {}  # session -> its title in the store now, for the sessions this import writes
+    for chunk in chunks(order):
+        stored.update(store.conn.execute(
+            f"SELECT id, title FROM sessions WHERE id IN ({ph(chunk)}) AND title IS NOT NULL", chunk))
+    for sid in order:
+        rec = records[sid]
+        if not rec.title_given:
+            continue  # an UPDATE without the field keeps the stored title (an INSERT leaves it null)
+        if holder.get(old := stored.get(sid)) == sid:
+            del holder[old]
+        other = holder.get(rec.title) if rec.title is not None else None
+        if other is not None and other != sid:
+            later = " (this file gives it another title later: move a title in two steps)" if other in stored else ""
+            raise _bad(path, rec.line, f"session {sid!r} has the title {rec.title[:80]!r}, which session {other!r} "
+                                       f"of the store has{later}: titles are unique in Hermes; rename one of them "
+                                       "(`hermes-maint rename`) or give it another title in the file; nothing was "
+                                       "imported")
+        if rec.title is not None:
+            holder[rec.title] = sid
 
 
 def _replace_guard(store: Store, records: dict[str, Record], existing: set[str]) -> dict[str, str]:
@@ -548,7 +599,9 @@ class ImportResult:
     longest_lock_s: float = 0.0
 
 
-def _blob_columns(store: Store, table: str) -> set[str]:
+def blob_columns(store: Store, table: str) -> set[str]:
+    """The columns whose ``b'...'`` text import turns back into bytes (declared BLOB): in any other column a
+    BLOB comes back as the text of its repr (what a verified delete refuses: :mod:`maint.export.verified_delete`)."""
     return {r[1] for r in store.conn.execute(f"PRAGMA table_info({table})") if str(r[2]).upper() == "BLOB"}
 
 
@@ -581,9 +634,12 @@ class _Writer:
 
     def __init__(self, store: Store, plan: ImportPlan, replace: bool, result: ImportResult):
         self.store, self.plan, self.replace, self.result = store, plan, replace, result
+        self.committed = 0  # sessions of the transactions committed before the current one
         self.scols = [r[1] for r in store.conn.execute("PRAGMA table_info(sessions)")]
         self.mcols = [r[1] for r in store.conn.execute("PRAGMA table_info(messages)")]
-        self.sblobs, self.mblobs = _blob_columns(store, "sessions"), _blob_columns(store, "messages")
+        self.sblobs, self.mblobs = blob_columns(store, "sessions"), blob_columns(store, "messages")
+        self.ucols = set(store.columns(USAGE)) if store.has_table(USAGE) else set()
+        self.ublobs = blob_columns(store, USAGE) if self.ucols else set()
         self.mdefaults = {r[1]: store.scalar(f"SELECT {r[4]}")
                           for r in store.conn.execute("PRAGMA table_info(messages)")
                           if r[4] is not None and _LITERAL.fullmatch(str(r[4]))}
@@ -606,9 +662,8 @@ class _Writer:
         raw = self.fh.read(rec.length)
         if hashlib.sha256(raw).digest() != rec.digest:
             raise MaintError(f"{self.plan.path}: changed while it was being imported (line {rec.line} differs from "
-                             f"what was checked); stopped before writing session {sid}: the "
-                             f"{len(self.result.imported) + len(self.result.replaced)} sessions imported before it "
-                             "stay, whole (import the file again once it is final)")
+                             f"what was checked); stopped before writing session {sid}: the {self.committed} sessions "
+                             "imported before it stay, whole (import the file again once it is final)")
         return json_text.loads(raw)
 
     def exists(self, sid: str) -> bool:
@@ -629,9 +684,8 @@ class _Writer:
             except apsw.ConstraintError as exc:
                 raise MaintError(
                     f"session {sid} (line {self.plan.records[sid].line}): SQLite refused its rows ({exc}); its "
-                    f"lineage ({len(ids)} sessions) was rolled back with the transaction; the "
-                    f"{len(self.result.imported) - done} sessions imported before it stay (a second run skips "
-                    "them)") from None
+                    f"transaction was rolled back, whole lineages; the {self.committed} sessions imported before "
+                    "it stay (a second run skips them)") from None
             done += 1
         return done
 
@@ -683,21 +737,52 @@ class _Writer:
             conn.execute(f"INSERT INTO sessions ({names}) VALUES ({ph(cols)})", [row[c] for c in cols])
             self.result.imported.append(sid)
         self.messages(conn, sid, obj["messages"])
+        self.usage(conn, sid, obj.get("model_usage") or [])
         self.relink(conn, sid, self.waiting_children(conn, sid))
+        if row.get("parent_session_id") is None:
+            self.back_to_parent(conn, sid)
+
+    def usage(self, conn, sid: str, rows: list[dict[str, Any]]) -> None:
+        """The session's per-model usage rows, in the columns the store has (the others were refused by name, or
+        left out with ``drop_missing``); a row whose key the store holds is kept as stored (hostile try 15, S17:
+        a verified delete took them, and its undo could not bring them back)."""
+        if not self.ucols:
+            return
+        for u in rows:
+            cols = [c for c in u if c in self.ucols and c != "session_id"] + ["session_id"]
+            names = ", ".join(f'"{c}"' for c in cols)  # column names: checked when the file was read (IDENT)
+            conn.execute(f"INSERT INTO {USAGE} ({names}) VALUES ({ph(cols)}) ON CONFLICT DO NOTHING",
+                         [sid if c == "session_id" else _unrepr(u[c]) if c in self.ublobs else u[c] for c in cols])
 
     def waiting_children(self, conn, sid: str) -> list[str]:
         """Sessions this store's verified delete (the children it kept) or an earlier import (the files of one
         verified delete imported child first, hostile try 9, L14) unlinked from *sid*, by the store's own notes
         (:data:`maint.store.delete.PARENT_NOTE`): a file's ``kept_children`` alone never re-parents a session
-        (hostile try 10, M4). The notes go with this answer."""
+        (hostile try 10, M4). The notes of the children the store holds go with this answer; a child the store
+        lacks (deleted since, by a verified delete of its own) keeps its note, and is linked when it comes back
+        (:meth:`back_to_parent`)."""
         if not self.store.has_table("state_meta"):
             return []
         where = "substr(key, 1, ?) = ? AND value = ?"
         args = (len(PARENT_NOTE), PARENT_NOTE, sid)
         children = [k[len(PARENT_NOTE):] for (k,) in conn.execute(f"SELECT key FROM state_meta WHERE {where}", args)]
-        if children:
-            conn.execute(f"DELETE FROM state_meta WHERE {where}", args)
-        return children
+        present = [c for c in children if self.exists(c)]
+        if present:
+            conn.executemany("DELETE FROM state_meta WHERE key = ?", [(PARENT_NOTE + c,) for c in present])
+        return present
+
+    def back_to_parent(self, conn, sid: str) -> None:
+        """*sid*, written without a parent, is linked to the parent this store unlinked it from, when that parent is
+        here now (by the store's own note, which then goes): the undo of two chained verified deletes, in the order
+        they were made (hostile try 15, S16: the first file's import brought the parent back while its kept child
+        was deleted by the second, whose record carries the link nulled)."""
+        if not self.store.has_table("state_meta"):
+            return
+        parent = conn.execute("SELECT value FROM state_meta WHERE key = ?", (PARENT_NOTE + sid,)).fetchone()
+        if parent is None or not isinstance(parent[0], str) or not self.exists(parent[0]):
+            return
+        conn.execute("DELETE FROM state_meta WHERE key = ?", (PARENT_NOTE + sid,))
+        self.relink(conn, parent[0], [sid])
 
     def relink(self, conn, sid: str, children: list[str]) -> None:
         """The undo of a verified delete: children it kept, and whose link to *sid* it removed, point at it
@@ -793,6 +878,8 @@ def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, dro
     writer = _Writer(store, plan, replace, result)
     try:
         def apply(units: list[list[str]]) -> int:
+            marks = len(result.imported), len(result.replaced)
+            writer.committed = sum(marks)
             try:
                 done = sum(writer.unit(store.conn, u) for u in units)
                 writer.flush(store.conn)
@@ -800,7 +887,12 @@ def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, dro
                 ids = [sid for u in units for sid in u]
                 raise MaintError(f"SQLite refused the messages of sessions {', '.join(ids[:5])}"
                                  f"{' …' if len(ids) > 5 else ''} ({exc}); their transaction was rolled back, "
-                                 f"whole lineages; sessions imported before stay (a second run skips them)") from None
+                                 f"whole lineages; the {writer.committed} sessions imported before stay (a second "
+                                 "run skips them)") from None
+            except BaseException:
+                # the transaction's sessions are rolled back: not counted as imported (hostile try 15, S3)
+                del result.imported[marks[0]:], result.replaced[marks[1]:]
+                raise
             finally:
                 writer.pending.clear()
                 writer.pending_ids.clear()

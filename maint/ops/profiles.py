@@ -209,8 +209,9 @@ def scan(home: Path | None = None, legacy_main: str | None = None) -> tuple[dict
 SIDE_TABLES = ("session_model_usage", "telegram_dm_topic_bindings")  # rows of a session the move carries with it
 
 
-def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str] | None = None) -> None:
-    """Copy sessions (parents first), messages, usage and topic bindings; one transaction in *dst*."""
+def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str] | None = None) -> set[str]:
+    """Copy sessions (parents first), messages, usage and topic bindings; one transaction in *dst*. Returns the
+    ids *dst* already had (not copied)."""
     cols = src.shared_columns(dst, "sessions")
     mcols = [c for c in src.shared_columns(dst, "messages") if c != "id"]
     rows = []
@@ -247,15 +248,21 @@ def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str
                             t["session_key"] = rekey[1] + t["session_key"][len(rekey[0]):]
                         conn.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(tcols)}) VALUES ({ph(tcols)})",
                                      list(t.values()))
+    return present
 
 
-def _why_not_removable(src: Store, dst: Store, ids: list[str]) -> str | None:
+def _why_not_removable(src: Store, dst: Store, ids: list[str], had: set[str]) -> str | None:
     """Why the stray copies of *ids* may not be deleted now (None when they may). Asked inside the delete's own
     transaction, so nothing Hermes writes after the answer is lost: a session written to since it was copied
-    (its copy would miss the new messages), or one a turn or compression is working on, keeps its stray copy."""
+    (its copy would miss the new messages), or one a turn or compression is working on, keeps its stray copy.
+    *had*: the ids the target held before this run (not copied by it)."""
     for sid in ids:
         a = src.scalar("SELECT COUNT(*) FROM messages WHERE session_id = ?", (sid,))
         b = dst.scalar("SELECT COUNT(*) FROM messages WHERE session_id = ?", (sid,))
+        if sid in had and a != b:
+            # not this run's copy: the two went on apart, and no later run makes them one (hostile try 15, S10)
+            return (f"{sid} is also a session of {dst.path} with {b} messages ({a} here): two copies under one id "
+                    "that went on apart: keep both, or delete one by hand")
         if not dst.scalar("SELECT 1 FROM sessions WHERE id = ?", (sid,)) or a != b:
             return f"{sid} was written to since it was copied into {dst.path} ({a} messages here, {b} there)"
         cols = sorted(c for c in src.shared_columns(dst, "messages") if c != "id")
@@ -349,11 +356,15 @@ def apply_findings(stores: dict[str, Path], findings: list[Finding]) -> list[dic
                                  "reason": f"{dst_path} has no {', '.join(lost)} table to receive their rows "
                                            "(Hermes creates it on first use); nothing moved"})
                     continue
+                clash = _title_clash(src, dst, f.session_ids)
+                if clash:
+                    done.append({**f.as_dict(), "to": str(dst_path), "skipped": True, "reason": clash})
+                    continue
                 if f.session_ids:
                     src.refuse_unknown_references()
-                    _copy_sessions(src, dst, f.session_ids)
+                    had = _copy_sessions(src, dst, f.session_ids)
                     with src.write() as conn:
-                        why = _why_not_removable(src, dst, f.session_ids)
+                        why = _why_not_removable(src, dst, f.session_ids, had)
                         if why is None:
                             delete_sessions(src, conn, f.session_ids)
                     if why:
@@ -388,6 +399,21 @@ def _unmovable_columns(src: Store, dst: Store, ids: list[str], routing_keys: lis
             if held:
                 lost.append(f"{table}.{col}")
     return lost
+
+
+def _title_clash(src: Store, dst: Store, ids: list[str]) -> str | None:
+    """A title of *ids* that another session of the target has (titles are unique in Hermes: its index would stop
+    the whole run at this move, hostile try 15, S11); None when there is none."""
+    if not (src.has_column("sessions", "title") and dst.has_column("sessions", "title")):
+        return None
+    for chunk in chunks(ids):
+        for sid, title in src.conn.execute(f"SELECT id, title FROM sessions WHERE id IN ({ph(chunk)}) AND title IS "
+                                           "NOT NULL", chunk):
+            other = dst.scalar("SELECT id FROM sessions WHERE title = ? AND id <> ?", (title, sid))
+            if other is not None:
+                return (f"{sid}'s title {str(title)[:80]!r} is session {other}'s in {dst.path} (titles are unique in "
+                        "Hermes: rename one of them, `hermes-maint rename`); nothing moved")
+    return None
 
 
 def _unmovable_tables(src: Store, dst: Store, ids: list[str]) -> list[str]:

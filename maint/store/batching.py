@@ -5,8 +5,9 @@ split) in chunks of about ``chunk_s`` of work and commits once its lock time
 reaches ``target_s``. Work per row is uneven (FTS5 flushes and merges its index
 in the middle of a statement), so the clock ends a transaction rather than a
 row count predicted from the last one. A unit is never split: one bigger
-than a chunk goes in a transaction of its own (atomicity beats the target),
-after whatever work can leave ahead of it has (``lighten``).
+than a chunk starts a transaction (atomicity beats the target), and chunks
+follow it while there is room; one bigger than a whole transaction goes after
+whatever work can leave ahead of it has (``lighten``).
 
 Between transactions :class:`Pacer` holds back long enough for every writer
 asleep in SQLite's busy handler to wake and take the lock. A job gets it from
@@ -236,11 +237,12 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
     *upkeep* is one bounded step of work our earlier chunks left behind (FTS5 merges, see
     :mod:`maint.store.fts_index`), False when none is left: each transaction runs it first, and
     takes new chunks only once it is done, so that work never piles up. A unit heavier than a chunk
-    goes in a transaction of its own: its lock time is its own.
+    starts a transaction; chunks follow it while there is room (one that ended right after such a unit
+    held the lock 40-75 ms and paid a commit and a pause for it).
     *lighten*, given a unit heavier than :attr:`Batcher.target_load`, returns one bounded step (False when
     done) that moves part of its work into transactions of their own ahead of it (see
-    :mod:`maint.store.fts_index`), or None; the unit is applied, alone, in the transaction after its last
-    step. Its rate is not learnt.
+    :mod:`maint.store.fts_index`), or None; the unit starts the transaction after its last step that did
+    work (or the one in flight, when its step found none left). Its rate is not learnt.
     """
     batcher = batcher or Batcher()
     total = 0
@@ -260,24 +262,26 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
                 lightening = (pos, lighten(units[pos]))
             if not pending and lightening is not None and lightening[0] == pos and lightening[1] is not None:
                 step = lightening[1]
-                pending = worked = step()  # the unit waits for the next transaction after its last step
+                # the unit waits for the next transaction after a step that did work; when none was left, the
+                # transaction goes on to it rather than commit having done nothing
+                did = pending = step()
                 while pending and batcher.room_for_another(time.monotonic() - opened):
                     pending = step()
                 if not pending:
                     lightening = (pos, None)
-                pending = True
+                worked = pending = worked or did
             while pos < len(units) and not pending:
                 end, load = batcher.take(units, pos, weight)
-                oversized = load > batcher.chunk_load
-                if oversized and worked:
-                    break  # the big unit starts the next transaction
+                lightened = lightening is not None and pos <= lightening[0] < end
+                if load > batcher.chunk_load and worked:
+                    break  # the big unit starts the next transaction: its own time is the hardest to predict
                 started = time.monotonic()
                 total += apply(list(units[pos:end]))
-                if lightening is None or not pos <= lightening[0] < end:
+                if not lightened:
                     batcher.observe(load, time.monotonic() - started)  # a lightened unit's rate is not the rule
                 pos = end
                 worked = True
-                if oversized or not batcher.room_for_another(time.monotonic() - opened):
+                if not batcher.room_for_another(time.monotonic() - opened):
                     break
         if on_progress:
             on_progress(pos - first)

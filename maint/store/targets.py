@@ -39,8 +39,8 @@ def is_default_name(name: str) -> bool:
 
 def key_profile(session_key: str | None) -> str | None:
     """``agent:<ns>:...`` -> the profile a gateway session key names; ``agent:main`` is the default profile."""
-    if not session_key or not session_key.startswith("agent:"):
-        return None
+    if not isinstance(session_key, str) or not session_key.startswith("agent:"):
+        return None  # a BLOB or number stored as a key names no profile (hostile try 15, S12)
     ns = session_key.split(":", 2)[1] if session_key.count(":") >= 2 else None
     if not ns:
         return None
@@ -48,10 +48,20 @@ def key_profile(session_key: str | None) -> str | None:
 
 
 def profile_folders(home: Path) -> list[str]:
-    """The names under ``home/profiles`` that may be profiles: every entry but one named like the home's alias."""
+    """The names under ``home/profiles`` that may be profiles: every entry but one named like the home's alias, or
+    one whose name is not UTF-8 (Hermes's names are ``[a-z0-9][a-z0-9_-]*``; such a folder stopped repair-profiles
+    for the whole home: hostile try 15, S13)."""
     with contextlib.suppress(OSError):
-        return [n for n in sorted(os.listdir(home / "profiles")) if not is_default_name(n)]
+        return [n for n in sorted(os.listdir(home / "profiles")) if not is_default_name(n) and _utf8(n)]
     return []
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def home_of(store: Path | str) -> Path | None:

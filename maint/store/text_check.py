@@ -23,6 +23,9 @@ from typing import Any
 from maint.store.connection import Store, not_utf8, quote_ident
 
 
+USAGE = "session_model_usage"
+
+
 def register(store: Store) -> None:
     """``maint_not_utf8`` (every store's connection has it; a bare apsw connection needs this)."""
     store.conn.create_scalar_function("maint_not_utf8", not_utf8, 1, deterministic=True)
@@ -117,6 +120,10 @@ def _rows(store: Store, scope: str, params: Any, messages: bool = True) -> Itera
         yield from store.conn.execute(
             f"SELECT CAST(m.session_id AS BLOB), {_fields(store, 'messages', 'm')} FROM messages m "
             f"WHERE m.session_id IN ({scope}) AND {_any_bad(store, 'messages', 'm')}", params)
+        if store.has_table(USAGE):  # its per-model usage rows: the jsonl record carries them too
+            yield from store.conn.execute(
+                f"SELECT CAST(u.session_id AS BLOB), {_fields(store, USAGE, 'u')} FROM {USAGE} u "
+                f"WHERE u.session_id IN ({scope}) AND {_any_bad(store, USAGE, 'u')}", params)
     yield from _prompt_rows(store, scope, params)
 
 
@@ -230,7 +237,7 @@ _NEW = "messages NOT INDEXED WHERE id > ?"
 
 
 def unreadable_since(store: Store, mark: TextMark) -> SinceMark:
-    """:func:`unreadable_sessions` for the daily check: every session row and stored prompt (Hermes rewrites
+    """:func:`unreadable_sessions` for the daily check: every session row, usage row and stored prompt (Hermes rewrites
     a session's title, model, end reason … in place at any time), the messages added since *mark*, and every
     older message of a session that gained one since. A message rewritten in place in a session that gained
     no message since is left to the next complete pass (``doctor --full``, weekly)."""
@@ -247,6 +254,9 @@ def unreadable_since(store: Store, mark: TextMark) -> SinceMark:
          f"WHERE m.session_id IN ({_touched()}) AND m.id <= ? AND m.session_id IN ({sessions}) "
          f"AND {_any_bad(store, 'messages', 'm')}", (high, high)),
     ]
+    if store.has_table(USAGE):  # usage rows, in full: Hermes updates them in place after every call
+        queries.append((f"SELECT CAST(u.session_id AS BLOB), {_fields(store, USAGE, 'u')} FROM {USAGE} u "
+                        f"WHERE u.session_id IN ({sessions}) AND {_any_bad(store, USAGE, 'u')}", ()))
     for sql, params in queries:
         for raw, fields in store.conn.execute(sql, params):
             have = found.setdefault(raw, [])
