@@ -21,7 +21,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from maint import files
 from maint.errors import MaintError, UsageError
-from maint.store.targets import hermes_home, home_of, is_default_name
+from maint.store.targets import hermes_home, home_of, is_default_name, profile_folder_by_path
 
 SESSION_DEFAULTS: dict[str, Any] = {
     "auto_prune": False,
@@ -84,11 +84,10 @@ def config_path_for(store: Path | None, profile: str | None = None) -> Path:
         return (hermes_home() if is_default_name(profile) else hermes_home() / "profiles" / profile) / "config.yaml"
     if store is not None:
         given = Path(store).expanduser().parent
-        folder = Path(os.path.realpath(Path(store).expanduser())).parent
         beside = given / "config.yaml"
         # by the path given or the one it leads to: a profile folder may be a link (hostile try 13, Q1), and
         # reached by a relative path or through another link (try 14, R1): the home's own profiles decide
-        if os.path.lexists(beside) or "profiles" in (given.parent.name, folder.parent.name):
+        if os.path.lexists(beside) or profile_folder_by_path(store) is not None:
             return beside
         home = home_of(store)  # the folder whose store it is, not a name (hostile try 15, S1: profiles/default)
         return (home or given) / "config.yaml"

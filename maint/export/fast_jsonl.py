@@ -28,7 +28,8 @@ from typing import Any
 import apsw
 
 from maint.json_text import MAX_DEPTH
-from maint.store.connection import Store
+from maint.store.connection import Store, quote_ident
+from maint.store.sqlutil import sql_literal
 
 # The redactor's patterns compile when it is imported (a tenth of a second, most of a small export's start):
 # a redacted export loads it (:func:`_load_redactor`), an unredacted one never does.
@@ -74,14 +75,6 @@ def _roles(roles: str) -> str:
     for role in json.loads(roles):
         counts[role] = counts.get(role, 0) + 1
     return "{" + ", ".join([f"{_quote(k)}: {v}" for k, v in counts.items()]) + "}"
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _affinity(declared: str) -> str:
@@ -195,7 +188,7 @@ def _has_prefix(expr: str, prefix: str) -> str:
 
 def _text_literal(text: str) -> str:
     """A SQL text literal that may hold a NUL (char(0) concatenated in)."""
-    parts = [_literal(part) for part in text.split("\x00")]
+    parts = [sql_literal(part) for part in text.split("\x00")]
     return "(" + " || char(0) || ".join(parts) + ")"
 
 
@@ -250,13 +243,13 @@ def _fields(alias: str, columns: list[tuple[str, str]], close: str, redacted: bo
     exprs = exprs or {}
     parts = []
     for n, (col, affinity) in enumerate(columns):
-        parts.append(_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
-        expr = exprs.get(col, f"{alias}.{_ident(col)}")
+        parts.append(sql_literal(("{" if n == 0 else ", ") + _json(col) + ": "))
+        expr = exprs.get(col, f"{alias}.{quote_ident(col)}")
         value = _value(expr, affinity, redacted and col not in KEEP_COLUMNS)
         if alias == "m" and col in PARSED_COLUMNS:
             value = _parsed_value(expr, col, value, redacted and col not in KEEP_COLUMNS)
         parts.append(value)
-    return f"concat({', '.join(parts or [_literal('{')])}, {_literal(close)})"
+    return f"concat({', '.join(parts or [sql_literal('{')])}, {sql_literal(close)})"
 
 
 USAGE_TABLE = "session_model_usage"  # render.USAGE_TABLE
@@ -269,7 +262,7 @@ def _usage(store: Store, redact: bool) -> str:
     if not store.has_table(USAGE_TABLE):
         return "''"
     columns = _columns(store, USAGE_TABLE)
-    order = ", ".join(f"u.{_ident(c)}" for c, _ in columns)
+    order = ", ".join(f"u.{quote_ident(c)}" for c, _ in columns)
     return (f"(SELECT concat(', \"model_usage\": [', group_concat({_fields('u', columns, '}', redact)}, ', ' "
             f"ORDER BY {order}), ']') FROM {USAGE_TABLE} u WHERE u.session_id = s.id)")
 
@@ -282,7 +275,7 @@ def _gated_texts(alias: str, columns: list[tuple[str, str]], exprs: dict[str, st
     for col, affinity in columns:
         if col in KEEP_COLUMNS:
             continue
-        expr = exprs.get(col, f"{alias}.{_ident(col)}")
+        expr = exprs.get(col, f"{alias}.{quote_ident(col)}")
         # a number is written by SQLite and never redacted: only texts and blobs (>= '') are gated (a column of
         # text affinity holds no number)
         texts.append(expr if affinity == "text" else f"iif({expr} >= '', {expr}, NULL)")
@@ -310,7 +303,7 @@ def resolved_columns(store: Store) -> dict[str, str]:
 
 
 def _columns(store: Store, table: str) -> list[tuple[str, str]]:
-    return [(r[1], _affinity(r[2])) for r in store.conn.execute(f"PRAGMA table_info({_ident(table)})")]
+    return [(r[1], _affinity(r[2])) for r in store.conn.execute(f"PRAGMA table_info({quote_ident(table)})")]
 
 
 _UNAVAILABLE = ('"available": false, "unavailable_reason": "no message has a timestamp", '
@@ -367,7 +360,7 @@ def _intervals() -> str:
     return f"""CASE
             WHEN SUM(typeof(ts) NOT IN ('real', 'null') OR ts > 1.7976931348623157e308 OR ts < -1.7976931348623157e308)
                  OR COUNT(ts) NOT IN (0, COUNT(*)) THEN char(0)
-            WHEN COUNT(ts) = 0 THEN {_literal(_UNAVAILABLE)}
+            WHEN COUNT(ts) = 0 THEN {sql_literal(_UNAVAILABLE)}
             ELSE concat('"available": true, "wall_clock_ms": ', maint_ms((MAX(ts) - MIN(ts)) * 1000),
                 ', "largest_gap_ms": ', maint_ms(max(coalesce(MAX((ts - prev) * 1000), 0.0), 0.0)),
                 ', "intervals": [', group_concat(concat('{{"id": ', json_quote(id), ', "since_previous_ms": ',
@@ -385,7 +378,7 @@ def line_sql(store: Store, redact: bool = False) -> str:
     names = {c for c, _ in session_cols}
     if session_cols:  # Hermes's export_all: last_active after the row, before the messages
         row = _object("s", session_cols, ', "last_active": ', redact, resolved_columns(store))
-        messages = _literal(', "messages": [')
+        messages = sql_literal(', "messages": [')
         # the newest timestamp is the aggregate's (of every row of the session, as last_active_sql reads them)
         last_active = last_active_sql(store, "s.id", newest="MAX(ts)")
         head = f"concat({row}, {_value(last_active, redact=redact)}, {messages})"

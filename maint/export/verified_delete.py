@@ -20,7 +20,8 @@ from maint.store.catalog import session_info
 from maint.store.lineage import delegate_family
 from maint.errors import MaintError
 from maint.store.delete import delete_sessions, note_unlinked, refuse_if_too_big_while_shared, remove_session_files
-from maint.store.connection import Store
+from maint.store.connection import Store, quote_ident
+from maint.store.sqlutil import sql_literal
 from maint.export.transcript import iter_messages
 
 
@@ -56,10 +57,10 @@ def refuse_lossy_values(store: Store, ids: list[str]) -> None:
         blobs = blob_columns(store, table)
         tests = []
         for col in store.columns(table):
-            q = '"' + col.replace('"', '""') + '"'
+            q = quote_ident(col)
             tests.append((col, f"typeof({q}) = 'text' AND ({q} GLOB 'b''*' OR {q} GLOB 'b\"*')" if col in blobs
                           else f"typeof({q}) = 'blob'"))
-        which = "CASE " + " ".join(f"WHEN {t} THEN {_literal(c)}" for c, t in tests) + " END"
+        which = "CASE " + " ".join(f"WHEN {t} THEN {sql_literal(c)}" for c, t in tests) + " END"
         row = "id" if table == "messages" else "NULL"
         found = store.conn.execute(
             f"SELECT {key}, {which}, {row} FROM {table} WHERE {key} IN (SELECT value FROM json_each(?)) "
@@ -73,10 +74,6 @@ def refuse_lossy_values(store: Store, ids: list[str]) -> None:
             raise MaintError(f"session {sid}: {what.format(message)} {col} holds {held}, which its jsonl record "
                              f"cannot carry (import would give it back {back}; expected text or a number): refusing "
                              "to delete it, nothing was exported or deleted")
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def refuse_if_busy(store: Store, ids: list[str], *, include_pinned: bool = False) -> None:

@@ -59,7 +59,7 @@ from maint.export.files import safe_name
 from maint.store.batching import Batcher, pacer_for
 from maint.store.connection import (READ_CACHE_KB, REQUIRED_TABLES, Store, as_found, check_regular_file, connect,
                                     connect_checked, flat_memory_pragmas, open_store, refuse_unreadable_store)
-from maint.store.snapshots import default_folder, prepare_folder, refuse_untrusted_folder
+from maint.store.snapshots import MAX_RESTARTS, default_folder, prepare_folder, refuse_untrusted_folder
 from maint.store.targets import StoreTarget, hermes_home
 from maint.ops.vacuum import DiskUsage, file_size_limit, with_margin, write_limit_reached
 
@@ -71,7 +71,6 @@ SNAPSHOT_RE = re.compile(r"^state-(?P<label>[A-Za-z0-9._-]+?)-(?P<stamp>\d{8}T\d
 PARTIAL_RE = re.compile(r"^\.state-[A-Za-z0-9._-]+-\d{8}T\d{6}Z(\.pre-restore)?(-\d+)?\.db"
                         r"(\.copy|\.json\.[0-9a-f]{16})?\.partial$")
 SIDECAR_LIMIT = 1 << 20
-MAX_RESTARTS = 50
 FIRST_STEP_PAGES = 64
 MAX_STEP_PAGES = 1 << 20
 

@@ -38,7 +38,7 @@ from maint.store.targets import hermes_home, key_profile, profile_folders
 from maint.store import guard
 from maint.store.delete import delete_sessions
 from maint.store.sqlutil import chunks, ph
-from maint.store.connection import Store, open_store
+from maint.store.connection import Store, open_store, quote_ident
 from maint.store.snapshots import copy_stores
 from maint.store.holders import STOP_HERMES, refuse_if_held
 from maint.store.targets import StoreTarget
@@ -389,7 +389,7 @@ def _unmovable_columns(src: Store, dst: Store, ids: list[str], routing_keys: lis
     for table, key in tables:
         have = set(dst.columns(table))
         for col in (c for c in src.columns(table) if c not in have):
-            quoted = '"' + col.replace('"', '""') + '"'
+            quoted = quote_ident(col)
             if key:
                 held = any(src.scalar(f"SELECT 1 FROM {table} WHERE {key} IN ({ph(c)}) AND {quoted} IS NOT NULL "
                                       "LIMIT 1", c) for c in chunks(ids))

@@ -20,7 +20,6 @@ does not resume. Branch, delegate and ``tool`` rows are unrouted by design and n
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,7 @@ from maint.store.catalog import SessionInfo, load_sessions
 from maint.store.connection import Store, open_store
 from maint.store.holders import refuse_if_held
 from maint.store.snapshots import copy_stores
-from maint.store.targets import is_default_name, key_profile, profile_of
+from maint.store.targets import is_default_name, key_profile, profile_folder_by_path, profile_of
 from maint.store.text_check import readable_row_sql, unreadable_rows
 
 if TYPE_CHECKING:
@@ -55,10 +54,8 @@ def store_owner(path: Path) -> str | None:
     found = profile_of(path)
     if found is not None:
         return found
-    for p in (Path(path).expanduser(), Path(os.path.realpath(Path(path).expanduser()))):
-        if p.parent.parent.name == "profiles" and not is_default_name(p.parent.name):
-            return p.parent.name
-    return None
+    folder = profile_folder_by_path(path)
+    return folder.name if folder is not None and not is_default_name(folder.name) else None
 
 
 def _profiles(store: Store) -> dict[str, str | None]:

@@ -45,7 +45,8 @@ from maint.errors import MaintError, UsageError
 from maint.ops import fts
 from maint.ops.vacuum import room_problem, write_limit_reached
 from maint.store.sqlutil import fts5_indexes, is_fts5_sql, is_virtual_sql
-from maint.store.connection import PROGRESS_STEPS, Store, check_regular_file, connect, held_file, scaled_write_limit_s
+from maint.store.connection import (PROGRESS_STEPS, Store, check_regular_file, connect, held_file, quote_ident,
+                                    scaled_write_limit_s)
 
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 QUERY_BUDGET = 200_000  # range queries per table before the rest of a damaged span is reported unread
@@ -77,10 +78,6 @@ class TableResult:
         return {"table": self.name, "copied": self.copied, "unread_rowid_ranges": self.unread,
                 "rejected_rowids": self.rejected[:100], "rejected": len(self.rejected), "dropped": self.dropped,
                 "queries": self.queries, "budget_spent": self.budget_spent, "error": self.unreadable}
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _sha256(path: Path, follow_links: bool = True) -> str | None:
@@ -211,7 +208,7 @@ def build_schema(dst: apsw.Connection, schema: list[tuple[str, str, str, str]],
 
 
 def _alias_of_rowid(src: apsw.Connection, table: str) -> str | None:
-    pk = [r for r in src.execute(f"PRAGMA table_info({_q(table)})") if r[5]]
+    pk = [r for r in src.execute(f"PRAGMA table_info({quote_ident(table)})") if r[5]]
     if len(pk) == 1 and (pk[0][2] or "").upper() == "INTEGER":
         return pk[0][1]
     return None
@@ -221,15 +218,15 @@ def copy_table(src: apsw.Connection, dst: apsw.Connection, table: str, budget: i
     """Every readable row of *table*, splitting a failing rowid range until both sides of the damage are read."""
     result = TableResult(table)
     try:
-        cols = [r[1] for r in src.execute(f"PRAGMA table_info({_q(table)})")]
+        cols = [r[1] for r in src.execute(f"PRAGMA table_info({quote_ident(table)})")]
         alias = _alias_of_rowid(src, table)
     except READ_ERRORS as exc:
         result.unreadable = str(exc)
         return result
     insert_cols = cols if alias else ["rowid", *cols]
-    insert = (f"INSERT INTO {_q(table)} ({', '.join(_q(c) for c in insert_cols)}) "
+    insert = (f"INSERT INTO {quote_ident(table)} ({', '.join(quote_ident(c) for c in insert_cols)}) "
               f"VALUES ({', '.join('?' * len(insert_cols))})")
-    select = (f"SELECT rowid, {', '.join(_q(c) for c in cols)} FROM {_q(table)} "
+    select = (f"SELECT rowid, {', '.join(quote_ident(c) for c in cols)} FROM {quote_ident(table)} "
               "WHERE rowid BETWEEN ? AND ? ORDER BY rowid")
     stack = [(ROWID_MIN, ROWID_MAX)]
     while stack:
@@ -291,13 +288,13 @@ def _repair_links(store: Store, results: dict[str, TableResult]) -> dict[str, in
             if not violations:
                 break
             for table, rowid, _parent, fkid in violations:
-                fk = [r for r in conn.execute(f"PRAGMA foreign_key_list({_q(table)})") if r[0] == fkid]
+                fk = [r for r in conn.execute(f"PRAGMA foreign_key_list({quote_ident(table)})") if r[0] == fkid]
                 if table == "sessions" and fk:
-                    conn.execute(f"UPDATE sessions SET {', '.join(f'{_q(r[3])} = NULL' for r in fk)} WHERE rowid = ?",
-                                 (rowid,))
+                    nulls = ", ".join(f"{quote_ident(r[3])} = NULL" for r in fk)
+                    conn.execute(f"UPDATE sessions SET {nulls} WHERE rowid = ?", (rowid,))
                     unlinked += 1
                 else:
-                    conn.execute(f"DELETE FROM {_q(table)} WHERE rowid = ?", (rowid,))
+                    conn.execute(f"DELETE FROM {quote_ident(table)} WHERE rowid = ?", (rowid,))
                     if table in results:
                         results[table].dropped += 1
                         results[table].copied -= 1
@@ -464,7 +461,7 @@ def _fill_bounded(src: apsw.Connection, dst: apsw.Connection, schema: list, stor
         raise MaintError(f"{store_path}: the salvaged copy failed its checks ({'; '.join(problems[:3])}); "
                          "nothing was kept")
     lost = {t: r for t, r in results.items() if r.unread or r.rejected or r.dropped or r.unreadable}
-    counts = {t: dst.execute(f"SELECT COUNT(*) FROM {_q(t)}").fetchone()[0] for t in ("sessions", "messages")}
+    counts = {t: dst.execute(f"SELECT COUNT(*) FROM {quote_ident(t)}").fetchone()[0] for t in ("sessions", "messages")}
     return {"store": str(store_path), "salvage": str(new) if new else None, "dry_run": new is None,
             "complete": not lost and not links["placeholders"] and not skipped, "skipped": skipped,
             "sessions": counts["sessions"],

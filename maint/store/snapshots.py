@@ -75,7 +75,7 @@ def prepare_folder(folder: Path | None, store: Path) -> Path:
 COPY_STEP_PAGES = 4096  # 16 MB of 4 KB pages a step (restore's copy too): a stop waits for one step at most
 
 
-MAX_RESTARTS = 50  # a rollback-journal store written this often during the copy needs a quieter moment
+MAX_RESTARTS = 50  # a rollback-journal store written this often during a copy needs a quieter moment (backup too)
 
 
 def _copy(src: apsw.Connection, dst: apsw.Connection, path: Path) -> None:

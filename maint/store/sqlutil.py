@@ -45,6 +45,11 @@ def chunks(items: Sequence, size: int = IN_CHUNK) -> Iterator[list]:
         yield items[start:start + size]
 
 
+def sql_literal(text: str) -> str:
+    """*text* as an SQL string literal (for SQL we build, where a parameter cannot stand)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def ph(items: Sequence) -> str:
     return ",".join("?" * len(items))
 

@@ -64,6 +64,16 @@ def _utf8(name: str) -> bool:
     return True
 
 
+def profile_folder_by_path(store: Path | str) -> Path | None:
+    """The folder of a store whose path, as given or as its links lead, is ``…/profiles/NAME/state.db``: a profile's
+    folder by its place, whichever home it is in (config resolution and repair-routing read it alike)."""
+    given = Path(store).expanduser()
+    for p in (given, Path(os.path.realpath(given))):
+        if p.parent.parent.name == "profiles":
+            return p.parent
+    return None
+
+
 def home_of(store: Path | str) -> Path | None:
     """The Hermes home a store is the state.db of: $HERMES_HOME, or $HERMES_HOME/profiles/NAME; None for a store
     outside the home. Decided by the file itself (device and inode), so any path to it answers alike: a linked

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from maint.store.connection import Store, not_utf8, quote_ident
+from maint.store.sqlutil import sql_literal
 
 
 USAGE = "session_model_usage"
@@ -93,7 +94,7 @@ def _bad_sql(table: str, alias: str, column: str) -> str:
 
 def _fields(store: Store, table: str, alias: str) -> str:
     cols = store.columns(table)
-    parts = [f"iif({_bad_sql(table, alias, c)}, {_literal(f'{table}.{c}')}, NULL)" for c in cols]
+    parts = [f"iif({_bad_sql(table, alias, c)}, {sql_literal(f'{table}.{c}')}, NULL)" for c in cols]
     return f"concat_ws(',', {', '.join(parts)})" if parts else "''"
 
 
@@ -106,10 +107,6 @@ def _any_bad(store: Store, table: str, alias: str) -> str:
         return "0"
     joined = f"maint_not_utf8(CAST(concat_ws(char(10), {', '.join(texts)}) AS BLOB))"
     return f"({joined} OR typeof({alias}.id) <> 'text')" if table == "sessions" else joined
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _rows(store: Store, scope: str, params: Any, messages: bool = True) -> Iterator[tuple[bytes, str]]:
