@@ -28,7 +28,7 @@ from typing import Any
 import apsw
 
 from maint.json_text import MAX_DEPTH
-from maint.store.connection import Store, quote_ident
+from maint.store.connection import USAGE_TABLE, Store, quote_ident
 from maint.store.sqlutil import sql_literal
 
 # The redactor's patterns compile when it is imported (a tenth of a second, most of a small export's start):
@@ -252,7 +252,6 @@ def _fields(alias: str, columns: list[tuple[str, str]], close: str, redacted: bo
     return f"concat({', '.join(parts or [sql_literal('{')])}, {sql_literal(close)})"
 
 
-USAGE_TABLE = "session_model_usage"  # render.USAGE_TABLE
 
 
 def _usage(store: Store, redact: bool) -> str:

@@ -20,7 +20,7 @@ from jinja2 import Environment, FunctionLoader, select_autoescape
 from maint import json_text
 from maint.store.catalog import SessionInfo
 from maint.export.redact import redact_bytes, redact_row, redact_text, redact_value
-from maint.store.connection import Store
+from maint.store.connection import USAGE_TABLE, Store
 from maint.store.timestamps import utc_iso
 from maint.export.transcript import Timings, iter_messages
 
@@ -98,7 +98,6 @@ def referenced_prompts(store: Store, row: dict[str, Any]) -> dict[str, str] | No
         f"SELECT hash, prompt FROM system_prompts WHERE hash IN ({','.join('?' * len(refs))}) ORDER BY hash", refs)}
 
 
-USAGE_TABLE = "session_model_usage"
 
 
 def model_usage(store: Store, session_id: str) -> list[dict[str, Any]] | None:

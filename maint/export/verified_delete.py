@@ -20,7 +20,7 @@ from maint.store.catalog import session_info
 from maint.store.lineage import delegate_family
 from maint.errors import MaintError
 from maint.store.delete import delete_sessions, note_unlinked, refuse_if_too_big_while_shared, remove_session_files
-from maint.store.connection import Store, quote_ident
+from maint.store.connection import USAGE_TABLE, Store, quote_ident
 from maint.store.sqlutil import sql_literal
 from maint.export.transcript import iter_messages
 
@@ -48,10 +48,10 @@ def refuse_lossy_values(store: Store, ids: list[str]) -> None:
     bytes). The record would be the only copy left, and it would not be the data (hostile try 15, S14). Hermes
     writes text there; a BLOB comes from another client writing bytes. Refusing is simpler than a tagged form of
     bytes, which Hermes's own import would store as JSON text, and which both renderers would have to write."""
-    from maint.ops.importer import USAGE, blob_columns
+    from maint.ops.importer import blob_columns
 
     for table, key, what in (("sessions", "id", "its row's"), ("messages", "session_id", "message {}'s"),
-                             (USAGE, "session_id", "a model_usage row's")):
+                             (USAGE_TABLE, "session_id", "a model_usage row's")):
         if not store.has_table(table):
             continue
         blobs = blob_columns(store, table)

@@ -69,7 +69,7 @@ from maint.store import guard
 from maint.store.delete import PARENT_NOTE, note_unlinked
 from maint.store.batching import Batcher, paced_writes
 from maint.store.catalog import SessionInfo
-from maint.store.connection import Store
+from maint.store.connection import USAGE_TABLE, Store
 from maint.store.sqlutil import chunks, ph
 from maint.store.targets import StoreTarget
 from maint.flow import Operator
@@ -79,7 +79,6 @@ IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # export_all, the logical-lineage fields of md/qmd).
 NOT_COLUMNS = {"messages", "timings", "system_prompts", "kept_children", "model_usage", "last_active", "segments",
                "lineage_session_ids"}
-USAGE = "session_model_usage"  # a record's model_usage rows: render.USAGE_TABLE
 # Fields that may hold JSON structure: Hermes's export decodes them (content: multimodal parts; tool_calls:
 # the parsed list; upstream's display_metadata: an object), Hermes's import encodes them back; so do we.
 # Our own export writes tool_calls parsed too, older ones the stored string: both are read.
@@ -390,7 +389,7 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                 for k, v in u.items():
                     ucols[k] = ucols.get(k, 0) + (v is not None)
                     if v is None:
-                        nulls.setdefault(f"{USAGE}.{k}", n)
+                        nulls.setdefault(f"{USAGE_TABLE}.{k}", n)
                 ukeys.setdefault(frozenset(u), n)
             for k, v in row.items():
                 scols[k] = scols.get(k, 0) + (v is not None)
@@ -502,15 +501,15 @@ def plan_import(store: Store, path: Path, read: ExportFile | None = None, *, rep
     have_s, have_m = store.columns("sessions"), store.columns("messages")
     missing = {f"sessions.{c}": n for c, n in read.session_columns.items() if c not in have_s}
     missing.update({f"messages.{c}": n for c, n in read.message_columns.items() if c not in have_m})
-    have_u = store.columns(USAGE) if store.has_table(USAGE) else []
-    missing.update({f"{USAGE}.{c}": n for c, n in read.usage_columns.items() if c not in have_u})
-    for table in ("sessions", "messages", *([USAGE] if have_u else [])):
+    have_u = store.columns(USAGE_TABLE) if store.has_table(USAGE_TABLE) else []
+    missing.update({f"{USAGE_TABLE}.{c}": n for c, n in read.usage_columns.items() if c not in have_u})
+    for table in ("sessions", "messages", *([USAGE_TABLE] if have_u else [])):
         for _, col, _, notnull, default, _ in store.conn.execute(f"PRAGMA table_info({table})"):
             line = read.nulls.get(f"{table}.{col}")
             if notnull and line is not None and not (table == "messages" and col == "id"):
                 raise _bad(Path(path), line, f"{table}.{col} is null, but the store requires a value there"
                                              f"{' (leave the field out to get its default)' if default else ''}")
-            if table == USAGE and notnull and default is None and col != "session_id":
+            if table == USAGE_TABLE and notnull and default is None and col != "session_id":
                 for keys, line in read.usage_keys.items():
                     if col not in keys:  # SQLite would refuse the row mid-import
                         raise _bad(Path(path), line, f"a model_usage row has no {col}, but the store requires a "
@@ -638,8 +637,8 @@ class _Writer:
         self.scols = [r[1] for r in store.conn.execute("PRAGMA table_info(sessions)")]
         self.mcols = [r[1] for r in store.conn.execute("PRAGMA table_info(messages)")]
         self.sblobs, self.mblobs = blob_columns(store, "sessions"), blob_columns(store, "messages")
-        self.ucols = set(store.columns(USAGE)) if store.has_table(USAGE) else set()
-        self.ublobs = blob_columns(store, USAGE) if self.ucols else set()
+        self.ucols = set(store.columns(USAGE_TABLE)) if store.has_table(USAGE_TABLE) else set()
+        self.ublobs = blob_columns(store, USAGE_TABLE) if self.ucols else set()
         self.mdefaults = {r[1]: store.scalar(f"SELECT {r[4]}")
                           for r in store.conn.execute("PRAGMA table_info(messages)")
                           if r[4] is not None and _LITERAL.fullmatch(str(r[4]))}
@@ -751,7 +750,7 @@ class _Writer:
         for u in rows:
             cols = [c for c in u if c in self.ucols and c != "session_id"] + ["session_id"]
             names = ", ".join(f'"{c}"' for c in cols)  # column names: checked when the file was read (IDENT)
-            conn.execute(f"INSERT INTO {USAGE} ({names}) VALUES ({ph(cols)}) ON CONFLICT DO NOTHING",
+            conn.execute(f"INSERT INTO {USAGE_TABLE} ({names}) VALUES ({ph(cols)}) ON CONFLICT DO NOTHING",
                          [sid if c == "session_id" else _unrepr(u[c]) if c in self.ublobs else u[c] for c in cols])
 
     def waiting_children(self, conn, sid: str) -> list[str]:

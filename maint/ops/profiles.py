@@ -38,7 +38,7 @@ from maint.store.targets import hermes_home, key_profile, profile_folders
 from maint.store import guard
 from maint.store.delete import delete_sessions
 from maint.store.sqlutil import chunks, ph
-from maint.store.connection import Store, open_store, quote_ident
+from maint.store.connection import USAGE_TABLE, Store, open_store, quote_ident
 from maint.store.snapshots import copy_stores
 from maint.store.holders import STOP_HERMES, refuse_if_held
 from maint.store.targets import StoreTarget
@@ -206,7 +206,7 @@ def scan(home: Path | None = None, legacy_main: str | None = None) -> tuple[dict
     return stores, out
 
 
-SIDE_TABLES = ("session_model_usage", "telegram_dm_topic_bindings")  # rows of a session the move carries with it
+SIDE_TABLES = (USAGE_TABLE, "telegram_dm_topic_bindings")  # rows of a session the move carries with it
 
 
 def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str] | None = None) -> set[str]:

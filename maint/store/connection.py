@@ -43,7 +43,8 @@ READ_CACHE_KB, WRITE_CACHE_KB, TEMP_CACHE_KB = 2048, 16384, 1024
 # auto_archived, content-addressed prompts, turn leases). A newer store is read, never written.
 NEWEST_KNOWN_SCHEMA = 31
 # Tables our deletes clear themselves (prune.delete_sessions) or that need no clearing.
-HANDLED_REFERENCES = {"sessions", "messages", "session_model_usage", "compression_locks"}
+USAGE_TABLE = "session_model_usage"  # a session's per-model usage rows (export, import and moves carry them)
+HANDLED_REFERENCES = {"sessions", "messages", USAGE_TABLE, "compression_locks"}
 # Tables every Hermes state.db has had since long before v22.
 REQUIRED_TABLES = ("sessions", "messages", "state_meta")
 SQLITE_HEADER = b"SQLite format 3\x00"
