@@ -45,6 +45,7 @@ NEWEST_KNOWN_SCHEMA = 31
 # Tables our deletes clear themselves (prune.delete_sessions) or that need no clearing.
 USAGE_TABLE = "session_model_usage"  # a session's per-model usage rows (export, import and moves carry them)
 HANDLED_REFERENCES = {"sessions", "messages", USAGE_TABLE, "compression_locks"}
+HERMES_FTS = ("messages_fts", "messages_fts_trigram", "messages_fts_cjk")  # Hermes's search indexes, by name
 # Tables every Hermes state.db has had since long before v22.
 REQUIRED_TABLES = ("sessions", "messages", "state_meta")
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -504,11 +505,11 @@ class Store:
     @property
     def fts_tables(self) -> list[str]:
         """Hermes's search indexes present: FTS5 indexes by those names (another virtual table under one is not)."""
-        from maint.store.sqlutil import is_fts5_sql
+        from maint.store.sqlutil import is_fts5_sql, ph
 
-        sql = dict(self.conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN "
-                                     "('messages_fts', 'messages_fts_trigram', 'messages_fts_cjk')").fetchall())
-        return [t for t in ("messages_fts", "messages_fts_trigram", "messages_fts_cjk") if is_fts5_sql(sql.get(t))]
+        sql = dict(self.conn.execute(f"SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN "
+                                     f"({ph(HERMES_FTS)})", HERMES_FTS).fetchall())
+        return [t for t in HERMES_FTS if is_fts5_sql(sql.get(t))]
 
     # -- reads ---------------------------------------------------------
     def rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
