@@ -1,6 +1,7 @@
 """Stored text that is not UTF-8 (issue 24, finding 12): a whole-store export skips each session holding
 some, names it on stderr, exports every other one and exits 1; --json lists the skipped ids."""
 
+import contextlib
 import json
 
 import pytest
@@ -13,11 +14,18 @@ from tests.storegen import StoreBuilder
 GOOD = ["g0", "g1", "g2"]
 
 
-def bad_store(path, layout="v22"):
-    """Three clean sessions; one with a bad byte in a message, one in its title, one in its id."""
+@contextlib.contextmanager
+def good_store(path, layout="v22"):
+    """A store of the clean sessions, open to add what a test needs beside them."""
     with StoreBuilder(path, layout=layout) as b:
         for n, sid in enumerate(GOOD):
             b.session(sid, age=50 + n, messages=3)
+        yield b
+
+
+def bad_store(path, layout="v22"):
+    """Three clean sessions; one with a bad byte in a message, one in its title, one in its id."""
+    with good_store(path, layout) as b:
         b.session("badmsg", age=40, messages=3)
         b.raw.execute("UPDATE messages SET content = CAST(x'ff41' AS TEXT) WHERE id = "
                       "(SELECT MIN(id) FROM messages WHERE session_id = 'badmsg')")
@@ -114,9 +122,7 @@ def test_a_bad_byte_in_a_usage_row_names_its_session_and_blocks_no_other(tmp_pat
     from maint.store.text_check import TextMark, unreadable_since
 
     path = tmp_path / "state.db"
-    with StoreBuilder(path) as b:
-        for n, sid in enumerate(GOOD):
-            b.session(sid, age=50 + n, messages=3)
+    with good_store(path) as b:
         b.session("badusage", age=40, messages=2)
         b.raw.execute("INSERT INTO session_model_usage (session_id, model) VALUES ('badusage', CAST(x'41ff' AS TEXT))")
     out = tmp_path / "all.jsonl"
@@ -151,9 +157,7 @@ def test_a_session_id_stored_as_a_blob_is_named_and_left_out(tmp_path):
     """Hostile try 3, F20: an id stored as a BLOB (the TEXT column keeps it so) reached Python as bytes: `list`
     stopped on it. It is not UTF-8 text, as a bad byte is not: listed nowhere, named, never pruned."""
     path = tmp_path / "state.db"
-    with StoreBuilder(path) as b:
-        for n, sid in enumerate(GOOD):
-            b.session(sid, age=50 + n, messages=3)
+    with good_store(path) as b:
         b.session("blobid", age=40, messages=2)
         b.raw.execute("UPDATE sessions SET id = CAST('hi' AS BLOB) WHERE id = 'blobid'")
     listed = Cli()("list", "--db", path)
@@ -175,9 +179,7 @@ def test_a_role_stored_as_a_blob_is_counted_under_its_shown_bytes(tmp_path):
     """Hostile try 3, F20: a message role stored as a BLOB became a bytes key of the timings block and stopped
     the jsonl export. It is counted under the bytes shown (``\\xff``), and every session is exported."""
     path = tmp_path / "state.db"
-    with StoreBuilder(path) as b:
-        for n, sid in enumerate(GOOD):
-            b.session(sid, age=50 + n, messages=3)
+    with good_store(path) as b:
         b.raw.execute("UPDATE messages SET role = x'ff' WHERE session_id = 'g1'")
     out = tmp_path / "all.jsonl"
     exported = Cli()("export", out, "--db", path)
