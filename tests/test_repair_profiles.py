@@ -453,12 +453,51 @@ def test_a_copy_the_target_had_that_went_on_is_not_told_to_run_again(home):
     dst.commit()
     src.close()
     dst.close()
+    snapshots = []
     for _ in range(2):
         result = run_subprocess("repair-profiles", "--apply", "--yes", "--json")
         assert result.returncode == 0, result.stderr
-        (kept,) = [d for d in json.loads(result.stdout)["applied"] if "c1" in d["session_ids"]]
+        report = json.loads(result.stdout)
+        (kept,) = [d for d in report["applied"] if "c1" in d["session_ids"]]
         assert kept.get("skipped") and "run again" not in kept["reason"] and "7 messages" in kept["reason"], kept
+        snapshots.append(report["snapshot"])
     assert rows(default, "SELECT COUNT(*) FROM messages WHERE session_id = 'c1'") == [(4,)]
+    # hostile try 14, R2: the second run has nothing but the kept copy, so it writes nothing and takes no snapshot
+    assert snapshots[0] and snapshots[1] is None, snapshots
+    assert len(list((home / "state-snapshots").glob("repair-profiles-*"))) == 1
+
+
+def _damage_table(path, table):
+    """Overwrite the root page of *table* in the store at *path* (checkpointed first) with garbage."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    (size,) = conn.execute("PRAGMA page_size").fetchone()
+    conn.close()
+    with open(path, "r+b") as f:
+        f.seek((root - 1) * size)
+        f.write(b"\xff" * size)
+
+
+def test_a_store_whose_pages_are_damaged_is_not_written(home, cli):
+    """Hostile try 15, S9: a stray session was moved into a profile store that failed its integrity check (two
+    pages overwritten) and deleted from the healthy default store, "Applied 1 repair(s)": the only live copy then
+    sat in a damaged file. A store that fails quick_check (table by table, as the daily doctor checks) is not
+    written: the moves into it are kept and named, and a run that writes nothing takes no snapshot."""
+    default, coder = home / "state.db", home / "profiles" / "coder" / "state.db"
+    _damage_table(coder, "async_delegations")
+    before = file_hash(default)
+    result = run_subprocess("repair-profiles", "--apply", "--yes", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    kept = [d for d in report["applied"] if d.get("to") == str(coder)]
+    named = "fails PRAGMA quick_check (async_delegations:"
+    assert kept and all(d.get("skipped") and named in d["reason"] for d in kept), kept
+    assert {sid for d in kept for sid in d["session_ids"]} >= {"c1", "pn1"}
+    assert file_hash(default) == before and report["snapshot"] is None
+    assert not (home / "state-snapshots").exists() or not list((home / "state-snapshots").iterdir())
+    text = cli("repair-profiles", "--apply", "--yes")
+    assert "Nothing to write: no snapshot taken." in text.stdout and "kept [stray_sessions] c1" in text.stdout
 
 
 @pytest.mark.parametrize("where", ["sessions", "gateway_routing"])

@@ -58,8 +58,9 @@ def _render(r: dict) -> None:
         if f["kind"] in ADVICE and f["action"] == "report":
             click.echo(f"    {ADVICE[f['kind']]}")
     actionable = sum(f["action"] in ("move", "rekey") for f in r["findings"])
-    if r["snapshot"]:
-        click.echo(f"Snapshot of every store: {r['snapshot']}")
+    if r["snapshot"] or r["applied"]:  # applied without a snapshot: every repair was kept, nothing written
+        click.echo(f"Snapshot of every store: {r['snapshot']}" if r["snapshot"]
+                   else "Nothing to write: no snapshot taken.")
         kept = [d for d in r["applied"] if d.get("skipped")]
         for d in kept:  # a move refused is said, with why (hostile try 13, Q7: "Applied" for a move that kept all)
             click.echo(f"  kept [{d['kind']}] {', '.join(d['session_ids'][:5]) or d['store']}: {d['reason']}")

@@ -217,15 +217,15 @@ class Doctor:
         by_fts: dict[str, list[str]] = {t: [] for t in present}
         general = []
         if self.full:
-            for line in _check_lines(store, pragma):
+            for line in store.check_lines(pragma):
                 owner = _owner(line, _root_pages(store), present)
                 (by_fts[owner] if owner else general).append(line)
         else:
-            tables = _btree_tables(store)
+            tables = store.btree_tables()
             for table in tables:
                 owner = next((t for t in sorted(present, key=len, reverse=True)
                               if table == t or table.startswith(t + "_")), None)
-                for line in _check_lines(store, pragma, table):
+                for line in store.check_lines(pragma, table):
                     (by_fts[owner] if owner else general).append(f"{table}: {line}")
             self.skipped = [
                 f"the search indexes' own consistency check ({', '.join(present)}: FTS5 index against content)"
@@ -637,28 +637,6 @@ def _same(a: Path, b: Path) -> bool:
 
     fid = file_id(a)
     return fid is not None and fid == file_id(b)
-
-
-def _check_lines(store: Store, pragma: str, table: str | None = None) -> list[str]:
-    """SQLite's check (of one table and its indexes when *table* is given) as lines; [] when ok. Its rows
-    are at most SQLite's error limit (100), whatever the store holds."""
-    arg = "('" + table.replace("'", "''") + "')" if table is not None else ""
-    try:
-        rows = [r[0] for r in store.conn.execute(f"PRAGMA {pragma}{arg}")]
-    except apsw.Error as exc:
-        rows = [f"{pragma} stopped: {exc}"]
-    if rows == ["ok"]:
-        return []
-    return [ln for r in rows for ln in str(r).splitlines() if ln.strip() and not ln.startswith("*** in database")]
-
-
-def _btree_tables(store: Store) -> list[str]:
-    """Every table stored as b-trees (the schema table, Hermes's tables, FTS5's shadow tables), not the FTS5
-    virtual tables themselves: ``quick_check(T)`` reads T's pages and its indexes' and, unlike a whole-file
-    ``quick_check`` in SQLite >= 3.44, does not run FTS5's own check (70 s of the 76 s a 9 GB store took)."""
-    names = [r[0] for r in store.conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND rootpage > 0 ORDER BY rootpage")]
-    return ["sqlite_master", *names]
 
 
 def last_full_check(store: Store) -> dict[str, Any] | None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 
+from maint import PROG
 from maint.errors import MaintError, StoreError
 from maint.store.targets import hermes_home, key_profile, profile_folders
 from maint.store import guard
@@ -318,47 +319,100 @@ def _move_routing(src: Store, dst: Store, keys: list[list[str]], rekey: tuple[st
             conn.execute("DELETE FROM gateway_routing WHERE scope = ? AND session_key = ?", (scope, key))
 
 
+def _paths(stores: dict[str, Path], f: Finding) -> tuple[Path, Path | None]:
+    """The store a finding's rows are in and the store they go to (the same file for a rekey; None when the
+    owner profile has no store yet)."""
+    src = stores[f.store]
+    if f.action == "rekey":
+        return src, src
+    return src, stores.get(DEFAULT if f.kind == "legacy_main" else (f.target or f.owner))
+
+
+def _kept_reason(src: Store, dst: Store, f: Finding) -> str | None:
+    """Why a move must leave *f*'s rows where they are, from what the two stores hold (None: it may go on).
+    Asked before the snapshot, so a run that will write nothing takes none (hostile try 14, R2), and again
+    with the stores open for the move."""
+    lost_cols = _unmovable_columns(src, dst, f.session_ids, f.routing_keys)
+    if lost_cols:
+        # a profile not opened since a Hermes upgrade keeps the older schema: the copy would drop these
+        # values, and the stray session would then be deleted (hostile try 14, R8)
+        return (f"{dst.path} has no column {', '.join(lost_cols)} to receive their values "
+                "(an older schema: let Hermes open that profile once); nothing moved")
+    lost = _unmovable_tables(src, dst, f.session_ids)
+    if lost:
+        return (f"{dst.path} has no {', '.join(lost)} table to receive their rows "
+                "(Hermes creates it on first use); nothing moved")
+    clash = _title_clash(src, dst, f.session_ids)
+    if clash:
+        return clash
+    if f.session_ids and not f.routing_keys:
+        had = {r[0] for chunk in chunks(f.session_ids) for r in dst.conn.execute(
+            f"SELECT id FROM sessions WHERE id IN ({ph(chunk)})", chunk)}
+        if had == set(f.session_ids):  # nothing to copy: the stray copies go only if they are the same sessions
+            why = _why_not_removable(src, dst, f.session_ids, had)
+            if why and "under one id" in why:
+                return f"{why}; the stray copy was kept"
+    return None
+
+
+def plan_kept(stores: dict[str, Path], findings: list[Finding]) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """The moves and rekeys of *findings* that can go on, and the ones kept with their reason: a store that fails
+    its pages' check is not written (hostile try 15, S9: a stray session was moved into a damaged file and
+    deleted from the healthy one), nor a move :func:`_kept_reason` refuses."""
+    todo, kept = [], []
+    damaged: dict[Path, str | None] = {}
+
+    def damage(path: Path) -> str | None:
+        if path not in damaged:
+            with open_store(path, readonly=True) as store:
+                lines = store.damage()
+            damaged[path] = (f"{path} fails PRAGMA quick_check ({lines[0]}{' …' if len(lines) > 1 else ''}): "
+                             f"a damaged store is not written (`{PROG} doctor --db {path}` says what to do); "
+                             "nothing moved") if lines else None
+        return damaged[path]
+
+    for f in (f for f in findings if f.action in ("move", "rekey")):
+        src_path, dst_path = _paths(stores, f)
+        why = None
+        if dst_path is None:
+            continue  # the owner profile exists but has no store yet: leave it reported
+        if f.action == "move" and file_id(dst_path) == file_id(src_path):
+            why = f"{dst_path} is the same file as {src_path}; nothing moved"  # the delete would lose the rows
+        else:
+            why = damage(src_path) or damage(dst_path)
+        if why is None and f.action == "move":
+            with open_store(src_path, readonly=True) as src, open_store(dst_path, readonly=True) as dst:
+                why = _kept_reason(src, dst, f)
+        if why is None:
+            todo.append(f)
+        else:
+            kept.append({**f.as_dict(), "to": str(dst_path), "skipped": True, "reason": why})
+    return todo, kept
+
+
 def apply_findings(stores: dict[str, Path], findings: list[Finding]) -> list[dict[str, Any]]:
-    """Carry out every finding whose action is move or rekey; returns what was done."""
+    """Carry out every finding whose action is move or rekey (those :func:`plan_kept` let through); returns
+    what was done."""
     done = []
     for f in findings:
         if f.action not in ("move", "rekey"):
             continue
-        src_path = stores[f.store]
-        if f.action == "rekey":
-            dst_path, rekey = src_path, ("agent:main:", f"agent:{f.store}:")
-        else:
-            target = DEFAULT if f.kind == "legacy_main" else (f.target or f.owner)
-            dst_path, rekey = stores.get(target), None
-            if dst_path is None:
-                continue  # the owner profile exists but has no store yet: leave it reported
-            if file_id(dst_path) == file_id(src_path):  # never "move" rows within one file: the delete would lose them
-                done.append({**f.as_dict(), "to": str(dst_path), "skipped": True,
-                             "reason": f"{dst_path} is the same file as {src_path}; nothing moved"})
-                continue
+        src_path, dst_path = _paths(stores, f)
+        if dst_path is None:
+            continue
+        if f.action == "move" and file_id(dst_path) == file_id(src_path):  # never: the delete would lose the rows
+            done.append({**f.as_dict(), "to": str(dst_path), "skipped": True,
+                         "reason": f"{dst_path} is the same file as {src_path}; nothing moved"})
+            continue
         with open_store(src_path) as src:
             if f.action == "rekey":
-                _rekey_in_place(src, f, rekey)
+                _rekey_in_place(src, f, ("agent:main:", f"agent:{f.store}:"))
                 done.append({**f.as_dict(), "to": f.store})
                 continue
             with open_store(dst_path) as dst:
-                lost = _unmovable_tables(src, dst, f.session_ids)
-                lost_cols = _unmovable_columns(src, dst, f.session_ids, f.routing_keys)
-                if lost_cols:
-                    # a profile not opened since a Hermes upgrade keeps the older schema: the copy would drop these
-                    # values, and the stray session would then be deleted (hostile try 14, R8)
-                    done.append({**f.as_dict(), "to": str(dst_path), "skipped": True,
-                                 "reason": f"{dst_path} has no column {', '.join(lost_cols)} to receive their values "
-                                           "(an older schema: let Hermes open that profile once); nothing moved"})
-                    continue
-                if lost:
-                    done.append({**f.as_dict(), "to": str(dst_path), "skipped": True,
-                                 "reason": f"{dst_path} has no {', '.join(lost)} table to receive their rows "
-                                           "(Hermes creates it on first use); nothing moved"})
-                    continue
-                clash = _title_clash(src, dst, f.session_ids)
-                if clash:
-                    done.append({**f.as_dict(), "to": str(dst_path), "skipped": True, "reason": clash})
+                why = _kept_reason(src, dst, f)  # again, on the stores as they are now
+                if why:
+                    done.append({**f.as_dict(), "to": str(dst_path), "skipped": True, "reason": why})
                     continue
                 if f.session_ids:
                     src.refuse_unknown_references()
@@ -477,10 +531,14 @@ def repair_stores(op: Operator, *, legacy_main: str | None = None, apply: bool =
                          "nothing was changed")
     for path in stores.values():
         refuse_if_held(path, force=force, doing="repair", advice=STOP_HERMES)
-    op.confirm(f"Apply {len(actionable)} repair(s) across {len(stores)} store(s)?",
-               [finding_line(f.as_dict()) for f in actionable])
+    todo, kept = plan_kept(stores, actionable)
+    report["applied"] = kept
+    if not todo:  # nothing will be written: no confirmation, no snapshot (hostile try 14, R2)
+        return report
+    op.confirm(f"Apply {len(todo)} repair(s) across {len(stores)} store(s)?",
+               [finding_line(f.as_dict()) for f in todo] + [f"  kept: {k['reason']}" for k in kept])
     report["snapshot"] = str(copy_stores(stores, label="repair-profiles"))
-    report["applied"] = apply_findings(stores, findings)
+    report["applied"] = kept + apply_findings(stores, todo)
     return report
 
 

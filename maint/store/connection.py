@@ -33,6 +33,7 @@ from maint import files
 from maint.crashpoints import crash_point
 from maint.errors import CorruptStore, MaintError, StoreError, UsageError
 from maint.store import fifowatch
+from maint.store.sqlutil import sql_literal
 
 log = logging.getLogger("hermes_maint.store")
 
@@ -467,6 +468,32 @@ class Store:
     def shared_columns(self, other: Store, table: str) -> list[str]:
         """Our columns of *table* that *other* also has, in our order: what can be copied across."""
         return [c for c in self.columns(table) if other.has_column(table, c)]
+
+    # -- integrity -----------------------------------------------------
+    def check_lines(self, pragma: str = "quick_check", table: str | None = None) -> list[str]:
+        """SQLite's check (of one table and its indexes when *table* is given) as lines; [] when ok. Its rows
+        are at most SQLite's error limit (100), whatever the store holds."""
+        arg = f"({sql_literal(table)})" if table is not None else ""
+        try:
+            rows = [r[0] for r in self.conn.execute(f"PRAGMA {pragma}{arg}")]
+        except apsw.Error as exc:
+            rows = [f"{pragma} stopped: {exc}"]
+        if rows == ["ok"]:
+            return []
+        return [ln for r in rows for ln in str(r).splitlines() if ln.strip() and not ln.startswith("*** in database")]
+
+    def btree_tables(self) -> list[str]:
+        """Every table stored as b-trees (the schema table, Hermes's tables, FTS5's shadow tables), not the FTS5
+        virtual tables themselves: ``quick_check(T)`` reads T's pages and its indexes' and, unlike a whole-file
+        ``quick_check`` in SQLite >= 3.44, does not run FTS5's own check (70 s of the 76 s a 9 GB store took)."""
+        names = [r[0] for r in self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND rootpage > 0 ORDER BY rootpage")]
+        return ["sqlite_master", *names]
+
+    def damage(self) -> list[str]:
+        """``quick_check`` of every b-tree table (:meth:`btree_tables`) as "table: line"; [] when the pages read
+        clean. What a command checks before it writes rows into a store it did not open to repair."""
+        return [f"{table}: {line}" for table in self.btree_tables() for line in self.check_lines("quick_check", table)]
 
     def system_prompt(self, digest: Any) -> str | None:
         """A content-addressed prompt by its hash (None when absent, or when the store predates the table)."""
