@@ -316,12 +316,24 @@ def warm(path: Path) -> None:
             pass
 
 
+CONFIG = ("sessions:\n  auto_prune: true\n  retention_days: 90\n  vacuum_after_prune: false\n"
+          "  max_export_messages: 0\n")
+
+
+def with_config(folder: Path) -> None:
+    """The bench's config.yaml beside a store: a ``--db`` store's folder is its home, whose config it reads
+    (never the runner's: docs/configuration.md), so each store's folder carries it."""
+    (folder / "config.yaml").write_text(CONFIG)
+    os.chmod(folder / "config.yaml", 0o600)
+
+
 def fresh_copy(src: Path, work: Path, name: str) -> Path:
     folder = work / name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     shutil.copy2(src, folder / "state.db")
     (folder / "sessions").mkdir()
+    with_config(folder)
     os.sync()  # the copy's write-back must not run during the measured job
     return folder / "state.db"
 
@@ -363,6 +375,7 @@ def weekly_checked_copy(src: Path, work: Path) -> Path:
     folder = work / "daily"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
+    with_config(folder)
     copy = folder / "state.db"
     for suffix in ("", "-wal"):
         if Path(f"{src}{suffix}").exists():
@@ -387,8 +400,8 @@ def run_size(sessions: int, work: Path, only: frozenset[str] | None = None) -> d
     home = work / "home"
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
-    (home / "config.yaml").write_text("sessions:\n  auto_prune: true\n  retention_days: 90\n"
-                                      "  vacuum_after_prune: false\n  max_export_messages: 0\n")
+    with_config(home)
+    with_config(src.parent)
     env = {**os.environ, "HERMES_HOME": str(home)}
     out = work / "export.jsonl"
     snaps = work / "snapshots"
