@@ -48,6 +48,9 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("import_record_mb", "HERMES_MAINT_IMPORT_RECORD_MB", 256, 0, 4096, "MiB",
             "The largest session record (one line of a jsonl export) `import` reads; a longer line is refused, "
             "naming it (parsing a record takes about four times its size in memory)."),
+    Setting("import_future_days", "HERMES_MAINT_IMPORT_FUTURE_DAYS", 1.0, 0, 36_500, "days",
+            "How far past now a session's or message's time may be for `import` (a host clock that ran ahead); a "
+            "later one is refused, naming it. Raise it to import back what such a clock wrote."),
     Setting("stop_grace_s", "HERMES_MAINT_STOP_GRACE_S", 30.0, 0, 86400, "seconds",
             "After SIGTERM or SIGINT, how long `jobs run` lets the running job stop before it exits anyway.",
             low_open=False),

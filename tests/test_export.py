@@ -502,10 +502,68 @@ def test_verified_delete_refuses_a_pin_set_after_the_export(tmp_path, monkeypatc
     assert {"parent", "sub"} <= session_ids(store)
 
 
+def test_verified_delete_refuses_a_title_its_undo_would_find_taken(store, tmp_path):
+    """Hostile try 16, T4: a store of an older layout (no unique index on titles) with two sessions of one title:
+    the verified delete of one went through, then its undo import refused the file for the title the other holds.
+    The files are proved against the store as the delete leaves it."""
+    conn = sqlite3.connect(store)
+    conn.execute("DROP INDEX IF EXISTS idx_sessions_title_unique")  # as an older Hermes's store has none
+    conn.execute("UPDATE sessions SET title = 'Weekly plan' WHERE id IN ('old_cli', 'tg_chat')")
+    conn.commit()
+    conn.close()
+    before = file_hash(store)
+    r = run_export(tmp_path / "x", "--db", store, "--session-id", "old_cli", "--delete-after-verified", "--yes")
+    assert r.returncode == 1 and "would not import back" in r.stderr, r.stderr
+    assert "'Weekly plan', which session 'tg_chat' also has" in r.stderr and file_hash(store) == before
+
+
 def test_verified_delete_refuses_open_session(store, tmp_path):
     before = file_hash(store)
     r = run_export(tmp_path / "x", "--db", store, "--session-id", "open_one", "--delete-after-verified", "--yes")
     assert r.returncode == 1 and "open" in r.stderr and file_hash(store) == before
+
+
+CHANGES_AFTER_THE_EXPORT = {
+    # hostile try 16, T11: the user resumes the session in Hermes (ended_at and end_reason cleared, no message yet)
+    "resumed": "db.reopen_session('old_cli')",
+    # T2: a change the message fingerprint did not see: a title, a message's reasoning, a usage row
+    "titled": "db.set_session_title('old_cli', 'Renamed late')",
+    "reasoning": "db._conn.execute(\"UPDATE messages SET reasoning = 'late thought' WHERE session_id = 'old_cli'\");"
+                 "db._conn.commit()",
+    "usage": "db._conn.execute(\"UPDATE session_model_usage SET input_tokens = input_tokens + 1 WHERE "
+             "session_id = 'old_cli'\"); db._conn.commit()",
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES_AFTER_THE_EXPORT))
+def test_a_change_between_export_and_delete_refuses_it(store, tmp_path, monkeypatch, change):
+    """What changes between the export's snapshot and the delete's transaction is in no file: the delete is
+    refused whatever the change is (the row, any message column, the usage rows), and a resumed session too."""
+    from click.testing import CliRunner
+    from maint.cli import app
+    from maint.export import verified_delete as export_delete
+
+    if change == "usage":
+        conn = sqlite3.connect(store)
+        conn.execute("INSERT INTO session_model_usage (session_id, model, input_tokens, output_tokens) "
+                     "VALUES ('old_cli', 'm-1', 5, 6)")
+        conn.commit()
+        conn.close()
+    original = export_delete.delete_if_unchanged
+
+    def change_then_check(st, ids, prints, **kw):
+        code = ("import sys; from pathlib import Path; from hermes_state import SessionDB;"
+                f"db = SessionDB(Path(sys.argv[1])); {CHANGES_AFTER_THE_EXPORT[change]}; db.close()")
+        subprocess.run([sys.executable, "-c", code, str(store)], check=True, cwd=REPO)
+        return original(st, ids, prints, **kw)
+
+    monkeypatch.setattr(export_delete, "delete_if_unchanged", change_then_check)
+    result = CliRunner().invoke(app, ["export", str(tmp_path / "bk"), "--db", str(store), "--session-id",
+                                      "old_cli", "--delete-after-verified", "--yes"])
+    assert result.exit_code == 1 and "refusing to delete" in result.stderr, result.stderr
+    assert ("resumed since it was exported" if change == "resumed" else "changed since it was exported") \
+        in result.stderr
+    assert "old_cli" in session_ids(store) and (tmp_path / "bk" / "hermes_session_old_cli.jsonl").exists()
 
 
 def test_writer_appending_between_export_and_delete_refuses(store, tmp_path, monkeypatch):

@@ -175,6 +175,28 @@ def test_a_session_id_stored_as_a_blob_is_named_and_left_out(tmp_path):
     assert "hi (sessions.id)" in doctor.stdout
 
 
+def test_a_session_row_without_an_id_is_named_and_left_out(tmp_path):
+    """Hostile try 16, T7: SQLite lets a TEXT primary key hold NULL (any sqlite3 client's INSERT without an id): one
+    such row ended list, repair-routing (TypeError in shown_id), the whole-store export (IndexError), prune and
+    archive plans (the lineage table's key refused it). Named as (NULL), left out; everything else goes on."""
+    path = tmp_path / "state.db"
+    with good_store(path) as b:
+        b.raw.execute("INSERT INTO sessions (source, started_at) VALUES ('cli', 1)")
+    listed = Cli()("list", "--db", path, "--json")
+    assert listed.exit_code == 0, listed.output
+    assert sorted(r["id"] for r in json.loads(listed.stdout)["sessions"]) == GOOD
+    assert json.loads(listed.stdout)["unlisted_ids_not_utf8"] == ["(NULL)"]
+    out = tmp_path / "all.jsonl"
+    exported = Cli()("export", out, "--db", path)
+    assert exported.exit_code == 1 and "session (NULL): stored text is not valid UTF-8 in sessions.id" in \
+        exported.stderr, exported.output
+    assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == GOOD
+    for args in (["prune", "--older-than", "1d", "--dry-run"], ["archive", "--older-than", "1", "--dry-run"],
+                 ["repair-routing"]):
+        result = Cli()(*args, "--db", path)
+        assert result.exit_code == 0 and "Traceback" not in result.output, (args, result.output)
+
+
 def test_a_role_stored_as_a_blob_is_counted_under_its_shown_bytes(tmp_path):
     """Hostile try 3, F20: a message role stored as a BLOB became a bytes key of the timings block and stopped
     the jsonl export. It is counted under the bytes shown (``\\xff``), and every session is exported."""

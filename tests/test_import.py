@@ -286,6 +286,33 @@ def test_replace_never_loses_messages_written_after_the_export(tmp_path):
     assert "p" in report["replaced"]
 
 
+def test_replace_asks_again_inside_its_transaction(tmp_path):
+    """Hostile try 16, T12: the replace guard was asked at the plan only; a session Hermes wrote to after the plan
+    (a gateway chat getting a message while a long import runs) lost those messages: 3 appends, "replaced", 0 of 3
+    kept. Asked again with the lock held, the session (and its lineage) is skipped with the reason."""
+    import subprocess
+    import sys
+
+    from maint.ops import importer
+    from maint.store.connection import open_store
+
+    db = _store(tmp_path / "state.db", "v22")
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text(export_all(db))
+    code = ("import sys; from pathlib import Path; from hermes_state import SessionDB;"
+            "db = SessionDB(Path(sys.argv[1])); [db.append_message('alone', 'user', f'later {i}') for i in range(3)];"
+            "db.close()")
+    with open_store(db) as store:
+        plan = importer.plan_import(store, backup, replace=True)
+        assert "alone" not in plan.busy  # idle at the plan
+        subprocess.run([sys.executable, "-c", code, str(db)], check=True)
+        result = importer.execute_import(store, plan, replace=True)
+    assert "alone" in result.skipped_busy and "alone" not in result.replaced, result
+    assert "messages the file lacks" in result.skipped_busy["alone"]
+    assert query(db, "SELECT COUNT(*) FROM messages WHERE session_id = 'alone' AND content LIKE 'later %'") == [(3,)]
+    assert "p" in result.replaced
+
+
 def test_a_file_rewritten_during_the_import_stops_before_its_next_write(tmp_path, monkeypatch):
     """Finding 16 (issue 24): rewriting the file during the import was a traceback."""
     from maint.ops import importer
@@ -502,11 +529,19 @@ def test_a_time_past_now_plus_a_day_is_refused_with_its_line_before_any_write(tm
         r = run("import", f, "--db", db, "--yes")
         assert r.returncode == 2, (key, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "line 2: session 'future'" in r.stderr, r.stderr
-        assert f"{key} {bad!r} is later than now plus one day" in r.stderr and "Traceback" not in r.stderr
+        assert f"{key} {bad!r} is later than now plus hermes_maint.import_future_days" in r.stderr
+        assert "HERMES_MAINT_IMPORT_FUTURE_DAYS" in r.stderr and "Traceback" not in r.stderr
         assert file_hash(db) == before
     ahead = time.time() + 12 * 3600  # a clock half a day ahead: taken
     f.write_text(json.dumps(fresh("ahead", started_at=ahead, last_activity_at=ahead)) + "\n")
     assert do_import(db, f)["imported"] == ["ahead"]
+    # hostile try 16, T3: what a clock three days ahead wrote (a verified delete's undo, once NTP corrected the
+    # clock) has a way in: the setting the refusal names
+    later = time.time() + 3 * 86400
+    f.write_text(json.dumps(fresh("clock_ran_ahead", started_at=later, last_activity_at=later)) + "\n")
+    assert "HERMES_MAINT_IMPORT_FUTURE_DAYS" in do_import(db, f, expect=2).stderr
+    r = run("import", f, "--db", db, "--yes", "--json", env={"HERMES_MAINT_IMPORT_FUTURE_DAYS": "4"})
+    assert r.returncode == 0 and json.loads(r.stdout)["imported"] == ["clock_ran_ahead"], r.stderr
 
 
 def test_import_needs_yes_without_a_terminal(tmp_path):
@@ -956,3 +991,27 @@ def test_a_title_moved_between_sessions_by_replace_is_not_refused(tmp_path, layo
     report = do_import(db, f, "--replace")
     assert "fresh" in report["imported"]
     assert query(db, "SELECT id FROM sessions WHERE title = 'proj'") == [("fresh",)]
+
+
+def test_a_usage_row_the_stores_key_merges_with_another_is_named(tmp_path):
+    """Hostile try 16, T10: two usage rows that differ only in a key column the target lacks (hermes-agent 0.19.0's
+    billing_base_url, imported with --drop-missing-columns into the upstream layout) met the store's key: the second
+    was dropped without a word ("Imported 1 sessions"). The session is named."""
+    src = tmp_path / "src.db"
+    with StoreBuilder(src) as b:
+        b.session("two_urls", age=1, messages=2)
+        b.raw.execute("INSERT INTO session_model_usage (session_id, model, billing_provider, billing_base_url, "
+                      "input_tokens, output_tokens) VALUES ('two_urls', 'mx', 'p', 'https://a', 100, 10), "
+                      "('two_urls', 'mx', 'p', 'https://b', 200, 20)")
+    file = tmp_path / "one.jsonl"
+    file.write_text(export_all(src))
+    dst = tmp_path / "state.db"
+    with StoreBuilder(dst, layout="v31") as b:
+        b.session("other", age=1)
+    report = do_import(dst, file, "--drop-missing-columns")
+    assert report["imported"] == ["two_urls"] and report["usage_kept_out"] == ["two_urls"], report
+    again = tmp_path / "again.db"
+    with StoreBuilder(again, layout="v31") as b:
+        b.session("other", age=1)
+    text = run("import", file, "--db", again, "--yes", "--drop-missing-columns")
+    assert text.returncode == 0 and "merges with another: kept out: two_urls" in text.stdout, text.stdout

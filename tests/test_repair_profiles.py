@@ -522,6 +522,29 @@ def test_a_key_that_is_not_text_stops_neither_the_repair_nor_doctor(home, cli, w
     assert rows(home / "profiles" / "coder" / "state.db", "SELECT COUNT(*) FROM sessions WHERE id = 'c1'") == [(1,)]
 
 
+@pytest.mark.parametrize("odd_id", ["X'ff69'", "CAST('plain' AS BLOB)", "NULL"])
+def test_a_session_id_that_is_not_text_stops_neither_the_repair_nor_doctor(home, cli, odd_id):
+    """Hostile try 16, T1 and T7: a session whose id is a BLOB or NULL (any sqlite3 client can write one; SQLite lets
+    a TEXT primary key hold NULL) in the default store of a home with profiles ended doctor and repair-profiles in
+    "'<' not supported between instances of 'bytes' and 'str'" (or 'NoneType'). Such a row is named, not scanned;
+    the rest of the check and the repair go on."""
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute(f"INSERT INTO sessions (id, source, started_at, session_key) VALUES ({odd_id}, 'telegram', 1, "
+                 "'agent:coder:telegram:dm:8')")
+    conn.commit()
+    conn.close()
+    report = cli("repair-profiles", "--json")
+    assert report.exit_code == 0, report.output
+    (odd,) = [f for f in json.loads(report.stdout)["findings"] if f["kind"] == "odd_ids"]
+    assert odd["store"] == "default" and "1 session row(s) whose id is not text" in odd["reason"]
+    doctor = cli("doctor", "--all-profiles")
+    assert "Traceback" not in doctor.output and not isinstance(doctor.exception, TypeError), doctor.output
+    assert "whose id is not text" in doctor.output, doctor.output
+    applied = cli("repair-profiles", "--apply", "--yes")
+    assert applied.exit_code == 0, applied.output
+    assert rows(home / "profiles" / "coder" / "state.db", "SELECT COUNT(*) FROM sessions WHERE id = 'c1'") == [(1,)]
+
+
 def test_a_profile_folder_whose_name_is_not_utf8_stops_no_repair(home, cli):
     """Hostile try 15, S13: a folder profiles/p\\xff (no name Hermes makes) stopped repair-profiles for the whole home
     ("a value is not valid UTF-8 text"), the real stray sessions neither reported nor moved. It is left out, as
@@ -533,3 +556,22 @@ def test_a_profile_folder_whose_name_is_not_utf8_stops_no_repair(home, cli):
     shutil.copy(home / "profiles" / "writer" / "state.db", odd + b"/state.db")
     report = cli("repair-profiles", "--json")
     assert report.exit_code == 0 and "c1" in report.stdout, report.output
+
+
+def test_a_moved_session_keeps_its_tool_pin(hermes_home):
+    """Hostile try 16, T5: upstream's layout pins a session's tools as a hash into system_prompts (``tool_names``).
+    The move copied only the system prompt's row, then the source's delete dropped the pin's row no session there
+    referenced any more: the moved session pointed at a hash no store held. Every prompt reference goes with it."""
+    default, work = hermes_home / "state.db", hermes_home / "profiles" / "work" / "state.db"
+    with StoreBuilder(default, layout="v31") as b:
+        b.session("stray", source="telegram", session_key="agent:work:telegram:dm:5", age=1, messages=2)
+        pin, prompt = b.prompt('{"tools": ["terminal", "PIN-ONLY-HERE"]}'), b.prompt("You are the work agent.")
+        b.set("stray", tool_names=pin, system_prompt_hash=prompt)
+    with StoreBuilder(work, layout="v31") as b:
+        b.session("own", session_key="agent:work:cli:1", age=1)
+    result = run_subprocess("repair-profiles", "--apply", "--yes", "--json")
+    assert result.returncode == 0, result.stderr
+    assert rows(work, "SELECT tool_names, system_prompt_hash FROM sessions WHERE id = 'stray'") == [(pin, prompt)]
+    assert rows(work, "SELECT hash FROM system_prompts WHERE hash IN (?, ?) ORDER BY hash",
+                *sorted([pin, prompt])) == [(h,) for h in sorted([pin, prompt])]
+    assert rows(default, "SELECT COUNT(*) FROM sessions WHERE id = 'stray'") == [(0,)]

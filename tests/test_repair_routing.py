@@ -165,29 +165,46 @@ def test_a_linked_profile_folder_is_still_that_profile(hermes_home, tmp_path, mo
     for path in (store, real / "state.db", "state.db", hermes_home / "profiles" / "p2" / ".." / "p2" / "state.db"):
         assert store_owner(path) == "p2" and profile_of(path) == "p2", path
     assert store_owner(hermes_home / "state.db") == "default"
-    assert store_owner(tmp_path / "elsewhere.db") is None
+    assert store_owner(tmp_path / "elsewhere.db") == "default"  # its folder is its home (hostile try 16, T6)
 
 
+@pytest.mark.parametrize("donor_row", ["named", "unnamed"])
 @pytest.mark.parametrize("where", ["another home's profile", "no home"])
 def test_a_donor_of_another_profile_is_refused_when_this_home_does_not_know_the_store(hermes_home, tmp_path, cli,
-                                                                                     where):
+                                                                                     where, donor_row):
     """Hostile try 15, S7: the rule that another profile's chat is not routed here was off whenever the store was not
     one of $HERMES_HOME's (a cron without HERMES_HOME, another home): `repair-routing --db …/profiles/p1/state.db
     --apply` gave p1's orphan the key of a donor whose row and key name profile `other`. The rule holds with the
-    owner unknown (by the rows), and a store in a `profiles/NAME/` folder is NAME's by its path."""
+    owner unknown (by the rows), and a store in a `profiles/NAME/` folder is NAME's by its path. Try 16, T6: a donor
+    row without profile_name (an older Hermes's) passed while the owner was unknown; any other store is its
+    folder's default profile, so a key naming another profile is refused there too."""
     from maint.ops.routing import store_owner
 
     path = tmp_path / ("elsewhere/profiles/p1" if where == "another home's profile" else "loose") / "state.db"
     path.parent.mkdir(parents=True)
     with StoreBuilder(path) as b:
         tg = dict(source="telegram", user_id="42", chat_id="42", chat_type="dm", ended=False)
-        b.session("other_donor", age=1, started_age=2, session_key="agent:other:telegram:dm:42", profile_name="other",
-                  **tg)
+        b.session("other_donor", age=1, started_age=2, session_key="agent:other:telegram:dm:42",
+                  **({"profile_name": "other"} if donor_row == "named" else {}), **tg)
         b.session("p1_orphan", age=0.5, started_age=1 - M, messages=4, **tg)
-    assert store_owner(path) == ("p1" if where == "another home's profile" else None)
+    assert store_owner(path) == ("p1" if where == "another home's profile" else "default")
     r = report(cli, path)
     (orphan,) = [o for o in r["findings"] if o["orphan_id"] == "p1_orphan"]
     assert not orphan["adoptable"] and orphan["donor_id"] is None, orphan
     result = cli("repair-routing", "--db", path, "--apply", "--yes")
     assert result.exit_code == 0, result.output
     assert query(path, "SELECT session_key FROM sessions WHERE id = 'p1_orphan'") == [(None,)]
+
+
+def test_a_donor_that_ended_in_a_branch_keeps_its_end_reason(hermes_home, cli):
+    """Hostile try 16, T8: adopt kept a donor's end_reason only when it was 'compression': a donor that ended
+    'branched' (its branch child without the _branched_from marker, as rows written before the marker are) became
+    'superseded_by_repair', and Hermes's session list then hid the repaired conversation as a continuation row."""
+    path = hermes_home / "state.db"
+    with StoreBuilder(path) as b:
+        tg = dict(source="telegram", user_id="42", chat_id="42", chat_type="dm")
+        b.session("donor", age=1, started_age=2, session_key="agent:main:telegram:dm:9", end_reason="branched", **tg)
+        b.session("child", age=0.5, started_age=1, parent="donor", messages=3, ended=False, **tg)
+    r = report(cli, path, "--apply", "--yes")
+    assert [a["orphan_id"] for a in r["adopted"]] == ["child"], r
+    assert query(path, "SELECT id, end_reason FROM sessions ORDER BY id") == [("child", None), ("donor", "branched")]

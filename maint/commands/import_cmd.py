@@ -51,6 +51,7 @@ def _render(r: dict) -> None:
         click.echo(f"  left out columns the store lacks: {', '.join(r['dropped_columns'])}")
     for key, text in (("detached", "parent not found: unlinked"), ("relinked", "children linked again"),
                       ("renumbered", "message ids taken: renumbered"),
-                      ("prompts_dropped", "system prompt not in the export: left empty")):
+                      ("prompts_dropped", "system prompt not in the export: left empty"),
+                      ("usage_kept_out", "a model_usage row the store's key merges with another: kept out")):
         if r[key]:
             click.echo(f"  {text}: {', '.join(r[key][:10])}{' …' if len(r[key]) > 10 else ''}")

@@ -538,11 +538,20 @@ def _prove_importable(store: Store, records: list[dict], ids: list[str]) -> None
                          "nothing deleted, files kept")
     for w in records:
         try:
-            read_export(Path(w["path"]), store.path)
+            read = read_export(Path(w["path"]), store.path)
         except (UsageError, MaintError) as exc:
             why = str(exc).removeprefix("FILE: ").removeprefix(f"{w['path']}: ").removesuffix(f" ({EXPECTED})")
             raise MaintError(f"{w['path']}: would not import back, so nothing was deleted (files kept): {why}") \
                 from None
+        # and against the store as the delete leaves it: import refuses a title another session has (titles are
+        # unique in Hermes; a store of an older layout, without that index, may hold two: hostile try 16, T4)
+        for sid, rec in read.records.items():
+            other = store.scalar("SELECT id FROM sessions WHERE title = ? AND id NOT IN (SELECT value FROM "
+                                 "json_each(?)) LIMIT 1", (rec.title, json.dumps(ids))) if rec.title else None
+            if other is not None:
+                raise MaintError(f"{w['path']}: would not import back, so nothing was deleted (files kept): session "
+                                 f"{sid!r} has the title {rec.title[:80]!r}, which session {other!r} also has (titles "
+                                 "are unique in Hermes: rename one of them, `hermes-maint rename`)")
 
 
 def export_store(target: StoreTarget, req: ExportRequest, op: Operator) -> dict[str, Any]:

@@ -51,8 +51,12 @@ def select_sessions(store: Store, session_id: str | None, filters: Filters,
             FROM ({catalog_sql(store, filters.columns)}) c WHERE {ended}({where})""", {"now": now, **params})
         bad = [] if skipped is None else unreadable_sessions(store, "SELECT id FROM temp.maint_export_all",
                                                              messages=messages)
+        if store.scalar("SELECT 1 FROM temp.maint_export_all WHERE id IS NULL LIMIT 1"):
+            # a row without an id (SQLite lets a TEXT key hold NULL): no record can name it (hostile try 16, T7)
+            conn.execute("DELETE FROM temp.maint_export_all WHERE id IS NULL")
+            bad.append(Unreadable(None, ("sessions.id",)))
         conn.execute("CREATE TEMP TABLE maint_export_bad (raw BLOB PRIMARY KEY)")
-        conn.executemany("INSERT INTO maint_export_bad VALUES (?)", [(b.raw_id,) for b in bad])
+        conn.executemany("INSERT INTO maint_export_bad VALUES (?)", [(b.raw_id,) for b in bad if b.raw_id is not None])
         conn.execute("""CREATE TEMP TABLE maint_export AS
             SELECT ROW_NUMBER() OVER (ORDER BY started_at, id) - 1 AS ord, id FROM temp.maint_export_all
             WHERE CAST(id AS BLOB) NOT IN (SELECT raw FROM temp.maint_export_bad)""")

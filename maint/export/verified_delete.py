@@ -31,12 +31,19 @@ def family(store: Store, session_id: str) -> list[str]:
 
 
 def fingerprint(store: Store, session_id: str) -> str:
+    """SHA-256 of everything a session's jsonl record carries, as stored: its row, every column of every message,
+    its usage rows. Taken in the export's own read snapshot and again inside the delete's transaction, so any
+    change between them refuses the delete: a title, a usage row, a resume that cleared ``ended_at`` (hostile try
+    16, T2 and T11: only the messages' display columns were compared, and those changes were deleted unexported)."""
     h = hashlib.sha256()
     n = 0
+    h.update(repr(store.conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchall()).encode())
     for msg in iter_messages(store, session_id):
-        h.update(repr((msg.get("id"), msg.get("role"), msg.get("content"), msg.get("tool_calls"),
-                       msg.get("active"), msg.get("compacted"), msg.get("timestamp"))).encode())
+        h.update(repr(tuple(msg.values())).encode())
         n += 1
+    if store.has_table(USAGE_TABLE):
+        usage = store.conn.execute(f"SELECT * FROM {USAGE_TABLE} WHERE session_id = ?", (session_id,)).fetchall()
+        h.update(repr(sorted(map(repr, usage))).encode())
     h.update(f"count={n}".encode())
     return h.hexdigest()
 
@@ -124,9 +131,13 @@ def delete_if_unchanged(store: Store, ids: list[str], prints: dict[str, str], *,
         if pins and not include_pinned:
             raise MaintError(guard.pinned_refusal(ids[0], pins, "files kept, store untouched"))
         for sid in ids:
+            if session_info(store, sid).is_open:  # resumed since the plan: Hermes writes on into it (T11)
+                raise MaintError(f"session {sid} was resumed since it was exported (it is open again); refusing to "
+                                 "delete it (files kept, store untouched)")
             if fingerprint(store, sid) != prints[sid]:
-                raise MaintError(f"session {sid} changed since it was exported (new, edited, rewound or compacted "
-                                 "messages); refusing to delete (files kept, store untouched)")
+                raise MaintError(f"session {sid} changed since it was exported (its row, messages or usage rows: a "
+                                 "title, a new message, a usage figure); refusing to delete (files kept, store "
+                                 "untouched)")
         kept = conn.execute("SELECT id, parent_session_id FROM sessions WHERE parent_session_id IN "
                             "(SELECT value FROM json_each(?))", (json.dumps(ids),)).fetchall()
         note_unlinked(store, conn, [(c, p) for c, p in kept if c not in ids])  # their parent's import relinks them

@@ -531,6 +531,9 @@ class Doctor:
             if f.kind == "legacy_main":
                 fix = f"{PROG} repair-profiles --apply --legacy-main rekey  # or: --legacy-main move"
                 what = f"{len(f.session_ids)} agent:main row(s) inside profile {mine[0]}'s store"
+            elif f.kind == "odd_ids":
+                fix = "look at them with sqlite3 (`SELECT rowid, * FROM sessions WHERE typeof(id) <> 'text'`)"
+                what = str(f.reason)
             elif f.kind == "missing_profile":
                 fix = f"hermes profile create {shlex.quote(str(f.owner))}  # or migrate the identity"
                 what = f"{len(f.session_ids)} row(s) bound to profile {f.owner}, which does not exist"

@@ -69,7 +69,7 @@ from maint.store import guard
 from maint.store.delete import PARENT_NOTE, note_unlinked
 from maint.store.batching import Batcher, paced_writes
 from maint.store.catalog import SessionInfo
-from maint.store.connection import USAGE_TABLE, Store
+from maint.store.connection import PROMPT_REFS, USAGE_TABLE, Store
 from maint.store.sqlutil import chunks, ph
 from maint.store.targets import StoreTarget
 from maint.flow import Operator
@@ -91,9 +91,6 @@ INT64 = (-(2**63), 2**63 - 1)
 EXPECTED = ("expected one session per line as written by `hermes-maint export` or `hermes sessions export` (jsonl): "
             "a JSON object with "
             "id, source, started_at and messages")
-# The session columns that hold a hash into the content-addressed system_prompts table (upstream's
-# _delete_unreferenced_system_prompts keeps a prompt either references).
-PROMPT_REFS = ("system_prompt_hash", "tool_names")
 
 
 def prompt_hash(text: str) -> str | None:
@@ -232,9 +229,9 @@ def _time_ok(value: Any, *, null: bool) -> bool:
     return (value is None and null) or (_number(value) and _value_problem(value) is None)
 
 
-# A session's or message's time may be this far past now (a clock a day ahead); a later one is refused: a session
-# from year 9999 lists first for good and no retention ever takes it (hostile try 12, P12).
-FUTURE_SKEW_S = 86400.0
+# A session's or message's time may be this far past now (a clock a day ahead: the setting import_future_days); a
+# later one is refused: a session from year 9999 lists first for good and no retention ever takes it (hostile try 12,
+# P12). The setting is the way in for what a clock that ran further ahead wrote (hostile try 16, T3).
 SESSION_TIMES = ("started_at", "ended_at", "last_activity_at", "last_read_at")
 
 
@@ -252,8 +249,9 @@ def _future_problem(where: str, key: str, value: Any, bound: float) -> str | Non
     seconds = _seconds(value)
     if seconds is None or seconds <= bound:
         return None
-    return (f"{where}: {key} {value!r} is later than now plus one day (expected a time in seconds since 1970 "
-            f"up to {bound:.0f}, as Hermes writes them)")
+    return (f"{where}: {key} {value!r} is later than now plus hermes_maint.import_future_days (expected a time in "
+            f"seconds since 1970 up to {bound:.0f}, as Hermes writes them; a clock that ran ahead wrote it: raise "
+            "HERMES_MAINT_IMPORT_FUTURE_DAYS)")
 
 
 # Hermes's keep/archive flags: 0 or 1 (any other value is neither to its `= 0`/`= 1` tests; M8)
@@ -302,7 +300,9 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
     except files.FileRefused as exc:
         raise UsageError(f"FILE: {exc} ({EXPECTED})") from None
     limit = record_limit()
-    latest = time.time() + FUTURE_SKEW_S
+    from maint import settings
+
+    latest = time.time() + settings.value("import_future_days") * 86400.0
     with fh:
         for n in itertools.count(1):
             raw = fh.readline(limit + 1)  # read in the file object's chunks, never more than the bound
@@ -593,6 +593,7 @@ class ImportResult:
     relinked: list[str] = field(default_factory=list)
     renumbered: list[str] = field(default_factory=list)
     prompts_dropped: list[str] = field(default_factory=list)
+    usage_kept_out: list[str] = field(default_factory=list)  # sessions with a usage row the store's key refused
     messages: int = 0
     transactions: int = 0
     longest_lock_s: float = 0.0
@@ -670,6 +671,16 @@ class _Writer:
 
     def unit(self, conn, ids: list[str]) -> int:
         present = {r[0] for r in conn.execute(f"SELECT id FROM sessions WHERE id IN ({ph(ids)})", ids)}
+        if self.replace:
+            # asked again with the lock held: a session idle at the plan that Hermes wrote to (or that was resumed)
+            # since would lose those messages to the replace (hostile try 16, T12). The whole lineage waits: the
+            # plan's parent-link check counted on writing all of it.
+            now = _replace_guard(self.store, self.plan.records, present - set(self.plan.busy))
+            if now:
+                first = sorted(now)[0]
+                for sid in ids:
+                    self.result.skipped_busy[sid] = now.get(sid) or f"in one lineage with {first}: {now[first]}"
+                return 0
         done = 0
         for sid in ids:
             if sid in present and not self.replace:
@@ -736,12 +747,12 @@ class _Writer:
             conn.execute(f"INSERT INTO sessions ({names}) VALUES ({ph(cols)})", [row[c] for c in cols])
             self.result.imported.append(sid)
         self.messages(conn, sid, obj["messages"])
-        self.usage(conn, sid, obj.get("model_usage") or [])
+        self.usage(conn, sid, obj.get("model_usage") or [], replacing)
         self.relink(conn, sid, self.waiting_children(conn, sid))
         if row.get("parent_session_id") is None:
             self.back_to_parent(conn, sid)
 
-    def usage(self, conn, sid: str, rows: list[dict[str, Any]]) -> None:
+    def usage(self, conn, sid: str, rows: list[dict[str, Any]], replacing: bool = False) -> None:
         """The session's per-model usage rows, in the columns the store has (the others were refused by name, or
         left out with ``drop_missing``); a row whose key the store holds is kept as stored (hostile try 15, S17:
         a verified delete took them, and its undo could not bring them back)."""
@@ -752,6 +763,10 @@ class _Writer:
             names = ", ".join(f'"{c}"' for c in cols)  # column names: checked when the file was read (IDENT)
             conn.execute(f"INSERT INTO {USAGE_TABLE} ({names}) VALUES ({ph(cols)}) ON CONFLICT DO NOTHING",
                          [sid if c == "session_id" else _unrepr(u[c]) if c in self.ublobs else u[c] for c in cols])
+            if not conn.changes() and not replacing and sid not in self.result.usage_kept_out:
+                # a new session's row the store's key merges with another of its rows (a key column left out by
+                # --drop-missing-columns): named, not lost unseen (hostile try 16, T10)
+                self.result.usage_kept_out.append(sid)
 
     def waiting_children(self, conn, sid: str) -> list[str]:
         """Sessions this store's verified delete (the children it kept) or an earlier import (the files of one
@@ -940,7 +955,7 @@ def import_store(target: StoreTarget, req: ImportRequest, op: Operator) -> dict[
                   "imported": new if dry_run else [], "skipped_existing": [] if replace else existing,
                   "replaced": [s for s in existing if s not in plan.busy] if replace and dry_run else [],
                   "skipped_busy": plan.busy if dry_run else {}, "detached": [], "relinked": [], "renumbered": [],
-                  "prompts_dropped": [], "messages": 0, "transactions": 0, "longest_lock_ms": 0.0}
+                  "prompts_dropped": [], "usage_kept_out": [], "messages": 0, "transactions": 0, "longest_lock_ms": 0.0}
         refuse_missing(plan, req.drop_missing)
         if dry_run:
             return report
@@ -956,6 +971,7 @@ def import_store(target: StoreTarget, req: ImportRequest, op: Operator) -> dict[
         report.update(imported=result.imported, skipped_existing=result.skipped_existing, replaced=result.replaced,
                       skipped_busy=result.skipped_busy, detached=result.detached, relinked=result.relinked,
                       renumbered=result.renumbered, prompts_dropped=result.prompts_dropped,
+                      usage_kept_out=result.usage_kept_out,
                       messages=result.messages, transactions=result.transactions,
                       longest_lock_ms=round(result.longest_lock_s * 1000, 1))
     return report

@@ -39,7 +39,7 @@ from maint.store.targets import hermes_home, key_profile, profile_folders
 from maint.store import guard
 from maint.store.delete import delete_sessions
 from maint.store.sqlutil import chunks, ph
-from maint.store.connection import USAGE_TABLE, Store, open_store, quote_ident
+from maint.store.connection import PROMPT_REFS, USAGE_TABLE, Store, open_store, quote_ident
 from maint.store.snapshots import copy_stores
 from maint.store.holders import STOP_HERMES, refuse_if_held
 from maint.store.targets import StoreTarget
@@ -125,7 +125,12 @@ def scan_store(store: Store, profile: str, known: set[str], legacy_main: str | N
     aliases = aliases or {}
     cols = ["id", "parent_session_id"]
     cols += [c if store.has_column("sessions", c) else f"NULL AS {c}" for c in ("session_key", "profile_name")]
-    rows = {r["id"]: r for r in store.iter_rows(f"SELECT {', '.join(cols)} FROM sessions")}
+    rows, odd = {}, 0
+    for r in store.iter_rows(f"SELECT {', '.join(cols)} FROM sessions"):
+        if isinstance(r["id"], str):
+            rows[r["id"]] = r
+        else:  # NULL or bytes: no row Hermes writes, and no id to move it by (hostile try 16, T1, T7)
+            odd += 1
     children: dict[str, list[str]] = {}
     for r in rows.values():
         if r["parent_session_id"] in rows:
@@ -169,6 +174,9 @@ def scan_store(store: Store, profile: str, known: set[str], legacy_main: str | N
         f = findings.setdefault((kind, _owner(r)), Finding(kind, profile, _owner(r), action=action,
                                                            target=aliases.get(_owner(r))))
         f.session_ids.extend(sorted(family))
+    if odd:
+        findings[("odd_ids", None)] = Finding("odd_ids", profile, None, reason=(
+            f"{odd} session row(s) whose id is not text (NULL or bytes: not rows Hermes writes) were not scanned"))
     if store.has_table("gateway_routing"):
         for scope, key in store.conn.execute("SELECT scope, session_key FROM gateway_routing"):
             verdict = classify(key_profile(key))
@@ -231,11 +239,12 @@ def _copy_sessions(src: Store, dst: Store, ids: list[str], rekey: tuple[str, str
                 r["parent_session_id"] = None
             if rekey and r.get("session_key", "") and r["session_key"].startswith(rekey[0]):
                 r["session_key"] = rekey[1] + r["session_key"][len(rekey[0]):]
-            if "system_prompt_hash" in r and r["system_prompt_hash"] and dst.has_table("system_prompts"):
-                text = src.system_prompt(r["system_prompt_hash"])
+            for ref in (r.get(c) for c in PROMPT_REFS if dst.has_table("system_prompts")):
+                # every prompt the source's delete counts as referenced, the tool pin too (hostile try 16, T5:
+                # the moved session's tool pin was in no store once the source's delete dropped its row)
+                text = src.system_prompt(ref) if isinstance(ref, str) and ref else None
                 if text is not None:
-                    conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)",
-                                 (r["system_prompt_hash"], text))
+                    conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)", (ref, text))
             conn.execute(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({ph(cols)})", list(r.values()))
             for m in src.iter_rows(f"SELECT {', '.join(mcols)} FROM messages WHERE session_id = ? ORDER BY id",
                                    (r["id"],)):
@@ -551,6 +560,8 @@ def finding_line(f: dict[str, Any]) -> str:
     """One finding as the report and the confirmation show it."""
     if f["kind"] == "unreadable_store":
         return f"  [unreadable_store] {f['reason']} (the other stores were scanned)"
+    if f["kind"] == "odd_ids":
+        return f"  [odd_ids] in {f['store']}'s store: {f['reason']}"
     if f["kind"] == "shared_store":
         return f"  [shared_store] {f['reason']}; rows of either name stay where they are"
     what = f"{len(f['session_ids'])} session(s)" + (f", {len(f['routing_keys'])} routing row(s)"

@@ -47,15 +47,17 @@ GATEWAY_SOURCES = frozenset({
 IDENTITY_COLUMNS = ("chat_id", "chat_type", "thread_id", "user_id", "origin_json", "display_name")
 
 
-def store_owner(path: Path) -> str | None:
+def store_owner(path: Path) -> str:
     """The profile a store belongs to (:func:`maint.store.targets.profile_of`); outside this $HERMES_HOME (a cron
     without it, another user's home) a store in a ``profiles/NAME/`` folder is NAME's by its path, as its config is
-    (hostile try 15, S7); None when nothing says."""
+    (hostile try 15, S7), and any other store is its folder's default profile: that folder is its home, as for its
+    config (docs/configuration.md). Never unknown: an unknown owner let a donor of any profile pass (hostile try
+    16, T6: root's cron adopted another profile's chat key in a home's default store)."""
     found = profile_of(path)
     if found is not None:
         return found
     folder = profile_folder_by_path(path)
-    return folder.name if folder is not None and not is_default_name(folder.name) else None
+    return folder.name if folder is not None and not is_default_name(folder.name) else "default"
 
 
 def _profiles(store: Store) -> dict[str, str | None]:
@@ -168,8 +170,10 @@ def adopt(store: Store, orphan_id: str, donor_id: str, owner: str | None = None)
         # A donor that ended in a compression stays marked so: its end_reason is what makes the orphan
         # its continuation, and overwriting it would split the conversation (and expose the earlier
         # segment to prune on its own).
-        conn.execute("UPDATE sessions SET ended_at = COALESCE(ended_at, ?), end_reason = CASE WHEN end_reason = "
-                     "'compression' THEN end_reason ELSE ? END WHERE id = ?",
+        # So does one that ended in a /branch: Hermes lists a branch child by its parent's 'branched' (rows written
+        # before its _branched_from marker), and hid the repaired conversation without it (hostile try 16, T8).
+        conn.execute("UPDATE sessions SET ended_at = COALESCE(ended_at, ?), end_reason = CASE WHEN end_reason IN "
+                     "('compression', 'branched') THEN end_reason ELSE ? END WHERE id = ?",
                      (time.time(), REPAIR_END_REASON, donor_id))
     return None
 

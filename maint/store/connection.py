@@ -46,6 +46,9 @@ NEWEST_KNOWN_SCHEMA = 31
 # Tables our deletes clear themselves (prune.delete_sessions) or that need no clearing.
 USAGE_TABLE = "session_model_usage"  # a session's per-model usage rows (export, import and moves carry them)
 HANDLED_REFERENCES = {"sessions", "messages", USAGE_TABLE, "compression_locks"}
+# The session columns that hold a hash into the content-addressed system_prompts table (upstream's
+# _delete_unreferenced_system_prompts keeps a prompt either references): a copy or record of a session carries both.
+PROMPT_REFS = ("system_prompt_hash", "tool_names")
 HERMES_FTS = ("messages_fts", "messages_fts_trigram", "messages_fts_cjk")  # Hermes's search indexes, by name
 # Tables every Hermes state.db has had since long before v22.
 REQUIRED_TABLES = ("sessions", "messages", "state_meta")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from maint import files
 from maint.errors import MaintError
-from maint.store.connection import Store
+from maint.store.connection import PROMPT_REFS, Store
 from maint.store.sqlutil import chunks, ph
 
 
@@ -84,7 +84,7 @@ def delete_sessions(store: Store, conn, ids: list[str]) -> None:
         return
     id_list = (json.dumps(ids),)
     each = "SELECT value FROM json_each(?)"
-    ref_cols = [c for c in ("system_prompt_hash", "tool_names") if store.has_column("sessions", c)]
+    ref_cols = [c for c in PROMPT_REFS if store.has_column("sessions", c)]
     prompt_refs: set[str] = set()
     if store.has_table("system_prompts") and ref_cols:
         for row in conn.execute(f"SELECT {', '.join(ref_cols)} FROM sessions WHERE id IN ({each})", id_list):

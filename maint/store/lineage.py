@@ -136,7 +136,8 @@ def build(store: Store, now: float, filters: Filters | None = None, keep: Iterab
                      CASE WHEN {where} THEN 1 ELSE 0 END AS matched
               FROM ({catalog_sql(store, filters.columns if filters is not None else (),
                                  "1" if only is None else f"s.id IN ({only})")}) c
-              LEFT JOIN sessions p ON p.id = c.parent_id AND c.parent_id <> '' LIMIT -1 OFFSET 0)""",
+              LEFT JOIN sessions p ON p.id = c.parent_id AND c.parent_id <> ''
+              WHERE c.id IS NOT NULL LIMIT -1 OFFSET 0)""",
                  {"now": now, **params})
     keep = list(keep)
     if keep:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from maint.store.connection import Store, not_utf8, quote_ident
+from maint.store.connection import PROMPT_REFS, Store, not_utf8, quote_ident
 from maint.store.sqlutil import sql_literal
 
 
@@ -60,8 +60,14 @@ def bad_text_sql(expr: str) -> str:
     return f"(typeof({expr}) = 'text' AND maint_not_utf8(CAST({expr} AS BLOB)))"
 
 
-def shown_id(raw: bytes | str) -> str:
-    """Raw id bytes as one safe line: bad bytes as ``\\xff``, control characters escaped."""
+NULL_ID = "(NULL)"  # how a session row without an id is named (SQLite lets a TEXT primary key hold NULL)
+
+
+def shown_id(raw: bytes | str | None) -> str:
+    """Raw id bytes as one safe line: bad bytes as ``\\xff``, control characters escaped; a NULL id as
+    :data:`NULL_ID` (hostile try 16, T7: it was a TypeError in list, repair-routing and every whole-store read)."""
+    if raw is None:
+        return NULL_ID
     text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
@@ -70,7 +76,7 @@ def shown_id(raw: bytes | str) -> str:
 class Unreadable:
     """A session some of whose stored text is not UTF-8: its raw id and the fields (``table.column``)."""
 
-    raw_id: bytes
+    raw_id: bytes | None  # None: a row whose id is NULL
     fields: tuple[str, ...]
 
     @property
@@ -126,7 +132,7 @@ def _rows(store: Store, scope: str, params: Any, messages: bool = True) -> Itera
 
 def _prompt_rows(store: Store, scope: str, params: Any) -> Iterator[tuple[bytes, str]]:
     """The sessions among *scope* that point at a stored prompt that is not UTF-8 (every prompt is read)."""
-    refs = [c for c in ("system_prompt_hash", "tool_names") if store.has_column("sessions", c)]
+    refs = [c for c in PROMPT_REFS if store.has_column("sessions", c)]
     if refs and store.has_table("system_prompts") and store.has_column("system_prompts", "prompt"):
         match = " OR ".join(f"s.{c} = p.hash" for c in refs)
         # materialized: flattened into the join, each prompt was decoded once per session pointing at it
