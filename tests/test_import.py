@@ -267,19 +267,30 @@ def test_json_nested_100000_deep_is_a_one_line_refusal(tmp_path):
     assert "nested" in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+def _store_and_backup(tmp_path):
+    db = _store(tmp_path / "state.db", "v22")
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text(export_all(db))
+    return db, backup
+
+
+def _hermes_appends(db, n):
+    """Hermes (its own SessionDB, another process) appends *n* messages to session 'alone'."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; from hermes_state import SessionDB;"
+            "db = SessionDB(Path(sys.argv[1])); [db.append_message('alone', 'user', f'later {i}') "
+            f"for i in range({n})]; db.close()")
+    subprocess.run([sys.executable, "-c", code, str(db)], check=True)
+
+
 def test_replace_never_loses_messages_written_after_the_export(tmp_path):
     """Finding 2 (issue 24): import --replace of a session Hermes was still writing deleted every message
     written after the export (973 written, 533 gone). A session whose stored copy holds more than the file,
     or that is busy, is skipped with the reason; the others are replaced."""
-    db = _store(tmp_path / "state.db", "v22")
-    backup = tmp_path / "backup.jsonl"
-    backup.write_text(export_all(db))
-    code = ("import sys; from pathlib import Path; from hermes_state import SessionDB;"
-            "db = SessionDB(Path(sys.argv[1])); [db.append_message('alone', 'user', f'later {i}') for i in range(5)];"
-            "db.close()")
-    import subprocess
-    import sys
-    subprocess.run([sys.executable, "-c", code, str(db)], check=True)
+    db, backup = _store_and_backup(tmp_path)
+    _hermes_appends(db, 5)
     report = do_import(db, backup, "--replace")
     assert set(report["skipped_busy"]) == {"alone"} and "alone" not in report["replaced"]
     assert query(db, "SELECT COUNT(*) FROM messages WHERE session_id = 'alone' AND content LIKE 'later %'") == [(5,)]
@@ -290,22 +301,14 @@ def test_replace_asks_again_inside_its_transaction(tmp_path):
     """Hostile try 16, T12: the replace guard was asked at the plan only; a session Hermes wrote to after the plan
     (a gateway chat getting a message while a long import runs) lost those messages: 3 appends, "replaced", 0 of 3
     kept. Asked again with the lock held, the session (and its lineage) is skipped with the reason."""
-    import subprocess
-    import sys
-
     from maint.ops import importer
     from maint.store.connection import open_store
 
-    db = _store(tmp_path / "state.db", "v22")
-    backup = tmp_path / "backup.jsonl"
-    backup.write_text(export_all(db))
-    code = ("import sys; from pathlib import Path; from hermes_state import SessionDB;"
-            "db = SessionDB(Path(sys.argv[1])); [db.append_message('alone', 'user', f'later {i}') for i in range(3)];"
-            "db.close()")
+    db, backup = _store_and_backup(tmp_path)
     with open_store(db) as store:
         plan = importer.plan_import(store, backup, replace=True)
         assert "alone" not in plan.busy  # idle at the plan
-        subprocess.run([sys.executable, "-c", code, str(db)], check=True)
+        _hermes_appends(db, 3)
         result = importer.execute_import(store, plan, replace=True)
     assert "alone" in result.skipped_busy and "alone" not in result.replaced, result
     assert "messages the file lacks" in result.skipped_busy["alone"]
