@@ -517,6 +517,20 @@ def test_verified_delete_refuses_a_title_its_undo_would_find_taken(store, tmp_pa
     assert "'Weekly plan', which session 'tg_chat' also has" in r.stderr and file_hash(store) == before
 
 
+def test_verified_delete_refuses_a_family_whose_files_share_a_title(store, tmp_path):
+    """Hostile try 17, U4: a parent and its delegate of one title (an older store without the unique index): both
+    deleted, and the undo of the second file was refused for the title the first file's import had given back."""
+    conn = sqlite3.connect(store)
+    conn.execute("DROP INDEX IF EXISTS idx_sessions_title_unique")
+    conn.execute("UPDATE sessions SET title = 'orchestrator' WHERE id IN ('parent', 'sub')")
+    conn.commit()
+    conn.close()
+    before = file_hash(store)
+    r = run_export(tmp_path / "x", "--db", store, "--session-id", "parent", "--delete-after-verified", "--yes")
+    assert r.returncode == 1 and "would not import back" in r.stderr and "'orchestrator'" in r.stderr, r.stderr
+    assert file_hash(store) == before
+
+
 def test_verified_delete_refuses_open_session(store, tmp_path):
     before = file_hash(store)
     r = run_export(tmp_path / "x", "--db", store, "--session-id", "open_one", "--delete-after-verified", "--yes")

@@ -300,7 +300,8 @@ def test_replace_never_loses_messages_written_after_the_export(tmp_path):
 def test_replace_asks_again_inside_its_transaction(tmp_path):
     """Hostile try 16, T12: the replace guard was asked at the plan only; a session Hermes wrote to after the plan
     (a gateway chat getting a message while a long import runs) lost those messages: 3 appends, "replaced", 0 of 3
-    kept. Asked again with the lock held, the session (and its lineage) is skipped with the reason."""
+    kept. Asked again with the lock held. Skipping it there broke what the plan had checked for the rest (try 17,
+    U1: a parent loop, U2: a title taken): the import stops before that write, and a second run plans afresh."""
     from maint.ops import importer
     from maint.store.connection import open_store
 
@@ -309,11 +310,26 @@ def test_replace_asks_again_inside_its_transaction(tmp_path):
         plan = importer.plan_import(store, backup, replace=True)
         assert "alone" not in plan.busy  # idle at the plan
         _hermes_appends(db, 3)
-        result = importer.execute_import(store, plan, replace=True)
-    assert "alone" in result.skipped_busy and "alone" not in result.replaced, result
-    assert "messages the file lacks" in result.skipped_busy["alone"]
+        with pytest.raises(importer.MaintError, match="session alone: the store holds messages the file lacks .*"
+                                                      "since this import was planned; stopped before replacing it"):
+            importer.execute_import(store, plan, replace=True)
     assert query(db, "SELECT COUNT(*) FROM messages WHERE session_id = 'alone' AND content LIKE 'later %'") == [(3,)]
-    assert "p" in result.replaced
+    again = do_import(db, backup, "--replace")
+    assert "alone" in again["skipped_busy"] and "alone" not in again["replaced"] and "p" in again["replaced"]
+
+
+def test_replace_leaves_a_session_resumed_since_the_export_open(tmp_path):
+    """Hostile try 17, U3: a session the user resumed in Hermes (ended_at cleared, no message yet) was replaced by
+    its ended record: Hermes's next message then landed in a session marked ended, and a verified delete took it."""
+    from hermes_state import SessionDB
+
+    db, backup = _store_and_backup(tmp_path)
+    hermes = SessionDB(db)
+    hermes.reopen_session("alone")
+    hermes.close()
+    report = do_import(db, backup, "--replace")
+    assert "resumed since the export" in report["skipped_busy"]["alone"] and "alone" not in report["replaced"]
+    assert query(db, "SELECT ended_at FROM sessions WHERE id = 'alone'") == [(None,)]
 
 
 def test_a_file_rewritten_during_the_import_stops_before_its_next_write(tmp_path, monkeypatch):

@@ -208,3 +208,17 @@ def test_a_donor_that_ended_in_a_branch_keeps_its_end_reason(hermes_home, cli):
     r = report(cli, path, "--apply", "--yes")
     assert [a["orphan_id"] for a in r["adopted"]] == ["child"], r
     assert query(path, "SELECT id, end_reason FROM sessions ORDER BY id") == [("child", None), ("donor", "branched")]
+
+
+def test_a_profile_run_as_hermes_runs_it_is_that_profile(hermes_home, monkeypatch):
+    """Hostile try 17, U5: Hermes runs a profile with HERMES_HOME=~/.hermes/profiles/NAME (`hermes -p NAME`, its
+    gateway and cron): the store of that HERMES_HOME was taken for the default profile's, so repair-routing refused
+    the store's own donor and adopted the default profile's chat key. A store in profiles/NAME is NAME's."""
+    from maint.ops.routing import store_owner
+
+    work = hermes_home / "profiles" / "work"
+    work.mkdir(parents=True)
+    with StoreBuilder(work / "state.db") as b:
+        b.session("s", age=1)
+    monkeypatch.setenv("HERMES_HOME", str(work))
+    assert store_owner(work / "state.db") == "work"

@@ -536,6 +536,7 @@ def _prove_importable(store: Store, records: list[dict], ids: list[str]) -> None
     if set(ids) - covered:
         raise MaintError(f"session {sorted(set(ids) - covered)[0]}: no file of this export can be imported back; "
                          "nothing deleted, files kept")
+    titled: dict[str, str] = {}  # title -> the session of these files that has it
     for w in records:
         try:
             read = read_export(Path(w["path"]), store.path)
@@ -548,6 +549,10 @@ def _prove_importable(store: Store, records: list[dict], ids: list[str]) -> None
         for sid, rec in read.records.items():
             other = store.scalar("SELECT id FROM sessions WHERE title = ? AND id NOT IN (SELECT value FROM "
                                  "json_each(?)) LIMIT 1", (rec.title, json.dumps(ids))) if rec.title else None
+            # and across the files themselves: a family whose members share a title (try 17, U4)
+            other = other or next((o for o in [titled.get(rec.title)] if rec.title and o not in (None, sid)), None)
+            if rec.title:
+                titled.setdefault(rec.title, sid)
             if other is not None:
                 raise MaintError(f"{w['path']}: would not import back, so nothing was deleted (files kept): session "
                                  f"{sid!r} has the title {rec.title[:80]!r}, which session {other!r} also has (titles "

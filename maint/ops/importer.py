@@ -573,6 +573,9 @@ def _replace_guard(store: Store, records: dict[str, Record], existing: set[str])
         if count > rec.messages or (newest is not None and (rec.newest is None or newest > rec.newest)):
             out[sid] = ("the store holds messages the file lacks (written after the export); replacing would "
                         "delete them")
+        elif not rec.info.is_open and store.scalar("SELECT ended_at IS NULL FROM sessions WHERE id = ?", (sid,)):
+            # resumed in Hermes since the export: the file would mark it ended under Hermes's next message (U3)
+            out[sid] = "open in the store (resumed since the export); replacing would mark it ended"
     return out
 
 
@@ -673,14 +676,15 @@ class _Writer:
         present = {r[0] for r in conn.execute(f"SELECT id FROM sessions WHERE id IN ({ph(ids)})", ids)}
         if self.replace:
             # asked again with the lock held: a session idle at the plan that Hermes wrote to (or that was resumed)
-            # since would lose those messages to the replace (hostile try 16, T12). The whole lineage waits: the
-            # plan's parent-link check counted on writing all of it.
+            # since would lose those messages to the replace (hostile try 16, T12). The plan's parent-loop and title
+            # checks counted on writing it (try 17, U1, U2), so the import stops here, this transaction rolled back;
+            # a new run plans afresh and leaves that session alone.
             now = _replace_guard(self.store, self.plan.records, present - set(self.plan.busy))
             if now:
-                first = sorted(now)[0]
-                for sid in ids:
-                    self.result.skipped_busy[sid] = now.get(sid) or f"in one lineage with {first}: {now[first]}"
-                return 0
+                sid = sorted(now)[0]
+                raise MaintError(f"session {sid}: {now[sid]}, since this import was planned; stopped before replacing "
+                                 f"it (this transaction rolled back); the {self.committed} sessions imported before "
+                                 "stay: run the import again, it plans afresh and leaves that session alone")
         done = 0
         for sid in ids:
             if sid in present and not self.replace:

@@ -52,12 +52,12 @@ def store_owner(path: Path) -> str:
     without it, another user's home) a store in a ``profiles/NAME/`` folder is NAME's by its path, as its config is
     (hostile try 15, S7), and any other store is its folder's default profile: that folder is its home, as for its
     config (docs/configuration.md). Never unknown: an unknown owner let a donor of any profile pass (hostile try
-    16, T6: root's cron adopted another profile's chat key in a home's default store)."""
-    found = profile_of(path)
-    if found is not None:
-        return found
-    folder = profile_folder_by_path(path)
-    return folder.name if folder is not None and not is_default_name(folder.name) else "default"
+    16, T6: root's cron adopted another profile's chat key in a home's default store). The path rule comes first:
+    `hermes -p NAME` runs with HERMES_HOME=…/profiles/NAME, whose store is NAME's, not "default" (try 17, U5)."""
+    folder = profile_folder_by_path(path)  # first: Hermes runs a profile with HERMES_HOME=…/profiles/NAME (U5)
+    if folder is not None and not is_default_name(folder.name):
+        return folder.name
+    return profile_of(path) or "default"
 
 
 def _profiles(store: Store) -> dict[str, str | None]:
