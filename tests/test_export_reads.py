@@ -130,3 +130,38 @@ def test_the_lock_budget_bounds_a_read_on_a_rollback_journal_store_only(tmp_path
             reads.clock = iter([0.0, 10.0]).__next__
             reads.begin()
             assert reads.spent() == bounded  # 10 s past the budget: a rollback-journal read ends
+
+
+def test_a_paced_redacted_export_gates_about_the_sessions_each_transaction_builds(tmp_path, monkeypatch):
+    """A transaction that ends within its batch leaves the rest to the next one, which gates them again (it must:
+    the rows it builds are gated in it). So after the first, a transaction gates at most GATE_MARGIN sessions
+    more than it builds (gated whole, a batch of 256 had every remaining session gated in every transaction);
+    the bytes are the one-snapshot redacted export's."""
+    db = tmp_path / "state.db"
+    big_store(db, sessions=60, per=2, journal="wal")
+    monkeypatch.setattr(fast_jsonl, "READ_BYTES", 3000)  # a few sessions per transaction
+    gated = []
+    real_gate_batch = fast_jsonl._Hits.gate_batch
+
+    def gate_batch(self, batch_json):
+        gated.append(json.loads(batch_json))
+        real_gate_batch(self, batch_json)
+    monkeypatch.setattr(fast_jsonl._Hits, "gate_batch", gate_batch)
+    with open_store(db, readonly=True) as store:
+        ids = [r[0] for r in store.conn.execute("SELECT id FROM sessions ORDER BY started_at, id")]
+        whole = []
+        with store.snapshot():
+            fast_jsonl.write_sessions(store, ids, whole.append, lambda sid: 0, redact=True)
+        gated.clear()
+        spool, out = export_files.Spool(), []
+        reads = fast_jsonl.ReadPacing(store.snapshot, spool, budget_s=None)
+        n = fast_jsonl.write_sessions(store, ids, out.append,
+                                      lambda sid: render.write_jsonl_session(store, sid, spool.write, True),
+                                      redact=True, reads=reads)
+    assert b"".join(out) == b"".join(whole)
+    assert n == 60 * 2 + 1
+    assert reads.transactions == len(gated) > 10
+    starts = [ids.index(batch[0]) for batch in gated] + [len(ids)]
+    built = [b - a for a, b in zip(starts, starts[1:])]
+    assert sum(built) == len(ids)  # each session built once, in order
+    assert all(len(batch) - done <= fast_jsonl.GATE_MARGIN for batch, done in zip(gated[1:], built[1:]))

@@ -1286,6 +1286,7 @@ def _header_span(text: str, pos: int, kind: str, spans: list[tuple[int, int]]) -
 def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, int]]) -> None:
     """Secrets found by where they stand: URL userinfo, key block bodies, bare bearer tokens,
     command-line passwords, .netrc, phone numbers, form bodies (Hermes's keys)."""
+    can = place_rules(text)  # which of the costlier rules can match (all of them for a text that is not ASCII)
     if "@" in text and "://" in text:
         for m in _USERINFO.finditer(text):
             pw = m.group("pw")
@@ -1340,11 +1341,12 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         _cred_call_spans(text, spans)
     if "(" in text and ("," in text or "connect" in text):
         _positional_spans(text, spans)
-    if _APART_HINT.search(text):
+    if "apart_hint" in can if text.isascii() else _APART_HINT.search(text):
         _apart_spans(text, spans)
     if "(" in text:
-        _secret_arg_spans(text, spans)
-        if ":" in text:
+        if "secret_arg" in can:
+            _secret_arg_spans(text, spans)
+        if ":" in text and "basic_encode" in can:
             spans.extend(m.span("v") for m in _BASIC_ENCODE.finditer(text)
                           if _value_is_secret(m.group("v"), "password", True))
     # set("…", forKey: "password") (Swift), setObject:@"…" forKey:@"authToken" (Objective-C), forHTTPHeaderField:
@@ -1368,7 +1370,6 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
                 if _CLIENT_KEY.fullmatch(v) and not _UUID.fullmatch(v) and not _ID_RUN.fullmatch(v.encode()) and (
                         _HEX_KEY.fullmatch(v) or v.upper() != v and v.lower() != v and any(c.isdigit() for c in v)):
                     spans.append(a.span("v"))
-    can = place_rules(text)
     if ("\n" in text or text.count(":") >= 4) and "pgpass" in can:
         spans.extend(m.span("v") for m in _PGPASS.finditer(text) if _value_is_secret(m.group("v"), "password", True))
     if words and ("," in text or ";" in text or "\t" in text):
@@ -2008,6 +2009,12 @@ _PLACE_PATTERNS = {
     "arg_hint": "(?i)" + _ARG_HINT.pattern,
     "cmd_hint": "(?i)" + _CMD_HINT.pattern,
     "local_ascii": "(?i)" + _LOCAL_ASCII.pattern,
+    # redact-speed2: the hint of the values apart from their names (exactly), the well-known calls that take a secret
+    # by position and user:password about to be base64-encoded (their patterns without the lookbehind and with a
+    # quote for the closing one: supersets)
+    "apart_hint": _APART_HINT.pattern,
+    "secret_arg": _SECRET_ARG_CALL.pattern.replace("(?<![\\w.])", ""),
+    "basic_encode": _BASIC_ENCODE.pattern.replace("(?P=q)", r"\\*[\"'`]"),
     **{"csv" + d: regex.pattern for d, regex in _CSV_HEADS.items()},
 }
 PLACE_RULES = tuple(_PLACE_PATTERNS)
