@@ -1034,3 +1034,10 @@ def test_a_usage_row_the_stores_key_merges_with_another_is_named(tmp_path):
         b.session("other", age=1)
     text = run("import", file, "--db", again, "--yes", "--drop-missing-columns")
     assert text.returncode == 0 and "merges with another: kept out: two_urls" in text.stdout, text.stdout
+    # try 17, U7: the same over a stored copy of the session without usage rows, by --replace
+    conn = sqlite3.connect(again)
+    conn.execute("DELETE FROM session_model_usage WHERE session_id = 'two_urls'")
+    conn.commit()
+    conn.close()
+    replaced = do_import(again, file, "--replace", "--drop-missing-columns")
+    assert replaced["replaced"] == ["two_urls"] and replaced["usage_kept_out"] == ["two_urls"], replaced

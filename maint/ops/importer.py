@@ -762,14 +762,18 @@ class _Writer:
         a verified delete took them, and its undo could not bring them back)."""
         if not self.ucols:
             return
+        # a conflict with a row the store held for a replaced session keeps the stored row (as designed); one with a
+        # row of this same record is a merge the file never meant (hostile try 16, T10; try 17, U7: on --replace)
+        stored = replacing and bool(self.store.scalar(f"SELECT 1 FROM {USAGE_TABLE} WHERE session_id = ? LIMIT 1",
+                                                       (sid,)))
         for u in rows:
             cols = [c for c in u if c in self.ucols and c != "session_id"] + ["session_id"]
             names = ", ".join(f'"{c}"' for c in cols)  # column names: checked when the file was read (IDENT)
             conn.execute(f"INSERT INTO {USAGE_TABLE} ({names}) VALUES ({ph(cols)}) ON CONFLICT DO NOTHING",
                          [sid if c == "session_id" else _unrepr(u[c]) if c in self.ublobs else u[c] for c in cols])
-            if not conn.changes() and not replacing and sid not in self.result.usage_kept_out:
-                # a new session's row the store's key merges with another of its rows (a key column left out by
-                # --drop-missing-columns): named, not lost unseen (hostile try 16, T10)
+            if not conn.changes() and not stored and sid not in self.result.usage_kept_out:
+                # a row the store's key merges with another of the record's rows (a key column left out by
+                # --drop-missing-columns): named, not lost unseen
                 self.result.usage_kept_out.append(sid)
 
     def waiting_children(self, conn, sid: str) -> list[str]:
