@@ -205,8 +205,9 @@ def test_a_donor_that_ended_in_a_branch_keeps_its_end_reason(hermes_home, cli):
         tg = dict(source="telegram", user_id="42", chat_id="42", chat_type="dm")
         b.session("donor", age=1, started_age=2, session_key="agent:main:telegram:dm:9", end_reason="branched", **tg)
         b.session("child", age=0.5, started_age=1, parent="donor", messages=3, ended=False, **tg)
-    r = report(cli, path, "--apply", "--yes")
-    assert [a["orphan_id"] for a in r["adopted"]] == ["child"], r
+    text = cli("repair-routing", "--db", path, "--apply", "--yes")
+    assert text.exit_code == 0 and "child now owns agent:main:telegram:dm:9 (donor ended as branched)" in \
+        text.stdout, text.output
     assert query(path, "SELECT id, end_reason FROM sessions ORDER BY id") == [("child", None), ("donor", "branched")]
 
 

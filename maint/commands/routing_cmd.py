@@ -57,7 +57,7 @@ def _render(r: dict) -> None:
     if r["snapshot"]:
         click.echo(f"Snapshot of the store before the repair: {r['snapshot']}")
     for a in r["adopted"]:
-        click.echo(f"{a['orphan_id']} now owns {a['session_key']} ({a['donor_id']} retired as superseded_by_repair)")
+        click.echo(f"{a['orphan_id']} now owns {a['session_key']} ({a['donor_id']} ended as {a['donor_end_reason']})")
     for a in r["not_adopted"]:
         click.echo(f"{a['orphan_id']} was not adopted: {a['reason']}")
     click.echo(f"Repaired {len(r['adopted'])} of {r['adoptable']} session(s).")

@@ -204,6 +204,7 @@ def repair_store(target: StoreTarget, op: Operator, *, max_gap_seconds: float = 
             entry = {"orphan_id": f["orphan_id"], "donor_id": f["donor_id"], "session_key": f["session_key"]}
             if why:
                 report["not_adopted"].append({**entry, "reason": why})
-            else:
-                report["adopted"].append(entry)
+            else:  # the donor's end as it is now ('compression' and 'branched' are kept)
+                report["adopted"].append({**entry, "donor_end_reason": store.scalar(
+                    "SELECT end_reason FROM sessions WHERE id = ?", (f["donor_id"],))})
     return report
