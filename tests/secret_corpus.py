@@ -926,7 +926,7 @@ def clean_texts(seed: int = 14) -> list[str]:
             "mc alias list", "openssl passwd -6 -stdin", "lftp -e 'mirror' sftp://files.acme.io",
             "restic -r /srv/repo --password-file /etc/restic/pass snapshots",
             "ipmitool -I lanplus -H 10.0.0.9 -E sel list"]
-    out += clean_round_9() + clean_round_10()
+    out += clean_round_9() + clean_round_10() + clean_round_11()
     return out
 
 
@@ -1289,3 +1289,22 @@ def clean_round_10() -> list[str]:
             "Token:\nsee the docs for details",
             "std::string password::get() { return x; }", "you can pass arguments as keyword args",
             "The API key (see below):\n\n```bash\nexport OPENAI_API_KEY=$(pass show openai)\n```"]
+
+
+def clean_round_11() -> list[str]:
+    """The clean look-alikes redact-hostile-4 found altered (round 11): a reference, a name, a hash, a label, a
+    path, a nonce or a public key under a name that says secret."""
+    return [
+        '{"containerDefinitions": [{"name": "api", "secrets": [{"name": "DB_PASSWORD", "valueFrom": '
+        '"arn:aws:secretsmanager:eu-west-1:481516234200:secret:prod/orders-db-Ab3dEf"}]}]}',
+        '{"key": "Control+Shift+KeyI"}', "browser_press key=Ctrl+Alt+Delete",
+        "tls:\n  certificatesSecret: orders-db-tls\n  tlsSecret: shop-web-tls\n",
+        "$ cat /etc/nginx/.htpasswd\ngrafana:$apr1$2XM0ZKbM$LaGsYSQ78j2en8plsqQhvA\n",
+        '{"login": {"password": "Password", "forgot_password": "Forgot your password?", "api_key": "API key", '
+        '"token": "Access token"}}',
+        "Content-MD5 of credentials.csv: 78b2944464c20a995886315ceaccf3cc",
+        '{"Contents": [{"Key": "exports/2026/12/api-keys-audit.csv", "Size": 20481}]}',
+        "GET /chat HTTP/1.1\nHost: server.example.com\nUpgrade: websocket\nConnection: Upgrade\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n",
+        "interface: wg0\n  public key: zEhA5ICKBoDO3Ui0V027sZF55BkYWSR3Dqk8DkkI5bc=\n  listening port: 51820\n",
+    ]

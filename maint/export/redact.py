@@ -659,6 +659,7 @@ _KEY_NOT = {"sort", "primary", "foreign", "cache", "partition", "idempotency", "
             "label", "field", "column", "table", "hash", "sequence", "session", "host", "known", "idempotent",
             "natural", "surrogate", "candidate", "range", "react", "list", "bucket", "prefix", "item", "record",
             "element", "media", "keyboard", "press", "hotkey", "i18n", "config", "metadata", "matching",
+            "socket", "websocket",  # Sec-WebSocket-Key: a handshake nonce (RFC 6455), not a credential
             "registry", "cursor", "continuation", "pagination", "page", "next", "custom", "encoded",
             "serialization", "the", "a", "this", "that", "my", "your", "to", "of",
             "for", "with", "by", "from"}  # forKey: "apiToken" (Swift, Objective-C) names the key, it holds none
@@ -702,13 +703,17 @@ _CLOSED_IDENT = re.compile(r"[A-Za-z_][\w.]*[)}\]]+[,;]?")
 _CMDLET = re.compile(r"(?:Read|Get|ConvertTo|ConvertFrom|Import|New|Invoke|Unprotect)-[A-Z][A-Za-z]+")
 _MOUNT_SPEC = re.compile(r"(?:id|type|src|source|target|dst|env|mode|required)=[^\s,]*")
 # Helm's existingSecret and …PasswordKey name a Secret and a key in it; their values are such names
-_REF_NAME = re.compile(r"^(?i:existing)|(?i:password)_?(?i:key)$")
+_REF_NAME = re.compile(r"^(?i:existing)|(?i:password)_?(?i:key)$|^(?!client|app|api|consumer|jwt|webhook|shared|signing"
+                       r"|session|cookie|master|root|admin)[a-z]+Secret$")  # Helm's certificatesSecret: a Secret's name
 _K8S_NAME = re.compile(r"[a-z][a-z0-9]*(?:[\-.][a-z][a-z0-9]*)+")
 _IDENT = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
 _PATH = re.compile(r"(?:~|\.\.?)?(?:/[\w.\-@]+)+/?")
 
 
 _TOOL_CALL_ID = re.compile(r"(?:call|toolu)_([A-Za-z0-9]{20,64})")
+
+
+_FILE_EXTS = {"csv", "json", "txt", "yaml", "yml", "xml", "toml", "ini", "log", "md", "zip", "gz", "tar", "bak"}
 
 
 @lru_cache(maxsize=4096)
@@ -720,6 +725,8 @@ def name_kind(name: str) -> str | None:
         if m is not None and _random_id(m.group(1)):
             return None  # a tool call's id (call_…Pw…): the gate sets these aside (_TOOL_CALL_ID_BYTES)
     low = name.lower().lstrip("-_@$")
+    if low.rpartition(".")[2] in _FILE_EXTS and "." in low:
+        return None  # credentials.csv: a file's name (its checksum, its size follow), not a setting's
     if low in _AUTH_HEADERS:
         return "auth"
     if low in _LINE_HEADERS:
@@ -867,6 +874,28 @@ def _contained_item(m: re.Match, kind: str, spans: list[tuple[int, int]]) -> Non
         spans.append((lo, hi))
 
 
+# Values that are never the secret their name promises (round 11, clean look-alikes of hostile round 4): a crypt
+# hash with or without its user (htpasswd's user:$apr1$…, documented: a hash is not the password), a keyboard chord
+# (the browser tool's {"key": "Control+Shift+KeyI"}), an ARN (ECS's valueFrom beside "name": "DB_PASSWORD": where the
+# secret lives), a relative path in lower case (an S3 object's "Key": "exports/…/api-keys-audit.csv").
+_NOT_SECRET_VALUE = re.compile(
+    r"(?:[\w.\-@]{1,64}:)?\$(?:apr1|1|2[abxy]?|5|6|y|gy|7|argon2(?:id|i|d)|scrypt|pbkdf2[\w\-]*)\$[./\w$=+,\-]{8,}"
+    r"|(?:(?i:control|ctrl|shift|alt|altgr|option|opt|meta|cmd|command|super|win)\+){1,4}[A-Za-z0-9][A-Za-z0-9]{0,19}"
+    r"|arn:aws[\w\-]*:[\w\-]+:[\w\-]*:\d{0,12}:[^\s\"']+"
+    r"|[a-z0-9_\-.@]+(?:/[a-z0-9_\-.@]+)+/?")
+_LABEL_WORD = re.compile(r"(?:[A-Z]{2,5}|[A-Za-z][a-z]*)[?.!:]?")
+_LABEL_NAMES = {"password", "passphrase", "key", "token", "secret", "pin", "passcode", "credentials", "credential"}
+
+
+def _is_label(value: str, name: str) -> bool:
+    """A UI label under a secret's name (locales/en.json's "api_key": "API key", "token": "Access token"): words
+    only, one of them the thing the name names."""
+    words = value.split()
+    if not 2 <= len(words) <= 8 or not all(_LABEL_WORD.fullmatch(w) for w in words):
+        return False
+    return any(w.rstrip("?.!:").lower() in _LABEL_NAMES for w in words)
+
+
 def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> bool:
     v = value.strip()
     if not v or MASK in v or len(v) < 3:
@@ -878,6 +907,8 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
     low = v.lower()
     if low in _NOT_VALUES or low.strip("*.x…") == "":
         return False
+    if _NOT_SECRET_VALUE.fullmatch(v) or " " in v and _is_label(v, name):
+        return False  # a crypt hash (user:$apr1$…), a key chord, an ARN, a relative path; a label ("API key")
     if _DIGEST.fullmatch(v) or _PLACEHOLDER_BODY.fullmatch(v):
         return False  # sha256:<hex>, sha512-<base64> (a hash, an integrity value); sk_live_xxxx… (a placeholder)
     if not quoted and (_CLOSED_IDENT.fullmatch(v) or _CMDLET.fullmatch(v) or _MOUNT_SPEC.fullmatch(v)):
@@ -1042,6 +1073,9 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             start += 1  # names start with a letter or _
         name = text[start:done]
         kind = name_kind(name)
+        if kind == "random" and start >= 2 and text[start - 1] == " " and \
+                text[max(0, start - 20):start - 1].rsplit(None, 1)[-1:] in (["public"], ["Public"], ["host"]):
+            continue  # WireGuard's "public key: …", ssh's "host key": a public key
         if kind is None:
             # a list, a map or a section named as secrets (api_keys:, passwords = [...]): the values in it
             if not cli and container_kind(name) is not None and _form(m) == "assign":
