@@ -768,7 +768,7 @@ def secret_cases(seed: int = 14) -> list[Case]:
                 cases.append(_bare(g, family, maker()))
     return (cases + _named(g) + leak_classes(seed) + hostile_round(seed) + hostile_round_3(seed) + hostile_round_4(seed)
             + hostile_round_5(seed) + hostile_round_6(seed) + hostile_round_7(seed) + hostile_round_8(seed)
-            + hostile_round_9(seed) + hostile_round_10(seed))
+            + hostile_round_9(seed) + hostile_round_10(seed) + hostile_round_11(seed))
 
 
 def phone_cases(seed: int = 14) -> list[Case]:
@@ -1308,3 +1308,60 @@ def clean_round_11() -> list[str]:
         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n",
         "interface: wg0\n  public key: zEhA5ICKBoDO3Ui0V027sZF55BkYWSR3Dqk8DkkI5bc=\n  listening port: 51820\n",
     ]
+
+
+B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+BECH32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+
+
+def hostile_round_11(seed: int = 14) -> list[Case]:
+    """An eleventh try (2026-12-07, redact-hostile-4, a fresh corpus: 68 of 280 leaked in jsonl): the classes that
+    leaked, each by its design (issue 26)."""
+    g = Gen(seed + 11011)
+    c: list[Case] = []
+    lower_digits = string.ascii_lowercase + string.digits
+
+    def uid() -> str:
+        return str(uuid.UUID(int=g.rng.getrandbits(128), version=4))
+
+    # H: token shapes, in an SDK call or bare in prose
+    jwe = ".".join([base64.urlsafe_b64encode(b'{"alg":"RSA-OAEP-256","enc":"A256GCM"}').decode().rstrip("="),
+                    g.s(B64URL, 342), g.s(B64URL, 16), g.s(B64URL, 200), g.s(B64URL, 22)])
+    shapes = [("crates-io", "Published v0.3.1 to crates.io with cio" + g.b62(32) + " from the vault."),
+              ("paddle", "export const paddle = new Paddle('pdl_live_apikey_" + g.s(lower_digits, 26) + "_"
+               + g.b62(27) + "')"),
+              ("klaviyo", "klaviyo = KlaviyoAPI('pk_" + g.s(HEX, 34) + "', max_delay=60)"),
+              ("braintree", 'var gateway = new BraintreeGateway("access_token$production$' + g.s(lower_digits, 16)
+               + "$" + g.s(HEX, 32) + '");'),
+              ("dingtalk", "SIGN = 'SEC" + g.s(HEX, 64) + "'"),
+              ("ably", "export const ably = new Ably.Realtime('" + g.b62(6) + "." + g.b62(6) + ":" + g.b62(43) + "')"),
+              ("minisign", "untrusted comment: minisign secret key\nRWRTY0Iy" + g.s(B64, 204) + "\n"),
+              ("bip32", "my wallet's master key is xprv9s21ZrQH143K" + g.s(B58, 95) + " (testnet later)"),
+              ("nostr", 'NOSTR_KEY_FILE contents: nsec1' + g.s(BECH32, 58)),
+              ("jwe", "The IdP returns an encrypted ID token (JWE), e.g. " + jwe + " — decrypt it first.")]
+    for family, text in shapes:
+        secret = text.split("'")[1] if "'" in text and family not in ("crates-io",) else None
+        if family == "crates-io":
+            secret = "cio" + text.split(" cio", 1)[1][:32]
+        elif family == "braintree":
+            secret = text.split('"')[1]
+        elif family == "minisign":
+            secret = text.split("\n")[1]
+        elif family == "bip32":
+            secret = text.split("key is ")[1].split(" ")[0]
+        elif family == "nostr":
+            secret = text.split(": ")[1]
+        elif family == "jwe":
+            secret = jwe.split(".")[3]
+        c.append(Case("token-shape-r11", text, secret))
+
+    # I: webhook routes whose path is the secret; an OAuth code in an access log
+    mm, rc1, rc2, fs = g.s(lower_digits, 26), g.b62(24), g.b62(48), uid()
+    c.append(Case("webhook-route-r11", f"alerts go to https://chat.shop.example/hooks/{mm} — make it a table?", mm))
+    c.append(Case("webhook-route-r11", f"Configured https://chat.corp.example/hooks/{rc1}/{rc2} in Alertmanager.",
+                  rc2, also=(rc1,)))
+    c.append(Case("webhook-route-r11", f"WEBHOOK = 'https://open.feishu.cn/open-apis/bot/v2/hook/{fs}'", fs))
+    code = "4%2F0A" + g.b62(40) + "_" + g.b62(20)
+    c.append(Case("webhook-route-r11", f'10.20.0.9 - - [07/Dec/2026:20:11:02 +0000] "GET /auth/google/callback?state='
+                  f'{g.s(HEX, 16)}&code={code}&scope=email%20openid HTTP/1.1" 302 0', code))
+    return c

@@ -87,7 +87,7 @@ _FAMILIES: list[tuple[str, str]] = [
     ("linear", r"lin_(?:api|oauth)_[A-Za-z0-9]{32,}"),
     ("notion", r"secret_[A-Za-z0-9]{40,}|ntn_[A-Za-z0-9]{30,}"),
     ("sentry-token", r"sntry[su]_[A-Za-z0-9+/=_]{40,}"),
-    ("jwt", r"eyJ[A-Za-z0-9_=\-]{10,}(?:\.[A-Za-z0-9_=\-]{2,}){0,2}"),
+    ("jwt", r"eyJ[A-Za-z0-9_=\-]{10,}(?:\.[A-Za-z0-9_=\-]{2,}|\.(?=\.)){0,4}"),  # a JWE has five parts
     ("postman", r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}"),
     ("terraform", r"[a-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=\-]{60,}"),
     ("vault", r"hv[sbr]\.[A-Za-z0-9_\-]{24,}|s\.[A-Za-z0-9]{24}(?![A-Za-z0-9])"),
@@ -188,6 +188,20 @@ _FAMILIES: list[tuple[str, str]] = [
     ("zapier-webhook", r"(?<=hooks\.zapier\.com/hooks/catch/)\d{3,12}/[A-Za-z0-9]{5,12}(?![A-Za-z0-9])"),
     ("make-webhook", r"(?:(?<=\.make\.com/)|(?<=\.integromat\.com/))[a-z0-9]{32}(?![A-Za-z0-9])"),
     ("ifttt-webhook", r"(?<=/with/key/)[A-Za-z0-9_\-]{20,}"),
+    # round 11 (redact-hostile-4): token shapes (crates.io, Paddle, Klaviyo's private key (not Stripe's publishable
+    # pk_live_), Braintree, DingTalk's signing secret, Ably's app.key:secret, a minisign secret key, an extended
+    # private key, a Nostr nsec); webhook routes whose path is the secret (Mattermost, Rocket.Chat, Feishu/Lark)
+    ("crates-io", r"cio[A-Za-z0-9]{32}(?![A-Za-z0-9])"),
+    ("paddle", r"pdl_(?:live|sdbx)_apikey_[A-Za-z0-9_]{20,}"),
+    ("klaviyo-private", r"pk_[a-f0-9]{34}(?![A-Za-z0-9])"),
+    ("dingtalk-sign", r"SEC[a-f0-9]{64}(?![A-Za-z0-9])"),
+    ("ably", r"[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{6}:[A-Za-z0-9_\-]{40,}"),
+    ("minisign-secret", r"RWRTY0Iy[A-Za-z0-9+/]{100,}={0,2}"),
+    ("bip32-private", r"[xtyzuv]prv[1-9A-HJ-NP-Za-km-z]{100,112}"),
+    ("nostr-nsec", r"nsec1[02-9ac-hj-np-z]{58}"),
+    ("mattermost-webhook", r"(?<=/hooks/)[a-z0-9]{26}(?![A-Za-z0-9])"),
+    ("rocketchat-webhook", r"(?<=/hooks/)[A-Za-z0-9]{17,24}/[A-Za-z0-9]{40,}"),
+    ("feishu-webhook", r"(?<=/bot/v2/hook/)[0-9a-f\-]{32,36}"),
 ]
 # One alternation behind one token-boundary check, without groups (each group costs in every attempt).
 _SHAPES = re.compile(r"(?<![A-Za-z0-9_\-])(?:" + "|".join(p for _, p in _FAMILIES) + ")")
@@ -195,7 +209,8 @@ _SHAPES = re.compile(r"(?<![A-Za-z0-9_\-])(?:" + "|".join(p for _, p in _FAMILIE
 _LOOSE_PREFIXES = ("sk_", "fw", "fpk_", "tvly-", "fal_", "fc-", "bb_live_", "am_", "exa_", "syt_", "retaindb_",
                    "hsk-", "mem0_", "brv_", "gAAAA", "vc", "nf", "xox", "xapp-", "eyJ",
                    # round 10: prefixes that words and identifiers also start with (as-is, live_stream_…)
-                   "BSA", "00", "live_", "sandbox_", "test_", "rnd_", "as-", "pa-", "u+", "aio_", "csk-")
+                   "BSA", "00", "live_", "sandbox_", "test_", "rnd_", "as-", "pa-", "u+", "aio_", "csk-",
+                   "cio", "pk_")  # round 11
 _RUN_CHARS = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.+/=~:")
 # Token characters become "a", everything else (UTF-8 lead and continuation bytes too) a space:
 # a shape can only be present where 20 of them stand in a row (documented formats are all longer).
@@ -273,7 +288,7 @@ _GATE_CONTAINER = (r"(?i:tokens)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP + r"
 _GATE_CLI = (r"(?:--|(?:^|[\s\"'\[,])-)[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP
              + r"+[^\s\-]")
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
-                r"|sshpass|htpasswd"
+                r"|sshpass|htpasswd|\?code="
                 # round 6: command lines that take a password by position or by a short flag, "config set NAME
                 # VALUE", SQL's SET PASSWORD, Go's user:pw@tcp(, a value after || ?? or, a table or a CSV/TSV
                 # header naming a secret column, prose ("the password on X is V", "use V as the password") and
@@ -377,7 +392,11 @@ _GATE_SHAPES = (
     r"|test_[a-f0-9]{8}|as-[A-Za-z0-9]{8}|pk_\d|st\.[0-9a-f]{8}-|pa-[A-Za-z0-9_\-]{8}|u\+[A-Za-z0-9_\-]{8})"
     r"|" + _GATE_TOKEN_START + r"(?:SK[0-9a-fA-F]{8}|AC[0-9a-f]{8}"
     r"|(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30}|s\.[A-Za-z0-9]{24}|AAAA[A-Za-z0-9_\-]{7}:"
-    r"|pat[A-Za-z0-9]{14}\.|t1\.[A-Za-z0-9_\-]|oy2[a-z0-9])")
+    r"|pat[A-Za-z0-9]{14}\.|t1\.[A-Za-z0-9_\-]|oy2[a-z0-9]"
+    # round 11
+    r"|cio[A-Za-z0-9]{8}|pk_[a-f0-9]{8}|SEC[a-f0-9]{8}|[xtyzuv]prv[1-9A-HJ-NP-Za-km-z]{8}|nsec1[02-9ac-hj-np-z]{8})"
+    r"|pdl_(?:live|sdbx)_|access_token\$|RWRTY0Iy|\.[A-Za-z0-9_\-]{6}:[A-Za-z0-9_\-]{8}|/hooks/[A-Za-z0-9]{8}"
+    r"|/bot/v2/hook/")
 
 # Base64 of ASCII text (printable, tabs and line ends): in each group of four characters, the first
 # holds the top six bits of a byte in 0x20-0x7e or \t \n \r (C, D, I-Z, a-f), the second four bits of the
@@ -976,6 +995,7 @@ _USER_THEN_P = re.compile(r"(?<!\S)(?:-u|--user(?:name)?)(?:[ \t]+|=)(?P<u>[^\s\
 _PORTS = re.compile(r"[\d.:\[\]a-f]*\d(?:/(?:tcp|udp|sctp))?")
 _NETRC = re.compile(r"\bmachine\s+\S+\s+login\s+\S+\s+password\s+(?P<v>\S+)")
 _PHONE = re.compile(r"(?<![\w+])\+[1-9]\d{6,14}(?![A-Za-z0-9])")
+_OAUTH_CODE = re.compile(r"[?&]code=(?P<v>[^&\s\"'#\\]{20,})")
 _FORM = re.compile(r"[A-Za-z_][\w.\-]*=[^&\s]*(?:&[A-Za-z_][\w.\-]*=[^&\s]*)+")
 _FORM_KEYS = {"access_token", "refresh_token", "id_token", "token", "api_key", "apikey", "client_secret", "password",
               "auth", "jwt", "session", "secret", "key", "code", "signature", "x-amz-signature"}
@@ -1011,12 +1031,17 @@ _AWS_BESIDE = re.compile(r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?P<q>\\*[\"'`])[ 
                          r"(?P<v>[A-Za-z0-9/+=_\-]{16,128})(?P=q)")
 
 
+_BRAINTREE = re.compile(r"access_token\$(?:production|sandbox)\$[a-z0-9]{16}\$[a-f0-9]{32}")
+
+
 def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
     """Shapes, searched only inside runs of 20+ token characters (found on a byte translation)."""
     if "AKIA" in text or "ASIA" in text or "ABIA" in text or "ACCA" in text:
         spans.extend(m.span("v") for m in _AWS_BESIDE.finditer(text) if _looks_random(m.group("v")))
     if "glimt-" in text:
         spans.extend(m.span() for m in _GLIMT.finditer(text))
+    if "access_token$" in text:  # Braintree's token: "$" splits the runs below
+        spans.extend(m.span() for m in _BRAINTREE.finditer(text))
     raw = text.encode("utf-8", "surrogatepass")
     mapped = raw.translate(_RUN_TABLE)
     if _RUN_20 not in mapped:
@@ -1468,6 +1493,8 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             plain = _ESCAPE.sub(lambda e: chr(int(e.group(1) or e.group(2), 16)), m.group())
             if plain != m.group() and find_secrets(plain):
                 spans.append(m.span())
+    if "code=" in text:  # an OAuth authorization code in a logged callback URL (round 11)
+        spans.extend(m.span("v") for m in _OAUTH_CODE.finditer(text) if _looks_random(m.group("v")))
     if "&" in text and "\n" not in text:
         body = text.strip()
         if _FORM.fullmatch(body):
