@@ -1307,6 +1307,11 @@ def clean_round_11() -> list[str]:
         "GET /chat HTTP/1.1\nHost: server.example.com\nUpgrade: websocket\nConnection: Upgrade\n"
         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n",
         "interface: wg0\n  public key: zEhA5ICKBoDO3Ui0V027sZF55BkYWSR3Dqk8DkkI5bc=\n  listening port: 51820\n",
+        # the look-alikes of round 11's new names and schemes
+        "channel.basic_publish(exchange='orders', routing_key='orders.created.eu-west-1', body=msg)",
+        "encrypt = true\nverify_incoming = true\n", "PASSWORD_SALT_LENGTH = 16", "user.password_salt = salt",
+        "SESSION_COOKIE_NAME = 'sessionid'", "Authorization: Bearer\n", "**Password:** see the vault",
+        "the sessionid cookie expires after two weeks", "encrypt(data, key)",
     ]
 
 
@@ -1361,6 +1366,28 @@ def hostile_round_11(seed: int = 14) -> list[Case]:
     c.append(Case("webhook-route-r11", f"Configured https://chat.corp.example/hooks/{rc1}/{rc2} in Alertmanager.",
                   rc2, also=(rc1,)))
     c.append(Case("webhook-route-r11", f"WEBHOOK = 'https://open.feishu.cn/open-apis/bot/v2/hook/{fs}'", fs))
+    # F: names not read before: a constant *_SALT, Consul's encrypt, *_ERLANG_COOKIE, routing_key, sessionid (a
+    # cookie in a curl -b string and in a requests dict), a Markdown bold label
+    wp, erl = g.password(40, "!#%^*_-+=|[]{}<>.,:;~"), g.s(UPPER_ALNUM, 20)
+    consul = base64.b64encode(bytes(g.rng.getrandbits(8) for _ in range(32))).decode()
+    rk, sid, sid2, md = g.s(HEX, 32), g.s(lower_digits, 32), g.s(lower_digits, 32), g.password(18, ".^~!+")
+    for text, secret in ((f"define( 'NONCE_SALT', '{wp}' );", wp),
+                         (f'datacenter = "fra1"\nencrypt    = "{consul}"\nserver     = true\n', consul),
+                         (f"HOSTNAME=rabbit-0\nRABBITMQ_ERLANG_COOKIE={erl}\nRABBITMQ_DEFAULT_USER=shop\n", erl),
+                         (f"receivers:\n- name: oncall\n  pagerduty_configs:\n  - routing_key: {rk}\n", rk),
+                         (f"curl 'https://admin.shop.example/' -H 'accept: text/html' -b 'csrftoken={g.b62(32)}; "
+                          f"sessionid={sid}'", sid),
+                         (f"r = requests.get(url, cookies={{'sessionid': '{sid2}'}})", sid2),
+                         (f"Staging box is up:\n\n- **Host:** staging-01.shop.internal\n- **User:** deploy\n"
+                          f"- **Password:** {md}\n", md)):
+        c.append(Case("secret-name-r11", text, secret))
+
+    # G: Authorization with any vendor's scheme word: the credential after it is masked
+    for scheme in ("GenieKey", "Splunk", "Klaviyo-API-Key", "SharedSecret"):
+        u = uid()
+        c.append(Case("auth-scheme-r11", "curl -X POST https://api.example.com/v2/alerts "
+                      f"-H 'Authorization: {scheme} {u}' -d '{{}}'", u))
+
     code = "4%2F0A" + g.b62(40) + "_" + g.b62(20)
     c.append(Case("webhook-route-r11", f'10.20.0.9 - - [07/Dec/2026:20:11:02 +0000] "GET /auth/google/callback?state='
                   f'{g.s(HEX, 16)}&code={code}&scope=email%20openid HTTP/1.1" 302 0', code))

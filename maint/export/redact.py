@@ -246,7 +246,8 @@ _TYPE_WORD = (r"(?:(?i:as)[ \t]+)?(?:\[\])?(?:string|securestring|str|&str|byte|
 # rule below could (a keyword with a separator after it, a shape's prefix, a place's marker, an
 # escape), so a text it does not match is returned as it is without running them. It must stay a
 # superset of the rules: the corpus tests run through it.
-_GATE_KW = "(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer|mnemonic|psk|sessid|jsession)"
+_GATE_KW = ("(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer|mnemonic|psk|sessid|jsession"
+            "|salt|encrypt|sessionid)")  # round 11: WordPress's *_SALT, Consul's encrypt, Django's sessionid
 # Space beside a separator: Unicode spaces (the rules see them as " "), and a tab or a Unicode space
 # escaped in JSON text (the rules see the decoded value; the gate sees the raw text, escapes and all).
 _GATE_SP = (r"(?:[ \t\x{a0}\x{1680}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]|\\+t"
@@ -590,7 +591,7 @@ def _random_body(token: str) -> bool:
 # A name is found at a keyword inside it; the regex is only run on text whose lower-cased form holds
 # one of _NAME_TRIGGERS.
 _NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pw", "dsn", "cookie", "jwt", "bearer",
-                  "mnemonic", "psk", "sessid", "jsession")
+                  "mnemonic", "psk", "sessid", "jsession", "salt", "encrypt", "sessionid")
 # Bounded repeats: a keyword inside a long run ("keykeykey...") costs at most ~100 steps, never the run.
 _TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"']|`)?(?P<sub>\])?"
              # "AWS Secret Access Key [None]: …" (aws configure) puts a bracket before the colon
@@ -648,7 +649,7 @@ _PASS_NOT = {"bypass", "compass", "encompass", "surpass", "overpass", "underpass
              "firstpass", "onepass", "secondpass", "lastpass"}
 _TOKEN_WORDS = {"token", "apikey", "accesskey", "authtoken", "accesstoken", "refreshtoken", "signature", "sig",
                 "signer",
-                "dsn", "bearer", "jwt", "sas", "pat", "jsessionid", "phpsessid", "aspsessionid"}
+                "dsn", "bearer", "jwt", "sas", "pat", "jsessionid", "phpsessid", "aspsessionid", "sessionid"}
 _FUSED = ("password", "passwd", "secret", "token", "apikey", "credential", "credentials")
 _FUSED_NOT = {"tokens", "tokenizer", "tokenize", "secretary", "secrets"}
 # A last part that makes the whole name harmless: token_count, KEY_PATH, password_reset ...
@@ -756,6 +757,11 @@ def name_kind(name: str) -> str | None:
         return "token"  # a GCP service account's private_key_id: it names the live key, masked with it
     if parts[-2:] == ["secret", "id"]:
         return "secret_id"  # Vault AppRole's secret_id (a UUID); Secrets Manager's SecretId names a secret
+    if len(parts) >= 2 and (parts[-1] == "salt" and name.isupper() or parts[-1] == "cookie") \
+            or parts in (["encrypt"], ["gossip", "key"], ["routing", "key"], ["integration", "key"]):
+        # round 11: WordPress's AUTH_SALT (a constant named *_SALT, not a hash's salt column), RABBITMQ_ERLANG_COOKIE,
+        # Consul's gossip encrypt key, PagerDuty's routing_key (RabbitMQ's is a word: only a random value is masked)
+        return "random"
     if not parts or parts[-1] in _NEUTRAL_LAST:
         return None
     kind = None
@@ -967,9 +973,12 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
         return len(v) >= (4 if kind == "password" else 12)
     if v[0] in "^~<>=v0123456789" and _VERSION.fullmatch(v):
         return False  # a version range ("next-auth": "^4.24.5")
-    if kind == "random":
-        return len(v) >= 16 and _looks_random(v)
+    if kind == "random":  # not words joined by dots and dashes (routing_key='orders.created.eu-west-1')
+        return len(v) >= 16 and _looks_random(v) and _WORDS_JOINED.fullmatch(v) is None
     return True
+
+
+_WORDS_JOINED = re.compile(r"[a-z]{2,}(?:[._\-][a-z]{2,})*(?:[._\-][a-z0-9]{1,4})*")
 
 
 # -- places ---------------------------------------------------------------------------------------
@@ -1132,6 +1141,10 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             if form in ("assign", "cli") or form == "space" and text[pos:pos + 1] in ("\"", "'"):
                 _header_span(text, pos, kind, spans)
             continue
+        if form == "assign" and text.startswith(("**", "__"), pos) and text[pos + 2:pos + 3] in (" ", "\t"):
+            pos += 2 + len(text[pos + 2:pos + 40]) - len(text[pos + 2:pos + 40].lstrip(" \t"))  # **Password:** V
+            if pos >= len(text):
+                continue
         if text[pos] in "|>\r\n" and form == "assign" and text[m.end("n"):pos].strip(" \t\r\n\"'\\]").startswith(":"):
             _yaml_block_span(text, start, pos, name, kind, spans)
             continue
@@ -1316,6 +1329,18 @@ _TAGGED = re.compile(r"[ \t]+[^\s#]")  # a tag is followed by what it tags
 _YAML_KEY = re.compile(r"[\w.\-\"']+[ \t]*:(?:[ \t]|$)")
 
 
+_SCHEME_WORD = re.compile(r"[A-Z][A-Za-z]{1,23}(?:-[A-Za-z]{1,12}){0,3}")
+
+
+def _scheme_word(word: str) -> bool:
+    """Any vendor's scheme word before the credential (round 11: Opsgenie's GenieKey, Splunk's Splunk,
+    Klaviyo-API-Key ...): a capitalised word of at most four parts, each a word or an acronym (not AbCdEf)."""
+    if _SCHEME_WORD.fullmatch(word) is None:
+        return False
+    parts = _PARTS.findall(word)
+    return len(parts) <= 4 and all(len(p) >= 3 or p.isupper() for p in parts)
+
+
 def _header_span(text: str, pos: int, kind: str, spans: list[tuple[int, int]]) -> None:
     """Authorization: keep the scheme word, mask the credential; Cookie: mask the whole value."""
     quoted = False
@@ -1331,7 +1356,7 @@ def _header_span(text: str, pos: int, kind: str, spans: list[tuple[int, int]]) -
         first, _, rest = value.partition(" ")
         if first.lower() in _SCHEMES and not rest.strip():
             return  # "Bearer " + token: the scheme alone, the credential added by code
-        if first.lower() in _SCHEMES and rest.strip():
+        if (first.lower() in _SCHEMES or _scheme_word(first)) and rest.strip():
             pos += len(first) + 1 + (len(rest) - len(rest.lstrip()))
             value = rest.strip()
         elif not quoted:
