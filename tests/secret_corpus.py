@@ -1312,6 +1312,10 @@ def clean_round_11() -> list[str]:
         "encrypt = true\nverify_incoming = true\n", "PASSWORD_SALT_LENGTH = 16", "user.password_salt = salt",
         "SESSION_COOKIE_NAME = 'sessionid'", "Authorization: Bearer\n", "**Password:** see the vault",
         "the sessionid cookie expires after two weeks", "encrypt(data, key)",
+        # class A and E look-alikes: the command's output is a listing or a word, a setter given a reference
+        "$ pass show\nPassword Store\n├── infra\n", "$ terraform output -raw bucket_name\nshop-assets-prod\n",
+        "aws ssm put-parameter --name /prod/db/host --type String --value db.internal --overwrite",
+        "$ heroku config:get LOG_LEVEL\ninfo\n",
     ]
 
 
@@ -1387,6 +1391,30 @@ def hostile_round_11(seed: int = 14) -> list[Case]:
         u = uid()
         c.append(Case("auth-scheme-r11", "curl -X POST https://api.example.com/v2/alerts "
                       f"-H 'Authorization: {scheme} {u}' -d '{{}}'", u))
+
+    # E: commands that set a secret, given on the command line or piped into them
+    for fmt in ("aws ssm put-parameter --name /prod/smtp/password --type SecureString --value '{s}' --overwrite",
+                "az keyvault secret set --vault-name kv-prod --name sql-admin --value '{s}'",
+                "printf '%s' '{s}' | gcloud secrets versions add orders-db-password --data-file=-",
+                "echo -n '{s}' | vercel env add DATABASE_PASSWORD production",
+                'echo "{s}" | npx wrangler secret put UPSTREAM_TOKEN --env production',
+                "mc admin user add shop-minio backup-writer {s}"):
+        v = g.password(18, ".^~!+")
+        c.append(Case("secret-setter-r11", fmt.format(s=v), v))
+
+    # A: a command that prints a secret and its output, in the same text
+    for cmd in ("gcloud secrets versions access latest --secret=orders-db-password --project=shop-prod-31337",
+                "vault kv get -mount=secret -field=password prod/orders-db", "op read 'op://Infra/orders-db/password'",
+                "heroku config:get SECRET_KEY_BASE -a shop-web", "terraform output -raw admin_password",
+                "pass show infra/smtp-relay", "security find-generic-password -a deploy -s staging-db -w",
+                "bw get password 'Grafana admin'",
+                "az keyvault secret show --vault-name kv --name sql-admin --query value -o tsv",
+                "argocd admin initial-password -n argocd", "wg genkey | tee /etc/wireguard/privatekey",
+                "heroku auth:token"):
+        v = g.password(20, ".^~!+") if "genkey" not in cmd else base64.b64encode(
+            bytes(g.rng.getrandbits(8) for _ in range(32))).decode()
+        warn = " ›   Warning: token will expire 12/07/2027\n" if "auth:token" in cmd else ""
+        c.append(Case("secret-printer-r11", f"$ {cmd}\n{warn}{v}\n", v))
 
     code = "4%2F0A" + g.b62(40) + "_" + g.b62(20)
     c.append(Case("webhook-route-r11", f'10.20.0.9 - - [07/Dec/2026:20:11:02 +0000] "GET /auth/google/callback?state='

@@ -290,6 +290,10 @@ _GATE_CLI = (r"(?:--|(?:^|[\s\"'\[,])-)[\w\-]*(?:pass|pwd|token|key|secret|auth|
              + r"+[^\s\-]")
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
                 r"|sshpass|htpasswd|\?code="
+                # round 11: commands that set or print a secret
+                r"|printf[ \t][^\n]*\||ssm[ \t]+put-parameter|keyvault[ \t]+secret|secretsmanager[ \t]|mc[ \t]+admin"
+                r"|secrets[ \t]+versions|-field[= ]|op[ \t]+read[ \t]|config:get|auth:token|output[ \t]+-raw"
+                r"|pass[ \t]+show|find-(?:generic|internet)-password|bw[ \t]+get|initial-password|wg[ \t]+genkey"
                 # round 6: command lines that take a password by position or by a short flag, "config set NAME
                 # VALUE", SQL's SET PASSWORD, Go's user:pw@tcp(, a value after || ?? or, a table or a CSV/TSV
                 # header naming a secret column, prose ("the password on X is V", "use V as the password") and
@@ -1779,7 +1783,21 @@ def _command_spans(text: str, low: str, spans: list[tuple[int, int]], can: froze
 _Q = r"(?P<q>\\*[\"']?)"
 _STDIN_READERS = (r"(?:--password-stdin|--passphrase-fd|--pass(?:word)?-?stdin|secret[ \t]+create|--stdin|chpasswd"
                   r"|\bpasswd\b|\bsudo\b[^\n|]*?[ \t]-[A-Za-z]*S\b|\bcryptsetup\b|\baz[ \t]+devops[ \t]+login\b"
-                  r"|--with-token\b)")
+                  r"|--with-token\b"
+                  # round 11: commands that set a secret from their standard input
+                  r"|gcloud[ \t]+secrets[ \t]+(?:versions[ \t]+add|create)|vercel[ \t]+env[ \t]+add"
+                  r"|wrangler[ \t]+(?:pages[ \t]+)?secret[ \t]+put|netlify[ \t]+env:set|supabase[ \t]+secrets[ \t]+set"
+                  r"|firebase[ \t]+functions:secrets:set)")
+# round 11 (class A): a command that prints a secret, and its output in the same text (a pasted terminal, a tool
+# that echoes its command): the next non-empty line (after the CLI's own warnings, "›"), when it looks like one
+_PRINTERS = (r"gcloud[ \t]+secrets[ \t]+versions[ \t]+access|vault[ \t]+(?:kv[ \t]+get|read)[^\n]*?[ \t]-field[= ]"
+             r"|op[ \t]+read|heroku[ \t]+config:get|heroku[ \t]+auth:token|terraform[ \t]+output[ \t]+-raw"
+             r"|g?pass[ \t]+show|security[ \t]+find-(?:generic|internet)-password[^\n]*?[ \t]-w\b"
+             r"|bw[ \t]+get[ \t]+password|az[ \t]+keyvault[ \t]+secret[ \t]+show[^\n]*?(?:-o|--output)[ \t]+tsv"
+             r"|argocd[ \t]+admin[ \t]+initial-password|wg[ \t]+genkey|doppler[ \t]+secrets[ \t]+get[^\n]*?--plain"
+             r"|aws[ \t]+secretsmanager[ \t]+get-secret-value[^\n]*?--output[ \t]+text")
+_PRINTER_HINTS = ("secrets", "vault", "op read", "config:get", "auth:token", "output -raw", "pass show", "-password",
+                  "bw get", "keyvault", "genkey")
 _ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool | str], ...] = (
     (("mosquitto",), r"\bmosquitto_(?:pub|sub|rr)\b[^\n]*?\s-P[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
     (("openssl",), r"\bopenssl[ \t]+(?:enc|aes\S*|des\S*|bf\S*|camellia\S*|chacha\S*|rc4\S*)\b[^\n]*?\s-k[ \t]+" + _Q
@@ -1807,6 +1825,15 @@ _ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool | str], ...] = (
     # kubectl get secret … -o jsonpath='{.data.password}' (| base64 -d), then its output on the next line
     (("jsonpath",), r"\bkubectl[ \t]+get[ \t]+secrets?\b[^\n]*?jsonpath=[\"']?\{\.data\.[^}\n]+\}[^\n]*\r?\n"
      r"(?:[ \t]*\r?\n)?(?P<q>)(?P<v>[^\s$#>][^\s]*)[ \t]*(?:\r?\n|$)", False),
+    # round 11 (class E): commands that set a secret given on their command line (class A: see _PRINTERS)
+    (("ssm", "keyvault", "secretsmanager"), r"\b(?:aws[ \t]+ssm[ \t]+put-parameter"
+     r"|az[ \t]+keyvault[ \t]+secret[ \t]+set"
+     r"|aws[ \t]+secretsmanager[ \t]+(?:create-secret|put-secret-value|update-secret))\b[^\n]*?[ \t]"
+     r"--(?:value|secret-string)(?:[ \t]+|=)" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", "printed"),
+    (("mc ",), r"\bmc[ \t]+admin[ \t]+user[ \t]+add[ \t]+\S+[ \t]+\S+[ \t]+" + _Q + r"(?P<v>[^\s\"'\-][^\s\"']*)(?P=q)",
+     False),
+    (_PRINTER_HINTS, r"(?m)^[^\n]*?(?<![\w\-])(?:" + _PRINTERS + r")[^\n]*\r?\n(?:[ \t]*(?:›[^\n]*)?\r?\n){0,4}(?P<q>)"
+     r"(?P<v>[^\s$#>›][^\s]*)[ \t]*(?:\r?\n|$)", "printed"),
     (("<<<",), r"(?m)^[^\n]*?" + _STDIN_READERS + r"[^\n]*?<<<[ \t]*" + _Q + r"(?P<v>[^\s\"'\\]+)(?P=q)", False),
     # round 8: MinIO's alias (NAME URL ACCESS_KEY SECRET_KEY: the last), openssl passwd's password, Cisco IOS's
     # cleartext (0) and reversible (7) passwords and keys (5, 8, 9 are hashes: left)
@@ -1947,7 +1974,10 @@ def _arg_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
         if any(h in low for h in hints):
             for m in regex.finditer(text):
                 v = m.group("v")
-                if positional and not (_strong(v) and (positional == "strong" or _looks_random(v) or ":" in v)):
+                if positional == "printed":
+                    if not _strong(v) or _WORDS_JOINED.fullmatch(v):
+                        continue  # a word, a host, a bucket's name (terraform output -raw bucket_name)
+                elif positional and not (_strong(v) and (positional == "strong" or _looks_random(v) or ":" in v)):
                     continue
                 if _value_is_secret(v, "password", True):
                     spans.append(m.span("v"))
@@ -2042,7 +2072,9 @@ _ARG_HINT = re.compile(r"gh[ \t]+secret|security[ \t]+add-|jsonpath"
                        r"|mosquitto|openssl|rar[ \t]|ssh-keygen|login|poetry|b2[ \t]+a|bundle|oracle:|community"
                        r"|mc[ \t]| [07] |cqlsh|cbq|sqlcmd|bcp|osql|isql|influx|ipmitool|psexec|snmp|ldappasswd|nuget"
                        r"|freerdp|http|xh[ \t]|lftp|--from-literal|wpa_passphrase|snmp-server|createuser|rman"
-                       r"|azurewebsites|appid=|echo|printf|<<<|<\(")
+                       r"|azurewebsites|appid=|echo|printf|<<<|<\("
+                       r"|ssm|keyvault|secretsmanager|secrets|vault|op read|config:get|auth:token|output -raw"
+                       r"|pass show|-password|bw get|genkey")
 def _english_word(m: re.Match) -> bool:
     return m.group().lower().startswith(("password", "passphrase", "passwd"))
 
