@@ -1316,6 +1316,13 @@ def clean_round_11() -> list[str]:
         "$ pass show\nPassword Store\n├── infra\n", "$ terraform output -raw bucket_name\nshop-assets-prod\n",
         "aws ssm put-parameter --name /prod/db/host --type String --value db.internal --overwrite",
         "$ heroku config:get LOG_LEVEL\ninfo\n",
+        # class D and J/K look-alikes: a label that names nothing secret, a tx hash, a public JWK, bytes not 64
+        '{"fields": [{"label": "Username", "value": "svc-backup"}, {"label": "URL", "value": "https://nas.lan"}]}',
+        '{"element": "Search box", "ref": "e12", "text": "blue running shoes"}',
+        "UPDATE settings SET value = 'info' WHERE name = 'log_level';",
+        "tx 0x5c504ed432cb51138bcf09aa5e8a410dd4a1e204ef84bfed1be16dfba1b22060 confirmed",
+        '{"keys": [{"kty": "RSA", "kid": "k1", "use": "sig", "n": "sXch4xXfWl3bKk", "e": "AQAB"}]}',
+        "solana balance prints [1, 2, 3] lamports", "the recovery words are written on paper in the safe",
     ]
 
 
@@ -1415,6 +1422,31 @@ def hostile_round_11(seed: int = 14) -> list[Case]:
             bytes(g.rng.getrandbits(8) for _ in range(32))).decode()
         warn = " ›   Warning: token will expire 12/07/2027\n" if "auth:token" in cmd else ""
         c.append(Case("secret-printer-r11", f"$ {cmd}\n{warn}{v}\n", v))
+
+    # D: a name and its value under other keys (a vault item's label/value, a browser tool's element/text, SQL's
+    # SET value = … WHERE name = …)
+    v1, v2, v3 = g.password(18, ".^~!+"), g.password(18, ".^~!+"), g.password(18, ".^~!+")
+    c.append(Case("name-value-apart-r11", json.dumps({"action": "create", "fields": [
+        {"label": "Username", "value": "svc-backup"}, {"label": "Password", "value": v1}]}), v1))
+    c.append(Case("name-value-apart-r11", json.dumps({"element": "Password textbox", "ref": "e34", "text": v2}), v2))
+    c.append(Case("name-value-apart-r11", f"shop=# UPDATE settings SET value = '{v3}' WHERE name = 'smtp_password';\n"
+                  "UPDATE 1\n", v3))
+
+    # J/K: wallet keys by their place: a WIF after importprivkey, a BIP39 phrase after its name, JWK private
+    # members, a Hardhat accounts list, a Solana keypair file
+    wif = "L" + g.s(B58, 51)
+    words = " ".join(g.rng.choice(["vivid", "copper", "ladder", "gravity", "humble", "salad", "lunar", "orbit",
+                                   "velvet", "ticket", "frozen", "maple", "absorb", "canal"]) for _ in range(12))
+    d, ek = g.s(B64URL, 43), g.s(HEX, 64)
+    pair = ",".join(str(g.rng.randint(0, 255)) for _ in range(64))
+    for text, secret in ((f"bitcoin-cli -rpcwallet=cold importprivkey {wif} cold-1 false", wif),
+                         (f"ok my seed phrase is {words} — can you derive the first address?", words),
+                         (json.dumps({"keys": [{"kty": "EC", "crv": "P-256", "x": g.s(B64URL, 43),
+                                                "y": g.s(B64URL, 43), "d": d}]}, indent=2), d),
+                         (f"networks: {{\n  sepolia: {{\n    url: 'https://rpc.sepolia.org',\n    accounts: ['0x{ek}'],"
+                          "\n  },\n}", ek),
+                         (f"$ cat ~/.config/solana/id.json\n[{pair}]\n", pair)):
+        c.append(Case("wallet-key-r11", text, secret))
 
     code = "4%2F0A" + g.b62(40) + "_" + g.b62(20)
     c.append(Case("webhook-route-r11", f'10.20.0.9 - - [07/Dec/2026:20:11:02 +0000] "GET /auth/google/callback?state='

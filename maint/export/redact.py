@@ -276,7 +276,7 @@ _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
               # <NAME>
               r"|<(?:[\w.\-]*:)?[\w.\-]*" + _GATE_KW + _GATE_NAMECHARS + r"*(?:\\*[\"'])?\]?" + _GATE_SP + r"*>")
 _GATE_PAIR = (r"<(?i:name|key)>[^<\n]*" + _GATE_KW + "|"
-              r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP
+              r"(?i:name|key|parameterkey|optionname|variable|label|element)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP
               + r"*\\*[\"']?[\w./\-]*" + _GATE_KW + r"|(?i:variable)" + _GATE_SP + r"+\\*[\"'][\w.\-]*" + _GATE_KW)
 # a collection named tokens (the gate's names leave out "tokens": MAX_TOKENS is everywhere): tokens = [, "tokens": {,
 # and a YAML list (tokens: then - V; not Python's "if n > MAX_TOKENS:" or "for t in tokens:" and its block)
@@ -289,7 +289,9 @@ _GATE_CONTAINER = (r"(?i:tokens)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP + r"
 _GATE_CLI = (r"(?:--|(?:^|[\s\"'\[,])-)[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP
              + r"+[^\s\-]")
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
-                r"|sshpass|htpasswd|\?code="
+                r"|sshpass|htpasswd|\?code=|(?i:set[ \t]+value)"
+                r"|importprivkey|(?i:seed|recovery|mnemonic|backup|wallet)[ \t]+(?i:phrase|words)"
+                r"|accounts\\*[\"']?[ \t]*[:=][ \t]*\[|(?i:solana)|keypair|\\*[\"']kty\\*[\"']"
                 # round 11: commands that set or print a secret
                 r"|printf[ \t][^\n]*\||ssm[ \t]+put-parameter|keyvault[ \t]+secret|secretsmanager[ \t]|mc[ \t]+admin"
                 r"|secrets[ \t]+versions|-field[= ]|op[ \t]+read[ \t]|config:get|auth:token|output[ \t]+-raw"
@@ -1008,6 +1010,32 @@ _USER_THEN_P = re.compile(r"(?<!\S)(?:-u|--user(?:name)?)(?:[ \t]+|=)(?P<u>[^\s\
 _PORTS = re.compile(r"[\d.:\[\]a-f]*\d(?:/(?:tcp|udp|sctp))?")
 _NETRC = re.compile(r"\bmachine\s+\S+\s+login\s+\S+\s+password\s+(?P<v>\S+)")
 _PHONE = re.compile(r"(?<![\w+])\+[1-9]\d{6,14}(?![A-Za-z0-9])")
+# Wallet keys by their place (round 11, class J/K): a WIF after importprivkey, a BIP39 phrase after its name, a
+# Hardhat/Foundry accounts list of 0x keys (a tx hash alone stays), a Solana keypair file (64 bytes as a JSON array)
+_WIF = re.compile(r"\bimportprivkey[ \t]+" + r"(?P<q>\\*[\"']?)" + r"(?P<v>[5KLc9][1-9A-HJ-NP-Za-km-z]{50,51})(?P=q)")
+_BIP39 = re.compile(r"(?i)\b(?:seed|recovery|mnemonic|secret|backup|wallet)[ \t]+(?:phrase|words)\b[^\n]{0,24}?"
+                    r"(?:\bis\b|:|=|\bare\b)[ \t]*[\"'`]?(?P<v>[a-z]{3,8}(?:[ \t]+[a-z]{3,8}){11,23})\b")
+_ACCOUNTS = re.compile(r"\baccounts\\*[\"']?[ \t]*[:=][ \t]*\[(?P<body>[^\]]{66,4000})\]")
+_HEX_KEY_0X = re.compile(r"0x[0-9a-fA-F]{64}(?![0-9a-fA-F])")
+_KEYPAIR = re.compile(r"\[(?P<v>[ \t]*\d{1,3}(?:[ \t]*,[ \t\r\n]*\d{1,3}){63})[ \t]*\]")
+
+
+def _wallet_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
+    if "importprivkey" in low:
+        spans.extend(m.span("v") for m in _WIF.finditer(text))
+    if "phrase" in low or "words" in low:
+        spans.extend(m.span("v") for m in _BIP39.finditer(text))
+    if "accounts" in low:
+        for m in _ACCOUNTS.finditer(text):
+            at = m.start("body")
+            spans.extend((at + k.start(), at + k.end()) for k in _HEX_KEY_0X.finditer(m.group("body")))
+    if "solana" in low or "keypair" in low:
+        spans.extend(m.span("v") for m in _KEYPAIR.finditer(text)
+                     if all(int(n) < 256 for n in m.group("v").replace(" ", "").replace("\n", "").split(",")))
+
+
+_SQL_SET_VALUE = re.compile(r"(?i)\bset[ \t]+(?:\w+\.)?value[ \t]*=[ \t]*'(?P<v>[^'\n]*)'[^;\n]*?\bwhere[ \t]+"
+                            r"(?:\w+\.)?(?:name|key)[ \t]*=[ \t]*'(?P<n>[^'\n]{1,100})'")
 _OAUTH_CODE = re.compile(r"[?&]code=(?P<v>[^&\s\"'#\\]{20,})")
 _FORM = re.compile(r"[A-Za-z_][\w.\-]*=[^&\s]*(?:&[A-Za-z_][\w.\-]*=[^&\s]*)+")
 _FORM_KEYS = {"access_token", "refresh_token", "id_token", "token", "api_key", "apikey", "client_secret", "password",
@@ -1522,6 +1550,14 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             plain = _ESCAPE.sub(lambda e: chr(int(e.group(1) or e.group(2), 16)), m.group())
             if plain != m.group() and find_secrets(plain):
                 spans.append(m.span())
+    if "importprivkey" in low or "phrase" in low or "words" in low or "accounts" in low or "solana" in low \
+            or "keypair" in low:
+        _wallet_spans(text, low, spans)
+    if "where" in low and "value" in low:  # UPDATE settings SET value = 'V' WHERE name = 'smtp_password' (round 11)
+        for m in _SQL_SET_VALUE.finditer(text):
+            kind = name_kind(m.group("n"))
+            if kind is not None and _value_is_secret(m.group("v"), kind, True, m.group("n")):
+                spans.append(m.span("v"))
     if "code=" in text:  # an OAuth authorization code in a logged callback URL (round 11)
         spans.extend(m.span("v") for m in _OAUTH_CODE.finditer(text) if _looks_random(m.group("v")))
     if "&" in text and "\n" not in text:
@@ -2615,7 +2651,9 @@ def _walk(root: Any, name: str | None, level: int) -> Any:
                 vname = k if k.__class__ is str else None
                 if vname is not None and len(vname) == 20 and _AWS_KEY_ID.fullmatch(vname):
                     vname = "aws_secret_access_key"  # {"AKIA…": "secret"}
-                if pair is not None and vname in _PAIR_VALUES:
+                elif vname in _JWK_PRIVATE and "kty" in src:
+                    vname = "private_key"  # a JWK's private members (round 11): d, p, q, dp, dq, qi
+                if pair is not None and (vname in _PAIR_VALUES or vname == "text" and "element" in src):
                     vname = pair
                 elif pair is not None and vname in _PAIR_NAMES:
                     vname = None  # {"ParameterKey": "DbPassword"}: the name, not a key's value
@@ -2683,7 +2721,11 @@ def _argv_spans(src: list, dst: list) -> bool:
 
 
 _AWS_KEY_ID = re.compile(r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}")
-_PAIR_NAMES = ("name", "Name", "key", "Key", "ParameterKey", "OptionName")
+_PAIR_NAMES = ("name", "Name", "key", "Key", "ParameterKey", "OptionName",
+               # round 11: a vault item's {"label": "Password", "value": V}, {"keyName": …}; a browser tool's
+               # {"element": "Password textbox", "text": V}
+               "label", "Label", "keyName", "KeyName", "element")
+_JWK_PRIVATE = frozenset({"d", "p", "q", "dp", "dq", "qi", "k"})
 _PAIR_VALUES = frozenset({"value", "Value", "ParameterValue", "OptionValue", "SecretString"})
 
 
