@@ -1322,7 +1322,10 @@ def clean_round_11() -> list[str]:
         "UPDATE settings SET value = 'info' WHERE name = 'log_level';",
         "tx 0x5c504ed432cb51138bcf09aa5e8a410dd4a1e204ef84bfed1be16dfba1b22060 confirmed",
         '{"keys": [{"kty": "RSA", "kid": "k1", "use": "sig", "n": "sXch4xXfWl3bKk", "e": "AQAB"}]}',
-        "solana balance prints [1, 2, 3] lamports", "the recovery words are written on paper in the safe",
+        "solana balance prints [1, 2, 3] lamports",
+        '$ redis-cli CONFIG GET maxmemory\n1) "maxmemory"\n2) "0"\n',
+        "$ etcdctl get /config/db/host\n/config/db/host\ndb.internal\n",
+        "the recovery words are written on paper in the safe",
     ]
 
 
@@ -1447,6 +1450,17 @@ def hostile_round_11(seed: int = 14) -> list[Case]:
                           "\n  },\n}", ek),
                          (f"$ cat ~/.config/solana/id.json\n[{pair}]\n", pair)):
         c.append(Case("wallet-key-r11", text, secret))
+
+    # a secret printed under a label that names nothing secret on its own
+    k1, k2, ev, rv, et = g.s(B64, 44), g.s(B64, 44), g.password(20, ".^~!+"), g.password(22, ".^~!+"), \
+        g.password(18, ".^~!+")
+    for text, secret, also in ((f"$ vault operator init -key-shares=2 -key-threshold=2\nUnseal Key 1: {k1}\n"
+                                f"Unseal Key 2: {k2}\n", k1, (k2,)),
+                               ("$ bin/elasticsearch-reset-password -u elastic -b\nPassword for the [elastic] user "
+                                f"successfully reset.\nNew value: {ev}\n", ev, ()),
+                               (f'$ redis-cli -h cache CONFIG GET requirepass\n1) "requirepass"\n2) "{rv}"\n', rv, ()),
+                               (f"$ etcdctl get /config/db/password\n/config/db/password\n{et}\n", et, ())):
+        c.append(Case("cli-output-r11", text, secret, also=also))
 
     code = "4%2F0A" + g.b62(40) + "_" + g.b62(20)
     c.append(Case("webhook-route-r11", f'10.20.0.9 - - [07/Dec/2026:20:11:02 +0000] "GET /auth/google/callback?state='

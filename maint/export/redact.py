@@ -295,6 +295,7 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 # round 11: commands that set or print a secret
                 r"|printf[ \t][^\n]*\||ssm[ \t]+put-parameter|keyvault[ \t]+secret|secretsmanager[ \t]|mc[ \t]+admin"
                 r"|secrets[ \t]+versions|-field[= ]|op[ \t]+read[ \t]|config:get|auth:token|output[ \t]+-raw"
+                r"|Unseal Key|New value:|(?i:config[ \t]+get)|etcdctl[ \t]+get"
                 r"|pass[ \t]+show|find-(?:generic|internet)-password|bw[ \t]+get|initial-password|wg[ \t]+genkey"
                 # round 6: command lines that take a password by position or by a short flag, "config set NAME
                 # VALUE", SQL's SET PASSWORD, Go's user:pw@tcp(, a value after || ?? or, a table or a CSV/TSV
@@ -1870,6 +1871,15 @@ _ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool | str], ...] = (
      False),
     (_PRINTER_HINTS, r"(?m)^[^\n]*?(?<![\w\-])(?:" + _PRINTERS + r")[^\n]*\r?\n(?:[ \t]*(?:›[^\n]*)?\r?\n){0,4}(?P<q>)"
      r"(?P<v>[^\s$#>›][^\s]*)[ \t]*(?:\r?\n|$)", "printed"),
+    # round 11 (cli-output): a secret printed under a label that names nothing secret on its own: Vault's unseal keys,
+    # elasticsearch-reset-password's "New value:", redis-cli's CONFIG GET pair, etcdctl get's key line then its value
+    (("unseal key",), r"(?m)^[ \t]*Unseal Key(?:[ \t]+\d{1,2})?:[ \t]*(?P<q>)(?P<v>\S+)", "printed"),
+    (("new value:",), r"reset-password\b[^\n]*\r?\n(?:[^\n]*\r?\n){0,3}?[ \t]*New value:[ \t]*(?P<q>)(?P<v>\S+)",
+     "printed"),
+    (("config get",), r"(?i:config)[ \t]+(?i:get)[ \t]+[\"']?[\w\-]*(?i:pass|auth|secret|token|key)[\w\-]*[\"']?[^\n]*"
+     r"\r?\n[ \t]*1\)[ \t]*\"[^\"\n]*\"[ \t]*\r?\n[ \t]*2\)[ \t]*(?P<q>\")(?P<v>[^\"\n]+)(?P=q)", "printed"),
+    (("etcdctl",), r"\betcdctl[ \t]+get[ \t]+(?P<k>\S*(?i:pass|secret|token|key|cred)\S*)[^\n]*\r?\n(?P=k)[ \t]*\r?\n"
+     r"(?P<q>)(?P<v>\S+)", "printed"),
     (("<<<",), r"(?m)^[^\n]*?" + _STDIN_READERS + r"[^\n]*?<<<[ \t]*" + _Q + r"(?P<v>[^\s\"'\\]+)(?P=q)", False),
     # round 8: MinIO's alias (NAME URL ACCESS_KEY SECRET_KEY: the last), openssl passwd's password, Cisco IOS's
     # cleartext (0) and reversible (7) passwords and keys (5, 8, 9 are hashes: left)
@@ -2110,7 +2120,7 @@ _ARG_HINT = re.compile(r"gh[ \t]+secret|security[ \t]+add-|jsonpath"
                        r"|freerdp|http|xh[ \t]|lftp|--from-literal|wpa_passphrase|snmp-server|createuser|rman"
                        r"|azurewebsites|appid=|echo|printf|<<<|<\("
                        r"|ssm|keyvault|secretsmanager|secrets|vault|op read|config:get|auth:token|output -raw"
-                       r"|pass show|-password|bw get|genkey")
+                       r"|pass show|-password|bw get|genkey|unseal key|new value:|config get|etcdctl")
 def _english_word(m: re.Match) -> bool:
     return m.group().lower().startswith(("password", "passphrase", "passwd"))
 
