@@ -1833,8 +1833,8 @@ _PRINTERS = (r"gcloud[ \t]+secrets[ \t]+versions[ \t]+access|vault[ \t]+(?:kv[ \
              r"|bw[ \t]+get[ \t]+password|az[ \t]+keyvault[ \t]+secret[ \t]+show[^\n]*?(?:-o|--output)[ \t]+tsv"
              r"|argocd[ \t]+admin[ \t]+initial-password|wg[ \t]+genkey|doppler[ \t]+secrets[ \t]+get[^\n]*?--plain"
              r"|aws[ \t]+secretsmanager[ \t]+get-secret-value[^\n]*?--output[ \t]+text")
-_PRINTER_HINTS = ("secrets", "vault", "op read", "config:get", "auth:token", "output -raw", "pass show", "-password",
-                  "bw get", "keyvault", "genkey")
+_PRINTER_HINTS = ("versions access", "-field", "op read", "config:get", "auth:token", "output -raw", "pass show",
+                  "-password", "bw get", "secret show", "genkey", "--plain", "get-secret-value")
 _ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool | str], ...] = (
     (("mosquitto",), r"\bmosquitto_(?:pub|sub|rr)\b[^\n]*?\s-P[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
     (("openssl",), r"\bopenssl[ \t]+(?:enc|aes\S*|des\S*|bf\S*|camellia\S*|chacha\S*|rc4\S*)\b[^\n]*?\s-k[ \t]+" + _Q
@@ -1869,7 +1869,7 @@ _ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool | str], ...] = (
      r"--(?:value|secret-string)(?:[ \t]+|=)" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", "printed"),
     (("mc ",), r"\bmc[ \t]+admin[ \t]+user[ \t]+add[ \t]+\S+[ \t]+\S+[ \t]+" + _Q + r"(?P<v>[^\s\"'\-][^\s\"']*)(?P=q)",
      False),
-    (_PRINTER_HINTS, r"(?m)^[^\n]*?(?<![\w\-])(?:" + _PRINTERS + r")[^\n]*\r?\n(?:[ \t]*(?:›[^\n]*)?\r?\n){0,4}(?P<q>)"
+    (_PRINTER_HINTS, r"(?<![\w\-])(?:" + _PRINTERS + r")[^\n]*\r?\n(?:[ \t]*(?:›[^\n]*)?\r?\n){0,4}(?P<q>)"
      r"(?P<v>[^\s$#>›][^\s]*)[ \t]*(?:\r?\n|$)", "printed"),
     # round 11 (cli-output): a secret printed under a label that names nothing secret on its own: Vault's unseal keys,
     # elasticsearch-reset-password's "New value:", redis-cli's CONFIG GET pair, etcdctl get's key line then its value
@@ -2119,8 +2119,9 @@ _ARG_HINT = re.compile(r"gh[ \t]+secret|security[ \t]+add-|jsonpath"
                        r"|mc[ \t]| [07] |cqlsh|cbq|sqlcmd|bcp|osql|isql|influx|ipmitool|psexec|snmp|ldappasswd|nuget"
                        r"|freerdp|http|xh[ \t]|lftp|--from-literal|wpa_passphrase|snmp-server|createuser|rman"
                        r"|azurewebsites|appid=|echo|printf|<<<|<\("
-                       r"|ssm|keyvault|secretsmanager|secrets|vault|op read|config:get|auth:token|output -raw"
-                       r"|pass show|-password|bw get|genkey|unseal key|new value:|config get|etcdctl")
+                       r"|ssm|keyvault|secretsmanager|versions access|-field|op read|config:get|auth:token"
+                       r"|output -raw|pass show|-password|bw get|secret show|genkey|--plain|get-secret-value"
+                       r"|unseal key|new value:|config get|etcdctl")
 def _english_word(m: re.Match) -> bool:
     return m.group().lower().startswith(("password", "passphrase", "passwd"))
 
