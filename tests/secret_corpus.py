@@ -768,7 +768,7 @@ def secret_cases(seed: int = 14) -> list[Case]:
                 cases.append(_bare(g, family, maker()))
     return (cases + _named(g) + leak_classes(seed) + hostile_round(seed) + hostile_round_3(seed) + hostile_round_4(seed)
             + hostile_round_5(seed) + hostile_round_6(seed) + hostile_round_7(seed) + hostile_round_8(seed)
-            + hostile_round_9(seed) + hostile_round_10(seed))
+            + hostile_round_9(seed) + hostile_round_10(seed) + hostile_round_11(seed))
 
 
 def phone_cases(seed: int = 14) -> list[Case]:
@@ -926,7 +926,7 @@ def clean_texts(seed: int = 14) -> list[str]:
             "mc alias list", "openssl passwd -6 -stdin", "lftp -e 'mirror' sftp://files.acme.io",
             "restic -r /srv/repo --password-file /etc/restic/pass snapshots",
             "ipmitool -I lanplus -H 10.0.0.9 -E sel list"]
-    out += clean_round_9() + clean_round_10()
+    out += clean_round_9() + clean_round_10() + clean_round_11()
     return out
 
 
@@ -1289,3 +1289,180 @@ def clean_round_10() -> list[str]:
             "Token:\nsee the docs for details",
             "std::string password::get() { return x; }", "you can pass arguments as keyword args",
             "The API key (see below):\n\n```bash\nexport OPENAI_API_KEY=$(pass show openai)\n```"]
+
+
+def clean_round_11() -> list[str]:
+    """The clean look-alikes redact-hostile-4 found altered (round 11): a reference, a name, a hash, a label, a
+    path, a nonce or a public key under a name that says secret."""
+    return [
+        '{"containerDefinitions": [{"name": "api", "secrets": [{"name": "DB_PASSWORD", "valueFrom": '
+        '"arn:aws:secretsmanager:eu-west-1:481516234200:secret:prod/orders-db-Ab3dEf"}]}]}',
+        '{"key": "Control+Shift+KeyI"}', "browser_press key=Ctrl+Alt+Delete",
+        "tls:\n  certificatesSecret: orders-db-tls\n  tlsSecret: shop-web-tls\n",
+        "$ cat /etc/nginx/.htpasswd\ngrafana:$apr1$2XM0ZKbM$LaGsYSQ78j2en8plsqQhvA\n",
+        '{"login": {"password": "Password", "forgot_password": "Forgot your password?", "api_key": "API key", '
+        '"token": "Access token"}}',
+        "Content-MD5 of credentials.csv: 78b2944464c20a995886315ceaccf3cc",
+        '{"Contents": [{"Key": "exports/2026/12/api-keys-audit.csv", "Size": 20481}]}',
+        "GET /chat HTTP/1.1\nHost: server.example.com\nUpgrade: websocket\nConnection: Upgrade\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n",
+        "interface: wg0\n  public key: zEhA5ICKBoDO3Ui0V027sZF55BkYWSR3Dqk8DkkI5bc=\n  listening port: 51820\n",
+        # the look-alikes of round 11's new names and schemes
+        "channel.basic_publish(exchange='orders', routing_key='orders.created.eu-west-1', body=msg)",
+        "encrypt = true\nverify_incoming = true\n", "PASSWORD_SALT_LENGTH = 16", "user.password_salt = salt",
+        "SESSION_COOKIE_NAME = 'sessionid'", "Authorization: Bearer\n", "**Password:** see the vault",
+        "the sessionid cookie expires after two weeks", "encrypt(data, key)",
+        # class A and E look-alikes: the command's output is a listing or a word, a setter given a reference
+        "$ pass show\nPassword Store\n├── infra\n", "$ terraform output -raw bucket_name\nshop-assets-prod\n",
+        "aws ssm put-parameter --name /prod/db/host --type String --value db.internal --overwrite",
+        "$ heroku config:get LOG_LEVEL\ninfo\n",
+        # class D and J/K look-alikes: a label that names nothing secret, a tx hash, a public JWK, bytes not 64
+        '{"fields": [{"label": "Username", "value": "svc-backup"}, {"label": "URL", "value": "https://nas.lan"}]}',
+        '{"element": "Search box", "ref": "e12", "text": "blue running shoes"}',
+        "UPDATE settings SET value = 'info' WHERE name = 'log_level';",
+        "tx 0x5c504ed432cb51138bcf09aa5e8a410dd4a1e204ef84bfed1be16dfba1b22060 confirmed",
+        '{"keys": [{"kty": "RSA", "kid": "k1", "use": "sig", "n": "sXch4xXfWl3bKk", "e": "AQAB"}]}',
+        "solana balance prints [1, 2, 3] lamports",
+        '$ redis-cli CONFIG GET maxmemory\n1) "maxmemory"\n2) "0"\n',
+        "$ etcdctl get /config/db/host\n/config/db/host\ndb.internal\n",
+        "the recovery words are written on paper in the safe",
+    ]
+
+
+B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+BECH32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+
+
+def hostile_round_11(seed: int = 14) -> list[Case]:
+    """An eleventh try (2026-12-07, redact-hostile-4, a fresh corpus: 68 of 280 leaked in jsonl): the classes that
+    leaked, each by its design (issue 26)."""
+    g = Gen(seed + 11011)
+    c: list[Case] = []
+    lower_digits = string.ascii_lowercase + string.digits
+
+    def uid() -> str:
+        return str(uuid.UUID(int=g.rng.getrandbits(128), version=4))
+
+    # H: token shapes, in an SDK call or bare in prose
+    jwe = ".".join([base64.urlsafe_b64encode(b'{"alg":"RSA-OAEP-256","enc":"A256GCM"}').decode().rstrip("="),
+                    g.s(B64URL, 342), g.s(B64URL, 16), g.s(B64URL, 200), g.s(B64URL, 22)])
+    shapes = [("crates-io", "Published v0.3.1 to crates.io with cio" + g.b62(32) + " from the vault."),
+              ("paddle", "export const paddle = new Paddle('pdl_live_apikey_" + g.s(lower_digits, 26) + "_"
+               + g.b62(27) + "')"),
+              ("klaviyo", "klaviyo = KlaviyoAPI('pk_" + g.s(HEX, 34) + "', max_delay=60)"),
+              ("braintree", 'var gateway = new BraintreeGateway("access_token$production$' + g.s(lower_digits, 16)
+               + "$" + g.s(HEX, 32) + '");'),
+              ("dingtalk", "SIGN = 'SEC" + g.s(HEX, 64) + "'"),
+              ("ably", "export const ably = new Ably.Realtime('" + g.b62(6) + "." + g.b62(6) + ":" + g.b62(43) + "')"),
+              ("minisign", "untrusted comment: minisign secret key\nRWRTY0Iy" + g.s(B64, 204) + "\n"),
+              ("bip32", "my wallet's master key is xprv9s21ZrQH143K" + g.s(B58, 95) + " (testnet later)"),
+              ("nostr", 'NOSTR_KEY_FILE contents: nsec1' + g.s(BECH32, 58)),
+              ("jwe", "The IdP returns an encrypted ID token (JWE), e.g. " + jwe + " — decrypt it first.")]
+    for family, text in shapes:
+        secret = text.split("'")[1] if "'" in text and family not in ("crates-io",) else None
+        if family == "crates-io":
+            secret = "cio" + text.split(" cio", 1)[1][:32]
+        elif family == "braintree":
+            secret = text.split('"')[1]
+        elif family == "minisign":
+            secret = text.split("\n")[1]
+        elif family == "bip32":
+            secret = text.split("key is ")[1].split(" ")[0]
+        elif family == "nostr":
+            secret = text.split(": ")[1]
+        elif family == "jwe":
+            secret = jwe.split(".")[3]
+        c.append(Case("token-shape-r11", text, secret))
+
+    # I: webhook routes whose path is the secret; an OAuth code in an access log
+    mm, rc1, rc2, fs = g.s(lower_digits, 26), g.b62(24), g.b62(48), uid()
+    c.append(Case("webhook-route-r11", f"alerts go to https://chat.shop.example/hooks/{mm} — make it a table?", mm))
+    c.append(Case("webhook-route-r11", f"Configured https://chat.corp.example/hooks/{rc1}/{rc2} in Alertmanager.",
+                  rc2, also=(rc1,)))
+    c.append(Case("webhook-route-r11", f"WEBHOOK = 'https://open.feishu.cn/open-apis/bot/v2/hook/{fs}'", fs))
+    # F: names not read before: a constant *_SALT, Consul's encrypt, *_ERLANG_COOKIE, routing_key, sessionid (a
+    # cookie in a curl -b string and in a requests dict), a Markdown bold label
+    wp, erl = g.password(40, "!#%^*_-+=|[]{}<>.,:;~"), g.s(UPPER_ALNUM, 20)
+    consul = base64.b64encode(bytes(g.rng.getrandbits(8) for _ in range(32))).decode()
+    rk, sid, sid2, md = g.s(HEX, 32), g.s(lower_digits, 32), g.s(lower_digits, 32), g.password(18, ".^~!+")
+    for text, secret in ((f"define( 'NONCE_SALT', '{wp}' );", wp),
+                         (f'datacenter = "fra1"\nencrypt    = "{consul}"\nserver     = true\n', consul),
+                         (f"HOSTNAME=rabbit-0\nRABBITMQ_ERLANG_COOKIE={erl}\nRABBITMQ_DEFAULT_USER=shop\n", erl),
+                         (f"receivers:\n- name: oncall\n  pagerduty_configs:\n  - routing_key: {rk}\n", rk),
+                         (f"curl 'https://admin.shop.example/' -H 'accept: text/html' -b 'csrftoken={g.b62(32)}; "
+                          f"sessionid={sid}'", sid),
+                         (f"r = requests.get(url, cookies={{'sessionid': '{sid2}'}})", sid2),
+                         (f"Staging box is up:\n\n- **Host:** staging-01.shop.internal\n- **User:** deploy\n"
+                          f"- **Password:** {md}\n", md)):
+        c.append(Case("secret-name-r11", text, secret))
+
+    # G: Authorization with any vendor's scheme word: the credential after it is masked
+    for scheme in ("GenieKey", "Splunk", "Klaviyo-API-Key", "SharedSecret"):
+        u = uid()
+        c.append(Case("auth-scheme-r11", "curl -X POST https://api.example.com/v2/alerts "
+                      f"-H 'Authorization: {scheme} {u}' -d '{{}}'", u))
+
+    # E: commands that set a secret, given on the command line or piped into them
+    for fmt in ("aws ssm put-parameter --name /prod/smtp/password --type SecureString --value '{s}' --overwrite",
+                "az keyvault secret set --vault-name kv-prod --name sql-admin --value '{s}'",
+                "printf '%s' '{s}' | gcloud secrets versions add orders-db-password --data-file=-",
+                "echo -n '{s}' | vercel env add DATABASE_PASSWORD production",
+                'echo "{s}" | npx wrangler secret put UPSTREAM_TOKEN --env production',
+                "mc admin user add shop-minio backup-writer {s}"):
+        v = g.password(18, ".^~!+")
+        c.append(Case("secret-setter-r11", fmt.format(s=v), v))
+
+    # A: a command that prints a secret and its output, in the same text
+    for cmd in ("gcloud secrets versions access latest --secret=orders-db-password --project=shop-prod-31337",
+                "vault kv get -mount=secret -field=password prod/orders-db", "op read 'op://Infra/orders-db/password'",
+                "heroku config:get SECRET_KEY_BASE -a shop-web", "terraform output -raw admin_password",
+                "pass show infra/smtp-relay", "security find-generic-password -a deploy -s staging-db -w",
+                "bw get password 'Grafana admin'",
+                "az keyvault secret show --vault-name kv --name sql-admin --query value -o tsv",
+                "argocd admin initial-password -n argocd", "wg genkey | tee /etc/wireguard/privatekey",
+                "heroku auth:token"):
+        v = g.password(20, ".^~!+") if "genkey" not in cmd else base64.b64encode(
+            bytes(g.rng.getrandbits(8) for _ in range(32))).decode()
+        warn = " ›   Warning: token will expire 12/07/2027\n" if "auth:token" in cmd else ""
+        c.append(Case("secret-printer-r11", f"$ {cmd}\n{warn}{v}\n", v))
+
+    # D: a name and its value under other keys (a vault item's label/value, a browser tool's element/text, SQL's
+    # SET value = … WHERE name = …)
+    v1, v2, v3 = g.password(18, ".^~!+"), g.password(18, ".^~!+"), g.password(18, ".^~!+")
+    c.append(Case("name-value-apart-r11", json.dumps({"action": "create", "fields": [
+        {"label": "Username", "value": "svc-backup"}, {"label": "Password", "value": v1}]}), v1))
+    c.append(Case("name-value-apart-r11", json.dumps({"element": "Password textbox", "ref": "e34", "text": v2}), v2))
+    c.append(Case("name-value-apart-r11", f"shop=# UPDATE settings SET value = '{v3}' WHERE name = 'smtp_password';\n"
+                  "UPDATE 1\n", v3))
+
+    # J/K: wallet keys by their place: a WIF after importprivkey, a BIP39 phrase after its name, JWK private
+    # members, a Hardhat accounts list, a Solana keypair file
+    wif = "L" + g.s(B58, 51)
+    words = " ".join(g.rng.choice(["vivid", "copper", "ladder", "gravity", "humble", "salad", "lunar", "orbit",
+                                   "velvet", "ticket", "frozen", "maple", "absorb", "canal"]) for _ in range(12))
+    d, ek = g.s(B64URL, 43), g.s(HEX, 64)
+    pair = ",".join(str(g.rng.randint(0, 255)) for _ in range(64))
+    for text, secret in ((f"bitcoin-cli -rpcwallet=cold importprivkey {wif} cold-1 false", wif),
+                         (f"ok my seed phrase is {words} — can you derive the first address?", words),
+                         (json.dumps({"keys": [{"kty": "EC", "crv": "P-256", "x": g.s(B64URL, 43),
+                                                "y": g.s(B64URL, 43), "d": d}]}, indent=2), d),
+                         (f"networks: {{\n  sepolia: {{\n    url: 'https://rpc.sepolia.org',\n    accounts: ['0x{ek}'],"
+                          "\n  },\n}", ek),
+                         (f"$ cat ~/.config/solana/id.json\n[{pair}]\n", pair)):
+        c.append(Case("wallet-key-r11", text, secret))
+
+    # a secret printed under a label that names nothing secret on its own
+    k1, k2, ev, rv, et = g.s(B64, 44), g.s(B64, 44), g.password(20, ".^~!+"), g.password(22, ".^~!+"), \
+        g.password(18, ".^~!+")
+    for text, secret, also in ((f"$ vault operator init -key-shares=2 -key-threshold=2\nUnseal Key 1: {k1}\n"
+                                f"Unseal Key 2: {k2}\n", k1, (k2,)),
+                               ("$ bin/elasticsearch-reset-password -u elastic -b\nPassword for the [elastic] user "
+                                f"successfully reset.\nNew value: {ev}\n", ev, ()),
+                               (f'$ redis-cli -h cache CONFIG GET requirepass\n1) "requirepass"\n2) "{rv}"\n', rv, ()),
+                               (f"$ etcdctl get /config/db/password\n/config/db/password\n{et}\n", et, ())):
+        c.append(Case("cli-output-r11", text, secret, also=also))
+
+    code = "4%2F0A" + g.b62(40) + "_" + g.b62(20)
+    c.append(Case("webhook-route-r11", f'10.20.0.9 - - [07/Dec/2026:20:11:02 +0000] "GET /auth/google/callback?state='
+                  f'{g.s(HEX, 16)}&code={code}&scope=email%20openid HTTP/1.1" 302 0', code))
+    return c

@@ -17,13 +17,14 @@ from tests.secret_corpus import (
     hostile_round_8,
     hostile_round_9,
     hostile_round_10,
+    hostile_round_11,
     leak_classes,
 )
 from tests.storegen import StoreBuilder
 
 CLASSES: dict[str, list] = defaultdict(list)
 for _case in (leak_classes() + hostile_round_5() + hostile_round_6() + hostile_round_7() + hostile_round_8()
-              + hostile_round_9() + hostile_round_10()):
+              + hostile_round_9() + hostile_round_10() + hostile_round_11()):
     CLASSES[_case.family].append(_case)
 
 FORMATS = {

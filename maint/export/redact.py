@@ -87,7 +87,7 @@ _FAMILIES: list[tuple[str, str]] = [
     ("linear", r"lin_(?:api|oauth)_[A-Za-z0-9]{32,}"),
     ("notion", r"secret_[A-Za-z0-9]{40,}|ntn_[A-Za-z0-9]{30,}"),
     ("sentry-token", r"sntry[su]_[A-Za-z0-9+/=_]{40,}"),
-    ("jwt", r"eyJ[A-Za-z0-9_=\-]{10,}(?:\.[A-Za-z0-9_=\-]{2,}){0,2}"),
+    ("jwt", r"eyJ[A-Za-z0-9_=\-]{10,}(?:\.[A-Za-z0-9_=\-]{2,}|\.(?=\.)){0,4}"),  # a JWE has five parts
     ("postman", r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}"),
     ("terraform", r"[a-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=\-]{60,}"),
     ("vault", r"hv[sbr]\.[A-Za-z0-9_\-]{24,}|s\.[A-Za-z0-9]{24}(?![A-Za-z0-9])"),
@@ -188,6 +188,20 @@ _FAMILIES: list[tuple[str, str]] = [
     ("zapier-webhook", r"(?<=hooks\.zapier\.com/hooks/catch/)\d{3,12}/[A-Za-z0-9]{5,12}(?![A-Za-z0-9])"),
     ("make-webhook", r"(?:(?<=\.make\.com/)|(?<=\.integromat\.com/))[a-z0-9]{32}(?![A-Za-z0-9])"),
     ("ifttt-webhook", r"(?<=/with/key/)[A-Za-z0-9_\-]{20,}"),
+    # round 11 (redact-hostile-4): token shapes (crates.io, Paddle, Klaviyo's private key (not Stripe's publishable
+    # pk_live_), Braintree, DingTalk's signing secret, Ably's app.key:secret, a minisign secret key, an extended
+    # private key, a Nostr nsec); webhook routes whose path is the secret (Mattermost, Rocket.Chat, Feishu/Lark)
+    ("crates-io", r"cio[A-Za-z0-9]{32}(?![A-Za-z0-9])"),
+    ("paddle", r"pdl_(?:live|sdbx)_apikey_[A-Za-z0-9_]{20,}"),
+    ("klaviyo-private", r"pk_[a-f0-9]{34}(?![A-Za-z0-9])"),
+    ("dingtalk-sign", r"SEC[a-f0-9]{64}(?![A-Za-z0-9])"),
+    ("ably", r"[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{6}:[A-Za-z0-9_\-]{40,}"),
+    ("minisign-secret", r"RWRTY0Iy[A-Za-z0-9+/]{100,}={0,2}"),
+    ("bip32-private", r"[xtyzuv]prv[1-9A-HJ-NP-Za-km-z]{100,112}"),
+    ("nostr-nsec", r"nsec1[02-9ac-hj-np-z]{58}"),
+    ("mattermost-webhook", r"(?<=/hooks/)[a-z0-9]{26}(?![A-Za-z0-9])"),
+    ("rocketchat-webhook", r"(?<=/hooks/)[A-Za-z0-9]{17,24}/[A-Za-z0-9]{40,}"),
+    ("feishu-webhook", r"(?<=/bot/v2/hook/)[0-9a-f\-]{32,36}"),
 ]
 # One alternation behind one token-boundary check, without groups (each group costs in every attempt).
 _SHAPES = re.compile(r"(?<![A-Za-z0-9_\-])(?:" + "|".join(p for _, p in _FAMILIES) + ")")
@@ -195,7 +209,8 @@ _SHAPES = re.compile(r"(?<![A-Za-z0-9_\-])(?:" + "|".join(p for _, p in _FAMILIE
 _LOOSE_PREFIXES = ("sk_", "fw", "fpk_", "tvly-", "fal_", "fc-", "bb_live_", "am_", "exa_", "syt_", "retaindb_",
                    "hsk-", "mem0_", "brv_", "gAAAA", "vc", "nf", "xox", "xapp-", "eyJ",
                    # round 10: prefixes that words and identifiers also start with (as-is, live_stream_…)
-                   "BSA", "00", "live_", "sandbox_", "test_", "rnd_", "as-", "pa-", "u+", "aio_", "csk-")
+                   "BSA", "00", "live_", "sandbox_", "test_", "rnd_", "as-", "pa-", "u+", "aio_", "csk-",
+                   "cio", "pk_")  # round 11
 _RUN_CHARS = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.+/=~:")
 # Token characters become "a", everything else (UTF-8 lead and continuation bytes too) a space:
 # a shape can only be present where 20 of them stand in a row (documented formats are all longer).
@@ -231,7 +246,8 @@ _TYPE_WORD = (r"(?:(?i:as)[ \t]+)?(?:\[\])?(?:string|securestring|str|&str|byte|
 # rule below could (a keyword with a separator after it, a shape's prefix, a place's marker, an
 # escape), so a text it does not match is returned as it is without running them. It must stay a
 # superset of the rules: the corpus tests run through it.
-_GATE_KW = "(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer|mnemonic|psk|sessid|jsession)"
+_GATE_KW = ("(?i:key|token|pass|secret|auth|sig|cred|pw|dsn|cookie|jwt|bearer|mnemonic|psk|sessid|jsession"
+            "|salt|encrypt|sessionid)")  # round 11: WordPress's *_SALT, Consul's encrypt, Django's sessionid
 # Space beside a separator: Unicode spaces (the rules see them as " "), and a tab or a Unicode space
 # escaped in JSON text (the rules see the decoded value; the gate sees the raw text, escapes and all).
 _GATE_SP = (r"(?:[ \t\x{a0}\x{1680}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]|\\+t"
@@ -260,7 +276,7 @@ _GATE_NAME = ("(?:" + _GATE_NAME + ")(?:"
               # <NAME>
               r"|<(?:[\w.\-]*:)?[\w.\-]*" + _GATE_KW + _GATE_NAMECHARS + r"*(?:\\*[\"'])?\]?" + _GATE_SP + r"*>")
 _GATE_PAIR = (r"<(?i:name|key)>[^<\n]*" + _GATE_KW + "|"
-              r"(?i:name|key|parameterkey|optionname|variable)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP
+              r"(?i:name|key|parameterkey|optionname|variable|label|element)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP
               + r"*\\*[\"']?[\w./\-]*" + _GATE_KW + r"|(?i:variable)" + _GATE_SP + r"+\\*[\"'][\w.\-]*" + _GATE_KW)
 # a collection named tokens (the gate's names leave out "tokens": MAX_TOKENS is everywhere): tokens = [, "tokens": {,
 # and a YAML list (tokens: then - V; not Python's "if n > MAX_TOKENS:" or "for t in tokens:" and its block)
@@ -273,7 +289,14 @@ _GATE_CONTAINER = (r"(?i:tokens)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP + r"
 _GATE_CLI = (r"(?:--|(?:^|[\s\"'\[,])-)[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP
              + r"+[^\s\-]")
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
-                r"|sshpass|htpasswd"
+                r"|sshpass|htpasswd|\?code=|(?i:set[ \t]+value)"
+                r"|importprivkey|(?i:seed|recovery|mnemonic|backup|wallet)[ \t]+(?i:phrase|words)"
+                r"|accounts\\*[\"']?[ \t]*[:=][ \t]*\[|(?i:solana)|keypair|\\*[\"']kty\\*[\"']"
+                # round 11: commands that set or print a secret
+                r"|printf[ \t][^\n]*\||ssm[ \t]+put-parameter|keyvault[ \t]+secret|secretsmanager[ \t]|mc[ \t]+admin"
+                r"|secrets[ \t]+versions|-field[= ]|op[ \t]+read[ \t]|config:get|auth:token|output[ \t]+-raw"
+                r"|Unseal Key|New value:|(?i:config[ \t]+get)|etcdctl[ \t]+get"
+                r"|pass[ \t]+show|find-(?:generic|internet)-password|bw[ \t]+get|initial-password|wg[ \t]+genkey"
                 # round 6: command lines that take a password by position or by a short flag, "config set NAME
                 # VALUE", SQL's SET PASSWORD, Go's user:pw@tcp(, a value after || ?? or, a table or a CSV/TSV
                 # header naming a secret column, prose ("the password on X is V", "use V as the password") and
@@ -377,7 +400,11 @@ _GATE_SHAPES = (
     r"|test_[a-f0-9]{8}|as-[A-Za-z0-9]{8}|pk_\d|st\.[0-9a-f]{8}-|pa-[A-Za-z0-9_\-]{8}|u\+[A-Za-z0-9_\-]{8})"
     r"|" + _GATE_TOKEN_START + r"(?:SK[0-9a-fA-F]{8}|AC[0-9a-f]{8}"
     r"|(?:bot)?\d{8,12}:[A-Za-z0-9_\-]{30}|s\.[A-Za-z0-9]{24}|AAAA[A-Za-z0-9_\-]{7}:"
-    r"|pat[A-Za-z0-9]{14}\.|t1\.[A-Za-z0-9_\-]|oy2[a-z0-9])")
+    r"|pat[A-Za-z0-9]{14}\.|t1\.[A-Za-z0-9_\-]|oy2[a-z0-9]"
+    # round 11
+    r"|cio[A-Za-z0-9]{8}|pk_[a-f0-9]{8}|SEC[a-f0-9]{8}|[xtyzuv]prv[1-9A-HJ-NP-Za-km-z]{8}|nsec1[02-9ac-hj-np-z]{8})"
+    r"|pdl_(?:live|sdbx)_|access_token\$|RWRTY0Iy|\.[A-Za-z0-9_\-]{6}:[A-Za-z0-9_\-]{8}|/hooks/[A-Za-z0-9]{8}"
+    r"|/bot/v2/hook/")
 
 # Base64 of ASCII text (printable, tabs and line ends): in each group of four characters, the first
 # holds the top six bits of a byte in 0x20-0x7e or \t \n \r (C, D, I-Z, a-f), the second four bits of the
@@ -571,7 +598,7 @@ def _random_body(token: str) -> bool:
 # A name is found at a keyword inside it; the regex is only run on text whose lower-cased form holds
 # one of _NAME_TRIGGERS.
 _NAME_TRIGGERS = ("key", "token", "pass", "secret", "auth", "sig", "cred", "pw", "dsn", "cookie", "jwt", "bearer",
-                  "mnemonic", "psk", "sessid", "jsession")
+                  "mnemonic", "psk", "sessid", "jsession", "salt", "encrypt", "sessionid")
 # Bounded repeats: a keyword inside a long run ("keykeykey...") costs at most ~100 steps, never the run.
 _TAIL_SEP = (r"(?P<n>[\w\-]{0,100}(?:\.[\w\-]{1,100}){0,10})(?P<q>\\*[\"']|`)?(?P<sub>\])?"
              # "AWS Secret Access Key [None]: …" (aws configure) puts a bracket before the colon
@@ -629,7 +656,7 @@ _PASS_NOT = {"bypass", "compass", "encompass", "surpass", "overpass", "underpass
              "firstpass", "onepass", "secondpass", "lastpass"}
 _TOKEN_WORDS = {"token", "apikey", "accesskey", "authtoken", "accesstoken", "refreshtoken", "signature", "sig",
                 "signer",
-                "dsn", "bearer", "jwt", "sas", "pat", "jsessionid", "phpsessid", "aspsessionid"}
+                "dsn", "bearer", "jwt", "sas", "pat", "jsessionid", "phpsessid", "aspsessionid", "sessionid"}
 _FUSED = ("password", "passwd", "secret", "token", "apikey", "credential", "credentials")
 _FUSED_NOT = {"tokens", "tokenizer", "tokenize", "secretary", "secrets"}
 # A last part that makes the whole name harmless: token_count, KEY_PATH, password_reset ...
@@ -659,6 +686,7 @@ _KEY_NOT = {"sort", "primary", "foreign", "cache", "partition", "idempotency", "
             "label", "field", "column", "table", "hash", "sequence", "session", "host", "known", "idempotent",
             "natural", "surrogate", "candidate", "range", "react", "list", "bucket", "prefix", "item", "record",
             "element", "media", "keyboard", "press", "hotkey", "i18n", "config", "metadata", "matching",
+            "socket", "websocket",  # Sec-WebSocket-Key: a handshake nonce (RFC 6455), not a credential
             "registry", "cursor", "continuation", "pagination", "page", "next", "custom", "encoded",
             "serialization", "the", "a", "this", "that", "my", "your", "to", "of",
             "for", "with", "by", "from"}  # forKey: "apiToken" (Swift, Objective-C) names the key, it holds none
@@ -702,13 +730,17 @@ _CLOSED_IDENT = re.compile(r"[A-Za-z_][\w.]*[)}\]]+[,;]?")
 _CMDLET = re.compile(r"(?:Read|Get|ConvertTo|ConvertFrom|Import|New|Invoke|Unprotect)-[A-Z][A-Za-z]+")
 _MOUNT_SPEC = re.compile(r"(?:id|type|src|source|target|dst|env|mode|required)=[^\s,]*")
 # Helm's existingSecret and …PasswordKey name a Secret and a key in it; their values are such names
-_REF_NAME = re.compile(r"^(?i:existing)|(?i:password)_?(?i:key)$")
+_REF_NAME = re.compile(r"^(?i:existing)|(?i:password)_?(?i:key)$|^(?!client|app|api|consumer|jwt|webhook|shared|signing"
+                       r"|session|cookie|master|root|admin)[a-z]+Secret$")  # Helm's certificatesSecret: a Secret's name
 _K8S_NAME = re.compile(r"[a-z][a-z0-9]*(?:[\-.][a-z][a-z0-9]*)+")
 _IDENT = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
 _PATH = re.compile(r"(?:~|\.\.?)?(?:/[\w.\-@]+)+/?")
 
 
 _TOOL_CALL_ID = re.compile(r"(?:call|toolu)_([A-Za-z0-9]{20,64})")
+
+
+_FILE_EXTS = {"csv", "json", "txt", "yaml", "yml", "xml", "toml", "ini", "log", "md", "zip", "gz", "tar", "bak"}
 
 
 @lru_cache(maxsize=4096)
@@ -720,6 +752,8 @@ def name_kind(name: str) -> str | None:
         if m is not None and _random_id(m.group(1)):
             return None  # a tool call's id (call_…Pw…): the gate sets these aside (_TOOL_CALL_ID_BYTES)
     low = name.lower().lstrip("-_@$")
+    if low.rpartition(".")[2] in _FILE_EXTS and "." in low:
+        return None  # credentials.csv: a file's name (its checksum, its size follow), not a setting's
     if low in _AUTH_HEADERS:
         return "auth"
     if low in _LINE_HEADERS:
@@ -730,6 +764,11 @@ def name_kind(name: str) -> str | None:
         return "token"  # a GCP service account's private_key_id: it names the live key, masked with it
     if parts[-2:] == ["secret", "id"]:
         return "secret_id"  # Vault AppRole's secret_id (a UUID); Secrets Manager's SecretId names a secret
+    if len(parts) >= 2 and (parts[-1] == "salt" and name.isupper() or parts[-1] == "cookie") \
+            or parts in (["encrypt"], ["gossip", "key"], ["routing", "key"], ["integration", "key"]):
+        # round 11: WordPress's AUTH_SALT (a constant named *_SALT, not a hash's salt column), RABBITMQ_ERLANG_COOKIE,
+        # Consul's gossip encrypt key, PagerDuty's routing_key (RabbitMQ's is a word: only a random value is masked)
+        return "random"
     if not parts or parts[-1] in _NEUTRAL_LAST:
         return None
     kind = None
@@ -867,6 +906,28 @@ def _contained_item(m: re.Match, kind: str, spans: list[tuple[int, int]]) -> Non
         spans.append((lo, hi))
 
 
+# Values that are never the secret their name promises (round 11, clean look-alikes of hostile round 4): a crypt
+# hash with or without its user (htpasswd's user:$apr1$…, documented: a hash is not the password), a keyboard chord
+# (the browser tool's {"key": "Control+Shift+KeyI"}), an ARN (ECS's valueFrom beside "name": "DB_PASSWORD": where the
+# secret lives), a relative path in lower case (an S3 object's "Key": "exports/…/api-keys-audit.csv").
+_NOT_SECRET_VALUE = re.compile(
+    r"(?:[\w.\-@]{1,64}:)?\$(?:apr1|1|2[abxy]?|5|6|y|gy|7|argon2(?:id|i|d)|scrypt|pbkdf2[\w\-]*)\$[./\w$=+,\-]{8,}"
+    r"|(?:(?i:control|ctrl|shift|alt|altgr|option|opt|meta|cmd|command|super|win)\+){1,4}[A-Za-z0-9][A-Za-z0-9]{0,19}"
+    r"|arn:aws[\w\-]*:[\w\-]+:[\w\-]*:\d{0,12}:[^\s\"']+"
+    r"|[a-z0-9_\-.@]+(?:/[a-z0-9_\-.@]+)+/?")
+_LABEL_WORD = re.compile(r"(?:[A-Z]{2,5}|[A-Za-z][a-z]*)[?.!:]?")
+_LABEL_NAMES = {"password", "passphrase", "key", "token", "secret", "pin", "passcode", "credentials", "credential"}
+
+
+def _is_label(value: str, name: str) -> bool:
+    """A UI label under a secret's name (locales/en.json's "api_key": "API key", "token": "Access token"): words
+    only, one of them the thing the name names."""
+    words = value.split()
+    if not 2 <= len(words) <= 8 or not all(_LABEL_WORD.fullmatch(w) for w in words):
+        return False
+    return any(w.rstrip("?.!:").lower() in _LABEL_NAMES for w in words)
+
+
 def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> bool:
     v = value.strip()
     if not v or MASK in v or len(v) < 3:
@@ -878,6 +939,8 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
     low = v.lower()
     if low in _NOT_VALUES or low.strip("*.x…") == "":
         return False
+    if _NOT_SECRET_VALUE.fullmatch(v) or " " in v and _is_label(v, name):
+        return False  # a crypt hash (user:$apr1$…), a key chord, an ARN, a relative path; a label ("API key")
     if _DIGEST.fullmatch(v) or _PLACEHOLDER_BODY.fullmatch(v):
         return False  # sha256:<hex>, sha512-<base64> (a hash, an integrity value); sk_live_xxxx… (a placeholder)
     if not quoted and (_CLOSED_IDENT.fullmatch(v) or _CMDLET.fullmatch(v) or _MOUNT_SPEC.fullmatch(v)):
@@ -917,9 +980,12 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
         return len(v) >= (4 if kind == "password" else 12)
     if v[0] in "^~<>=v0123456789" and _VERSION.fullmatch(v):
         return False  # a version range ("next-auth": "^4.24.5")
-    if kind == "random":
-        return len(v) >= 16 and _looks_random(v)
+    if kind == "random":  # not words joined by dots and dashes (routing_key='orders.created.eu-west-1')
+        return len(v) >= 16 and _looks_random(v) and _WORDS_JOINED.fullmatch(v) is None
     return True
+
+
+_WORDS_JOINED = re.compile(r"[a-z]{2,}(?:[._\-][a-z]{2,})*(?:[._\-][a-z0-9]{1,4})*")
 
 
 # -- places ---------------------------------------------------------------------------------------
@@ -945,6 +1011,33 @@ _USER_THEN_P = re.compile(r"(?<!\S)(?:-u|--user(?:name)?)(?:[ \t]+|=)(?P<u>[^\s\
 _PORTS = re.compile(r"[\d.:\[\]a-f]*\d(?:/(?:tcp|udp|sctp))?")
 _NETRC = re.compile(r"\bmachine\s+\S+\s+login\s+\S+\s+password\s+(?P<v>\S+)")
 _PHONE = re.compile(r"(?<![\w+])\+[1-9]\d{6,14}(?![A-Za-z0-9])")
+# Wallet keys by their place (round 11, class J/K): a WIF after importprivkey, a BIP39 phrase after its name, a
+# Hardhat/Foundry accounts list of 0x keys (a tx hash alone stays), a Solana keypair file (64 bytes as a JSON array)
+_WIF = re.compile(r"\bimportprivkey[ \t]+" + r"(?P<q>\\*[\"']?)" + r"(?P<v>[5KLc9][1-9A-HJ-NP-Za-km-z]{50,51})(?P=q)")
+_BIP39 = re.compile(r"(?i)\b(?:seed|recovery|mnemonic|secret|backup|wallet)[ \t]+(?:phrase|words)\b[^\n]{0,24}?"
+                    r"(?:\bis\b|:|=|\bare\b)[ \t]*[\"'`]?(?P<v>[a-z]{3,8}(?:[ \t]+[a-z]{3,8}){11,23})\b")
+_ACCOUNTS = re.compile(r"\baccounts\\*[\"']?[ \t]*[:=][ \t]*\[(?P<body>[^\]]{66,4000})\]")
+_HEX_KEY_0X = re.compile(r"0x[0-9a-fA-F]{64}(?![0-9a-fA-F])")
+_KEYPAIR = re.compile(r"\[(?P<v>[ \t]*\d{1,3}(?:[ \t]*,[ \t\r\n]*\d{1,3}){63})[ \t]*\]")
+
+
+def _wallet_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
+    if "importprivkey" in low:
+        spans.extend(m.span("v") for m in _WIF.finditer(text))
+    if "phrase" in low or "words" in low:
+        spans.extend(m.span("v") for m in _BIP39.finditer(text))
+    if "accounts" in low:
+        for m in _ACCOUNTS.finditer(text):
+            at = m.start("body")
+            spans.extend((at + k.start(), at + k.end()) for k in _HEX_KEY_0X.finditer(m.group("body")))
+    if "solana" in low or "keypair" in low:
+        spans.extend(m.span("v") for m in _KEYPAIR.finditer(text)
+                     if all(int(n) < 256 for n in m.group("v").replace(" ", "").replace("\n", "").split(",")))
+
+
+_SQL_SET_VALUE = re.compile(r"(?i)\bset[ \t]+(?:\w+\.)?value[ \t]*=[ \t]*'(?P<v>[^'\n]*)'[^;\n]*?\bwhere[ \t]+"
+                            r"(?:\w+\.)?(?:name|key)[ \t]*=[ \t]*'(?P<n>[^'\n]{1,100})'")
+_OAUTH_CODE = re.compile(r"[?&]code=(?P<v>[^&\s\"'#\\]{20,})")
 _FORM = re.compile(r"[A-Za-z_][\w.\-]*=[^&\s]*(?:&[A-Za-z_][\w.\-]*=[^&\s]*)+")
 _FORM_KEYS = {"access_token", "refresh_token", "id_token", "token", "api_key", "apikey", "client_secret", "password",
               "auth", "jwt", "session", "secret", "key", "code", "signature", "x-amz-signature"}
@@ -980,12 +1073,17 @@ _AWS_BESIDE = re.compile(r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?P<q>\\*[\"'`])[ 
                          r"(?P<v>[A-Za-z0-9/+=_\-]{16,128})(?P=q)")
 
 
+_BRAINTREE = re.compile(r"access_token\$(?:production|sandbox)\$[a-z0-9]{16}\$[a-f0-9]{32}")
+
+
 def _shape_spans(text: str, spans: list[tuple[int, int]]) -> None:
     """Shapes, searched only inside runs of 20+ token characters (found on a byte translation)."""
     if "AKIA" in text or "ASIA" in text or "ABIA" in text or "ACCA" in text:
         spans.extend(m.span("v") for m in _AWS_BESIDE.finditer(text) if _looks_random(m.group("v")))
     if "glimt-" in text:
         spans.extend(m.span() for m in _GLIMT.finditer(text))
+    if "access_token$" in text:  # Braintree's token: "$" splits the runs below
+        spans.extend(m.span() for m in _BRAINTREE.finditer(text))
     raw = text.encode("utf-8", "surrogatepass")
     mapped = raw.translate(_RUN_TABLE)
     if _RUN_20 not in mapped:
@@ -1042,6 +1140,9 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             start += 1  # names start with a letter or _
         name = text[start:done]
         kind = name_kind(name)
+        if kind == "random" and start >= 2 and text[start - 1] == " " and \
+                text[max(0, start - 20):start - 1].rsplit(None, 1)[-1:] in (["public"], ["Public"], ["host"]):
+            continue  # WireGuard's "public key: …", ssh's "host key": a public key
         if kind is None:
             # a list, a map or a section named as secrets (api_keys:, passwords = [...]): the values in it
             if not cli and container_kind(name) is not None and _form(m) == "assign":
@@ -1073,6 +1174,10 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             if form in ("assign", "cli") or form == "space" and text[pos:pos + 1] in ("\"", "'"):
                 _header_span(text, pos, kind, spans)
             continue
+        if form == "assign" and text.startswith(("**", "__"), pos) and text[pos + 2:pos + 3] in (" ", "\t"):
+            pos += 2 + len(text[pos + 2:pos + 40]) - len(text[pos + 2:pos + 40].lstrip(" \t"))  # **Password:** V
+            if pos >= len(text):
+                continue
         if text[pos] in "|>\r\n" and form == "assign" and text[m.end("n"):pos].strip(" \t\r\n\"'\\]").startswith(":"):
             _yaml_block_span(text, start, pos, name, kind, spans)
             continue
@@ -1257,6 +1362,18 @@ _TAGGED = re.compile(r"[ \t]+[^\s#]")  # a tag is followed by what it tags
 _YAML_KEY = re.compile(r"[\w.\-\"']+[ \t]*:(?:[ \t]|$)")
 
 
+_SCHEME_WORD = re.compile(r"[A-Z][A-Za-z]{1,23}(?:-[A-Za-z]{1,12}){0,3}")
+
+
+def _scheme_word(word: str) -> bool:
+    """Any vendor's scheme word before the credential (round 11: Opsgenie's GenieKey, Splunk's Splunk,
+    Klaviyo-API-Key ...): a capitalised word of at most four parts, each a word or an acronym (not AbCdEf)."""
+    if _SCHEME_WORD.fullmatch(word) is None:
+        return False
+    parts = _PARTS.findall(word)
+    return len(parts) <= 4 and all(len(p) >= 3 or p.isupper() for p in parts)
+
+
 def _header_span(text: str, pos: int, kind: str, spans: list[tuple[int, int]]) -> None:
     """Authorization: keep the scheme word, mask the credential; Cookie: mask the whole value."""
     quoted = False
@@ -1272,7 +1389,7 @@ def _header_span(text: str, pos: int, kind: str, spans: list[tuple[int, int]]) -
         first, _, rest = value.partition(" ")
         if first.lower() in _SCHEMES and not rest.strip():
             return  # "Bearer " + token: the scheme alone, the credential added by code
-        if first.lower() in _SCHEMES and rest.strip():
+        if (first.lower() in _SCHEMES or _scheme_word(first)) and rest.strip():
             pos += len(first) + 1 + (len(rest) - len(rest.lstrip()))
             value = rest.strip()
         elif not quoted:
@@ -1435,6 +1552,16 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
             plain = _ESCAPE.sub(lambda e: chr(int(e.group(1) or e.group(2), 16)), m.group())
             if plain != m.group() and find_secrets(plain):
                 spans.append(m.span())
+    if "importprivkey" in low or "phrase" in low or "words" in low or "accounts" in low or "solana" in low \
+            or "keypair" in low:
+        _wallet_spans(text, low, spans)
+    if "where" in low and "value" in low:  # UPDATE settings SET value = 'V' WHERE name = 'smtp_password' (round 11)
+        for m in _SQL_SET_VALUE.finditer(text):
+            kind = name_kind(m.group("n"))
+            if kind is not None and _value_is_secret(m.group("v"), kind, True, m.group("n")):
+                spans.append(m.span("v"))
+    if "code=" in text:  # an OAuth authorization code in a logged callback URL (round 11)
+        spans.extend(m.span("v") for m in _OAUTH_CODE.finditer(text) if _looks_random(m.group("v")))
     if "&" in text and "\n" not in text:
         body = text.strip()
         if _FORM.fullmatch(body):
@@ -1694,7 +1821,21 @@ def _command_spans(text: str, low: str, spans: list[tuple[int, int]], can: froze
 _Q = r"(?P<q>\\*[\"']?)"
 _STDIN_READERS = (r"(?:--password-stdin|--passphrase-fd|--pass(?:word)?-?stdin|secret[ \t]+create|--stdin|chpasswd"
                   r"|\bpasswd\b|\bsudo\b[^\n|]*?[ \t]-[A-Za-z]*S\b|\bcryptsetup\b|\baz[ \t]+devops[ \t]+login\b"
-                  r"|--with-token\b)")
+                  r"|--with-token\b"
+                  # round 11: commands that set a secret from their standard input
+                  r"|gcloud[ \t]+secrets[ \t]+(?:versions[ \t]+add|create)|vercel[ \t]+env[ \t]+add"
+                  r"|wrangler[ \t]+(?:pages[ \t]+)?secret[ \t]+put|netlify[ \t]+env:set|supabase[ \t]+secrets[ \t]+set"
+                  r"|firebase[ \t]+functions:secrets:set)")
+# round 11 (class A): a command that prints a secret, and its output in the same text (a pasted terminal, a tool
+# that echoes its command): the next non-empty line (after the CLI's own warnings, "›"), when it looks like one
+_PRINTERS = (r"gcloud[ \t]+secrets[ \t]+versions[ \t]+access|vault[ \t]+(?:kv[ \t]+get|read)[^\n]*?[ \t]-field[= ]"
+             r"|op[ \t]+read|heroku[ \t]+config:get|heroku[ \t]+auth:token|terraform[ \t]+output[ \t]+-raw"
+             r"|g?pass[ \t]+show|security[ \t]+find-(?:generic|internet)-password[^\n]*?[ \t]-w\b"
+             r"|bw[ \t]+get[ \t]+password|az[ \t]+keyvault[ \t]+secret[ \t]+show[^\n]*?(?:-o|--output)[ \t]+tsv"
+             r"|argocd[ \t]+admin[ \t]+initial-password|wg[ \t]+genkey|doppler[ \t]+secrets[ \t]+get[^\n]*?--plain"
+             r"|aws[ \t]+secretsmanager[ \t]+get-secret-value[^\n]*?--output[ \t]+text")
+_PRINTER_HINTS = ("versions access", "-field", "op read", "config:get", "auth:token", "output -raw", "pass show",
+                  "-password", "bw get", "secret show", "genkey", "--plain", "get-secret-value")
 _ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool | str], ...] = (
     (("mosquitto",), r"\bmosquitto_(?:pub|sub|rr)\b[^\n]*?\s-P[ \t]+" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", False),
     (("openssl",), r"\bopenssl[ \t]+(?:enc|aes\S*|des\S*|bf\S*|camellia\S*|chacha\S*|rc4\S*)\b[^\n]*?\s-k[ \t]+" + _Q
@@ -1722,6 +1863,24 @@ _ARG_TABLE: tuple[tuple[tuple[str, ...], str, bool | str], ...] = (
     # kubectl get secret … -o jsonpath='{.data.password}' (| base64 -d), then its output on the next line
     (("jsonpath",), r"\bkubectl[ \t]+get[ \t]+secrets?\b[^\n]*?jsonpath=[\"']?\{\.data\.[^}\n]+\}[^\n]*\r?\n"
      r"(?:[ \t]*\r?\n)?(?P<q>)(?P<v>[^\s$#>][^\s]*)[ \t]*(?:\r?\n|$)", False),
+    # round 11 (class E): commands that set a secret given on their command line (class A: see _PRINTERS)
+    (("ssm", "keyvault", "secretsmanager"), r"\b(?:aws[ \t]+ssm[ \t]+put-parameter"
+     r"|az[ \t]+keyvault[ \t]+secret[ \t]+set"
+     r"|aws[ \t]+secretsmanager[ \t]+(?:create-secret|put-secret-value|update-secret))\b[^\n]*?[ \t]"
+     r"--(?:value|secret-string)(?:[ \t]+|=)" + _Q + r"(?P<v>[^\s\"']+)(?P=q)", "printed"),
+    (("mc ",), r"\bmc[ \t]+admin[ \t]+user[ \t]+add[ \t]+\S+[ \t]+\S+[ \t]+" + _Q + r"(?P<v>[^\s\"'\-][^\s\"']*)(?P=q)",
+     False),
+    (_PRINTER_HINTS, r"(?<![\w\-])(?:" + _PRINTERS + r")[^\n]*\r?\n(?:[ \t]*(?:›[^\n]*)?\r?\n){0,4}(?P<q>)"
+     r"(?P<v>[^\s$#>›][^\s]*)[ \t]*(?:\r?\n|$)", "printed"),
+    # round 11 (cli-output): a secret printed under a label that names nothing secret on its own: Vault's unseal keys,
+    # elasticsearch-reset-password's "New value:", redis-cli's CONFIG GET pair, etcdctl get's key line then its value
+    (("unseal key",), r"(?m)^[ \t]*Unseal Key(?:[ \t]+\d{1,2})?:[ \t]*(?P<q>)(?P<v>\S+)", "printed"),
+    (("new value:",), r"reset-password\b[^\n]*\r?\n(?:[^\n]*\r?\n){0,3}?[ \t]*New value:[ \t]*(?P<q>)(?P<v>\S+)",
+     "printed"),
+    (("config get",), r"(?i:config)[ \t]+(?i:get)[ \t]+[\"']?[\w\-]*(?i:pass|auth|secret|token|key)[\w\-]*[\"']?[^\n]*"
+     r"\r?\n[ \t]*1\)[ \t]*\"[^\"\n]*\"[ \t]*\r?\n[ \t]*2\)[ \t]*(?P<q>\")(?P<v>[^\"\n]+)(?P=q)", "printed"),
+    (("etcdctl",), r"\betcdctl[ \t]+get[ \t]+(?P<k>\S*(?i:pass|secret|token|key|cred)\S*)[^\n]*\r?\n(?P=k)[ \t]*\r?\n"
+     r"(?P<q>)(?P<v>\S+)", "printed"),
     (("<<<",), r"(?m)^[^\n]*?" + _STDIN_READERS + r"[^\n]*?<<<[ \t]*" + _Q + r"(?P<v>[^\s\"'\\]+)(?P=q)", False),
     # round 8: MinIO's alias (NAME URL ACCESS_KEY SECRET_KEY: the last), openssl passwd's password, Cisco IOS's
     # cleartext (0) and reversible (7) passwords and keys (5, 8, 9 are hashes: left)
@@ -1862,7 +2021,10 @@ def _arg_spans(text: str, low: str, spans: list[tuple[int, int]]) -> None:
         if any(h in low for h in hints):
             for m in regex.finditer(text):
                 v = m.group("v")
-                if positional and not (_strong(v) and (positional == "strong" or _looks_random(v) or ":" in v)):
+                if positional == "printed":
+                    if not _strong(v) or _WORDS_JOINED.fullmatch(v):
+                        continue  # a word, a host, a bucket's name (terraform output -raw bucket_name)
+                elif positional and not (_strong(v) and (positional == "strong" or _looks_random(v) or ":" in v)):
                     continue
                 if _value_is_secret(v, "password", True):
                     spans.append(m.span("v"))
@@ -1957,7 +2119,10 @@ _ARG_HINT = re.compile(r"gh[ \t]+secret|security[ \t]+add-|jsonpath"
                        r"|mosquitto|openssl|rar[ \t]|ssh-keygen|login|poetry|b2[ \t]+a|bundle|oracle:|community"
                        r"|mc[ \t]| [07] |cqlsh|cbq|sqlcmd|bcp|osql|isql|influx|ipmitool|psexec|snmp|ldappasswd|nuget"
                        r"|freerdp|http|xh[ \t]|lftp|--from-literal|wpa_passphrase|snmp-server|createuser|rman"
-                       r"|azurewebsites|appid=|echo|printf|<<<|<\(")
+                       r"|azurewebsites|appid=|echo|printf|<<<|<\("
+                       r"|ssm|keyvault|secretsmanager|versions access|-field|op read|config:get|auth:token"
+                       r"|output -raw|pass show|-password|bw get|secret show|genkey|--plain|get-secret-value"
+                       r"|unseal key|new value:|config get|etcdctl")
 def _english_word(m: re.Match) -> bool:
     return m.group().lower().startswith(("password", "passphrase", "passwd"))
 
@@ -2504,7 +2669,9 @@ def _walk(root: Any, name: str | None, level: int) -> Any:
                 vname = k if k.__class__ is str else None
                 if vname is not None and len(vname) == 20 and _AWS_KEY_ID.fullmatch(vname):
                     vname = "aws_secret_access_key"  # {"AKIA…": "secret"}
-                if pair is not None and vname in _PAIR_VALUES:
+                elif vname in _JWK_PRIVATE and "kty" in src:
+                    vname = "private_key"  # a JWK's private members (round 11): d, p, q, dp, dq, qi
+                if pair is not None and (vname in _PAIR_VALUES or vname == "text" and "element" in src):
                     vname = pair
                 elif pair is not None and vname in _PAIR_NAMES:
                     vname = None  # {"ParameterKey": "DbPassword"}: the name, not a key's value
@@ -2572,7 +2739,11 @@ def _argv_spans(src: list, dst: list) -> bool:
 
 
 _AWS_KEY_ID = re.compile(r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}")
-_PAIR_NAMES = ("name", "Name", "key", "Key", "ParameterKey", "OptionName")
+_PAIR_NAMES = ("name", "Name", "key", "Key", "ParameterKey", "OptionName",
+               # round 11: a vault item's {"label": "Password", "value": V}, {"keyName": …}; a browser tool's
+               # {"element": "Password textbox", "text": V}
+               "label", "Label", "keyName", "KeyName", "element")
+_JWK_PRIVATE = frozenset({"d", "p", "q", "dp", "dq", "qi", "k"})
 _PAIR_VALUES = frozenset({"value", "Value", "ParameterValue", "OptionValue", "SecretString"})
 
 
