@@ -502,33 +502,25 @@ def test_verified_delete_refuses_a_pin_set_after_the_export(tmp_path, monkeypatc
     assert {"parent", "sub"} <= session_ids(store)
 
 
-def test_verified_delete_refuses_a_title_its_undo_would_find_taken(store, tmp_path):
-    """Hostile try 16, T4: a store of an older layout (no unique index on titles) with two sessions of one title:
-    the verified delete of one went through, then its undo import refused the file for the title the other holds.
-    The files are proved against the store as the delete leaves it."""
+@pytest.mark.parametrize("titled, deleted, named", [
+    # hostile try 16, T4: another session of the store holds the title
+    (("old_cli", "tg_chat"), "old_cli", "'Weekly plan', which session 'tg_chat' also has"),
+    # try 17, U4: the family's own two files share it (a parent and its delegate)
+    (("parent", "sub"), "parent", "'Weekly plan'"),
+], ids=["store", "family"])
+def test_verified_delete_refuses_a_title_its_undo_would_find_taken(store, tmp_path, titled, deleted, named):
+    """A store of an older layout (no unique index on titles) with two sessions of one title: the verified delete
+    went through, then its undo import refused a file for the title another session (or the family's other file,
+    imported first) held. The files are proved against the store as the delete leaves it, and against each other."""
     conn = sqlite3.connect(store)
     conn.execute("DROP INDEX IF EXISTS idx_sessions_title_unique")  # as an older Hermes's store has none
-    conn.execute("UPDATE sessions SET title = 'Weekly plan' WHERE id IN ('old_cli', 'tg_chat')")
+    conn.execute(f"UPDATE sessions SET title = 'Weekly plan' WHERE id IN {titled}")
     conn.commit()
     conn.close()
     before = file_hash(store)
-    r = run_export(tmp_path / "x", "--db", store, "--session-id", "old_cli", "--delete-after-verified", "--yes")
+    r = run_export(tmp_path / "x", "--db", store, "--session-id", deleted, "--delete-after-verified", "--yes")
     assert r.returncode == 1 and "would not import back" in r.stderr, r.stderr
-    assert "'Weekly plan', which session 'tg_chat' also has" in r.stderr and file_hash(store) == before
-
-
-def test_verified_delete_refuses_a_family_whose_files_share_a_title(store, tmp_path):
-    """Hostile try 17, U4: a parent and its delegate of one title (an older store without the unique index): both
-    deleted, and the undo of the second file was refused for the title the first file's import had given back."""
-    conn = sqlite3.connect(store)
-    conn.execute("DROP INDEX IF EXISTS idx_sessions_title_unique")
-    conn.execute("UPDATE sessions SET title = 'orchestrator' WHERE id IN ('parent', 'sub')")
-    conn.commit()
-    conn.close()
-    before = file_hash(store)
-    r = run_export(tmp_path / "x", "--db", store, "--session-id", "parent", "--delete-after-verified", "--yes")
-    assert r.returncode == 1 and "would not import back" in r.stderr and "'orchestrator'" in r.stderr, r.stderr
-    assert file_hash(store) == before
+    assert named in r.stderr and file_hash(store) == before
 
 
 def test_verified_delete_refuses_open_session(store, tmp_path):

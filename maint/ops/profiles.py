@@ -382,7 +382,6 @@ def plan_kept(stores: dict[str, Path], findings: list[Finding]) -> tuple[list[Fi
 
     for f in (f for f in findings if f.action in ("move", "rekey")):
         src_path, dst_path = _paths(stores, f)
-        why = None
         if dst_path is None:
             continue  # the owner profile exists but has no store yet: leave it reported
         if f.action == "move" and file_id(dst_path) == file_id(src_path):
