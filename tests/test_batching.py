@@ -409,3 +409,52 @@ def test_no_transaction_commits_empty_after_a_lightened_units_last_step():
                 batcher=OneStepEach(target_s=1.0, chunk_s=0.01, rate=1000, max_load=10**9))
     assert log == [["piece"], ["piece"], ["none", "unit 5000"], ["unit 1"]]
     assert all(any(e != "none" for e in entries) for entries in log)  # none committed having done nothing
+
+
+class Recording(Batcher):
+    """A batcher that keeps every measurement it is taught, and learns nothing from them (a fixed rate)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.taught: list[int] = []
+
+    def observe(self, work, seconds):
+        self.taught.append(work)
+
+
+def test_a_held_back_unit_is_not_work_the_batcher_learns_from(tmp_path, monkeypatch):
+    """Issue 28, the 420k scale bench: prune holds back a conversation too big for the lock while the store is
+    shared, yet the chunk's whole planned weight was taught as work done in the time of a lookup: the rate came
+    out at 10^8 a second, the next chunk at the 200,000-message cap, and its delete held the lock 3.8 s (the
+    writer's worst append 4.6 s). Only the units deleted are taught."""
+    with StoreBuilder(tmp_path / "state.db") as b:
+        b.session("big", age=300, messages=60)  # 60 messages at 0.2 ms each is 12 ms: over the 5 ms limit
+        for n in range(4):
+            b.session(f"s{n}", age=200, messages=2)
+    monkeypatch.setenv("HERMES_MAINT_MAX_UNIT_S", "0.005")
+    monkeypatch.setattr("maint.store.batching.other_connections", lambda path: 1)  # the store is shared
+    with open_store(tmp_path / "state.db") as store:
+        # a chunk holds 100 (all five units), a transaction 1000: the held-back unit shares its chunk with the rest
+        batcher = Recording(target_s=1000.0, chunk_s=100.0, rate=1.0)
+        result = execute_prune(store, plan_prune(store, None), batcher=batcher)
+    assert result.skipped_too_big == ["big"] and sorted(result.deleted_ids) == ["s0", "s1", "s2", "s3"]
+    assert batcher.taught == [4 * 3]  # the deleted units' weight (2 messages + 1 session each), not the 61 held
+
+
+def test_one_quick_chunk_cannot_size_the_next_at_many_times_this_one():
+    """Whatever a chunk measured (a chunk of lookups, a clock that barely moved), the next chunk is at most
+    1.9 times this one: the measured rate counts at most MAX_RATE_STEP times the rate it was sized by."""
+    from maint.store.batching import MAX_RATE_STEP
+
+    batcher = Batcher(target_s=0.1, chunk_s=0.01, rate=1000.0, max_load=10**9)
+    before = batcher.chunk_load
+    batcher.observe(10**9, 1e-6)
+    assert batcher.chunk_load == pytest.approx(before * (0.7 + 0.3 * MAX_RATE_STEP))
+    sizes = [batcher.chunk_load]
+    for _ in range(5):
+        batcher.observe(10**9, 1e-6)
+        sizes.append(batcher.chunk_load)
+    assert all(b <= a * 1.9 + 1e-9 for a, b in zip(sizes, sizes[1:]))
+    slow = Batcher(target_s=0.1, chunk_s=0.01, rate=1000.0)
+    slow.observe(5, 1.0)  # a slow chunk still teaches its rate at once (smoothed): no floor on the way down
+    assert slow.rate == pytest.approx(0.7 * 1000 + 0.3 * 5)
