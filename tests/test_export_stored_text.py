@@ -162,17 +162,55 @@ def test_a_session_id_stored_as_a_blob_is_named_and_left_out(tmp_path):
         b.raw.execute("UPDATE sessions SET id = CAST('hi' AS BLOB) WHERE id = 'blobid'")
     listed = Cli()("list", "--db", path)
     assert listed.exit_code == 0, listed.output
-    assert "session hi: its id is not UTF-8 text; not listed" in listed.stderr
+    assert "session b'hi': its id is not UTF-8 text; not listed" in listed.stderr
     out = tmp_path / "all.jsonl"
     exported = Cli()("export", out, "--db", path)
     assert exported.exit_code == 1, exported.output
-    assert "session hi: stored text is not valid UTF-8 in sessions.id; skipped" in exported.stderr
+    assert "session b'hi': stored text is not valid UTF-8 in sessions.id; skipped" in exported.stderr
     assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == GOOD
     pruned = Cli()("prune", "--db", path, "--older-than", "1d", "--dry-run")
     assert pruned.exit_code == 0, pruned.output
-    assert "kept hi: its id is not UTF-8 text" in pruned.stdout
+    assert "kept b'hi': its id is not UTF-8 text" in pruned.stdout
     doctor = Cli()("doctor", "--db", path, "--json")
-    assert "hi (sessions.id)" in doctor.stdout
+    assert "b'hi' (sessions.id)" in doctor.stdout
+
+
+def test_a_blob_id_of_the_same_bytes_as_a_text_id_leaves_the_text_session_alone(tmp_path):
+    """Hostile try 17, U6: the skip matched a BLOB id by its bytes alone, so the text session of the same bytes
+    (another row to SQLite, with its own messages) went out of the whole-store export too, named with the BLOB's
+    reason, and prune's line named the text id as kept while it pruned it. Matched by bytes and kind; the BLOB
+    row is named as bytes."""
+    path = tmp_path / "state.db"
+    with good_store(path) as b:
+        b.session("twin", age=40, messages=2)
+        b.raw.execute("INSERT INTO sessions (id, source, started_at) VALUES (CAST('twin' AS BLOB), 'cli', 1)")
+    out = tmp_path / "all.jsonl"
+    exported = Cli()("export", out, "--db", path)
+    assert exported.exit_code == 1, exported.output
+    assert "session b'twin': stored text is not valid UTF-8 in sessions.id; skipped" in exported.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == sorted([*GOOD, "twin"])
+    assert len(next(r for r in records if r["id"] == "twin")["messages"]) == 2
+    pruned = Cli()("prune", "--db", path, "--older-than", "1d", "--dry-run", "--json")
+    assert pruned.exit_code == 0, pruned.output
+    report = json.loads(pruned.stdout)
+    assert "twin" in report["session_ids"] and report["ids_not_utf8"] == ["b'twin'"], report
+
+
+def test_a_null_id_beside_a_session_found_unreadable_while_exporting_names_both(tmp_path):
+    """A row without an id (named at the selection) and a message found not UTF-8 while the bulk jsonl export
+    wrote (named late) were sorted together by raw id: None against bytes, a TypeError and a traceback."""
+    path = tmp_path / "state.db"
+    with good_store(path) as b:
+        b.raw.execute("INSERT INTO sessions (source, started_at) VALUES ('cli', 1)")
+        b.session("badmsg", age=40, messages=3)
+        b.raw.execute("UPDATE messages SET content = CAST(x'ff41' AS TEXT) WHERE id = "
+                      "(SELECT MIN(id) FROM messages WHERE session_id = 'badmsg')")
+    out = tmp_path / "all.jsonl"
+    exported = Cli()("export", out, "--db", path, "--json")
+    assert exported.exit_code == 1 and "Traceback" not in exported.output, exported.output
+    assert [s["id"] for s in json.loads(exported.stdout)["skipped"]] == ["badmsg", "(NULL)"]
+    assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == GOOD
 
 
 def test_a_session_row_without_an_id_is_named_and_left_out(tmp_path):

@@ -474,7 +474,7 @@ def run_export(store: Store, plan: ExportPlan, on_progress=lambda n: None) -> di
         if renderer.late:
             late = {u.id for u in renderer.late}
             chosen = IdList(sid for sid in plan.chosen if sid not in late)
-            plan.skipped = sorted([*plan.skipped, *renderer.late], key=lambda u: u.raw_id)
+            plan.skipped = sorted([*plan.skipped, *renderer.late], key=lambda u: u.order)
         report: dict[str, Any] = {
             "dry_run": False, "format": req.fmt, "sessions": chosen,
             "files": [w["path"] for w in written if w["path"] != STDOUT and not w["temporary"]],

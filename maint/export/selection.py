@@ -16,7 +16,7 @@ from maint.selection.filters import Filters
 from maint.store.catalog import catalog_sql, resolve_session
 from maint.store.connection import Store
 from maint.store.sqlutil import Paged
-from maint.store.text_check import Unreadable, unreadable_sessions
+from maint.store.text_check import Unreadable, is_blob_sql, unreadable_sessions
 
 
 def select_sessions(store: Store, session_id: str | None, filters: Filters,
@@ -55,11 +55,13 @@ def select_sessions(store: Store, session_id: str | None, filters: Filters,
             # a row without an id (SQLite lets a TEXT key hold NULL): no record can name it (hostile try 16, T7)
             conn.execute("DELETE FROM temp.maint_export_all WHERE id IS NULL")
             bad.append(Unreadable(None, ("sessions.id",)))
-        conn.execute("CREATE TEMP TABLE maint_export_bad (raw BLOB PRIMARY KEY)")
-        conn.executemany("INSERT INTO maint_export_bad VALUES (?)", [(b.raw_id,) for b in bad if b.raw_id is not None])
-        conn.execute("""CREATE TEMP TABLE maint_export AS
+        # matched by bytes and kind: a BLOB id of the same bytes as a text id is another row (hostile try 17, U6)
+        conn.execute("CREATE TEMP TABLE maint_export_bad (raw BLOB, blob INTEGER, PRIMARY KEY (raw, blob))")
+        conn.executemany("INSERT INTO maint_export_bad VALUES (?, ?)",
+                         [(b.raw_id, b.blob) for b in bad if b.raw_id is not None])
+        conn.execute(f"""CREATE TEMP TABLE maint_export AS
             SELECT ROW_NUMBER() OVER (ORDER BY started_at, id) - 1 AS ord, id FROM temp.maint_export_all
-            WHERE CAST(id AS BLOB) NOT IN (SELECT raw FROM temp.maint_export_bad)""")
+            WHERE (CAST(id AS BLOB), {is_blob_sql('id')}) NOT IN (SELECT raw, blob FROM temp.maint_export_bad)""")
         conn.execute("DROP TABLE temp.maint_export_all")
         conn.execute("DROP TABLE temp.maint_export_bad")
         conn.execute("CREATE UNIQUE INDEX temp.maint_export_ord ON maint_export(ord)")

@@ -45,9 +45,16 @@ def readable_id_sql(alias: str) -> str:
 
 
 def unreadable_ids(store: Store) -> list[str]:
-    """The ids that are not UTF-8 text, shown escaped (``x\\xff``); one pass over the ids alone."""
-    return [shown_id(raw) for (raw,) in store.conn.execute(
-        f"SELECT CAST(s.id AS BLOB) FROM sessions s WHERE {unreadable_id_sql('s')} ORDER BY 1")]
+    """The ids that are not UTF-8 text, shown escaped (``x\\xff``, a BLOB as ``b'…'``); one pass over the ids alone."""
+    return [shown_id(raw, blob) for raw, blob in store.conn.execute(
+        f"SELECT CAST(s.id AS BLOB), {is_blob_sql('s.id')} FROM sessions s WHERE {unreadable_id_sql('s')} "
+        "ORDER BY 1, 2")]
+
+
+def is_blob_sql(expr: str) -> str:
+    """1 when *expr* is stored as a BLOB: its bytes may equal a text id's, yet SQLite keeps them apart (another
+    row, other messages), so a row is matched by its bytes and this flag together (hostile try 17, U6)."""
+    return f"(typeof({expr}) = 'blob')"
 
 
 def shown_text_sql(expr: str) -> str:
@@ -63,13 +70,16 @@ def bad_text_sql(expr: str) -> str:
 NULL_ID = "(NULL)"  # how a session row without an id is named (SQLite lets a TEXT primary key hold NULL)
 
 
-def shown_id(raw: bytes | str | None) -> str:
-    """Raw id bytes as one safe line: bad bytes as ``\\xff``, control characters escaped; a NULL id as
-    :data:`NULL_ID` (hostile try 16, T7: it was a TypeError in list, repair-routing and every whole-store read)."""
+def shown_id(raw: bytes | str | None, blob: bool = False) -> str:
+    """Raw id bytes as one safe line: bad bytes as ``\\xff``, control characters escaped; an id stored as a BLOB
+    (*blob*) as ``b'…'``, so that it is not taken for the text id of the same bytes (hostile try 17, U6); a NULL
+    id as :data:`NULL_ID` (hostile try 16, T7: it was a TypeError in list, repair-routing and every whole-store
+    read)."""
     if raw is None:
         return NULL_ID
     text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return f"b'{shown}'" if blob else shown
 
 
 @dataclass(frozen=True)
@@ -78,10 +88,16 @@ class Unreadable:
 
     raw_id: bytes | None  # None: a row whose id is NULL
     fields: tuple[str, ...]
+    blob: bool = False  # the id is stored as a BLOB: another row than a text id of the same bytes
 
     @property
     def id(self) -> str:
-        return shown_id(self.raw_id)
+        return shown_id(self.raw_id, self.blob)
+
+    @property
+    def order(self) -> tuple[bool, bytes, bool]:
+        """Id byte order, a NULL id last (sorting by the raw id alone compared None with bytes: a traceback)."""
+        return self.raw_id is None, self.raw_id or b"", self.blob
 
     def describe(self) -> str:
         return f"session {self.id}: stored text is not valid UTF-8 in {', '.join(self.fields)}"
@@ -115,22 +131,24 @@ def _any_bad(store: Store, table: str, alias: str) -> str:
     return f"({joined} OR typeof({alias}.id) <> 'text')" if table == "sessions" else joined
 
 
-def _rows(store: Store, scope: str, params: Any, messages: bool = True) -> Iterator[tuple[bytes, str]]:
+def _rows(store: Store, scope: str, params: Any, messages: bool = True) -> Iterator[tuple[bytes, int, str]]:
     yield from store.conn.execute(
-        f"SELECT CAST(s.id AS BLOB), {_fields(store, 'sessions', 's')} FROM sessions s "
+        f"SELECT CAST(s.id AS BLOB), {is_blob_sql('s.id')}, {_fields(store, 'sessions', 's')} FROM sessions s "
         f"WHERE s.id IN ({scope}) AND {_any_bad(store, 'sessions', 's')}", params)
     if messages:
         yield from store.conn.execute(
-            f"SELECT CAST(m.session_id AS BLOB), {_fields(store, 'messages', 'm')} FROM messages m "
+            f"SELECT CAST(m.session_id AS BLOB), {is_blob_sql('m.session_id')}, {_fields(store, 'messages', 'm')} "
+            "FROM messages m "
             f"WHERE m.session_id IN ({scope}) AND {_any_bad(store, 'messages', 'm')}", params)
         if store.has_table(USAGE):  # its per-model usage rows: the jsonl record carries them too
             yield from store.conn.execute(
-                f"SELECT CAST(u.session_id AS BLOB), {_fields(store, USAGE, 'u')} FROM {USAGE} u "
+                f"SELECT CAST(u.session_id AS BLOB), {is_blob_sql('u.session_id')}, {_fields(store, USAGE, 'u')} "
+                f"FROM {USAGE} u "
                 f"WHERE u.session_id IN ({scope}) AND {_any_bad(store, USAGE, 'u')}", params)
     yield from _prompt_rows(store, scope, params)
 
 
-def _prompt_rows(store: Store, scope: str, params: Any) -> Iterator[tuple[bytes, str]]:
+def _prompt_rows(store: Store, scope: str, params: Any) -> Iterator[tuple[bytes, int, str]]:
     """The sessions among *scope* that point at a stored prompt that is not UTF-8 (every prompt is read)."""
     refs = [c for c in PROMPT_REFS if store.has_column("sessions", c)]
     if refs and store.has_table("system_prompts") and store.has_column("system_prompts", "prompt"):
@@ -138,7 +156,8 @@ def _prompt_rows(store: Store, scope: str, params: Any) -> Iterator[tuple[bytes,
         # materialized: flattened into the join, each prompt was decoded once per session pointing at it
         yield from store.conn.execute(
             f"WITH p(hash) AS MATERIALIZED (SELECT hash FROM system_prompts WHERE {bad_text_sql('prompt')}) "
-            f"SELECT CAST(s.id AS BLOB), 'system_prompts.prompt' FROM p CROSS JOIN sessions s ON {match} "
+            f"SELECT CAST(s.id AS BLOB), {is_blob_sql('s.id')}, 'system_prompts.prompt' FROM p CROSS JOIN sessions s "
+            f"ON {match} "
             f"WHERE s.id IN ({scope})", params)
 
 
@@ -164,8 +183,9 @@ def readable_row_sql(store: Store, alias: str = "s") -> str:
 
 def unreadable_rows(store: Store) -> list[str]:
     """The sessions :func:`readable_row_sql` leaves out, shown (an id that is not UTF-8 escaped), in id byte order."""
-    return [shown_id(raw) for (raw,) in store.conn.execute(
-        f"SELECT CAST(s.id AS BLOB) FROM sessions s WHERE NOT ({readable_row_sql(store, 's')}) ORDER BY 1")]
+    return [shown_id(raw, blob) for raw, blob in store.conn.execute(
+        f"SELECT CAST(s.id AS BLOB), {is_blob_sql('s.id')} FROM sessions s WHERE NOT ({readable_row_sql(store, 's')}) "
+        "ORDER BY 1, 2")]
 
 
 def unreadable_session(store: Store, session_id: str) -> list[Unreadable]:
@@ -175,15 +195,15 @@ def unreadable_session(store: Store, session_id: str) -> list[Unreadable]:
 
 
 def _unreadable(store: Store, scope: str, params: Any, messages: bool) -> list[Unreadable]:
-    found: dict[bytes, list[str]] = {}
-    for raw, fields in _rows(store, scope, params, messages):
-        have = found.setdefault(raw, [])
+    found: dict[tuple[bytes, bool], list[str]] = {}
+    for raw, blob, fields in _rows(store, scope, params, messages):
+        have = found.setdefault((raw, bool(blob)), [])
         have.extend(f for f in fields.split(",") if f not in have)
     if not messages and found:  # the sessions found, checked in full (ids as hex: they may not be UTF-8)
-        hexed = json.dumps([raw.hex().upper() for raw in found])
-        return _unreadable(store, "SELECT id FROM sessions WHERE hex(CAST(id AS BLOB)) IN "
-                                  "(SELECT value FROM json_each(?))", (hexed,), True)
-    return [Unreadable(raw, tuple(found[raw])) for raw in sorted(found)]
+        hexed = json.dumps([[raw.hex().upper(), blob] for raw, blob in found])
+        return _unreadable(store, f"SELECT id FROM sessions WHERE (hex(CAST(id AS BLOB)), {is_blob_sql('id')}) IN "
+                                  "(SELECT value ->> 0, value ->> 1 FROM json_each(?))", (hexed,), True)
+    return [Unreadable(raw, tuple(found[raw, blob]), blob) for raw, blob in sorted(found)]
 
 
 # -- the daily check: only what can have changed since the last clean complete pass ---------------------------
@@ -245,30 +265,29 @@ def unreadable_since(store: Store, mark: TextMark) -> SinceMark:
     older message of a session that gained one since. A message rewritten in place in a session that gained
     no message since is left to the next complete pass (``doctor --full``, weekly)."""
     register(store)
-    found: dict[bytes, list[str]] = {}
+    found: dict[tuple[bytes, bool], list[str]] = {}
     sessions = "SELECT id FROM sessions"
     high = mark.message_id
+    mid = f"CAST(m.session_id AS BLOB), {is_blob_sql('m.session_id')}, {_fields(store, 'messages', 'm')}"
     queries = [
-        (f"SELECT CAST(s.id AS BLOB), {_fields(store, 'sessions', 's')} FROM sessions s "
+        (f"SELECT CAST(s.id AS BLOB), {is_blob_sql('s.id')}, {_fields(store, 'sessions', 's')} FROM sessions s "
          f"WHERE {_any_bad(store, 'sessions', 's')}", ()),
-        (f"SELECT CAST(m.session_id AS BLOB), {_fields(store, 'messages', 'm')} FROM messages m NOT INDEXED "
+        (f"SELECT {mid} FROM messages m NOT INDEXED "
          f"WHERE m.id > ? AND m.session_id IN ({sessions}) AND {_any_bad(store, 'messages', 'm')}", (high,)),
-        (f"SELECT CAST(m.session_id AS BLOB), {_fields(store, 'messages', 'm')} FROM messages m "
+        (f"SELECT {mid} FROM messages m "
          f"WHERE m.session_id IN ({_touched()}) AND m.id <= ? AND m.session_id IN ({sessions}) "
          f"AND {_any_bad(store, 'messages', 'm')}", (high, high)),
     ]
     if store.has_table(USAGE):  # usage rows, in full: Hermes updates them in place after every call
-        queries.append((f"SELECT CAST(u.session_id AS BLOB), {_fields(store, USAGE, 'u')} FROM {USAGE} u "
+        queries.append((f"SELECT CAST(u.session_id AS BLOB), {is_blob_sql('u.session_id')}, "
+                        f"{_fields(store, USAGE, 'u')} FROM {USAGE} u "
                         f"WHERE u.session_id IN ({sessions}) AND {_any_bad(store, USAGE, 'u')}", ()))
-    for sql, params in queries:
-        for raw, fields in store.conn.execute(sql, params):
-            have = found.setdefault(raw, [])
-            have.extend(f for f in fields.split(",") if f not in have)
-    for raw, fields in _prompt_rows(store, sessions, ()):
-        have = found.setdefault(raw, [])
+    rows = [row for sql, params in queries for row in store.conn.execute(sql, params)]
+    for raw, blob, fields in [*rows, *_prompt_rows(store, sessions, ())]:
+        have = found.setdefault((raw, bool(blob)), [])
         have.extend(f for f in fields.split(",") if f not in have)
     new = store.scalar(f"SELECT COUNT(*) FROM {_NEW} AND session_id IN ({sessions})", (high,))
     older = store.scalar(f"SELECT COUNT(*) FROM messages WHERE session_id IN ({_touched()}) AND id <= ? "
                          f"AND session_id IN ({sessions})", (high, high))
-    return SinceMark([Unreadable(raw, tuple(found[raw])) for raw in sorted(found)], new, older,
+    return SinceMark([Unreadable(raw, tuple(found[raw, blob]), blob) for raw, blob in sorted(found)], new, older,
                      store.scalar("SELECT COUNT(*) FROM sessions"))
