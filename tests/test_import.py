@@ -935,6 +935,25 @@ def test_a_title_another_stored_session_has_is_refused_before_the_first_write(tm
     assert file_hash(db) == before and "fresh" not in session_ids(db)
 
 
+@pytest.mark.parametrize("holder", ["NULL", "CAST('plain' AS BLOB)"])
+def test_a_title_held_by_a_row_of_an_odd_id_is_refused_before_the_first_write(tmp_path, holder):
+    """Hostile try 17, U8: a title held by a session row whose id is NULL (SQLite lets a TEXT key hold one) read as
+    free, so the plan passed and SQLite's unique index stopped the import at the write. Refused before it, naming
+    the holder as a row without an id (a BLOB holder by its bytes)."""
+    db = _store(tmp_path / "state.db", "v30")
+    c = sqlite3.connect(db)
+    c.execute(f"INSERT INTO sessions (id, source, started_at, title) VALUES ({holder}, 'cli', 1, 'held')")
+    c.commit()
+    c.close()
+    f = tmp_path / "dup.jsonl"
+    f.write_text(json.dumps(_fresh_record(db, title="held")) + "\n")
+    before = file_hash(db)
+    r = do_import(db, f, expect=2)
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "'held'" in r.stderr and ("row without an id" if holder == "NULL" else "b'plain'") in r.stderr, r.stderr
+    assert file_hash(db) == before and "fresh" not in session_ids(db)
+
+
 def test_two_sessions_of_one_file_with_one_title_refuse_the_file(tmp_path):
     db = _store(tmp_path / "state.db", "v30")
     f = tmp_path / "dup.jsonl"

@@ -536,7 +536,7 @@ def _refuse_taken_titles(store: Store, path: Path, records: dict[str, Record], o
     also in a store that lacks that index. The sessions are followed in the order they are written (*order*), so a
     title a replaced session gives up earlier in the file may be taken later, not the other way round (hostile
     try 15, S3: a swap of two titles passed the check, then SQLite's index stopped the import mid-file)."""
-    holder: dict[str, str] = {}  # title -> the session that has it now
+    holder: dict[str, str | None] = {}  # title -> the session that has it now (None: a row without an id, U8)
     wanted = sorted({records[sid].title for sid in order if records[sid].title is not None})
     for chunk in chunks(wanted):
         holder.update({title: other for other, title in store.conn.execute(
@@ -549,12 +549,13 @@ def _refuse_taken_titles(store: Store, path: Path, records: dict[str, Record], o
         rec = records[sid]
         if not rec.title_given:
             continue  # an UPDATE without the field keeps the stored title (an INSERT leaves it null)
-        if holder.get(old := stored.get(sid)) == sid:
+        if (old := stored.get(sid)) is not None and old in holder and holder[old] == sid:
             del holder[old]
-        other = holder.get(rec.title) if rec.title is not None else None
-        if other is not None and other != sid:
+        if rec.title is not None and rec.title in holder and holder[rec.title] != sid:
+            other = holder[rec.title]
             later = " (this file gives it another title later: move a title in two steps)" if other in stored else ""
-            raise _bad(path, rec.line, f"session {sid!r} has the title {rec.title[:80]!r}, which session {other!r} "
+            who = f"session {other!r}" if other is not None else "a session row without an id (NULL)"
+            raise _bad(path, rec.line, f"session {sid!r} has the title {rec.title[:80]!r}, which {who} "
                                        f"of the store has{later}: titles are unique in Hermes; rename one of them "
                                        "(`hermes-maint rename`) or give it another title in the file; nothing was "
                                        "imported")
