@@ -3,6 +3,7 @@ some, names it on stderr, exports every other one and exits 1; --json lists the 
 
 import contextlib
 import json
+import sqlite3
 
 import pytest
 
@@ -344,3 +345,21 @@ def test_the_bulk_jsonl_plan_reads_no_message_text(tmp_path, monkeypatch):
         checked.clear()
         plan_export(s, ExportRequest(output=str(tmp_path / "all.jsonl"), dry_run=True))
         assert len(checked) >= 100  # and one a message
+
+
+def test_a_row_without_an_id_is_named_by_the_daily_doctor_and_the_full_one_alike(tmp_path):
+    """The whole-store export skips a row without an id and names it; the doctor's full stored-text check did not
+    (it asked `id IN (scope)`, which never matches NULL) while the daily one (a clean full check recorded before
+    the row came) did: both name it now."""
+    path = tmp_path / "state.db"
+    with good_store(path):
+        pass
+    assert Cli()("doctor", "--db", path, "--full", "--record").exit_code == 0
+    with contextlib.closing(sqlite3.connect(path)) as c:
+        c.execute("INSERT INTO sessions (source, started_at) VALUES ('cli', 1)")
+        c.commit()
+    for args in (["--full"], []):
+        doctor = json.loads(Cli()("doctor", "--db", path, "--json", *args).stdout)
+        text = next(f for f in doctor["findings"] if f["kind"] == "stored_text")
+        assert text["data"]["sessions"] == [{"id": "(NULL)", "fields": ["sessions.id"]}], (args, text)
+        assert ("since" in text["what"]) == (args == []), text["what"]  # the daily pass read only what changed

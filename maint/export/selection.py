@@ -51,17 +51,15 @@ def select_sessions(store: Store, session_id: str | None, filters: Filters,
             FROM ({catalog_sql(store, filters.columns)}) c WHERE {ended}({where})""", {"now": now, **params})
         bad = [] if skipped is None else unreadable_sessions(store, "SELECT id FROM temp.maint_export_all",
                                                              messages=messages)
-        if store.scalar("SELECT 1 FROM temp.maint_export_all WHERE id IS NULL LIMIT 1"):
-            # a row without an id (SQLite lets a TEXT key hold NULL): no record can name it (hostile try 16, T7)
-            conn.execute("DELETE FROM temp.maint_export_all WHERE id IS NULL")
-            bad.append(Unreadable(None, ("sessions.id",)))
-        # matched by bytes and kind: a BLOB id of the same bytes as a text id is another row (hostile try 17, U6)
+        # matched by bytes and kind: a BLOB id of the same bytes as a text id is another row (hostile try 17, U6);
+        # a row without an id is never exported (unreadable_sessions names it)
         conn.execute("CREATE TEMP TABLE maint_export_bad (raw BLOB, blob INTEGER, PRIMARY KEY (raw, blob))")
         conn.executemany("INSERT INTO maint_export_bad VALUES (?, ?)",
                          [(b.raw_id, b.blob) for b in bad if b.raw_id is not None])
         conn.execute(f"""CREATE TEMP TABLE maint_export AS
             SELECT ROW_NUMBER() OVER (ORDER BY started_at, id) - 1 AS ord, id FROM temp.maint_export_all
-            WHERE (CAST(id AS BLOB), {is_blob_sql('id')}) NOT IN (SELECT raw, blob FROM temp.maint_export_bad)""")
+            WHERE id IS NOT NULL
+              AND (CAST(id AS BLOB), {is_blob_sql('id')}) NOT IN (SELECT raw, blob FROM temp.maint_export_bad)""")
         conn.execute("DROP TABLE temp.maint_export_all")
         conn.execute("DROP TABLE temp.maint_export_bad")
         conn.execute("CREATE UNIQUE INDEX temp.maint_export_ord ON maint_export(ord)")

@@ -201,9 +201,21 @@ def _unreadable(store: Store, scope: str, params: Any, messages: bool) -> list[U
         have.extend(f for f in fields.split(",") if f not in have)
     if not messages and found:  # the sessions found, checked in full (ids as hex: they may not be UTF-8)
         hexed = json.dumps([[raw.hex().upper(), blob] for raw, blob in found])
-        return _unreadable(store, f"SELECT id FROM sessions WHERE (hex(CAST(id AS BLOB)), {is_blob_sql('id')}) IN "
-                                  "(SELECT value ->> 0, value ->> 1 FROM json_each(?))", (hexed,), True)
-    return [Unreadable(raw, tuple(found[raw, blob]), blob) for raw, blob in sorted(found)]
+        bad = _unreadable(store, f"SELECT id FROM sessions WHERE (hex(CAST(id AS BLOB)), {is_blob_sql('id')}) IN "
+                                 "(SELECT value ->> 0, value ->> 1 FROM json_each(?))", (hexed,), True)
+    else:
+        bad = [Unreadable(raw, tuple(found[raw, blob]), blob) for raw, blob in sorted(found)]
+    return bad + _null_id(store, scope, params)
+
+
+def _null_id(store: Store, scope: str, params: Any) -> list[Unreadable]:
+    """A row without an id among *scope* (SQLite lets a TEXT primary key hold NULL; hostile try 16, T7): no record
+    can name it, so it is unreadable too, named :data:`NULL_ID`. ``id IN (scope)`` never matches NULL, so it is
+    looked for apart, and only in a store that has such a row (the id's index answers that at once)."""
+    if store.scalar("SELECT 1 FROM sessions WHERE id IS NULL LIMIT 1") is None:
+        return []
+    held = store.scalar(f"WITH scope(id) AS ({scope}) SELECT 1 FROM scope WHERE id IS NULL LIMIT 1", params)
+    return [] if held is None else [Unreadable(None, ("sessions.id",))]
 
 
 # -- the daily check: only what can have changed since the last clean complete pass ---------------------------
