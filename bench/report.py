@@ -237,8 +237,8 @@ def section_scale(scale: dict) -> str:
     again = scale.get("remeasured") or {}
     if again:
         facts.append("Measured again after a fix (the other rows are that run's): "
-                     + ", ".join(f"`{commands.get(n, n).partition(' (')[0]}` ({r['when']}, load {r['load']:.2f})"
-                                 for n, r in again.items()))
+                     + ", ".join(f"`{commands.get(n, n).partition(' (')[0]}` ({r['when']}, load {r['load']:.2f}"
+                                 f"{'; ' + r['note'] if r.get('note') else ''})" for n, r in again.items()))
     return "\n".join(["## Scale\n",
                       f"`{scale.get('invocation', 'bench/scale_bench.py')}` "
                       f"({' and '.join(f'{int(n):,}' for n in sizes)} sessions; `--big` is 60k and 420k, the "

@@ -552,8 +552,11 @@ def main() -> None:
     extra = {}
     if previous is not None:
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        # the real prune and the sweep run together (each on its own fresh copy): either asked measures both
+        measured = set(only) | ({"prune_live", "sweep"} if {"prune_live", "sweep"} & set(only) else set())
         extra["remeasured"] = {**previous.get("remeasured", {}),
-                               **{name: {"when": when, "load": round(os.getloadavg()[0], 2)} for name in sorted(only)}}
+                               **{name: {"when": when, "load": round(os.getloadavg()[0], 2)}
+                                  for name in sorted(measured)}}
         extra["invocation"] = previous.get("invocation")
         extra["when_full_run"] = previous.get("when_full_run", previous["when"])
     write_result("scale-quick" if args.quick else "scale",
