@@ -363,3 +363,16 @@ def test_a_row_without_an_id_is_named_by_the_daily_doctor_and_the_full_one_alike
         text = next(f for f in doctor["findings"] if f["kind"] == "stored_text")
         assert text["data"]["sessions"] == [{"id": "(NULL)", "fields": ["sessions.id"]}], (args, text)
         assert ("since" in text["what"]) == (args == []), text["what"]  # the daily pass read only what changed
+
+
+def test_the_latest_session_traced_is_that_row_not_a_blob_of_its_bytes(tmp_path):
+    """Hostile try 18, V2 (U6's variant): `export - --format trace` without an id checked the most recent session
+    by its id's bytes, so an old BLOB row of the same bytes made it skip the text session: nothing traced."""
+    path = tmp_path / "state.db"
+    with good_store(path) as b:
+        b.session("twin", age=1, messages=2)  # the most recent
+        b.raw.execute("INSERT INTO sessions (id, source, started_at) VALUES (CAST('twin' AS BLOB), 'cli', 1)")
+    traced = Cli()("export", "-", "--format", "trace", "--db", path)
+    assert traced.exit_code == 0, traced.output
+    lines = [json.loads(line) for line in traced.stdout.splitlines() if line.strip()]
+    assert lines and "skipped" not in traced.stderr, traced.output

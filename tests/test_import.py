@@ -318,6 +318,33 @@ def test_replace_asks_again_inside_its_transaction(tmp_path):
     assert "alone" in again["skipped_busy"] and "alone" not in again["replaced"] and "p" in again["replaced"]
 
 
+def test_a_stop_counts_the_sessions_of_committed_transactions_only(tmp_path):
+    """Hostile try 18, V4: the stop line's count was taken at each chunk's start, while a transaction holds several
+    chunks and the stop rolls back them all: "the 140 sessions imported before stay" when 126 did. Here every
+    unit is a chunk and all share one transaction: the stop leaves none, and says so."""
+    from maint.ops import importer
+    from maint.store.batching import Batcher
+    from maint.store.connection import open_store
+
+    db, backup = _store_and_backup(tmp_path)
+    with open_store(db) as store:
+        plan = importer.plan_import(store, backup, replace=True)
+        order = [sid for u in plan.units for sid in u]
+        assert order.index("alone") > 0  # a chunk goes before the one that stops
+        _hermes_appends(db, 1)
+
+        class OneUnitAChunk(Batcher):
+            def take(self, units, start, weight):
+                return start + 1, 1
+
+            def observe(self, work, seconds):
+                pass
+
+        with pytest.raises(importer.MaintError, match="the 0 sessions imported before stay"):
+            importer.execute_import(store, plan, replace=True,
+                                    batcher=OneUnitAChunk(target_s=60.0, chunk_s=0.001, rate=1000.0))
+
+
 def test_replace_leaves_a_session_resumed_since_the_export_open(tmp_path):
     """Hostile try 17, U3: a session the user resumed in Hermes (ended_at cleared, no message yet) was replaced by
     its ended record: Hermes's next message then landed in a session marked ended, and a verified delete took it."""
@@ -330,6 +357,67 @@ def test_replace_leaves_a_session_resumed_since_the_export_open(tmp_path):
     report = do_import(db, backup, "--replace")
     assert "resumed since the export" in report["skipped_busy"]["alone"] and "alone" not in report["replaced"]
     assert query(db, "SELECT ended_at FROM sessions WHERE id = 'alone'") == [(None,)]
+
+
+@pytest.mark.parametrize("change", ["ended since an export of it open", "reset since an export of it ended"])
+def test_replace_leaves_a_session_ended_or_reset_since_the_export_ended(tmp_path, change):
+    """Hostile try 18, V1 (U3's mirror): a session Hermes ended, or reset (/new, an idle or daily reset: the end
+    reason rewritten, no message), since the export was replaced by the file's copy: open again, or ended as it was
+    before the reset, so Hermes's gateway recovery found the reset conversation again for its peer. Left alone,
+    named."""
+    from hermes_state import SessionDB
+
+    db = _store(tmp_path / "state.db", "v22")
+    hermes = SessionDB(db)
+    hermes.reopen_session("alone")
+    if change.startswith("reset"):  # ended by the older gateway clean-up's reason, which recovery reopens
+        hermes.end_session("alone", "agent_close")
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text(export_all(db))
+    if change.startswith("ended"):
+        hermes.end_session("alone", "agent_close")
+    else:
+        assert hermes.promote_to_session_reset("alone", "idle")
+    hermes.close()
+    before = query(db, "SELECT ended_at, end_reason FROM sessions WHERE id = 'alone'")
+    report = do_import(db, backup, "--replace")
+    assert "since the export" in report["skipped_busy"]["alone"] and "alone" not in report["replaced"], report
+    assert "p" in report["replaced"]
+    assert query(db, "SELECT ended_at, end_reason FROM sessions WHERE id = 'alone'") == before
+
+
+def test_replace_leaves_turns_taken_back_since_the_export_taken_back(tmp_path):
+    """Hostile try 18, V5: Hermes's /undo keeps the taken-back messages as rows with active 0 and writes none, so
+    the guard (more messages, or a newer one) let an export made before it replace the session: the turns the user
+    took back were live again in the model's context. Left alone, named."""
+    from hermes_state import SessionDB
+
+    db, backup = _store_and_backup(tmp_path)
+    hermes = SessionDB(db)
+    first = query(db, "SELECT MIN(id) FROM messages WHERE session_id = 'alone'")[0][0]
+    hermes.rewind_to_message("alone", first)
+    hermes.close()
+    taken = query(db, "SELECT COUNT(*) FROM messages WHERE session_id = 'alone' AND active = 0")
+    assert taken[0][0] >= 1
+    report = do_import(db, backup, "--replace")
+    assert "taken back" in report["skipped_busy"]["alone"] and "alone" not in report["replaced"], report
+    assert query(db, "SELECT COUNT(*) FROM messages WHERE session_id = 'alone' AND active = 0") == taken
+
+
+@pytest.mark.parametrize("flag, value", [("active", 7), ("active", -1), ("compacted", 1.5), ("compacted", "yes")])
+def test_a_message_flag_that_is_neither_0_nor_1_is_refused_before_the_first_write(tmp_path, flag, value):
+    """Hostile try 18, V6: a message's active or compacted of 7 was imported; Hermes's live load (active = 1) and
+    its soft-archive tests (active = 0) then saw it in neither state. Held to 0 or 1 as archived and pinned are."""
+    db = _store(tmp_path / "state.db", "v30")
+    rec = _fresh_record(db)
+    rec["messages"][-1][flag] = value
+    f = tmp_path / "flag.jsonl"
+    f.write_text(json.dumps(rec) + "\n")
+    before = file_hash(db)
+    r = do_import(db, f, expect=2)
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{flag} is {value!r} (expected 0, 1 or null)" in r.stderr and "line 1" in r.stderr, r.stderr
+    assert file_hash(db) == before
 
 
 def test_a_file_rewritten_during_the_import_stops_before_its_next_write(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from maint import files
 from maint.errors import MaintError, OutputError, UsageError
 from maint.flow import target_config
 from maint.export.files import Spool, atomic_text, check_destination, inside, safe_name
-from maint.export.selection import latest_session, select_sessions
+from maint.export.selection import latest_session, latest_session_sql, select_sessions
 from maint.selection.filters import Filters
 from maint.store.connection import Store, open_store
 from maint.store.sqlutil import IdList
@@ -128,10 +128,11 @@ def plan_export(store: Store, req: ExportRequest, max_export_messages: Any = Non
               and not req.dry_run)
     if req.latest_trace:
         with store.snapshot():
-            latest = latest_session(store, raw=True)
+            now = time.time()
+            latest = latest_session(store, now, raw=True)
             if latest is None:
                 raise MaintError("the store has no sessions to trace")
-            skipped = unreadable_sessions(store, "SELECT id FROM sessions WHERE CAST(id AS BLOB) = ?", (latest,))
+            skipped = unreadable_sessions(store, latest_session_sql(store), {"now": now})
         chosen: Sequence[str] = [] if skipped else [latest.decode("utf-8")]
     else:
         chosen = select_sessions(store, req.session_id, req.filters, exact=req.delete_after_verified,

@@ -82,5 +82,11 @@ def latest_session(store: Store, now: float | None = None, *, raw: bool = False)
     """The most recently active session (ties: started later, then the higher id); *raw*: its id's stored
     bytes (an id that is not UTF-8 cannot be read as text)."""
     now = time.time() if now is None else now
-    return store.scalar(f"SELECT {'CAST(id AS BLOB)' if raw else 'id'} FROM ({catalog_sql(store, ())}) "
-                        "ORDER BY last_active DESC, started_at DESC, id DESC LIMIT 1", {"now": now})
+    return store.scalar(latest_session_sql(store, "CAST(id AS BLOB)" if raw else "id"), {"now": now})
+
+
+def latest_session_sql(store: Store, column: str = "id") -> str:
+    """SQL selecting :func:`latest_session`'s *column* (parameter ``:now``): as the scope of a check, it names that
+    row itself, not every row of the same id bytes (a BLOB twin of a text id: hostile try 18, V2)."""
+    return (f"SELECT {column} FROM ({catalog_sql(store, ())}) "
+            "ORDER BY last_active DESC, started_at DESC, id DESC LIMIT 1")

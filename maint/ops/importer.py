@@ -49,13 +49,14 @@ Importing the same file again adds nothing.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import itertools
 import json
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ from maint.store.catalog import SessionInfo
 from maint.store.connection import PROMPT_REFS, USAGE_TABLE, Store
 from maint.store.sqlutil import chunks, ph
 from maint.store.targets import StoreTarget
+from maint.store.text_check import shown_id
 from maint.flow import Operator
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -118,6 +120,7 @@ class Record:
     messages: int
     digest: bytes = b""  # of the line as checked: a file rewritten meanwhile is caught before its rows are written
     newest: float | None = None  # the newest numeric message timestamp
+    taken_back: int = 0  # messages with active 0 (taken back by Hermes's /undo, kept as rows)
     kept_children: list[str] = field(default_factory=list)
     title: str | None = None
     title_given: bool = False  # the record has a "title" field (an UPDATE without it keeps the stored title)
@@ -254,12 +257,14 @@ def _future_problem(where: str, key: str, value: Any, bound: float) -> str | Non
             "HERMES_MAINT_IMPORT_FUTURE_DAYS)")
 
 
-# Hermes's keep/archive flags: 0 or 1 (any other value is neither to its `= 0`/`= 1` tests; M8)
+# Hermes's keep/archive flags: 0 or 1 (any other value is neither to its `= 0`/`= 1` tests; M8), and a message's
+# (live or taken back by /undo, compacted or not: hostile try 18, V6)
 FLAGS = ("archived", "pinned")
+MESSAGE_FLAGS = ("active", "compacted")
 
 
-def _flags_problem(obj: dict[str, Any]) -> str | None:
-    for key in FLAGS:
+def _flags_problem(obj: dict[str, Any], keys: tuple[str, ...] = FLAGS) -> str | None:
+    for key in keys:
         if key in obj and obj[key] not in (None, 0, 1):  # True and False are 1 and 0
             return f"{key} is {obj[key]!r} (expected 0, 1 or null)"
     return None
@@ -396,6 +401,7 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                 if v is None:
                     nulls.setdefault(f"sessions.{k}", n)
             newest = None
+            taken_back = 0
             for i, m in enumerate(msgs):
                 if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not m["role"]:
                     raise _bad(path, n, f"session {sid!r}: message {i} is not a message with a role")
@@ -411,6 +417,9 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                                               latest):
                     raise _bad(path, n, problem)
                 _check_values(path, n, m, f"session {sid!r} message", "message")
+                if problem := _flags_problem(m, MESSAGE_FLAGS):
+                    raise _bad(path, n, f"session {sid!r}: message {i}'s {problem}")
+                taken_back += m.get("active", 1) == 0
                 for k, v in m.items():
                     mcols[k] = mcols.get(k, 0) + (v is not None)
                     if v is None:
@@ -425,7 +434,8 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                                session_key=obj.get("session_key") if isinstance(obj.get("session_key"), str) else None,
                                **_markers(obj.get("model_config")))
             records[sid] = Record(line=n, offset=start, length=len(raw), info=info, messages=len(msgs),
-                                  digest=hashlib.sha256(raw).digest(), newest=newest, kept_children=list(kept),
+                                  digest=hashlib.sha256(raw).digest(), newest=newest, taken_back=taken_back,
+                                  kept_children=list(kept),
                                   title=title if isinstance(title, str) else None, title_given="title" in obj)
     if not records:
         raise UsageError(f"{path}: no session records ({EXPECTED})")
@@ -564,19 +574,32 @@ def _refuse_taken_titles(store: Store, path: Path, records: dict[str, Record], o
 
 
 def _replace_guard(store: Store, records: dict[str, Record], existing: set[str]) -> dict[str, str]:
-    """The existing sessions --replace must leave alone, and why."""
+    """The existing sessions --replace must leave alone, and why: any whose copy in the store is newer than the
+    file's, whether Hermes wrote messages (more, or a newer one), resumed it (open in the store, ended in the file:
+    U3), ended, reset or re-ended it (another end: a reset conversation came back to its peer, hostile try 18, V1),
+    or took turns back with /undo (rows kept with active 0, no message written: V5)."""
     out = dict(guard.busy(store, existing))
+    taken = "SUM(active = 0)" if store.has_column("messages", "active") else "0"
     for sid in sorted(existing - set(out)):
-        count, newest = store.conn.execute(
-            "SELECT COUNT(*), MAX(CASE WHEN typeof(timestamp) IN ('integer', 'real') THEN timestamp END) "
-            "FROM messages WHERE session_id = ?", (sid,)).fetchone()
+        count, newest, taken_back = store.conn.execute(
+            "SELECT COUNT(*), MAX(CASE WHEN typeof(timestamp) IN ('integer', 'real') THEN timestamp END), "
+            f"{taken} FROM messages WHERE session_id = ?", (sid,)).fetchone()
         rec = records[sid]
+        ended_at, same_end, reason = store.conn.execute(  # the reason as bytes: the store's may not be UTF-8
+            "SELECT ended_at, ended_at IS ? AND end_reason IS ?, CAST(end_reason AS BLOB) FROM sessions WHERE id = ?",
+            (rec.info.ended_at, rec.info.end_reason, sid)).fetchone()
         if count > rec.messages or (newest is not None and (rec.newest is None or newest > rec.newest)):
             out[sid] = ("the store holds messages the file lacks (written after the export); replacing would "
                         "delete them")
-        elif not rec.info.is_open and store.scalar("SELECT ended_at IS NULL FROM sessions WHERE id = ?", (sid,)):
+        elif ended_at is None and not rec.info.is_open:
             # resumed in Hermes since the export: the file would mark it ended under Hermes's next message (U3)
             out[sid] = "open in the store (resumed since the export); replacing would mark it ended"
+        elif ended_at is not None and not same_end:
+            out[sid] = (f"ended in the store as {shown_id(reason)[:40] if reason is not None else 'ended'} since the "
+                        "export (ended, reset or ended again by Hermes); replacing would undo that end")
+        elif (taken_back or 0) > rec.taken_back:
+            out[sid] = ("turns taken back in the store since the export (Hermes's /undo); replacing would bring "
+                        "them back")
     return out
 
 
@@ -900,9 +923,18 @@ def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, dro
     before = store.write_stats.transactions
     writer = _Writer(store, plan, replace, result)
     try:
-        def apply(units: list[list[str]]) -> int:
-            marks = len(result.imported), len(result.replaced)
+        marks = [0, 0]  # imported and replaced when the transaction in flight began
+
+        @contextlib.contextmanager
+        def transaction() -> Iterator[None]:
+            # counted per transaction, not per chunk: a transaction holds several chunks, and a stop rolls back
+            # them all (hostile try 18, V4: "the 140 sessions imported before stay" when 126 did)
+            marks[:] = len(result.imported), len(result.replaced)
             writer.committed = sum(marks)
+            with store.write():
+                yield
+
+        def apply(units: list[list[str]]) -> int:
             try:
                 done = sum(writer.unit(store.conn, u) for u in units)
                 writer.flush(store.conn)
@@ -922,7 +954,7 @@ def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, dro
             return done
 
         with paced_writes(store) as writes:
-            writes.run_batches(todo, lambda u: sum(plan.records[s].messages + 1 for s in u), apply, store.write,
+            writes.run_batches(todo, lambda u: sum(plan.records[s].messages + 1 for s in u), apply, transaction,
                                batcher=batcher or import_batcher(), on_progress=on_progress)
     finally:
         writer.close()
