@@ -1148,3 +1148,25 @@ def test_a_usage_row_the_stores_key_merges_with_another_is_named(tmp_path):
     conn.close()
     replaced = do_import(again, file, "--replace", "--drop-missing-columns")
     assert replaced["replaced"] == ["two_urls"] and replaced["usage_kept_out"] == ["two_urls"], replaced
+
+
+def test_sessions_of_another_profile_are_named_before_the_question(tmp_path):
+    """Hostile try 18, V7: the default profile's backup imported into the work profile's store said nothing of
+    profiles; repair-profiles later called its gateway chats legacy rows to rekey as work's. Named (the report, the
+    question and the text output) with the store's profile; moving sessions on purpose stays the user's call."""
+    home = tmp_path / "home"
+    (home / "profiles" / "work").mkdir(parents=True)
+    with StoreBuilder(home / "state.db", layout="v30") as b:
+        b.session("tg", source="telegram", age=20, messages=2, session_key="agent:main:telegram:dm:77")
+        b.session("cli", age=20, messages=2)
+    with StoreBuilder(home / "profiles" / "work" / "state.db", layout="v30") as b:
+        b.session("w1", age=20, messages=2)
+    backup = tmp_path / "default.jsonl"
+    backup.write_text(export_all(home / "state.db"))
+    work = home / "profiles" / "work" / "state.db"
+    report = do_import(work, backup)
+    assert report["store_owner"] == "work" and report["other_profile"] == ["tg"], report
+    text = run("import", backup, "--db", work, "--dry-run")
+    assert text.returncode == 0 and "another profile than this store's (work)" in text.stdout, text.stdout
+    same = do_import(home / "state.db", backup, "--replace")
+    assert same["store_owner"] == "default" and same["other_profile"] == [], same

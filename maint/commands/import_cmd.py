@@ -55,3 +55,9 @@ def _render(r: dict) -> None:
                       ("usage_kept_out", "a model_usage row the store's key merges with another: kept out")):
         if r[key]:
             click.echo(f"  {text}: {', '.join(r[key][:10])}{' …' if len(r[key]) > 10 else ''}")
+    if r["other_profile"]:
+        from maint.ops.importer import OTHER_PROFILE
+
+        ids = r["other_profile"]
+        click.echo(f"  {OTHER_PROFILE.format(owner=r['store_owner'])}: {', '.join(printable(s) for s in ids[:10])}"
+                   f"{' …' if len(ids) > 10 else ''}")

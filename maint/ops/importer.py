@@ -963,6 +963,10 @@ def execute_import(store: Store, plan: ImportPlan, *, replace: bool = False, dro
     return result
 
 
+OTHER_PROFILE = ("gateway keys of another profile than this store's ({owner}): Hermes's gateway there will not find "
+                 "them here (`hermes-maint repair-profiles` moves or rekeys them)")
+
+
 @dataclass(frozen=True)
 class ImportRequest:
     """``hermes-maint import``'s arguments: the export file, read and checked line by line before any store
@@ -983,10 +987,16 @@ class ImportRequest:
 
 def import_store(target: StoreTarget, req: ImportRequest, op: Operator) -> dict[str, Any]:
     """``hermes-maint import`` into one store: the plan, the operator asked, then a lineage per transaction."""
+    from maint.ops.routing import store_owner
     from maint.store.connection import open_store
+    from maint.store.targets import key_profile
 
     with open_store(target.path, readonly=req.dry_run) as store:
         plan = plan_import(store, req.file, req.checked, replace=req.replace)
+        # a backup restored into another profile's store (hostile try 18, V7): named before the question, not
+        # refused (moving sessions between profiles on purpose is the user's call; repair-profiles rekeys them)
+        owner = store_owner(target.path)
+        foreign = [sid for sid, r in plan.records.items() if key_profile(r.info.session_key) not in (None, owner)]
         existing = [sid for sid in plan.records if sid in plan.existing]
         new = [sid for sid in plan.records if sid not in plan.existing]
         replace, dry_run = req.replace, req.dry_run
@@ -996,7 +1006,8 @@ def import_store(target: StoreTarget, req: ImportRequest, op: Operator) -> dict[
                   "imported": new if dry_run else [], "skipped_existing": [] if replace else existing,
                   "replaced": [s for s in existing if s not in plan.busy] if replace and dry_run else [],
                   "skipped_busy": plan.busy if dry_run else {}, "detached": [], "relinked": [], "renumbered": [],
-                  "prompts_dropped": [], "usage_kept_out": [], "messages": 0, "transactions": 0, "longest_lock_ms": 0.0}
+                  "prompts_dropped": [], "usage_kept_out": [], "messages": 0, "transactions": 0, "longest_lock_ms": 0.0,
+                  "store_owner": owner, "other_profile": foreign}
         refuse_missing(plan, req.drop_missing)
         if dry_run:
             return report
@@ -1006,6 +1017,7 @@ def import_store(target: StoreTarget, req: ImportRequest, op: Operator) -> dict[
                 f"{plan.path}: {len(plan.records)} sessions, {plan.messages} messages",
                 f"  new: {len(new)}; already in the store: {len(existing)} ({'replaced' if replace else 'skipped'})",
                 *([f"  columns left out: {', '.join(sorted(plan.missing))}"] if plan.missing else []),
+                *([f"  {OTHER_PROFILE.format(owner=owner)}: {len(foreign)} session(s)"] if foreign else []),
             ])
         with op.progress(len(plan.units), "Importing") as tick:
             result = execute_import(store, plan, replace=replace, drop_missing=req.drop_missing, on_progress=tick)
