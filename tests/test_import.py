@@ -1148,6 +1148,20 @@ def test_a_usage_row_the_stores_key_merges_with_another_is_named(tmp_path):
     conn.close()
     replaced = do_import(again, file, "--replace", "--drop-missing-columns")
     assert replaced["replaced"] == ["two_urls"] and replaced["usage_kept_out"] == ["two_urls"], replaced
+    # try 18, V3: the same while the store holds a usage row of another model for the session (a title model's):
+    # the merge of the record's own two rows is named all the same, and the stored rows stay as they were
+    conn = sqlite3.connect(again)
+    conn.execute("DELETE FROM session_model_usage WHERE session_id = 'two_urls'")
+    conn.execute("INSERT INTO session_model_usage (session_id, model, input_tokens) VALUES ('two_urls', 'other', 7)")
+    conn.commit()
+    conn.close()
+    other = do_import(again, file, "--replace", "--drop-missing-columns")
+    assert other["replaced"] == ["two_urls"] and other["usage_kept_out"] == ["two_urls"], other
+    assert query(again, "SELECT model, input_tokens FROM session_model_usage WHERE session_id = 'two_urls' "
+                        "ORDER BY model") == [("mx", 100), ("other", 7)]
+    # and rows the store held of the record's own key are kept as stored, not named (as designed)
+    kept = do_import(again, file, "--replace", "--drop-missing-columns")
+    assert kept["replaced"] == ["two_urls"] and kept["usage_kept_out"] == [], kept
 
 
 def test_sessions_of_another_profile_are_named_before_the_question(tmp_path):
