@@ -165,6 +165,19 @@ def test_rename(make_store, cli, layout):
         ("k1", None), ("k2", "proj")]
 
 
+def test_rename_names_a_title_held_by_a_row_without_an_id(make_store, cli):
+    """Hostile try 18 (U8's rest): a title held by a session row whose id is NULL passed rename's check (`id != ?`
+    never matches NULL) and SQLite's unique index answered "a constraint refused the change". Named."""
+    b = make_store("v30")
+    b.session("mine", age=1, title="old")
+    b.raw.execute("INSERT INTO sessions (source, started_at, title) VALUES ('cli', 1, 'Taken Title')")
+    b.close()
+    before = file_hash(b.path)
+    clash = cli("rename", "mine", "Taken Title", "--db", b.path)
+    assert clash.exit_code == 1 and "already used by a session row without an id (NULL)" in clash.stderr, clash.stderr
+    assert file_hash(b.path) == before
+
+
 def test_rename_keeps_the_canonical_bot_chat_and_records_a_user_title(make_store, cli):
     b = make_store("v30")
     b.session("bot", age=1, hidden=1, title="Bot Chat")

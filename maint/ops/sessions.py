@@ -188,10 +188,14 @@ def rename(store: Store, ref: str, raw_title: str) -> dict[str, Any]:
         if previous == CANONICAL_BOT_CHAT_TITLE and is_hidden and title != previous:
             raise MaintError(f"{sid} is a bot's canonical Bot Chat: Bot Mode finds it by this name, so renaming it "
                              "would orphan the conversation; nothing was changed")
-        conflict = conn.execute(f"SELECT id, COALESCE(archived, 0), {hidden} FROM sessions WHERE title = ? AND id != ?",
-                                (title, sid)).fetchone()
+        # IS NOT: a row whose id is NULL holds its title too (`id != ?` never matched it: hostile try 18, U8's rest)
+        conflict = conn.execute(f"SELECT id, COALESCE(archived, 0), {hidden} FROM sessions WHERE title = ? "
+                                "AND id IS NOT ?", (title, sid)).fetchone()
         if conflict:
             other, archived, other_hidden = conflict
+            if other is None:
+                raise MaintError(f"title {title!r} is already used by a session row without an id (NULL); titles "
+                                 "are unique (choose another); nothing was changed")
             if _compression_ancestor(store, other, sid) or (
                     title == CANONICAL_BOT_CHAT_TITLE and archived and other_hidden):
                 # An earlier segment (or a retired Bot Chat) cannot be renamed by hand: its title moves here.
