@@ -1184,3 +1184,106 @@ def test_sessions_of_another_profile_are_named_before_the_question(tmp_path):
     assert text.returncode == 0 and "another profile than this store's (work)" in text.stdout, text.stdout
     same = do_import(home / "state.db", backup, "--replace")
     assert same["store_owner"] == "default" and same["other_profile"] == [], same
+
+
+def test_the_parent_loop_check_walks_each_chain_once():
+    """Hostile try 18, V8: the loop check walked every session's chain to its root afresh, twice per import: a
+    file of one 20,000-session chain took 130 s before the question (2.6 MB; a 13 MB one about an hour). A walk
+    now stops where an earlier one found the way to a root: here 50 sessions of the file share a stored chain of
+    100, asked for once each, not 50 times."""
+    from maint.ops.importer import Record, _refuse_cycles
+    from maint.store.catalog import SessionInfo
+
+    def info(sid, parent):
+        return SessionInfo(id=sid, source="cli", started_at=1.0, ended_at=1.0, end_reason=None, parent_id=parent,
+                           last_active=1.0)
+
+    records = {f"f{i}": Record(line=i + 1, offset=0, length=0, info=info(f"f{i}", "s0"), messages=0)
+               for i in range(50)}
+    asked = []
+
+    def stored_parent(sid):
+        asked.append(sid)
+        n = int(sid[1:])
+        return f"s{n + 1}" if n < 99 else None
+
+    _refuse_cycles(Path("f.jsonl"), records, set(records), stored_parent)
+    assert sorted(asked, key=lambda s: int(s[1:])) == [f"s{n}" for n in range(100)]  # each once
+    records["f0"] = Record(line=1, offset=0, length=0, info=info("f0", "f1"), messages=0)
+    records["f1"] = Record(line=2, offset=0, length=0, info=info("f1", "f0"), messages=0)
+    with pytest.raises(Exception, match="parent links form a loop"):
+        _refuse_cycles(Path("f.jsonl"), records, set(records), stored_parent)
+
+
+def _units_before(records):
+    """importer._units as it was before hostile try 18 (V8): the order the heap must keep."""
+    from maint.ops import importer
+    from maint.store import lineage_records as lin
+
+    infos = {sid: r.info for sid, r in records.items()}
+    tree = lin.build(infos)
+    heads = [k for k, c in tree.chains.items() if c.delegate_parent is None]
+    order = {sid: (r.info.started_at, r.line) for sid, r in records.items()}
+    units = [importer._parents_first(tree.subtree_session_ids(k), infos, order) for k in heads]
+    unit_of = {sid: i for i, u in enumerate(units) for sid in u}
+    deps = {i: {unit_of[infos[s].parent_id] for s in u if infos[s].parent_id in unit_of} - {i}
+            for i, u in enumerate(units)}
+    done, placed = [], set()
+    pending = sorted(range(len(units)), key=lambda i: order[units[i][0]])
+    while pending:
+        nxt = ([i for i in pending if deps[i] <= placed] or pending[:1])[0]
+        pending.remove(nxt)
+        placed.add(nxt)
+        done.append(nxt)
+    return [units[i] for i in done]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_units_come_in_the_same_order_as_before_the_heap(seed):
+    """V8: the units' order (parents first, then file order; a loop broken at its earliest unit) is kept by the
+    heap that replaced a scan of every waiting unit after each placement."""
+    import random
+
+    from maint.ops.importer import Record, _units
+    from maint.store.catalog import SessionInfo
+
+    rnd = random.Random(seed)
+    n = 40
+    records = {}
+    for i in range(n):
+        parent = f"s{rnd.randrange(n)}" if rnd.random() < 0.7 else None
+        end = rnd.choice([None, "compression", "user_exit", "branched"])
+        records[f"s{i}"] = Record(line=i + 1, offset=0, length=0, messages=0, info=SessionInfo(
+            id=f"s{i}", source="cli", started_at=float(rnd.randrange(10)), ended_at=1.0, end_reason=end,
+            parent_id=parent if parent != f"s{i}" else None, last_active=1.0))
+    assert _units(records) == _units_before(records)
+
+
+def test_the_parent_notes_are_read_once_per_import(tmp_path):
+    """V8's second half: each session written asked state_meta for the children waiting on it, a scan of every
+    note, while each session whose parent is elsewhere adds one: 20,000 such sessions took 60 s. The notes are
+    read once per import and kept in step; the links they hold still come back."""
+    from maint.ops import importer
+    from maint.store.connection import open_store
+
+    db = _store(tmp_path / "state.db", "v30")
+    f = tmp_path / "orphans.jsonl"
+    rec = _fresh_record(db)
+    lines = [{**rec, "id": f"o{i}", "title": None, "parent_session_id": f"gone{i}",
+              "messages": [{**m, "session_id": f"o{i}", "id": None} for m in rec["messages"]]} for i in range(30)]
+    parent = {**rec, "id": "gone7", "title": None, "parent_session_id": None,
+              "messages": [{**m, "session_id": "gone7", "id": None} for m in rec["messages"]]}
+    f.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    reads = []
+    with open_store(db) as store:
+        store.conn.exec_trace = lambda cur, sql, bindings: (
+            reads.append(sql) if sql.lstrip().upper().startswith("SELECT") and "state_meta" in sql
+            and "substr(key" in sql else None) or True
+        importer.execute_import(store, importer.plan_import(store, f))
+        store.conn.exec_trace = None
+    assert len(reads) == 1, reads
+    assert query(db, "SELECT COUNT(*) FROM sessions WHERE id LIKE 'o%' AND parent_session_id IS NULL") == [(30,)]
+    g = tmp_path / "parent.jsonl"
+    g.write_text(json.dumps(parent) + "\n")
+    do_import(db, g)
+    assert query(db, "SELECT parent_session_id FROM sessions WHERE id = 'o7'") == [("gone7",)]
