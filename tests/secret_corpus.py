@@ -926,7 +926,7 @@ def clean_texts(seed: int = 14) -> list[str]:
             "mc alias list", "openssl passwd -6 -stdin", "lftp -e 'mirror' sftp://files.acme.io",
             "restic -r /srv/repo --password-file /etc/restic/pass snapshots",
             "ipmitool -I lanplus -H 10.0.0.9 -E sel list"]
-    out += clean_round_9() + clean_round_10() + clean_round_11()
+    out += clean_round_9() + clean_round_10() + clean_round_11() + clean_round_12()
     return out
 
 
@@ -1326,6 +1326,19 @@ def clean_round_11() -> list[str]:
         '$ redis-cli CONFIG GET maxmemory\n1) "maxmemory"\n2) "0"\n',
         "$ etcdctl get /config/db/host\n/config/db/host\ndb.internal\n",
         "the recovery words are written on paper in the safe",
+    ]
+
+
+def clean_round_12() -> list[str]:
+    """The two look-alikes redact-hostile-4 still found altered after round 11 (a webhook's HMAC of its body, an LDAP
+    password hash, base64 in LDIF and as it is), and look-alikes of round 12's classes."""
+    return [
+        "X-GitHub-Event: push\nX-GitHub-Delivery: a2f8f37a-8de4-4445-a6b8-387c3ae96917\n"
+        "X-Hub-Signature-256: sha256=d5256147e5db6f6af8fdd55663e0a850c512eea608c381e3d9a18b24914f1172\n",
+        '{"headers": {"X-Hub-Signature": "sha1=4b1a6e3f0f2b8d2a6e4c1b7f9a0d3e5c7b9a1f2e"}}',
+        "dn: uid=jdoe,ou=people,dc=corp,dc=local\n"
+        "userPassword:: e1NTSEF9K3g3Nmg4VEUyTEk3UDlUckRRRktiTTR3Y2tBU1ZEelA=\n",
+        "dn: uid=asmith,ou=people,dc=corp,dc=local\nuserPassword: {SSHA512}q0Zq1pXw9mWb2Yx3Rk7Lc8Vd4Nf5Gh6Jt==\n",
     ]
 
 

@@ -724,7 +724,12 @@ _CODE_ROOTS = {"self", "this", "os", "process", "config", "settings", "cfg", "en
 _PCT_VAR = re.compile(r"%[A-Za-z_][\w.]*%")
 _BRACED_KEY = re.compile(r"\{[A-Za-z0-9+/]{16,}={0,2}\}")
 _PUBLIC_SHAPE = re.compile(r"pk_(?:live|test)_[A-Za-z0-9]{20,}|pk\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}")
-_DIGEST = re.compile(r"(?i:sha(?:1|224|256|384|512)|md5)(?::[0-9a-fA-F]{32,128}|-[A-Za-z0-9+/]{27,88}={0,2})")
+# (round 12: sha256=<hex> too, a webhook's HMAC of its body: X-Hub-Signature-256 signs a body, it is no key)
+_DIGEST = re.compile(r"(?i:sha(?:1|224|256|384|512)|md5)(?:[:=][0-9a-fA-F]{32,128}|-[A-Za-z0-9+/]{27,88}={0,2})")
+# An LDAP password hash (RFC 2307's {SCHEME}hash; LDIF's userPassword:: holds it base64-encoded): a hash, as
+# crypt's $6$… is, not the password ({CLEARTEXT} is not among the schemes: it is the password)
+_LDAP_HASH = re.compile(r"\{(?i:s?sha(?:224|256|384|512)?|s?md5|crypt|pbkdf2[\w\-]{0,20}|argon2\w{0,4}|bcrypt|scrypt"
+                        r"|pkcs5s2|ssha\d{3})\}[A-Za-z0-9+/=$.,_\-]{8,}")
 _PLACEHOLDER_BODY = re.compile(r"(?:[A-Za-z0-9]{1,10}[_\-]){0,3}(?:x{6,}|X{6,}|\*{6,}|0{12,})")
 _CLOSED_IDENT = re.compile(r"[A-Za-z_][\w.]*[)}\]]+[,;]?")
 _CMDLET = re.compile(r"(?:Read|Get|ConvertTo|ConvertFrom|Import|New|Invoke|Unprotect)-[A-Z][A-Za-z]+")
@@ -941,6 +946,8 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
         return False
     if _NOT_SECRET_VALUE.fullmatch(v) or " " in v and _is_label(v, name):
         return False  # a crypt hash (user:$apr1$…), a key chord, an ARN, a relative path; a label ("API key")
+    if v[0] == "{" and _LDAP_HASH.fullmatch(v) or v[:2] in ("e0", "e1") and _ldap_hash_b64(v):
+        return False  # {SSHA}…, userPassword:: e1NTSEF9… (round 12): a password hash, as $6$… is
     if _DIGEST.fullmatch(v) or _PLACEHOLDER_BODY.fullmatch(v):
         return False  # sha256:<hex>, sha512-<base64> (a hash, an integrity value); sk_live_xxxx… (a placeholder)
     if not quoted and (_CLOSED_IDENT.fullmatch(v) or _CMDLET.fullmatch(v) or _MOUNT_SPEC.fullmatch(v)):
@@ -983,6 +990,20 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
     if kind == "random":  # not words joined by dots and dashes (routing_key='orders.created.eu-west-1')
         return len(v) >= 16 and _looks_random(v) and _WORDS_JOINED.fullmatch(v) is None
     return True
+
+
+def _ldap_hash_b64(value: str) -> bool:
+    """*value* is base64 of an LDAP password hash ({SSHA}…: what LDIF's userPassword:: holds)."""
+    import base64
+    import binascii
+
+    if len(value) % 4 or len(value) > 512:
+        return False
+    try:
+        plain = base64.b64decode(value, validate=True).decode("ascii")
+    except (binascii.Error, ValueError):
+        return False
+    return _LDAP_HASH.fullmatch(plain) is not None
 
 
 _WORDS_JOINED = re.compile(r"[a-z]{2,}(?:[._\-][a-z]{2,})*(?:[._\-][a-z0-9]{1,4})*")
@@ -1215,6 +1236,9 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             continue
         group = v.lastgroup
         value = v.group(group)
+        sep = m.groupdict().get("sep")
+        if sep and "=" in sep and sep.lstrip().startswith(":") and _DIGEST.fullmatch(sep.strip(" \t:=") + "=" + value):
+            continue  # X-Hub-Signature-256: sha256=<hex> (round 12): a digest after its algorithm, not a typed name
         if group == "uq" and (text[v.end():v.end() + 1] in ("(", "[") or cli and value.startswith("-")
                               or text.startswith("<", v.end()) and _GENERIC_CALL.match(text, v.end())):
             continue  # a call (findViewById<EditText>(…) too) or subscript: code, not a value; or the next flag
