@@ -288,6 +288,12 @@ _GATE_CONTAINER = (r"(?i:tokens)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP + r"
                    + r"+[A-Za-z0-9_\-]{16}")
 _GATE_CLI = (r"(?:--|(?:^|[\s\"'\[,])-)[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP
              + r"+[^\s\-]")
+# An output table's cell naming a secret (round 12): a header over its column or a name beside its value, bounded by a
+# cell's edge on one side at least (two spaces, a tab, a bar of ASCII or box drawing; a JSON-escaped tab or line end)
+_GATE_BAR = r"[\t|\x{2502}\x{2551}\x{2503}]"
+_GATE_GRID = (r"(?:[ \t]{2}|" + _GATE_BAR + r"|\\+t)[ \t]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*(?:[ \t]{2}|[ \t]*(?:"
+              + _GATE_BAR + r"|\\+[tnr]|[\r\n]|$))"
+              r"|(?:^|\n|\\+n)[ \t]?[\w.\-]*" + _GATE_KW + r"[\w.\-]*(?:[ \t]{2}|[ \t]*(?:" + _GATE_BAR + r"|\\+t))")
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
                 r"|sshpass|htpasswd|\?code=|(?i:set[ \t]+value)"
                 r"|importprivkey|(?i:seed|recovery|mnemonic|backup|wallet)[ \t]+(?i:phrase|words)"
@@ -296,6 +302,8 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|printf[ \t][^\n]*\||ssm[ \t]+put-parameter|keyvault[ \t]+secret|secretsmanager[ \t]|mc[ \t]+admin"
                 r"|secrets[ \t]+versions|-field[= ]|op[ \t]+read[ \t]|config:get|auth:token|output[ \t]+-raw"
                 r"|Unseal Key|New value:|(?i:config[ \t]+get)|etcdctl[ \t]+get"
+                # round 12: an output table's cell naming a secret; a Netscape cookies.txt line (its 7th field)
+                r"|" + _GATE_GRID + r"|(?:TRUE|FALSE)(?:\t|\\+t)[^\t\n\\]*(?:\t|\\+t)(?:TRUE|FALSE)(?:\t|\\+t)\d"
                 r"|pass[ \t]+show|find-(?:generic|internet)-password|bw[ \t]+get|initial-password|wg[ \t]+genkey"
                 # round 6: command lines that take a password by position or by a short flag, "config set NAME
                 # VALUE", SQL's SET PASSWORD, Go's user:pw@tcp(, a value after || ?? or, a table or a CSV/TSV
@@ -1545,6 +1553,11 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         _code_spans(text, spans)
     if "|" in text and "---" in text and words:
         _table_spans(text, spans)
+    if words and "grid" in can:
+        _grid_spans(text, spans)
+    if "TRUE\t" in text or "FALSE\t" in text:  # cookies.txt: a session cookie is a credential (as Cookie: is)
+        spans.extend(m.span("v") for m in _COOKIES_TXT.finditer(text)
+                     if len(m.group("v")) >= 8 and _value_is_secret(m.group("v"), "token", True, m.group("n")))
     if words:
         if "/" in text and "creds_slash" in can:
             for m in _CREDS_SLASH.finditer(text):
@@ -2125,6 +2138,130 @@ def _table_spans(text: str, spans: list[tuple[int, int]]) -> None:
             pos = end + 1
 
 
+# Output tables (round 12, redact-hostile-4): psql's aligned and expanded (-[ RECORD 1 ]) forms, MySQL's +---+ boxes,
+# box-drawing tables (doppler, railway, npm), whitespace-aligned CLI tables (doctl, az -o table, vault). One design: a
+# table is found from a cell naming a secret (_GRID_NAME: bounded by a cell's edge, as the gate's _GATE_GRID), read
+# up and down over the rows of its style (cells apart by bars, or by two spaces or a tab) and its rule lines; then a
+# header whose cell names a secret masks the cells under it, a NAME/VALUE (KEY/VALUE) header masks the value beside
+# each secret name, and a two-column table of bars without a header is a name/value table of its own.
+_GRID_KW = "(?:" + "|".join(_NAME_TRIGGERS) + ")"
+_GRID_PATTERN = (r"(?:[ \t]{2}|[\t|│║┃])[ \t]*[A-Za-z0-9_.\-]*" + _GRID_KW
+                 + r"[A-Za-z0-9_.\-]*(?:[ \t]{2}|[ \t]*(?:[\t|│║┃]|\r?$))"
+                 r"|^[ \t]?[A-Za-z0-9_.\-]*" + _GRID_KW + r"[A-Za-z0-9_.\-]*(?:[ \t]{2}|[ \t]*[\t|│║┃])")
+_GRID_NAME = re.compile(_GRID_PATTERN, re.ASCII | re.IGNORECASE | re.MULTILINE)
+_GRID_BARS = re.compile(r"[|│║┃]")
+_GRID_WS_CELL = re.compile(r"[^\t ]+(?: [^\t ]+)*")  # whitespace tables: cells apart by two spaces or a tab
+_GRID_RULE = frozenset("+-=:|─━┄┈═┼┬┴├┤┌┐└┘╔╗╚╝╠╣╦╩╬╤╧╪╫╞╡╟╢║│┃╭╮╯╰ \t")
+_GRID_HEADER = re.compile(r"[A-Za-z_#][\w .\-/()#]{0,39}")
+_GRID_NAMES = {"name", "key", "keyname", "variable", "var", "field", "setting", "parameter", "env", "secret"}
+_GRID_VALUES = {"value", "values", "val"}
+
+
+def _grid_rule(line: str) -> bool:
+    s = line.strip()
+    return len(s) >= 3 and all(c in _GRID_RULE for c in s) and sum(c in "-─━═=┄┈" for c in s) >= 3
+
+
+def _grid_cells(text: str, lo: int, hi: int, bars: bool) -> list[tuple[int, int]] | None:
+    """The cells of the line text[lo:hi] (their content, stripped), or None when it is no row of the style."""
+    line = text[lo:hi].rstrip("\r")
+    if not bars:
+        cells = [(lo + m.start(), lo + m.end()) for m in _GRID_WS_CELL.finditer(line)]
+        return cells if len(cells) >= 2 else None
+    edges = [m.start() for m in _GRID_BARS.finditer(line)]
+    if not edges:
+        return None
+    bounds = [-1, *edges, len(line)]
+    cells = []
+    for a, b in zip(bounds, bounds[1:]):
+        seg = line[a + 1:b]
+        start = a + 1 + len(seg) - len(seg.lstrip())
+        cells.append((lo + start, lo + max(start, a + 1 + len(seg.rstrip()))))
+    if not line[:edges[0]].strip():
+        cells.pop(0)  # the border before the first cell
+    if cells and edges[-1] > edges[0] and not line[edges[-1] + 1:].strip():
+        cells.pop()  # the border after the last
+    return cells if len(cells) >= 2 else None
+
+
+def _grid_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    done = -1
+    for m in _GRID_NAME.finditer(text):
+        if m.start() < done:
+            continue
+        at = m.start() if text[m.start()] not in "\n" else m.start() + 1
+        ls = text.rfind("\n", 0, at) + 1
+        le = text.find("\n", at)
+        le = len(text) if le < 0 else le
+        bars = _GRID_BARS.search(text, ls, le) is not None
+        cells = _grid_cells(text, ls, le, bars)
+        if cells is None:
+            continue
+        width = len(cells)
+        rows: list[tuple[int, int, list[tuple[int, int]] | None]] = [(ls, le, cells)]
+        top = ls
+        while top > 0 and len(rows) < 500:  # up, over the rows of the same style and its rule lines
+            pe = top - 1
+            ps = text.rfind("\n", 0, pe) + 1
+            if _grid_rule(text[ps:pe]):
+                rows.insert(0, (ps, pe, None))
+            else:
+                up = _grid_cells(text, ps, pe, bars)
+                if up is None or len(up) != width:
+                    break
+                rows.insert(0, (ps, pe, up))
+            top = ps
+        end = le
+        while end < len(text) and len(rows) < 1000:  # and down
+            ns = end + 1
+            ne = text.find("\n", ns)
+            ne = len(text) if ne < 0 else ne
+            if _grid_rule(text[ns:ne]):
+                rows.append((ns, ne, None))
+            else:
+                down = _grid_cells(text, ns, ne, bars)
+                if down is None or len(down) != width:
+                    break
+                rows.append((ns, ne, down))
+            end = ne
+        done = end
+        data = [(i, r[2]) for i, r in enumerate(rows) if r[2] is not None]
+        first, head = data[0]
+        names = [text[a:b].strip("`*") for a, b in head]
+        header = len(data) >= 2 and all(_GRID_HEADER.fullmatch(n) and not _looks_random(n) for n in names) and (
+            not bars or first + 1 < len(rows) and rows[first + 1][2] is None)
+        if header:
+            keys = [n.lower().replace(" ", "").replace("_", "") for n in names]
+            ni = next((i for i, k in enumerate(keys) if k in _GRID_NAMES), None)
+            vi = next((i for i, k in enumerate(keys) if k in _GRID_VALUES), None) if ni is not None else None
+            kinds = {i: name_kind(n) for i, n in enumerate(names) if i not in (ni, vi) and name_kind(n) is not None}
+            for _, row in data[1:]:
+                if vi is not None:
+                    _grid_cell_span(text, row[vi], text[row[ni][0]:row[ni][1]].strip("`*"), spans)
+                for i, kind in kinds.items():
+                    _grid_cell_span(text, row[i], names[i], spans, kind)
+        elif bars and width == 2:  # name | value on every row: psql's expanded records, railway's and npm's boxes
+            for _, row in data:
+                _grid_cell_span(text, row[1], text[row[0][0]:row[0][1]].strip("`*"), spans)
+
+
+def _grid_cell_span(text: str, cell: tuple[int, int], name: str, spans: list[tuple[int, int]],
+                    kind: str | None = None) -> None:
+    kind = kind or (name_kind(name) if 0 < len(name) <= 100 else None)
+    if kind is None:
+        return
+    value = text[cell[0]:cell[1]].strip("`")
+    if value and _value_is_secret(value, "token" if kind in ("auth", "line") else kind, False, name):
+        lo = cell[0] + text[cell[0]:cell[1]].index(value)
+        spans.append((lo, lo + len(value)))
+
+
+# A Netscape cookies.txt line (curl -c, yt-dlp, browser exports): domain, subdomains, path, secure, expiry, name and
+# the cookie's value, apart by tabs (#HttpOnly_ before the domain of an HttpOnly cookie)
+_COOKIES_TXT = re.compile(r"(?m)^(?:#HttpOnly_)?[^\s#][^\t\n]*\t(?:TRUE|FALSE)\t[^\t\n]*\t(?:TRUE|FALSE)\t\d{1,12}\t"
+                          r"(?P<n>[^\t\n]*)\t(?P<v>[^\t\r\n]+)")
+
+
 # Prose: "creds: admin / V", "creds for the box are admin / V" (a user, a slash and the password)
 _CREDS_SLASH = re.compile(r"(?i)\b(?:creds|credentials)\b[^\n.]{0,40}?(?::|\bare\b|\bis\b)[ \t]+[`\"']?"
                           r"[^\s/`\"']+[ \t]*/[ \t]*[`\"']?(?P<v>[^\s`\"']+)")
@@ -2205,6 +2342,7 @@ _PLACE_PATTERNS = {
     "secret_arg": _SECRET_ARG_CALL.pattern.replace("(?<![\\w.])", ""),
     "basic_encode": _BASIC_ENCODE.pattern.replace("(?P=q)", r"\\*[\"'`]"),
     **{"csv" + d: regex.pattern for d, regex in _CSV_HEADS.items()},
+    "grid": "(?im)" + _GRID_PATTERN,  # round 12: an output table (exactly: the rule's own pattern, ASCII)
 }
 PLACE_RULES = tuple(_PLACE_PATTERNS)
 _ALL_PLACE_RULES = frozenset(PLACE_RULES)
@@ -2270,7 +2408,8 @@ _SQL_IDENTIFIED = re.compile(r"(?i)\bidentified[ \t]+(?:with[ \t]+\S+[ \t]+)?by[
                              r"(?:(?P<q>\\*[\"'`])(?P<v>[^\"'`\n\\]+)(?P=q)|(?P<b>[^\s;\"'`\\]+))")
 # A name and its value given apart: <add key="ApiKey" value="…"/>, <entry key="db.password">…</entry>,
 # {"name": "DB_PASSWORD", "value": "…"} in text, and Kubernetes' "- name: DB_PASSWORD\n  value: …".
-_PAIR = re.compile(r"\b(?:[Nn]ame|[Kk]ey|ParameterKey|OptionName|Variable)\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?"
+# (round 12: Azure's {"keyName": "key1", …, "value": "…"} too, as az … keys list prints it after its command line)
+_PAIR = re.compile(r"\b(?:[Kk]eyName|[Nn]ame|[Kk]ey|ParameterKey|OptionName|Variable)\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?"
                    r"(?P<n>/?[A-Za-z_][\w./\-]{0,100})\\*[\"']?"
                    r"(?:(?P<mid>[^<>{}\n]{0,120}?(?:\r?\n[^<>{}\n]{0,120}?){0,3})"
                    r"\b(?:[Vv]alue|ParameterValue|VALUE)\\*[\"']?"
