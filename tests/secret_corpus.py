@@ -1357,6 +1357,12 @@ def clean_round_12() -> list[str]:
         " name  | api_key_id | created\n-------+------------+---------\n acme  | 42         | 2026-11-02\n",
         "# Netscape HTTP Cookie File\n.example.com\tTRUE\t/\tFALSE\t0\tlang\ten\n"
         ".example.com\tTRUE\t/\tFALSE\t0\ttheme\tdark\n",
+        # hex that spells no secret, aligned names that name none, prose without a value
+        "echo 68656c6c6f20776f726c6420616761696e | xxd -r -p", "git show 4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+        "Accessor ID  = b0103229-6051-4769-b77e-928a706901ad\nName         = Bootstrap Token\n"
+        "Type         = management\n",
+        "Secret Type  = kv-v2\nToken Policies = [default]\n", "the token for the team (valid 30d): see the vault",
+        "Ang password ay kailangan para mag-login.", "API 키를 발급받으세요.",
     ]
 
 
@@ -1554,4 +1560,20 @@ def hostile_round_12(seed: int = 14) -> list[Case]:
                   ".github.com\tTRUE\t/\tTRUE\t1767225600\tlogged_in\tyes\n"
                   f"github.com\tFALSE\t/\tTRUE\t1767225600\tuser_session\t{sess}\n"
                   f"#HttpOnly_.shop.example\tTRUE\t/\tTRUE\t0\tsid\t{sess2}\n", sess, also=(sess2,)))
+    # hex of text, as base64 of text is read (fed to xxd -r -p)
+    env, env2 = "password=" + pw(), "STRIPE_API_KEY=sk_live_" + g.b62(24)
+    for line in (env, env2):
+        h = line.encode().hex()
+        c.append(Case("encoded-hex-r12", json.dumps({"command": f"echo {h} | xxd -r -p >> .env"}, indent=1), h))
+    # a name of two words before an aligned "=" (Nomad)
+    sid = str(uuid.UUID(int=g.rng.getrandbits(128), version=4))
+    c.append(Case("aligned-name-r12", "$ nomad acl bootstrap\nAccessor ID  = b0103229-6051-4769-b77e-928a706901ad\n"
+                  f"Secret ID    = {sid}\nName         = Bootstrap Token\nType         = management\n", sid))
+    # prose: a token named in a tool's message with a parenthesis before the colon; Korean's API 키, Tagalog's ay
+    t1, k1, k2 = g.b62(40), g.password(16, "!+"), g.password(16, "^.!")
+    c.append(Case("prose-r12", json.dumps({"target": "telegram:-100200300",
+                                           "message": f"New deploy token for the team (valid 30d): {t1}"}, indent=1),
+                  t1))
+    c.append(Case("prose-r12", f"운영 서버 API 키: {k1}", k1))
+    c.append(Case("prose-r12", f"Ang password ng database ay {k2} kaya huwag mong ibahagi.", k2))
     return c

@@ -235,6 +235,8 @@ _LOCAL_WORDS = (
     # in Japanese, Chinese and Korean
     "|parolă|parolei|รหัสผ่าน|رمز عبور|گذرواژه|পাসওয়ার্ড|nenosiri|nywila|contrasenya|lozinka|lozinku|zaporka"
     "|geslo|slaptažodis|slaptažodį|parool|parooli|salasõna|apiトークン|apiキー|トークン|令牌|토큰"
+    # round 12: key in Korean (API 키, 비밀 키 …; 키 alone is also a height)
+    "|api 키|api키|비밀 키|비밀키|시크릿 키|시크릿키|액세스 키|액세스키|인증 키|인증키"
     "|password|passphrase|passwd")
 
 # A type written between a name and "=" (Go's var dbPassword string = "…", Bicep's param x string = '…')
@@ -302,7 +304,9 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|printf[ \t][^\n]*\||ssm[ \t]+put-parameter|keyvault[ \t]+secret|secretsmanager[ \t]|mc[ \t]+admin"
                 r"|secrets[ \t]+versions|-field[= ]|op[ \t]+read[ \t]|config:get|auth:token|output[ \t]+-raw"
                 r"|Unseal Key|New value:|(?i:config[ \t]+get)|etcdctl[ \t]+get"
-                # round 12: an output table's cell naming a secret; a Netscape cookies.txt line (its 7th field)
+                # round 12: an output table's cell naming a secret; a Netscape cookies.txt line (its 7th field); a
+                # name of two words before an aligned "=" (Nomad's Secret ID    = V)
+                r"|" + _GATE_KW + r"[\w\-]*[ \t]+[A-Za-z][\w\-]*[ \t]*=[ \t]"
                 r"|" + _GATE_GRID + r"|(?:TRUE|FALSE)(?:\t|\\+t)[^\t\n\\]*(?:\t|\\+t)(?:TRUE|FALSE)(?:\t|\\+t)\d"
                 r"|pass[ \t]+show|find-(?:generic|internet)-password|bw[ \t]+get|initial-password|wg[ \t]+genkey"
                 # round 6: command lines that take a password by position or by a short flag, "config set NAME
@@ -321,7 +325,7 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|(?i:pass(?:word|phrase|wd))[ \t]+[^\s]*\d"
                 r"|(?i:creds|credentials)[^\n./]*[ \t][^\s/]+[ \t]*/[ \t]*[^\s/]"
                 r"|(?i:pass(?:word|phrase|wd))(?:'s[ \t]|[ \t]*(?:->|=>|→)|[^\n:=.]*[ \t]"
-                r"(?:è|é|es|est|ist|lautet|är|je|jest|là|adalah|ialah|είναι|это|c'est)[ \t])"
+                r"(?:è|é|es|est|ist|lautet|är|je|jest|là|adalah|ialah|είναι|это|c'est|ay)[ \t])"
                 r"|machine\s|\+[1-9]\d{6}|&[A-Za-z_][\w.\-]*=|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
                 r"|(?:(?m:^)|\\n|\")[ \t]*\[[\w.\- ]*" + _GATE_KW
@@ -375,7 +379,8 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|[,;\t][ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*(?:[\r\n,;\t]|\\+[nrt])"
                 r"|(?m:^)[ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*[,;\t]"
                 r"|(?:\b|_)(?i:password|passphrase|passcode|passwd|secret|token|api[ _\-]?key|credentials?)\b"
-                r"[^.:\n\\=(){}]*(?::[ \t]*[^\s]|(?i:\bis|\bwas|\bto|\bas)[ \t])")
+                # (round 12: one parenthesis on the way, "token for the team (valid 30d): V", as _PROSE_COLON reads it)
+                r"[^.:\n\\=(){}]*(?:\([^()\n\\]*\)[^.:\n\\=(){}]*)?(?::[ \t]*[^\s]|(?i:\bis|\bwas|\bto|\bas)[ \t])")
 # Where a token starts (as the shapes' own lookbehind has it), or after an escape that decodes to a line end
 # or a tab: the shapes below with counted repeats only start there, so the DFA does not follow them from
 # every character.
@@ -420,7 +425,11 @@ _GATE_SHAPES = (
 # Six such groups (18 characters of text) at the start of a run are rare in anything but encoded text:
 # random base64 (an image) starts so about once in two million runs, hex and words almost never.
 _B64_GROUP = r"[CDI-Za-f][AC-HQS-Xgi-nwy-z0-3][ABEFIJMNQRUVYZcdghklopstwx014589][A-Za-z0-9+/_\-]"
-_GATE_B64 = _GATE_TOKEN_START + "(?:" + _B64_GROUP + "){6}"  # where a run starts, as the rule reads it
+# (round 12: hex of text too, sixteen printable bytes at a run's start: echo 7061… | xxd -r -p; eight let 65 more of the
+# bench store's 240,000 texts through the gate, git SHAs that start so, twelve 3, sixteen none)
+_HEX_TEXT = r"(?:[2-7][0-9a-fA-F]){16}"
+_GATE_B64 = (_GATE_TOKEN_START + "(?:(?:" + _B64_GROUP + "){6}|" + _HEX_TEXT + ")")  # where a run starts, as the rule
+# reads it
 
 
 # What can hide a name or a separator from the patterns above: an ANSI escape, a zero-width character, a \uXXXX
@@ -1555,6 +1564,12 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         _table_spans(text, spans)
     if words and "grid" in can:
         _grid_spans(text, spans)
+    if words and "aligned" in can:  # Secret ID    = V
+        for m in _ALIGNED.finditer(text):
+            name = m.group("n")
+            kind = name_kind(name) if _ANY_TRIGGER.search(name.lower()) else None
+            if kind is not None and kind not in ("auth", "line") and _value_is_secret(m.group("v"), kind, False, name):
+                spans.append(m.span("v"))
     if "TRUE\t" in text or "FALSE\t" in text:  # cookies.txt: a session cookie is a credential (as Cookie: is)
         spans.extend(m.span("v") for m in _COOKIES_TXT.finditer(text)
                      if len(m.group("v")) >= 8 and _value_is_secret(m.group("v"), "token", True, m.group("n")))
@@ -2256,6 +2271,14 @@ def _grid_cell_span(text: str, cell: tuple[int, int], name: str, spans: list[tup
         spans.append((lo, lo + len(value)))
 
 
+# A name of two words before an aligned "=" (Nomad's "Secret ID    = <uuid>", "Accessor ID  = …"): the name rules
+# read one word; this line's name is judged whole (the gate takes such a name when its keyword is in the first word,
+# its names rules when in the last)
+_ALIGNED_PATTERN = r"^[ \t]*[A-Za-z][\w\-]*[ \t][A-Za-z][\w\-]*[ \t]+=[ \t]+[^\s\"']+[ \t]*\r?$"
+_ALIGNED = re.compile(r"^[ \t]*(?P<n>[A-Za-z][\w\-]*[ \t][A-Za-z][\w\-]*)[ \t]+=[ \t]+(?P<v>[^\s\"']+)[ \t]*\r?$",
+                      re.ASCII | re.MULTILINE)
+
+
 # A Netscape cookies.txt line (curl -c, yt-dlp, browser exports): domain, subdomains, path, secure, expiry, name and
 # the cookie's value, apart by tabs (#HttpOnly_ before the domain of an HttpOnly cookie)
 _COOKIES_TXT = re.compile(r"(?m)^(?:#HttpOnly_)?[^\s#][^\t\n]*\t(?:TRUE|FALSE)\t[^\t\n]*\t(?:TRUE|FALSE)\t\d{1,12}\t"
@@ -2291,14 +2314,15 @@ def _english_word(m: re.Match) -> bool:
 _LOCAL_ASCII = re.compile(r"password[ \t]+\S*\d|passwort|kennwort|zugangsdaten|senha|palavra-passe|contrase|clave"
                           "|mot de passe|mdp|nenosiri|nywila|lozink|zaporka|geslo|parool"
                           "|wachtwoord|salasana|adgangskode|passord|heslo|hesla|jelszo|parola|kata sandi"
-                          "|kata laluan|sandi|mat khau|password's|passphrase[ \t]*(?:->|=>)")
+                          "|kata laluan|sandi|mat khau|password's|passphrase[ \t]*(?:->|=>)"
+                          "|pass(?:word|phrase|wd)[^\n:=.]*[ \t]ay[ \t]")  # round 12: Tagalog's copula
 _LOCAL_PASSWORD = re.compile(
     r"(?i)(?<![A-Za-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff])(?:" + _LOCAL_WORDS + r")"
     r"(?:'s|[^\n:=：＝.,;!?。、]{0,24}?"
     r"(?:[ \t]*(?::(?!//)|[=：＝]|->|=>|→|—|–)"
     r"|(?<=[^\x00-\x7f])(?:は|는|은|이|가|是|为|為|就是|คือ)"
     r"|[ \t]+(?:ist|lautet|lauten|è|é|és|es|est|este|is|är|er|on|je|jest|to|là|adalah|ialah|είναι|هي|هو|היא|הוא|это"
-    r"|sind|era|was|c'est|ni|yra|คือ|হলো|হল|হচ্ছে)(?![^\W\d_])"
+    r"|sind|era|was|c'est|ni|yra|คือ|হলো|হল|হচ্ছে|ay)(?![^\W\d_])"  # round 12: Tagalog's ay
     # a verb at the end (Persian, Hindi): the word, a few words, the value, then "is" (است, है)
     r"|[ \t]+(?=[^\s\"'`]+[ \t]+(?:است|है|हैं)(?![^\W\d_])))"
     r"|(?P<appo>[ \t]+(?=\S*\d)))"
@@ -2343,6 +2367,7 @@ _PLACE_PATTERNS = {
     "basic_encode": _BASIC_ENCODE.pattern.replace("(?P=q)", r"\\*[\"'`]"),
     **{"csv" + d: regex.pattern for d, regex in _CSV_HEADS.items()},
     "grid": "(?im)" + _GRID_PATTERN,  # round 12: an output table (exactly: the rule's own pattern, ASCII)
+    "aligned": "(?m)" + _ALIGNED_PATTERN,
 }
 PLACE_RULES = tuple(_PLACE_PATTERNS)
 _ALL_PLACE_RULES = frozenset(PLACE_RULES)
@@ -2683,6 +2708,7 @@ def _chain_spans(text: str, spans: list[tuple[int, int]]) -> None:
 # the whole run is masked. Only runs that start like encoded text are decoded.
 _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])(?=(?:" + _B64_GROUP + r"){6})[A-Za-z0-9+/_\-]{24,}={0,2}")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_HEX_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])(?=" + _HEX_TEXT + r")(?:[0-9a-fA-F]{2})+(?![A-Za-z0-9+/_\-])")
 
 
 def _base64_spans(text: str, spans: list[tuple[int, int]]) -> None:
@@ -2697,6 +2723,13 @@ def _base64_spans(text: str, spans: list[tuple[int, int]]) -> None:
                                    altchars=b"-_" if "-" in body or "_" in body else None)
             plain = raw.decode("utf-8")
         except (binascii.Error, ValueError):
+            continue
+        if not _CONTROL.search(plain) and (find_secrets(plain) or _basic_credentials(plain)):
+            spans.append(run.span())
+    for run in _HEX_RUN.finditer(text):  # round 12: hex of text (echo 7061… | xxd -r -p >> .env)
+        try:
+            plain = bytes.fromhex(run.group()).decode("utf-8")
+        except ValueError:
             continue
         if not _CONTROL.search(plain) and (find_secrets(plain) or _basic_credentials(plain)):
             spans.append(run.span())
