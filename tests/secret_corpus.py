@@ -768,7 +768,7 @@ def secret_cases(seed: int = 14) -> list[Case]:
                 cases.append(_bare(g, family, maker()))
     return (cases + _named(g) + leak_classes(seed) + hostile_round(seed) + hostile_round_3(seed) + hostile_round_4(seed)
             + hostile_round_5(seed) + hostile_round_6(seed) + hostile_round_7(seed) + hostile_round_8(seed)
-            + hostile_round_9(seed) + hostile_round_10(seed) + hostile_round_11(seed))
+            + hostile_round_9(seed) + hostile_round_10(seed) + hostile_round_11(seed) + hostile_round_12(seed))
 
 
 def phone_cases(seed: int = 14) -> list[Case]:
@@ -926,7 +926,7 @@ def clean_texts(seed: int = 14) -> list[str]:
             "mc alias list", "openssl passwd -6 -stdin", "lftp -e 'mirror' sftp://files.acme.io",
             "restic -r /srv/repo --password-file /etc/restic/pass snapshots",
             "ipmitool -I lanplus -H 10.0.0.9 -E sel list"]
-    out += clean_round_9() + clean_round_10() + clean_round_11()
+    out += clean_round_9() + clean_round_10() + clean_round_11() + clean_round_12()
     return out
 
 
@@ -1329,6 +1329,43 @@ def clean_round_11() -> list[str]:
     ]
 
 
+def clean_round_12() -> list[str]:
+    """The two look-alikes redact-hostile-4 still found altered after round 11 (a webhook's HMAC of its body, an LDAP
+    password hash, base64 in LDIF and as it is), and look-alikes of round 12's classes."""
+    return [
+        "X-GitHub-Event: push\nX-GitHub-Delivery: a2f8f37a-8de4-4445-a6b8-387c3ae96917\n"
+        "X-Hub-Signature-256: sha256=d5256147e5db6f6af8fdd55663e0a850c512eea608c381e3d9a18b24914f1172\n",
+        '{"headers": {"X-Hub-Signature": "sha1=4b1a6e3f0f2b8d2a6e4c1b7f9a0d3e5c7b9a1f2e"}}',
+        "dn: uid=jdoe,ou=people,dc=corp,dc=local\n"
+        "userPassword:: e1NTSEF9K3g3Nmg4VEUyTEk3UDlUckRRRktiTTR3Y2tBU1ZEelA=\n",
+        "dn: uid=asmith,ou=people,dc=corp,dc=local\nuserPassword: {SSHA512}q0Zq1pXw9mWb2Yx3Rk7Lc8Vd4Nf5Gh6Jt==\n",
+        # output tables whose headers or name cells name nothing secret, or whose secret-named cells hold no secret
+        "$ kubectl get serviceaccounts\nNAME      SECRETS   AGE\ndefault   1         12d\nbuilder   2         12d\n",
+        "$ gh secret list\nNAME              UPDATED\nDEPLOY_TOKEN      about 2 days ago\n"
+        "NPM_TOKEN         about 1 month ago\n",
+        "$ kubectl get secrets\nNAME                  TYPE     DATA   AGE\ndb-password           Opaque   2      3d\n",
+        "shop=# SELECT id, token_count FROM usage;\n id | token_count\n----+-------------\n"
+        "  1 |       51234\n(1 row)\n",
+        "┌────────┬─────────┬────────────┬──────────┐\n│ id     │ token   │ created    │ readonly │\n"
+        "├────────┼─────────┼────────────┼──────────┤\n│ 7f3134 │ 1fa9ba… │ 2017-10-02 │ yes      │\n"
+        "└────────┴─────────┴────────────┴──────────┘\n",
+        "Key                 Value\n---                 -----\ntoken_policies      [default]\n"
+        "token_ttl           768h\ntoken_type          service\n",
+        "│ SMTP_PASSWORD_FILE │ /run/secrets/smtp_password │\n│ SMTP_HOST          │ smtp.internal              │\n",
+        "| id | password_hash                  |\n+----+--------------------------------+\n"
+        "|  1 | $2b$12$KIXQJ2Pz1Wq3mV8uYx5oLe |\n",
+        " name  | api_key_id | created\n-------+------------+---------\n acme  | 42         | 2026-11-02\n",
+        "# Netscape HTTP Cookie File\n.example.com\tTRUE\t/\tFALSE\t0\tlang\ten\n"
+        ".example.com\tTRUE\t/\tFALSE\t0\ttheme\tdark\n",
+        # hex that spells no secret, aligned names that name none, prose without a value
+        "echo 68656c6c6f20776f726c6420616761696e | xxd -r -p", "git show 4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+        "Accessor ID  = b0103229-6051-4769-b77e-928a706901ad\nName         = Bootstrap Token\n"
+        "Type         = management\n",
+        "Secret Type  = kv-v2\nToken Policies = [default]\n", "the token for the team (valid 30d): see the vault",
+        "Ang password ay kailangan para mag-login.", "API 키를 발급받으세요.",
+    ]
+
+
 B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 BECH32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
 
@@ -1465,4 +1502,78 @@ def hostile_round_11(seed: int = 14) -> list[Case]:
     code = "4%2F0A" + g.b62(40) + "_" + g.b62(20)
     c.append(Case("webhook-route-r11", f'10.20.0.9 - - [07/Dec/2026:20:11:02 +0000] "GET /auth/google/callback?state='
                   f'{g.s(HEX, 16)}&code={code}&scope=email%20openid HTTP/1.1" 302 0', code))
+    return c
+
+
+def hostile_round_12(seed: int = 14) -> list[Case]:
+    """The classes redact-hostile-4 still got past round 11 (14 of 280 in jsonl), each by its design (round 12)."""
+    g = Gen(seed + 12012)
+    c: list[Case] = []
+
+    def pw() -> str:
+        return g.password(18, ".^~!+")
+
+    # output tables whose header (or the name cell beside a value) names a secret
+    key, p1, p2, p3, p4, p5 = g.b62(32), pw(), pw(), pw(), pw(), pw()
+    tok, avns = str(uuid.UUID(int=g.rng.getrandbits(128), version=4)), "AVNS_" + g.b62(19)
+    az1, az2, az3 = (base64.b64encode(g.rng.randbytes(64)).decode() for _ in range(3))
+    tables = [
+        (f"shop=# SELECT id, name, api_key FROM partners LIMIT 3;\n id |   name    |             api_key\n"
+         f"----+-----------+----------------------------------\n  1 | acme      | {key}\n  2 | globex    | \n"
+         "(2 rows)\n",
+         key, ()),
+        (f"shop=# \\x\nExpanded display is on.\nshop=# SELECT * FROM smtp_accounts WHERE id = 2;\n"
+         f"-[ RECORD 1 ]-----------\nid       | 2\nhost     | smtp.eu.mailrelay.net\nusername | billing\n"
+         f"password | {p1}\nport     | 587\n", p1, ()),
+        (f"mysql> SELECT id, username, password FROM legacy_users LIMIT 1;\n+----+----------+------------------+\n"
+         f"| id | username | password         |\n+----+----------+------------------+\n|  1 | admin    | {p2} |\n"
+         f"+----+----------+------------------+\n1 row in set (0.00 sec)\n", p2, ()),
+        ("$ doppler secrets --project shop --config prd\n┌─────────────────────┬──────────────────────┐\n"
+         "│ NAME                │ VALUE                │\n├─────────────────────┼──────────────────────┤\n"
+         f"│ DOPPLER_CONFIG      │ prd                  │\n│ SMTP_PASS           │ {p3}   │\n"
+         "│ SMTP_USER           │ mailer               │\n└─────────────────────┴──────────────────────┘", p3, ()),
+        ("$ railway variables\n╔════════════════════ Variables for shop-api ═════════════════╗\n"
+         "║ PGHOST            │ containers-us-west-41.railway.app ║\n║ PGUSER            │ postgres       ║\n"
+         f"║ PGPASSWORD        │ {p4}              ║\n╚═════════════════════════════════════╝", p4, ()),
+        ("$ npm token create --read-only\n┌────────────────┬────────────────────────────────────┐\n"
+         f"│ token          │ {tok} │\n├────────────────┼────────────────────────────────────┤\n"
+         "│ readonly       │ true                                 │\n└────────────────┴──────────────┘", tok, ()),
+        ("$ doctl databases connection 9cc10173-e9ea-4176-9dbc-a4cee4c4ff30 --format Host,Port,User,Password,Database\n"
+         "Host                                                        Port     User       Password"
+         "                    Database\ndb-postgresql-fra1-28514-do-user-1234567-0.b.db.ondigitalocean.com    25060"
+         f"    doadmin    {avns}    defaultdb\n", avns, ()),
+        ("$ az storage account keys list -g rg-shop -n stshopprod\n" + json.dumps(
+            [{"creationTime": "2026-10-01T08:00:00.000000+00:00", "keyName": "key1", "permissions": "FULL",
+              "value": az1}], indent=2), az1, ()),
+        ("$ az storage account keys list -g rg-shop -n stshopprod -o table\nKeyName    Permissions    Value\n"
+         "---------  -------------  " + "-" * 88 + f"\nkey1       FULL           {az2}\n"
+         f"key2       FULL           {az3}\n",
+         az2, (az3,)),
+        (f"$ vault kv get secret/smtp\n====== Data ======\nKey         Value\n---         -----\npassword    {p5}\n"
+         "user        mailer\n", p5, ()),
+    ]
+    for text, secret, also in tables:
+        c.append(Case("output-table-r12", text, secret, also=also))
+    sess, sess2 = g.b62(48), g.b64url(40)
+    c.append(Case("cookies-txt-r12", "# Netscape HTTP Cookie File\n# This file is generated by yt-dlp.  Do not edit."
+                  "\n\n"
+                  ".github.com\tTRUE\t/\tTRUE\t1767225600\tlogged_in\tyes\n"
+                  f"github.com\tFALSE\t/\tTRUE\t1767225600\tuser_session\t{sess}\n"
+                  f"#HttpOnly_.shop.example\tTRUE\t/\tTRUE\t0\tsid\t{sess2}\n", sess, also=(sess2,)))
+    # hex of text, as base64 of text is read (fed to xxd -r -p)
+    env, env2 = "password=" + pw(), "STRIPE_API_KEY=sk_live_" + g.b62(24)
+    for line in (env, env2):
+        h = line.encode().hex()
+        c.append(Case("encoded-hex-r12", json.dumps({"command": f"echo {h} | xxd -r -p >> .env"}, indent=1), h))
+    # a name of two words before an aligned "=" (Nomad)
+    sid = str(uuid.UUID(int=g.rng.getrandbits(128), version=4))
+    c.append(Case("aligned-name-r12", "$ nomad acl bootstrap\nAccessor ID  = b0103229-6051-4769-b77e-928a706901ad\n"
+                  f"Secret ID    = {sid}\nName         = Bootstrap Token\nType         = management\n", sid))
+    # prose: a token named in a tool's message with a parenthesis before the colon; Korean's API 키, Tagalog's ay
+    t1, k1, k2 = g.b62(40), g.password(16, "!+"), g.password(16, "^.!")
+    c.append(Case("prose-r12", json.dumps({"target": "telegram:-100200300",
+                                           "message": f"New deploy token for the team (valid 30d): {t1}"}, indent=1),
+                  t1))
+    c.append(Case("prose-r12", f"운영 서버 API 키: {k1}", k1))
+    c.append(Case("prose-r12", f"Ang password ng database ay {k2} kaya huwag mong ibahagi.", k2))
     return c

@@ -669,3 +669,23 @@ def test_round_10_shape_prefixes_pass_the_gate_only_with_a_body():
                   "as-RUsLJTth0sUEBhiPOcSVVp"):
         assert gate(f"ran it with {token} and got HTTP 200".encode()), token
         assert token not in redact_text(f"ran it with {token} and got HTTP 200")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (" id | name | api_key\n----+------+----------\n  1 | acme | dYcJUcH288bqX7SIgIkXKGuzJNowKMSX\n  2 | globex | \n",
+     " id | name | api_key\n----+------+----------\n  1 | acme | [REDACTED]\n  2 | globex | \n"),
+    ("-[ RECORD 1 ]-----\nid       | 2\nusername | billing\npassword | x87PJkS78Lrv~+.n~x\nport     | 587\n",
+     "-[ RECORD 1 ]-----\nid       | 2\nusername | billing\npassword | [REDACTED]\nport     | 587\n"),
+    ("│ NAME       │ VALUE       │\n├────────────┼─────────────┤\n│ SMTP_USER  │ mailer      │\n"
+     "│ SMTP_PASS  │ o0ZRv2Y!E!j │\n",
+     "│ NAME       │ VALUE       │\n├────────────┼─────────────┤\n│ SMTP_USER  │ mailer      │\n"
+     "│ SMTP_PASS  │ [REDACTED] │\n"),
+    ("Host         Port    User      Password                  Database\ndb.example   25060   doadmin   "
+     "AVNS_FKNMLBQJ6fN2ZXzHsg5  defaultdb\n",
+     "Host         Port    User      Password                  Database\ndb.example   25060   doadmin   "
+     "[REDACTED]  defaultdb\n"),
+])
+def test_output_tables_mask_the_cells_a_secret_header_or_name_names(text, expected):
+    """Round 12: an output table is read from a cell naming a secret; only the cells it names are masked, the rows,
+    bars and alignment stay (a header over its column, a NAME/VALUE header, a two-column table of bars)."""
+    assert redact_text(text) == expected

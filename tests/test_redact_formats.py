@@ -1,4 +1,4 @@
-"""Issue 26's leak classes (and those of later hostile tries, tests.secret_corpus.hostile_round_5 to 9)
+"""Issue 26's leak classes (and those of later hostile tries, tests.secret_corpus.hostile_round_5 to 12)
 through every export format: each class's cases are stored the way Hermes stores them (a prompt, a
 tool call's arguments, a tool result, a reply; a BLOB for the BLOB class) and exported with --redact
 in jsonl, md, qmd, html, trace and --only user-prompts (jsonl and md). Unredacted, the same export
@@ -18,13 +18,14 @@ from tests.secret_corpus import (
     hostile_round_9,
     hostile_round_10,
     hostile_round_11,
+    hostile_round_12,
     leak_classes,
 )
 from tests.storegen import StoreBuilder
 
 CLASSES: dict[str, list] = defaultdict(list)
 for _case in (leak_classes() + hostile_round_5() + hostile_round_6() + hostile_round_7() + hostile_round_8()
-              + hostile_round_9() + hostile_round_10() + hostile_round_11()):
+              + hostile_round_9() + hostile_round_10() + hostile_round_11() + hostile_round_12()):
     CLASSES[_case.family].append(_case)
 
 FORMATS = {

@@ -235,6 +235,8 @@ _LOCAL_WORDS = (
     # in Japanese, Chinese and Korean
     "|parolă|parolei|รหัสผ่าน|رمز عبور|گذرواژه|পাসওয়ার্ড|nenosiri|nywila|contrasenya|lozinka|lozinku|zaporka"
     "|geslo|slaptažodis|slaptažodį|parool|parooli|salasõna|apiトークン|apiキー|トークン|令牌|토큰"
+    # round 12: key in Korean (API 키, 비밀 키 …; 키 alone is also a height)
+    "|api 키|api키|비밀 키|비밀키|시크릿 키|시크릿키|액세스 키|액세스키|인증 키|인증키"
     "|password|passphrase|passwd")
 
 # A type written between a name and "=" (Go's var dbPassword string = "…", Bicep's param x string = '…')
@@ -288,6 +290,12 @@ _GATE_CONTAINER = (r"(?i:tokens)\\*[\"']?" + _GATE_SP + r"*[:=]" + _GATE_SP + r"
                    + r"+[A-Za-z0-9_\-]{16}")
 _GATE_CLI = (r"(?:--|(?:^|[\s\"'\[,])-)[\w\-]*(?:pass|pwd|token|key|secret|auth|cred|sig)[\w\-]*" + _GATE_SP
              + r"+[^\s\-]")
+# An output table's cell naming a secret (round 12): a header over its column or a name beside its value, bounded by a
+# cell's edge on one side at least (two spaces, a tab, a bar of ASCII or box drawing; a JSON-escaped tab or line end)
+_GATE_BAR = r"[\t|\x{2502}\x{2551}\x{2503}]"
+_GATE_GRID = (r"(?:[ \t]{2}|" + _GATE_BAR + r"|\\+t)[ \t]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*(?:[ \t]{2}|[ \t]*(?:"
+              + _GATE_BAR + r"|\\+[tnr]|[\r\n]|$))"
+              r"|(?:^|\n|\\+n)[ \t]?[\w.\-]*" + _GATE_KW + r"[\w.\-]*(?:[ \t]{2}|[ \t]*(?:" + _GATE_BAR + r"|\\+t))")
 _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s|\s-[upa]|--user|--proxy-user"
                 r"|sshpass|htpasswd|\?code=|(?i:set[ \t]+value)"
                 r"|importprivkey|(?i:seed|recovery|mnemonic|backup|wallet)[ \t]+(?i:phrase|words)"
@@ -296,6 +304,10 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|printf[ \t][^\n]*\||ssm[ \t]+put-parameter|keyvault[ \t]+secret|secretsmanager[ \t]|mc[ \t]+admin"
                 r"|secrets[ \t]+versions|-field[= ]|op[ \t]+read[ \t]|config:get|auth:token|output[ \t]+-raw"
                 r"|Unseal Key|New value:|(?i:config[ \t]+get)|etcdctl[ \t]+get"
+                # round 12: an output table's cell naming a secret; a Netscape cookies.txt line (its 7th field); a
+                # name of two words before an aligned "=" (Nomad's Secret ID    = V)
+                r"|" + _GATE_KW + r"[\w\-]*[ \t]+[A-Za-z][\w\-]*[ \t]*=[ \t]"
+                r"|" + _GATE_GRID + r"|(?:TRUE|FALSE)(?:\t|\\+t)[^\t\n\\]*(?:\t|\\+t)(?:TRUE|FALSE)(?:\t|\\+t)\d"
                 r"|pass[ \t]+show|find-(?:generic|internet)-password|bw[ \t]+get|initial-password|wg[ \t]+genkey"
                 # round 6: command lines that take a password by position or by a short flag, "config set NAME
                 # VALUE", SQL's SET PASSWORD, Go's user:pw@tcp(, a value after || ?? or, a table or a CSV/TSV
@@ -313,7 +325,7 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|(?i:pass(?:word|phrase|wd))[ \t]+[^\s]*\d"
                 r"|(?i:creds|credentials)[^\n./]*[ \t][^\s/]+[ \t]*/[ \t]*[^\s/]"
                 r"|(?i:pass(?:word|phrase|wd))(?:'s[ \t]|[ \t]*(?:->|=>|→)|[^\n:=.]*[ \t]"
-                r"(?:è|é|es|est|ist|lautet|är|je|jest|là|adalah|ialah|είναι|это|c'est)[ \t])"
+                r"(?:è|é|es|est|ist|lautet|är|je|jest|là|adalah|ialah|είναι|это|c'est|ay)[ \t])"
                 r"|machine\s|\+[1-9]\d{6}|&[A-Za-z_][\w.\-]*=|(?i:identified)|webhookb2|\\(?:u00|x)[2-7][0-9a-fA-F]|\\/"
                 r"|(?i:securestring)|echo[ \t][^\n]*\|"
                 r"|(?:(?m:^)|\\n|\")[ \t]*\[[\w.\- ]*" + _GATE_KW
@@ -367,7 +379,8 @@ _GATE_PLACES = (r"://[^\s/?#@\"'\\<>]*@|PRIVATE KEY|Private-Lines:|(?i:bearer)\s
                 r"|[,;\t][ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*(?:[\r\n,;\t]|\\+[nrt])"
                 r"|(?m:^)[ \t\"]*[\w.\-]*" + _GATE_KW + r"[\w.\-]*[ \t\"]*[,;\t]"
                 r"|(?:\b|_)(?i:password|passphrase|passcode|passwd|secret|token|api[ _\-]?key|credentials?)\b"
-                r"[^.:\n\\=(){}]*(?::[ \t]*[^\s]|(?i:\bis|\bwas|\bto|\bas)[ \t])")
+                # (round 12: one parenthesis on the way, "token for the team (valid 30d): V", as _PROSE_COLON reads it)
+                r"[^.:\n\\=(){}]*(?:\([^()\n\\]*\)[^.:\n\\=(){}]*)?(?::[ \t]*[^\s]|(?i:\bis|\bwas|\bto|\bas)[ \t])")
 # Where a token starts (as the shapes' own lookbehind has it), or after an escape that decodes to a line end
 # or a tab: the shapes below with counted repeats only start there, so the DFA does not follow them from
 # every character.
@@ -412,7 +425,11 @@ _GATE_SHAPES = (
 # Six such groups (18 characters of text) at the start of a run are rare in anything but encoded text:
 # random base64 (an image) starts so about once in two million runs, hex and words almost never.
 _B64_GROUP = r"[CDI-Za-f][AC-HQS-Xgi-nwy-z0-3][ABEFIJMNQRUVYZcdghklopstwx014589][A-Za-z0-9+/_\-]"
-_GATE_B64 = _GATE_TOKEN_START + "(?:" + _B64_GROUP + "){6}"  # where a run starts, as the rule reads it
+# (round 12: hex of text too, sixteen printable bytes at a run's start: echo 7061… | xxd -r -p; eight let 65 more of the
+# bench store's 240,000 texts through the gate, git SHAs that start so, twelve 3, sixteen none)
+_HEX_TEXT = r"(?:[2-7][0-9a-fA-F]){16}"
+_GATE_B64 = (_GATE_TOKEN_START + "(?:(?:" + _B64_GROUP + "){6}|" + _HEX_TEXT + ")")  # where a run starts, as the rule
+# reads it
 
 
 # What can hide a name or a separator from the patterns above: an ANSI escape, a zero-width character, a \uXXXX
@@ -724,7 +741,12 @@ _CODE_ROOTS = {"self", "this", "os", "process", "config", "settings", "cfg", "en
 _PCT_VAR = re.compile(r"%[A-Za-z_][\w.]*%")
 _BRACED_KEY = re.compile(r"\{[A-Za-z0-9+/]{16,}={0,2}\}")
 _PUBLIC_SHAPE = re.compile(r"pk_(?:live|test)_[A-Za-z0-9]{20,}|pk\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}")
-_DIGEST = re.compile(r"(?i:sha(?:1|224|256|384|512)|md5)(?::[0-9a-fA-F]{32,128}|-[A-Za-z0-9+/]{27,88}={0,2})")
+# (round 12: sha256=<hex> too, a webhook's HMAC of its body: X-Hub-Signature-256 signs a body, it is no key)
+_DIGEST = re.compile(r"(?i:sha(?:1|224|256|384|512)|md5)(?:[:=][0-9a-fA-F]{32,128}|-[A-Za-z0-9+/]{27,88}={0,2})")
+# An LDAP password hash (RFC 2307's {SCHEME}hash; LDIF's userPassword:: holds it base64-encoded): a hash, as
+# crypt's $6$… is, not the password ({CLEARTEXT} is not among the schemes: it is the password)
+_LDAP_HASH = re.compile(r"\{(?i:s?sha(?:224|256|384|512)?|s?md5|crypt|pbkdf2[\w\-]{0,20}|argon2\w{0,4}|bcrypt|scrypt"
+                        r"|pkcs5s2|ssha\d{3})\}[A-Za-z0-9+/=$.,_\-]{8,}")
 _PLACEHOLDER_BODY = re.compile(r"(?:[A-Za-z0-9]{1,10}[_\-]){0,3}(?:x{6,}|X{6,}|\*{6,}|0{12,})")
 _CLOSED_IDENT = re.compile(r"[A-Za-z_][\w.]*[)}\]]+[,;]?")
 _CMDLET = re.compile(r"(?:Read|Get|ConvertTo|ConvertFrom|Import|New|Invoke|Unprotect)-[A-Z][A-Za-z]+")
@@ -941,6 +963,8 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
         return False
     if _NOT_SECRET_VALUE.fullmatch(v) or " " in v and _is_label(v, name):
         return False  # a crypt hash (user:$apr1$…), a key chord, an ARN, a relative path; a label ("API key")
+    if v[0] == "{" and _LDAP_HASH.fullmatch(v) or v[:2] in ("e0", "e1") and _ldap_hash_b64(v):
+        return False  # {SSHA}…, userPassword:: e1NTSEF9… (round 12): a password hash, as $6$… is
     if _DIGEST.fullmatch(v) or _PLACEHOLDER_BODY.fullmatch(v):
         return False  # sha256:<hex>, sha512-<base64> (a hash, an integrity value); sk_live_xxxx… (a placeholder)
     if not quoted and (_CLOSED_IDENT.fullmatch(v) or _CMDLET.fullmatch(v) or _MOUNT_SPEC.fullmatch(v)):
@@ -983,6 +1007,20 @@ def _value_is_secret(value: str, kind: str, quoted: bool, name: str = "") -> boo
     if kind == "random":  # not words joined by dots and dashes (routing_key='orders.created.eu-west-1')
         return len(v) >= 16 and _looks_random(v) and _WORDS_JOINED.fullmatch(v) is None
     return True
+
+
+def _ldap_hash_b64(value: str) -> bool:
+    """*value* is base64 of an LDAP password hash ({SSHA}…: what LDIF's userPassword:: holds)."""
+    import base64
+    import binascii
+
+    if len(value) % 4 or len(value) > 512:
+        return False
+    try:
+        plain = base64.b64decode(value, validate=True).decode("ascii")
+    except (binascii.Error, ValueError):
+        return False
+    return _LDAP_HASH.fullmatch(plain) is not None
 
 
 _WORDS_JOINED = re.compile(r"[a-z]{2,}(?:[._\-][a-z]{2,})*(?:[._\-][a-z0-9]{1,4})*")
@@ -1215,6 +1253,9 @@ def _name_spans(text: str, low: str, words: list[str], spans: list[tuple[int, in
             continue
         group = v.lastgroup
         value = v.group(group)
+        sep = m.groupdict().get("sep")
+        if sep and "=" in sep and sep.lstrip().startswith(":") and _DIGEST.fullmatch(sep.strip(" \t:=") + "=" + value):
+            continue  # X-Hub-Signature-256: sha256=<hex> (round 12): a digest after its algorithm, not a typed name
         if group == "uq" and (text[v.end():v.end() + 1] in ("(", "[") or cli and value.startswith("-")
                               or text.startswith("<", v.end()) and _GENERIC_CALL.match(text, v.end())):
             continue  # a call (findViewById<EditText>(…) too) or subscript: code, not a value; or the next flag
@@ -1521,6 +1562,17 @@ def _place_spans(text: str, low: str, words: list[str], spans: list[tuple[int, i
         _code_spans(text, spans)
     if "|" in text and "---" in text and words:
         _table_spans(text, spans)
+    if words and "grid" in can:
+        _grid_spans(text, spans)
+    if words and "aligned" in can:  # Secret ID    = V
+        for m in _ALIGNED.finditer(text):
+            name = m.group("n")
+            kind = name_kind(name) if _ANY_TRIGGER.search(name.lower()) else None
+            if kind is not None and kind not in ("auth", "line") and _value_is_secret(m.group("v"), kind, False, name):
+                spans.append(m.span("v"))
+    if "TRUE\t" in text or "FALSE\t" in text:  # cookies.txt: a session cookie is a credential (as Cookie: is)
+        spans.extend(m.span("v") for m in _COOKIES_TXT.finditer(text)
+                     if len(m.group("v")) >= 8 and _value_is_secret(m.group("v"), "token", True, m.group("n")))
     if words:
         if "/" in text and "creds_slash" in can:
             for m in _CREDS_SLASH.finditer(text):
@@ -2101,6 +2153,138 @@ def _table_spans(text: str, spans: list[tuple[int, int]]) -> None:
             pos = end + 1
 
 
+# Output tables (round 12, redact-hostile-4): psql's aligned and expanded (-[ RECORD 1 ]) forms, MySQL's +---+ boxes,
+# box-drawing tables (doppler, railway, npm), whitespace-aligned CLI tables (doctl, az -o table, vault). One design: a
+# table is found from a cell naming a secret (_GRID_NAME: bounded by a cell's edge, as the gate's _GATE_GRID), read
+# up and down over the rows of its style (cells apart by bars, or by two spaces or a tab) and its rule lines; then a
+# header whose cell names a secret masks the cells under it, a NAME/VALUE (KEY/VALUE) header masks the value beside
+# each secret name, and a two-column table of bars without a header is a name/value table of its own.
+_GRID_KW = "(?:" + "|".join(_NAME_TRIGGERS) + ")"
+_GRID_PATTERN = (r"(?:[ \t]{2}|[\t|│║┃])[ \t]*[A-Za-z0-9_.\-]*" + _GRID_KW
+                 + r"[A-Za-z0-9_.\-]*(?:[ \t]{2}|[ \t]*(?:[\t|│║┃]|\r?$))"
+                 r"|^[ \t]?[A-Za-z0-9_.\-]*" + _GRID_KW + r"[A-Za-z0-9_.\-]*(?:[ \t]{2}|[ \t]*[\t|│║┃])")
+_GRID_NAME = re.compile(_GRID_PATTERN, re.ASCII | re.IGNORECASE | re.MULTILINE)
+_GRID_BARS = re.compile(r"[|│║┃]")
+_GRID_WS_CELL = re.compile(r"[^\t ]+(?: [^\t ]+)*")  # whitespace tables: cells apart by two spaces or a tab
+_GRID_RULE = frozenset("+-=:|─━┄┈═┼┬┴├┤┌┐└┘╔╗╚╝╠╣╦╩╬╤╧╪╫╞╡╟╢║│┃╭╮╯╰ \t")
+_GRID_HEADER = re.compile(r"[A-Za-z_#][\w .\-/()#]{0,39}")
+_GRID_NAMES = {"name", "key", "keyname", "variable", "var", "field", "setting", "parameter", "env", "secret"}
+_GRID_VALUES = {"value", "values", "val"}
+
+
+def _grid_rule(line: str) -> bool:
+    s = line.strip()
+    return len(s) >= 3 and all(c in _GRID_RULE for c in s) and sum(c in "-─━═=┄┈" for c in s) >= 3
+
+
+def _grid_cells(text: str, lo: int, hi: int, bars: bool) -> list[tuple[int, int]] | None:
+    """The cells of the line text[lo:hi] (their content, stripped), or None when it is no row of the style."""
+    line = text[lo:hi].rstrip("\r")
+    if not bars:
+        cells = [(lo + m.start(), lo + m.end()) for m in _GRID_WS_CELL.finditer(line)]
+        return cells if len(cells) >= 2 else None
+    edges = [m.start() for m in _GRID_BARS.finditer(line)]
+    if not edges:
+        return None
+    bounds = [-1, *edges, len(line)]
+    cells = []
+    for a, b in zip(bounds, bounds[1:]):
+        seg = line[a + 1:b]
+        start = a + 1 + len(seg) - len(seg.lstrip())
+        cells.append((lo + start, lo + max(start, a + 1 + len(seg.rstrip()))))
+    if not line[:edges[0]].strip():
+        cells.pop(0)  # the border before the first cell
+    if cells and edges[-1] > edges[0] and not line[edges[-1] + 1:].strip():
+        cells.pop()  # the border after the last
+    return cells if len(cells) >= 2 else None
+
+
+def _grid_spans(text: str, spans: list[tuple[int, int]]) -> None:
+    done = -1
+    for m in _GRID_NAME.finditer(text):
+        if m.start() < done:
+            continue
+        at = m.start() if text[m.start()] not in "\n" else m.start() + 1
+        ls = text.rfind("\n", 0, at) + 1
+        le = text.find("\n", at)
+        le = len(text) if le < 0 else le
+        bars = _GRID_BARS.search(text, ls, le) is not None
+        cells = _grid_cells(text, ls, le, bars)
+        if cells is None:
+            continue
+        width = len(cells)
+        rows: list[tuple[int, int, list[tuple[int, int]] | None]] = [(ls, le, cells)]
+        top = ls
+        while top > 0 and len(rows) < 500:  # up, over the rows of the same style and its rule lines
+            pe = top - 1
+            ps = text.rfind("\n", 0, pe) + 1
+            if _grid_rule(text[ps:pe]):
+                rows.insert(0, (ps, pe, None))
+            else:
+                up = _grid_cells(text, ps, pe, bars)
+                if up is None or len(up) != width:
+                    break
+                rows.insert(0, (ps, pe, up))
+            top = ps
+        end = le
+        while end < len(text) and len(rows) < 1000:  # and down
+            ns = end + 1
+            ne = text.find("\n", ns)
+            ne = len(text) if ne < 0 else ne
+            if _grid_rule(text[ns:ne]):
+                rows.append((ns, ne, None))
+            else:
+                down = _grid_cells(text, ns, ne, bars)
+                if down is None or len(down) != width:
+                    break
+                rows.append((ns, ne, down))
+            end = ne
+        done = end
+        data = [(i, r[2]) for i, r in enumerate(rows) if r[2] is not None]
+        first, head = data[0]
+        names = [text[a:b].strip("`*") for a, b in head]
+        header = len(data) >= 2 and all(_GRID_HEADER.fullmatch(n) and not _looks_random(n) for n in names) and (
+            not bars or first + 1 < len(rows) and rows[first + 1][2] is None)
+        if header:
+            keys = [n.lower().replace(" ", "").replace("_", "") for n in names]
+            ni = next((i for i, k in enumerate(keys) if k in _GRID_NAMES), None)
+            vi = next((i for i, k in enumerate(keys) if k in _GRID_VALUES), None) if ni is not None else None
+            kinds = {i: name_kind(n) for i, n in enumerate(names) if i not in (ni, vi) and name_kind(n) is not None}
+            for _, row in data[1:]:
+                if vi is not None:
+                    _grid_cell_span(text, row[vi], text[row[ni][0]:row[ni][1]].strip("`*"), spans)
+                for i, kind in kinds.items():
+                    _grid_cell_span(text, row[i], names[i], spans, kind)
+        elif bars and width == 2:  # name | value on every row: psql's expanded records, railway's and npm's boxes
+            for _, row in data:
+                _grid_cell_span(text, row[1], text[row[0][0]:row[0][1]].strip("`*"), spans)
+
+
+def _grid_cell_span(text: str, cell: tuple[int, int], name: str, spans: list[tuple[int, int]],
+                    kind: str | None = None) -> None:
+    kind = kind or (name_kind(name) if 0 < len(name) <= 100 else None)
+    if kind is None:
+        return
+    value = text[cell[0]:cell[1]].strip("`")
+    if value and _value_is_secret(value, "token" if kind in ("auth", "line") else kind, False, name):
+        lo = cell[0] + text[cell[0]:cell[1]].index(value)
+        spans.append((lo, lo + len(value)))
+
+
+# A name of two words before an aligned "=" (Nomad's "Secret ID    = <uuid>", "Accessor ID  = …"): the name rules
+# read one word; this line's name is judged whole (the gate takes such a name when its keyword is in the first word,
+# its names rules when in the last)
+_ALIGNED_PATTERN = r"^[ \t]*[A-Za-z][\w\-]*[ \t][A-Za-z][\w\-]*[ \t]+=[ \t]+[^\s\"']+[ \t]*\r?$"
+_ALIGNED = re.compile(r"^[ \t]*(?P<n>[A-Za-z][\w\-]*[ \t][A-Za-z][\w\-]*)[ \t]+=[ \t]+(?P<v>[^\s\"']+)[ \t]*\r?$",
+                      re.ASCII | re.MULTILINE)
+
+
+# A Netscape cookies.txt line (curl -c, yt-dlp, browser exports): domain, subdomains, path, secure, expiry, name and
+# the cookie's value, apart by tabs (#HttpOnly_ before the domain of an HttpOnly cookie)
+_COOKIES_TXT = re.compile(r"(?m)^(?:#HttpOnly_)?[^\s#][^\t\n]*\t(?:TRUE|FALSE)\t[^\t\n]*\t(?:TRUE|FALSE)\t\d{1,12}\t"
+                          r"(?P<n>[^\t\n]*)\t(?P<v>[^\t\r\n]+)")
+
+
 # Prose: "creds: admin / V", "creds for the box are admin / V" (a user, a slash and the password)
 _CREDS_SLASH = re.compile(r"(?i)\b(?:creds|credentials)\b[^\n.]{0,40}?(?::|\bare\b|\bis\b)[ \t]+[`\"']?"
                           r"[^\s/`\"']+[ \t]*/[ \t]*[`\"']?(?P<v>[^\s`\"']+)")
@@ -2130,14 +2314,15 @@ def _english_word(m: re.Match) -> bool:
 _LOCAL_ASCII = re.compile(r"password[ \t]+\S*\d|passwort|kennwort|zugangsdaten|senha|palavra-passe|contrase|clave"
                           "|mot de passe|mdp|nenosiri|nywila|lozink|zaporka|geslo|parool"
                           "|wachtwoord|salasana|adgangskode|passord|heslo|hesla|jelszo|parola|kata sandi"
-                          "|kata laluan|sandi|mat khau|password's|passphrase[ \t]*(?:->|=>)")
+                          "|kata laluan|sandi|mat khau|password's|passphrase[ \t]*(?:->|=>)"
+                          "|pass(?:word|phrase|wd)[^\n:=.]*[ \t]ay[ \t]")  # round 12: Tagalog's copula
 _LOCAL_PASSWORD = re.compile(
     r"(?i)(?<![A-Za-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff])(?:" + _LOCAL_WORDS + r")"
     r"(?:'s|[^\n:=：＝.,;!?。、]{0,24}?"
     r"(?:[ \t]*(?::(?!//)|[=：＝]|->|=>|→|—|–)"
     r"|(?<=[^\x00-\x7f])(?:は|는|은|이|가|是|为|為|就是|คือ)"
     r"|[ \t]+(?:ist|lautet|lauten|è|é|és|es|est|este|is|är|er|on|je|jest|to|là|adalah|ialah|είναι|هي|هو|היא|הוא|это"
-    r"|sind|era|was|c'est|ni|yra|คือ|হলো|হল|হচ্ছে)(?![^\W\d_])"
+    r"|sind|era|was|c'est|ni|yra|คือ|হলো|হল|হচ্ছে|ay)(?![^\W\d_])"  # round 12: Tagalog's ay
     # a verb at the end (Persian, Hindi): the word, a few words, the value, then "is" (است, है)
     r"|[ \t]+(?=[^\s\"'`]+[ \t]+(?:است|है|हैं)(?![^\W\d_])))"
     r"|(?P<appo>[ \t]+(?=\S*\d)))"
@@ -2181,6 +2366,8 @@ _PLACE_PATTERNS = {
     "secret_arg": _SECRET_ARG_CALL.pattern.replace("(?<![\\w.])", ""),
     "basic_encode": _BASIC_ENCODE.pattern.replace("(?P=q)", r"\\*[\"'`]"),
     **{"csv" + d: regex.pattern for d, regex in _CSV_HEADS.items()},
+    "grid": "(?im)" + _GRID_PATTERN,  # round 12: an output table (exactly: the rule's own pattern, ASCII)
+    "aligned": "(?m)" + _ALIGNED_PATTERN,
 }
 PLACE_RULES = tuple(_PLACE_PATTERNS)
 _ALL_PLACE_RULES = frozenset(PLACE_RULES)
@@ -2246,7 +2433,8 @@ _SQL_IDENTIFIED = re.compile(r"(?i)\bidentified[ \t]+(?:with[ \t]+\S+[ \t]+)?by[
                              r"(?:(?P<q>\\*[\"'`])(?P<v>[^\"'`\n\\]+)(?P=q)|(?P<b>[^\s;\"'`\\]+))")
 # A name and its value given apart: <add key="ApiKey" value="…"/>, <entry key="db.password">…</entry>,
 # {"name": "DB_PASSWORD", "value": "…"} in text, and Kubernetes' "- name: DB_PASSWORD\n  value: …".
-_PAIR = re.compile(r"\b(?:[Nn]ame|[Kk]ey|ParameterKey|OptionName|Variable)\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?"
+# (round 12: Azure's {"keyName": "key1", …, "value": "…"} too, as az … keys list prints it after its command line)
+_PAIR = re.compile(r"\b(?:[Kk]eyName|[Nn]ame|[Kk]ey|ParameterKey|OptionName|Variable)\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?"
                    r"(?P<n>/?[A-Za-z_][\w./\-]{0,100})\\*[\"']?"
                    r"(?:(?P<mid>[^<>{}\n]{0,120}?(?:\r?\n[^<>{}\n]{0,120}?){0,3})"
                    r"\b(?:[Vv]alue|ParameterValue|VALUE)\\*[\"']?"
@@ -2520,6 +2708,7 @@ def _chain_spans(text: str, spans: list[tuple[int, int]]) -> None:
 # the whole run is masked. Only runs that start like encoded text are decoded.
 _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])(?=(?:" + _B64_GROUP + r"){6})[A-Za-z0-9+/_\-]{24,}={0,2}")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_HEX_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])(?=" + _HEX_TEXT + r")(?:[0-9a-fA-F]{2})+(?![A-Za-z0-9+/_\-])")
 
 
 def _base64_spans(text: str, spans: list[tuple[int, int]]) -> None:
@@ -2534,6 +2723,13 @@ def _base64_spans(text: str, spans: list[tuple[int, int]]) -> None:
                                    altchars=b"-_" if "-" in body or "_" in body else None)
             plain = raw.decode("utf-8")
         except (binascii.Error, ValueError):
+            continue
+        if not _CONTROL.search(plain) and (find_secrets(plain) or _basic_credentials(plain)):
+            spans.append(run.span())
+    for run in _HEX_RUN.finditer(text):  # round 12: hex of text (echo 7061… | xxd -r -p >> .env)
+        try:
+            plain = bytes.fromhex(run.group()).decode("utf-8")
+        except ValueError:
             continue
         if not _CONTROL.search(plain) and (find_secrets(plain) or _basic_credentials(plain)):
             spans.append(run.span())
