@@ -386,6 +386,22 @@ def test_replace_leaves_a_session_ended_or_reset_since_the_export_ended(tmp_path
     assert query(db, "SELECT ended_at, end_reason FROM sessions WHERE id = 'alone'") == before
 
 
+@pytest.mark.parametrize("ended_at", ["'2026-01-02 03:04:05'", "1700000000", "1700000000.25"])
+def test_replace_of_a_session_from_its_own_fresh_export_replaces(tmp_path, ended_at):
+    """Hostile try 19, W1: an end time stored as text (exported and imported as text) was compared with the file's
+    numeric reading of it (none), so a session replaced from its own fresh export was refused as "ended in the
+    store since the export". The end is compared as the file has it."""
+    db = _store(tmp_path / "state.db", "v30")
+    c = sqlite3.connect(db)
+    c.execute(f"UPDATE sessions SET ended_at = {ended_at}, end_reason = 'done' WHERE id = 'alone'")
+    c.commit()
+    c.close()
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text(export_all(db))
+    report = do_import(db, backup, "--replace")
+    assert "alone" in report["replaced"] and "alone" not in report["skipped_busy"], report
+
+
 def test_replace_leaves_turns_taken_back_since_the_export_taken_back(tmp_path):
     """Hostile try 18, V5: Hermes's /undo keeps the taken-back messages as rows with active 0 and writes none, so
     the guard (more messages, or a newer one) let an export made before it replace the session: the turns the user

@@ -122,6 +122,7 @@ class Record:
     digest: bytes = b""  # of the line as checked: a file rewritten meanwhile is caught before its rows are written
     newest: float | None = None  # the newest numeric message timestamp
     taken_back: int = 0  # messages with active 0 (taken back by Hermes's /undo, kept as rows)
+    end: tuple[Any, Any] = (None, None)  # ended_at and end_reason as the file has them (a time as text too)
     kept_children: list[str] = field(default_factory=list)
     title: str | None = None
     title_given: bool = False  # the record has a "title" field (an UPDATE without it keeps the stored title)
@@ -436,6 +437,7 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                                **_markers(obj.get("model_config")))
             records[sid] = Record(line=n, offset=start, length=len(raw), info=info, messages=len(msgs),
                                   digest=hashlib.sha256(raw).digest(), newest=newest, taken_back=taken_back,
+                                  end=(_bindable(obj.get("ended_at")), _bindable(obj.get("end_reason"))),
                                   kept_children=list(kept),
                                   title=title if isinstance(title, str) else None, title_given="title" in obj)
     if not records:
@@ -600,6 +602,11 @@ def _refuse_taken_titles(store: Store, path: Path, records: dict[str, Record], o
             holder[rec.title] = sid
 
 
+def _bindable(value: Any) -> Any:
+    """*value* as SQLite can compare it with a stored one (a JSON list or object as its text)."""
+    return value if value is None or isinstance(value, (str, int, float)) else json.dumps(value, sort_keys=True)
+
+
 def _replace_guard(store: Store, records: dict[str, Record], existing: set[str]) -> dict[str, str]:
     """The existing sessions --replace must leave alone, and why: any whose copy in the store is newer than the
     file's, whether Hermes wrote messages (more, or a newer one), resumed it (open in the store, ended in the file:
@@ -612,13 +619,18 @@ def _replace_guard(store: Store, records: dict[str, Record], existing: set[str])
             "SELECT COUNT(*), MAX(CASE WHEN typeof(timestamp) IN ('integer', 'real') THEN timestamp END), "
             f"{taken} FROM messages WHERE session_id = ?", (sid,)).fetchone()
         rec = records[sid]
-        ended_at, same_end, reason = store.conn.execute(  # the reason as bytes: the store's may not be UTF-8
+        # the end as the file has it (a time stored as text is exported as text: try 19, W1); the reason as bytes
+        ended_at, same_end, reason = store.conn.execute(
             "SELECT ended_at, ended_at IS ? AND end_reason IS ?, CAST(end_reason AS BLOB) FROM sessions WHERE id = ?",
-            (rec.info.ended_at, rec.info.end_reason, sid)).fetchone()
-        if count > rec.messages or (newest is not None and (rec.newest is None or newest > rec.newest)):
+            (*rec.end, sid)).fetchone()
+        if newest is not None and (rec.newest is None or newest > rec.newest):
             out[sid] = ("the store holds messages the file lacks (written after the export); replacing would "
                         "delete them")
-        elif ended_at is None and not rec.info.is_open:
+        elif count > rec.messages:
+            # Hermes's own export leaves out rows taken back or compacted (active 0): nothing written since (W2)
+            out[sid] = ("the store holds messages the file lacks (written after the export, or taken back or compacted "
+                        "rows an export of active messages leaves out); replacing would delete them")
+        elif ended_at is None and rec.end[0] is not None:
             # resumed in Hermes since the export: the file would mark it ended under Hermes's next message (U3)
             out[sid] = "open in the store (resumed since the export); replacing would mark it ended"
         elif ended_at is not None and not same_end:
