@@ -1303,3 +1303,23 @@ def test_the_parent_notes_are_read_once_per_import(tmp_path):
     g.write_text(json.dumps(parent) + "\n")
     do_import(db, g)
     assert query(db, "SELECT parent_session_id FROM sessions WHERE id = 'o7'") == [("gone7",)]
+
+
+def test_a_usage_row_kept_as_stored_is_not_written_to(tmp_path):
+    """Hostile try 19, W3: to tell a merge apart, the usage insert became an upsert whose no-op update returned the
+    row met; that update fired the store's UPDATE triggers for every row kept as stored (an append-only store's
+    trigger then refused the replace). Nothing is written to a row kept as stored."""
+    db = tmp_path / "state.db"
+    with StoreBuilder(db, layout="v31") as b:
+        b.session("u", age=1, messages=2)
+        b.raw.execute("INSERT INTO session_model_usage (session_id, model, input_tokens) VALUES ('u', 'mx', 5)")
+    backup = tmp_path / "u.jsonl"
+    backup.write_text(export_all(db))
+    c = sqlite3.connect(db)
+    c.executescript("""CREATE TABLE audit (what TEXT);
+        CREATE TRIGGER usage_frozen BEFORE UPDATE ON session_model_usage BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+        CREATE TRIGGER usage_audit AFTER UPDATE ON session_model_usage BEGIN INSERT INTO audit VALUES ('update'); END;""")
+    c.close()
+    report = do_import(db, backup, "--replace")
+    assert report["replaced"] == ["u"] and report["usage_kept_out"] == [], report
+    assert query(db, "SELECT COUNT(*) FROM audit") == [(0,)]

@@ -71,7 +71,7 @@ from maint.store import guard
 from maint.store.delete import PARENT_NOTE, note_unlinked
 from maint.store.batching import Batcher, paced_writes
 from maint.store.catalog import SessionInfo
-from maint.store.connection import PROMPT_REFS, USAGE_TABLE, Store
+from maint.store.connection import PROMPT_REFS, USAGE_TABLE, Store, quote_ident
 from maint.store.sqlutil import chunks, ph
 from maint.store.targets import StoreTarget
 from maint.store.text_check import shown_id
@@ -602,6 +602,19 @@ def _refuse_taken_titles(store: Store, path: Path, records: dict[str, Record], o
             holder[rec.title] = sid
 
 
+def _unique_keys(store: Store, table: str) -> tuple[list[tuple[str, ...]], dict[str, Any]]:
+    """The column sets of *table*'s unique keys (indexes on expressions or with a WHERE left out), and the
+    values SQLite fills in for columns an INSERT leaves out (literal defaults only)."""
+    keys = []
+    for _, name, unique, _, partial in store.conn.execute(f"PRAGMA index_list({quote_ident(table)})"):
+        cols = [r[2] for r in store.conn.execute(f"PRAGMA index_info({quote_ident(name)})")]
+        if unique and not partial and cols and None not in cols:
+            keys.append(tuple(cols))
+    defaults = {r[1]: store.scalar(f"SELECT {r[4]}") for r in store.conn.execute(f"PRAGMA table_info({table})")
+                if r[4] is not None and _LITERAL.fullmatch(str(r[4]))}
+    return keys, defaults
+
+
 def _bindable(value: Any) -> Any:
     """*value* as SQLite can compare it with a stored one (a JSON list or object as its text)."""
     return value if value is None or isinstance(value, (str, int, float)) else json.dumps(value, sort_keys=True)
@@ -706,6 +719,7 @@ class _Writer:
         self.sblobs, self.mblobs = blob_columns(store, "sessions"), blob_columns(store, "messages")
         self.ucols = set(store.columns(USAGE_TABLE)) if store.has_table(USAGE_TABLE) else set()
         self.ublobs = blob_columns(store, USAGE_TABLE) if self.ucols else set()
+        self.ukeys, self.udefaults = _unique_keys(store, USAGE_TABLE) if self.ucols else ([], {})
         self.mdefaults = {r[1]: store.scalar(f"SELECT {r[4]}")
                           for r in store.conn.execute("PRAGMA table_info(messages)")
                           if r[4] is not None and _LITERAL.fullmatch(str(r[4]))}
@@ -832,27 +846,25 @@ class _Writer:
             return
         # a conflict with a row the store held for a replaced session keeps the stored row (as designed); one with a
         # row of this same record is a merge the file never meant (hostile try 16, T10; try 17, U7: on --replace; try
-        # 18, V3: whatever other rows of the session the store holds). The row met is told by its rowid, which the
-        # upsert's no-op update returns: one the store held before this record, or one this record wrote.
-        # (a table without rowids, which no Hermes makes: the rows go in and a merge is not told)
-        rowid = "rowid" if not self.store.scalar("SELECT sql LIKE '%WITHOUT ROWID%' FROM sqlite_schema WHERE name = ?",
-                                                 (USAGE_TABLE,)) else "NULL"
-        held = {r for (r,) in conn.execute(f"SELECT {rowid} FROM {USAGE_TABLE} WHERE session_id = ?", (sid,))}
-        written: set[int] = set()
+        # 18, V3: whatever other rows of the session the store holds). Told apart by the store's unique keys, each
+        # row's key as SQLite fills it (defaults for the columns left out), against the keys of the rows this
+        # record wrote: nothing is written to a row kept as stored (an upsert's no-op update fired its triggers,
+        # try 19, W3).
+        written: list[tuple] = []
         for u in rows:
             cols = [c for c in u if c in self.ucols and c != "session_id"] + ["session_id"]
             names = ", ".join(f'"{c}"' for c in cols)  # column names: checked when the file was read (IDENT)
-            met = conn.execute(f"INSERT INTO {USAGE_TABLE} ({names}) VALUES ({ph(cols)}) "
-                               f"ON CONFLICT DO UPDATE SET session_id = session_id RETURNING {rowid}",
-                               [sid if c == "session_id" else _unrepr(u[c]) if c in self.ublobs else u[c]
-                                for c in cols]).fetchall()
-            if not met or met[0][0] is None or met[0][0] in held:
-                continue
-            if met[0][0] in written and sid not in self.result.usage_kept_out:
+            values = {c: sid if c == "session_id" else _unrepr(u[c]) if c in self.ublobs else u[c] for c in cols}
+            conn.execute(f"INSERT INTO {USAGE_TABLE} ({names}) VALUES ({ph(cols)}) ON CONFLICT DO NOTHING",
+                         [values[c] for c in cols])
+            keys = tuple(tuple(values.get(c, self.udefaults.get(c)) for c in key) for key in self.ukeys)
+            if conn.changes():
+                written.append(keys)
+            elif any(k[i] == keys[i] and None not in keys[i] for k in written for i in range(len(keys))) \
+                    and sid not in self.result.usage_kept_out:
                 # a row the store's key merges with another of the record's rows (a key column left out by
                 # --drop-missing-columns): named, not lost unseen
                 self.result.usage_kept_out.append(sid)
-            written.add(met[0][0])
 
     def waiting_children(self, conn, sid: str) -> list[str]:
         """Sessions this store's verified delete (the children it kept) or an earlier import (the files of one
