@@ -1318,7 +1318,9 @@ def test_a_usage_row_kept_as_stored_is_not_written_to(tmp_path):
     c = sqlite3.connect(db)
     c.executescript("""CREATE TABLE audit (what TEXT);
         CREATE TRIGGER usage_frozen BEFORE UPDATE ON session_model_usage BEGIN SELECT RAISE(ABORT, 'append-only'); END;
-        CREATE TRIGGER usage_audit AFTER UPDATE ON session_model_usage BEGIN INSERT INTO audit VALUES ('update'); END;""")
+        CREATE TRIGGER usage_audit AFTER UPDATE ON session_model_usage BEGIN
+            INSERT INTO audit VALUES ('update');
+        END;""")
     c.close()
     report = do_import(db, backup, "--replace")
     assert report["replaced"] == ["u"] and report["usage_kept_out"] == [], report
