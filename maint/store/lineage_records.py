@@ -76,7 +76,9 @@ class Lineage:
 def _pick_tip(ids: Iterable[str], sessions: dict[str, SessionInfo], children: dict[str, list[str]]) -> str:
     """The live end of a chain: follow continuations, preferring ones still going."""
     ids = set(ids)
-    roots = [i for i in ids if not any(i in children.get(p, []) for p in ids)]
+    # one pass: every member against every member made a 20,000-segment lineage take 96 s (hostile try 19, W4)
+    continued = {c for p in ids for c in children.get(p, ())}
+    roots = [i for i in ids if i not in continued]
     current = min(roots or ids, key=lambda i: (sessions[i].started_at, i))
     seen = {current}
     while True:
@@ -131,15 +133,21 @@ def build(sessions: dict[str, SessionInfo]) -> Lineage:
             if target in chain_of and chain_of[target] != key:
                 chain.delegate_parent = chain_of[target]
                 break
-    for key, chain in chains.items():  # a chain may not be its own delegate ancestor
-        seen = {key}
-        cur = chain.delegate_parent
-        while cur is not None:
+    # a chain may not be its own delegate ancestor. A walk stops at a chain known to reach a root (a break only
+    # ever takes a link away, so that stays true): each walked from its own end to the root made a delegate chain
+    # of 20,000 take 23 s (hostile try 19, W5)
+    rooted: set[str] = set()
+    for key, chain in chains.items():
+        seen, path, cur = {key}, [key], chain.delegate_parent
+        while cur is not None and cur not in rooted:
             if cur in seen:
                 chain.delegate_parent = None
+                path = [key]  # the loop is broken here; the others on the walk may still be in one
                 break
             seen.add(cur)
+            path.append(cur)
             cur = chains[cur].delegate_parent
+        rooted.update(path)
     for key, chain in chains.items():
         if chain.delegate_parent:
             chains[chain.delegate_parent].children.append(key)
