@@ -400,6 +400,14 @@ def test_replace_of_a_session_from_its_own_fresh_export_replaces(tmp_path, ended
     backup.write_text(export_all(db))
     report = do_import(db, backup, "--replace")
     assert "alone" in report["replaced"] and "alone" not in report["skipped_busy"], report
+    # try 19, W1b: a file without the end_reason field keeps the stored one, so it is no change to refuse
+    lines = [json.loads(line) for line in backup.read_text().splitlines()]
+    for rec in lines:
+        rec.pop("end_reason", None)
+    backup.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
+    again = do_import(db, backup, "--replace")
+    assert "alone" in again["replaced"] and "alone" not in again["skipped_busy"], again
+    assert query(db, "SELECT end_reason FROM sessions WHERE id = 'alone'") == [("done",)]
 
 
 def test_replace_leaves_turns_taken_back_since_the_export_taken_back(tmp_path):

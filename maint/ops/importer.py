@@ -122,7 +122,9 @@ class Record:
     digest: bytes = b""  # of the line as checked: a file rewritten meanwhile is caught before its rows are written
     newest: float | None = None  # the newest numeric message timestamp
     taken_back: int = 0  # messages with active 0 (taken back by Hermes's /undo, kept as rows)
-    end: tuple[Any, Any] = (None, None)  # ended_at and end_reason as the file has them (a time as text too)
+    # ended_at and end_reason as the file has them (a time as text too), each with whether the file has the field at
+    # all (an UPDATE without it keeps the stored value: nothing to compare; try 19, W1b)
+    end: tuple[bool, Any, bool, Any] = (False, None, False, None)
     kept_children: list[str] = field(default_factory=list)
     title: str | None = None
     title_given: bool = False  # the record has a "title" field (an UPDATE without it keeps the stored title)
@@ -437,7 +439,8 @@ def read_export(path: Path, store: Path | None = None) -> ExportFile:
                                **_markers(obj.get("model_config")))
             records[sid] = Record(line=n, offset=start, length=len(raw), info=info, messages=len(msgs),
                                   digest=hashlib.sha256(raw).digest(), newest=newest, taken_back=taken_back,
-                                  end=(_bindable(obj.get("ended_at")), _bindable(obj.get("end_reason"))),
+                                  end=("ended_at" in obj, _bindable(obj.get("ended_at")),
+                                       "end_reason" in obj, _bindable(obj.get("end_reason"))),
                                   kept_children=list(kept),
                                   title=title if isinstance(title, str) else None, title_given="title" in obj)
     if not records:
@@ -634,8 +637,8 @@ def _replace_guard(store: Store, records: dict[str, Record], existing: set[str])
         rec = records[sid]
         # the end as the file has it (a time stored as text is exported as text: try 19, W1); the reason as bytes
         ended_at, same_end, reason = store.conn.execute(
-            "SELECT ended_at, ended_at IS ? AND end_reason IS ?, CAST(end_reason AS BLOB) FROM sessions WHERE id = ?",
-            (*rec.end, sid)).fetchone()
+            "SELECT ended_at, (NOT ? OR ended_at IS ?) AND (NOT ? OR end_reason IS ?), CAST(end_reason AS BLOB) "
+            "FROM sessions WHERE id = ?", (*rec.end, sid)).fetchone()
         if newest is not None and (rec.newest is None or newest > rec.newest):
             out[sid] = ("the store holds messages the file lacks (written after the export); replacing would "
                         "delete them")
@@ -643,7 +646,7 @@ def _replace_guard(store: Store, records: dict[str, Record], existing: set[str])
             # Hermes's own export leaves out rows taken back or compacted (active 0): nothing written since (W2)
             out[sid] = ("the store holds messages the file lacks (written after the export, or taken back or compacted "
                         "rows an export of active messages leaves out); replacing would delete them")
-        elif ended_at is None and rec.end[0] is not None:
+        elif ended_at is None and rec.end[1] is not None:
             # resumed in Hermes since the export: the file would mark it ended under Hermes's next message (U3)
             out[sid] = "open in the store (resumed since the export); replacing would mark it ended"
         elif ended_at is not None and not same_end:
