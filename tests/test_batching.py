@@ -387,7 +387,7 @@ def test_no_transaction_commits_empty_after_a_lightened_units_last_step():
     log: list[list[str]] = []
 
     class OneStepEach(FixedRate):
-        def room_for_another(self, held_s, last_s=0.0):
+        def room_for_another(self, held_s):
             return False  # one step, or one chunk, per transaction
 
     def lighten(unit):
@@ -458,17 +458,3 @@ def test_one_quick_chunk_cannot_size_the_next_at_many_times_this_one():
     slow = Batcher(target_s=0.1, chunk_s=0.01, rate=1000.0)
     slow.observe(5, 1.0)  # a slow chunk still teaches its rate at once (smoothed): no floor on the way down
     assert slow.rate == pytest.approx(0.7 * 1000 + 0.3 * 5)
-
-
-def test_a_chunk_slower_than_planned_is_the_measure_of_the_next():
-    """Issue 28, the 420k prune: chunks planned at 45 ms took 100 ms and more (FTS5 merges mid-statement), and a
-    transaction took one more after 120 ms held: 250-277 ms, past the 228 ms after which SQLite's busy handler
-    sleeps 100 ms a try, so a waiting writer's append took 330 ms. A chunk more is taken only if one as slow as
-    the last still fits: here every chunk takes at least 30 ms of a 50 ms target, so each commits alone (the
-    sleep is a lower bound: a slower machine only makes the chunks slower)."""
-    def slow(batch):
-        time.sleep(0.03)
-        return len(batch)
-
-    total, txs = count_transactions(list(range(4)), slow, FixedRate(target_s=0.05, chunk_s=0.001, rate=1000))
-    assert total == 4 and [len(chunks) for chunks in txs] == [1, 1, 1, 1]

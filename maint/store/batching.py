@@ -237,12 +237,8 @@ class Batcher:
         """The work one transaction does in its target time: a unit heavier holds the lock past it."""
         return min(self.max_load, max(self.min_load, self.rate * self.target_s))
 
-    def room_for_another(self, held_s: float, last_s: float = 0.0) -> bool:
-        """Whether a chunk more fits in the target, a chunk taking as long as the one just done (*last_s*) when that
-        was slower than planned: at 420k sessions chunks planned at 45 ms took 100 ms and more (FTS5 merges), and
-        a transaction that took one more after 120 ms held the lock 250-277 ms, past the 228 ms after which
-        SQLite's busy handler sleeps 100 ms a try (a waiting writer's append then took 330 ms)."""
-        return held_s + max(self.chunk_s, last_s) <= self.target_s
+    def room_for_another(self, held_s: float) -> bool:
+        return held_s + self.chunk_s <= self.target_s
 
 
 def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[[list[U]], int | Applied],
@@ -306,8 +302,7 @@ def run_batched(units: Sequence[U], weight: Callable[[U], int], apply: Callable[
                     batcher.observe(work, time.monotonic() - started)  # a lightened unit's rate is not the rule
                 pos = end
                 worked = True
-                done = time.monotonic()
-                if not batcher.room_for_another(done - opened, done - started):
+                if not batcher.room_for_another(time.monotonic() - opened):
                     break
         if on_progress:
             on_progress(pos - first)
