@@ -613,9 +613,13 @@ def _unique_keys(store: Store, table: str) -> tuple[list[tuple[str, ...]], dict[
         cols = [r[2] for r in store.conn.execute(f"PRAGMA index_info({quote_ident(name)})")]
         if unique and not partial and cols and None not in cols:
             keys.append(tuple(cols))
-    defaults = {r[1]: store.scalar(f"SELECT {r[4]}") for r in store.conn.execute(f"PRAGMA table_info({table})")
-                if r[4] is not None and _LITERAL.fullmatch(str(r[4]))}
-    return keys, defaults
+    return keys, literal_defaults(store, table)
+
+
+def literal_defaults(store: Store, table: str) -> dict[str, Any]:
+    """The values SQLite fills in for *table*'s columns an INSERT leaves out, where the default is a literal."""
+    return {r[1]: store.scalar(f"SELECT {r[4]}") for r in store.conn.execute(f"PRAGMA table_info({table})")
+            if r[4] is not None and _LITERAL.fullmatch(str(r[4]))}
 
 
 def _bindable(value: Any) -> Any:
@@ -723,9 +727,7 @@ class _Writer:
         self.ucols = set(store.columns(USAGE_TABLE)) if store.has_table(USAGE_TABLE) else set()
         self.ublobs = blob_columns(store, USAGE_TABLE) if self.ucols else set()
         self.ukeys, self.udefaults = _unique_keys(store, USAGE_TABLE) if self.ucols else ([], {})
-        self.mdefaults = {r[1]: store.scalar(f"SELECT {r[4]}")
-                          for r in store.conn.execute("PRAGMA table_info(messages)")
-                          if r[4] is not None and _LITERAL.fullmatch(str(r[4]))}
+        self.mdefaults = literal_defaults(store, "messages")
         fks = list(store.conn.execute("PRAGMA foreign_key_list(sessions)"))
         self.prompt_fks = [(r[3], r[2], r[4]) for r in fks if r[2] != "sessions"]  # (column, table, key)
         self.has_prompt_table = store.has_table("system_prompts")
